@@ -1,0 +1,28 @@
+// Rotary position embedding in Hugging Face's rotate-half layout: dim i pairs with
+// i + D/2, angle = (pos_offset + t) * theta^(-2i/D). Backward is the inverse rotation.
+#pragma once
+
+#include "kernels/dispatch.h"
+
+namespace trainer {
+
+#define TRAINER_OPS(NS)                                                                      \
+  namespace NS {                                                                             \
+  /* out (B, T, H, D) = rotate(inp (B, T, H, D)); written; out may alias inp             */ \
+  void rope_forward(Context& ctx, Tensor out, Tensor inp, float theta, int64_t pos_offset);  \
+  /* dinp (B, T, H, D) = rotate^-1(dout); written; dinp may alias dout                    */ \
+  void rope_backward(Context& ctx, Tensor dinp, Tensor dout, float theta,                    \
+                     int64_t pos_offset);                                                    \
+  }
+TRAINER_OPS(cpu)
+TRAINER_OPS(cuda)
+#undef TRAINER_OPS
+
+inline void rope_forward(Context& ctx, Tensor out, Tensor inp, float theta, int64_t pos_offset) {
+  TRAINER_DISPATCH(ctx, rope_forward, out, inp, theta, pos_offset);
+}
+inline void rope_backward(Context& ctx, Tensor dinp, Tensor dout, float theta,
+                          int64_t pos_offset) {
+  TRAINER_DISPATCH(ctx, rope_backward, dinp, dout, theta, pos_offset);
+}
+}  // namespace trainer
