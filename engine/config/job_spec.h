@@ -1,0 +1,158 @@
+// JobSpec: the typed form of a job YAML (see README "Job spec reference").
+// One struct per YAML section; field names are the YAML keys. Every field has
+// its documented default here; parse_job_spec fills, checks types and ranges,
+// and validates cross-field consistency before any work starts.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace trainer::engine {
+
+enum class DeviceKind { cpu, cuda, auto_ };
+enum class Family { gpt2, llama };
+enum class Balance { aux_loss, aux_free, none };
+enum class DataFormat { auto_, llmc, megatron };
+enum class Schedule { cosine, wsd, linear, constant };
+enum class ComputeDtype { fp32, bf16, fp16, fp8 };
+enum class PipelineSchedule { one_f_one_b, interleaved };
+enum class Recompute { none, selective, full };
+
+struct RunSpec {
+  std::string name = "run";
+  std::string dir = "";           // default: runs/<name>
+  uint64_t seed = 1234;
+  DeviceKind device = DeviceKind::auto_;
+};
+
+struct MoESpec {
+  bool enabled = false;           // true when the model has a moe: block
+  int n_experts = 8;              // >= 2
+  int top_k = 2;                  // 1..n_experts
+  int n_shared_experts = 0;       // >= 0
+  int d_ff_expert = 512;          // >= 1
+  int every = 1;                  // MoE in layers where (layer + 1) % every == 0
+  Balance balance = Balance::aux_loss;
+  double aux_loss_coeff = 0.01;   // >= 0
+  std::optional<double> capacity_factor;  // null = dropless; else > 0
+};
+
+struct ModelSpec {
+  Family family = Family::gpt2;
+  int n_layer = 4;                // >= 1
+  int d_model = 256;              // >= 1, multiple of n_head
+  int n_head = 4;                 // >= 1
+  int n_kv_head = 0;              // 0 in YAML-less default = n_head; must divide n_head; gpt2: == n_head
+  int d_ff = 1024;                // >= 1
+  int vocab_size = 50257;         // >= 2
+  int max_seq_len = 256;          // >= 1
+  bool tie_embeddings = true;     // default true for gpt2, false for llama
+  double rope_theta = 10000.0;    // > 0
+  double norm_eps = 1e-5;         // > 0
+  double init_std = 0.02;         // > 0
+  std::string init_from = "";     // empty = random init
+  MoESpec moe;
+  int head_dim() const { return d_model / n_head; }
+};
+
+// One entry of data.train / data.val: a file, prefix or glob, and its blend weight.
+struct DataSource {
+  std::string path;
+  double weight = 1.0;            // > 0
+};
+
+struct DataSpec {
+  std::vector<DataSource> train;  // required: at least one
+  std::vector<DataSource> val;    // optional
+  DataFormat format = DataFormat::auto_;
+  bool shuffle = true;
+};
+
+struct TrainSpec {
+  int seq_len = 256;              // 1..model.max_seq_len
+  int micro_batch = 4;            // >= 1
+  int global_batch = 16;          // multiple of micro_batch (and of micro_batch * dp, checked with the mesh)
+  int steps = 200;                // >= 1
+  int eval_every = 50;            // >= 0; 0 = never
+  int eval_batches = 10;          // >= 1
+  int log_every = 1;              // >= 1
+};
+
+struct OptimizerSpec {
+  std::string name = "adamw";     // only adamw
+  double lr = 6e-4;               // > 0
+  double min_lr = 6e-5;           // 0..lr
+  int warmup_steps = 20;          // >= 0
+  Schedule schedule = Schedule::cosine;
+  std::optional<int> decay_steps; // wsd only: length of the final decay (default 20% of steps)
+  double beta1 = 0.9;             // YAML: betas: [beta1, beta2], each in [0, 1)
+  double beta2 = 0.95;
+  double eps = 1e-8;              // > 0
+  double weight_decay = 0.1;      // >= 0
+  double grad_clip = 1.0;         // >= 0; 0 disables
+};
+
+struct PrecisionSpec {
+  ComputeDtype compute = ComputeDtype::fp32;
+  bool dynamic_loss_scale = true; // YAML loss_scale: dynamic
+  double loss_scale = 65536.0;    // YAML loss_scale: <number> (static) or initial dynamic scale
+  int fp8_amax_history = 1024;    // >= 1
+  int fp8_margin = 0;             // >= 0
+};
+
+struct ParallelSpec {
+  int tp = 1, pp = 1, cp = 1, ep = 1;  // each >= 1
+  int dp = 0;                     // 0 = auto (YAML "auto"): world / (tp * pp * cp)
+  int zero = 1;                   // 0..3
+  bool sequence_parallel = false;
+  PipelineSchedule pp_schedule = PipelineSchedule::one_f_one_b;
+  int virtual_stages = 1;         // >= 1; > 1 only with interleaved
+  Recompute recompute = Recompute::none;
+  double timeout_s = 600.0;       // > 0: collective watchdog
+};
+
+struct CheckpointSpec {
+  std::string dir = "";           // default: <run.dir>/checkpoints
+  int every = 0;                  // >= 0; 0 = only at the end and on SIGTERM
+  int keep = 3;                   // >= 1
+  std::string resume = "auto";    // auto | never | <path>
+};
+
+struct LogSpec {
+  std::string metrics = "jsonl";  // jsonl | none
+};
+
+struct JobSpec {
+  RunSpec run;
+  ModelSpec model;
+  DataSpec data;
+  TrainSpec train;
+  OptimizerSpec optimizer;
+  PrecisionSpec precision;
+  ParallelSpec parallel;
+  CheckpointSpec checkpoint;
+  LogSpec log;
+  std::string source_path;        // the YAML file it came from
+};
+
+// Reads, overrides (each "key.path=value", YAML syntax for the value), fills
+// defaults, checks and validates. Throws InputError with one line naming the
+// file (and line where known), the key path and what was expected.
+JobSpec load_job_spec(const std::string& path, const std::vector<std::string>& overrides = {});
+JobSpec parse_job_spec(const std::string& yaml_text, const std::string& source_name,
+                       const std::vector<std::string>& overrides = {});
+
+// The fully resolved spec as YAML (every key, defaults filled); parse_job_spec
+// of this text gives back an equal spec.
+std::string job_spec_to_yaml(const JobSpec& spec);
+
+// Writes job_spec_to_yaml to <run.dir>/job.yaml atomically (temp file + rename).
+void write_resolved_spec(const JobSpec& spec, const std::string& path);
+
+const char* to_string(Family f);
+const char* to_string(ComputeDtype c);
+const char* to_string(Schedule s);
+
+}  // namespace trainer::engine
