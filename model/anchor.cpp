@@ -1,2 +1,0 @@
-// Keeps the model library non-empty before its first real source lands.
-namespace trainer::model { int library_anchor = 0; }

@@ -1,0 +1,31 @@
+// Self-attention: q/k/v projections, RoPE (llama), causal GQA attention, output
+// projection. Saves q, k, v (after RoPE), the attention output and its lse.
+#pragma once
+
+#include <string>
+
+#include "model/linear_layer.h"
+#include "model/scratch.h"
+
+namespace trainer::model {
+
+class Attention {
+ public:
+  void declare(Buffers& buf, const std::string& prefix, const ModelConfig& cfg,
+               const BatchShape& batch);
+  // out (N, C) = attention(in (N, C)); written
+  void forward(const LayerEnv& env, Tensor out, Tensor in) const;
+  // dinp (N, C) written from dout (N, C); parameter gradients accumulated
+  void backward(const LayerEnv& env, const Scratch& s, Tensor dinp, Tensor dout, Tensor in) const;
+
+ private:
+  Tensor heads(const LayerEnv& env, BufferId id, int64_t h) const;  // (B, T, h, D) view
+
+  bool rope_ = false;
+  float theta_ = 10000.0f;
+  int64_t B_ = 0, T_ = 0, H_ = 0, Hkv_ = 0, D_ = 0;
+  Linear q_proj_, k_proj_, v_proj_, o_proj_;
+  BufferId q_ = -1, k_ = -1, v_ = -1, att_ = -1, lse_ = -1;
+};
+
+}  // namespace trainer::model

@@ -1,0 +1,43 @@
+// Transformer block. The residual gradient is updated in place, so backward
+// through the whole stack needs one (N, C) buffer, not one per layer.
+#include "model/block.h"
+
+#include <fmt/format.h>
+
+#include "kernels/elementwise.h"
+
+namespace trainer::model {
+
+void Block::declare(Buffers& buf, int layer, const ModelConfig& cfg, const BatchShape& batch) {
+  int64_t N = batch.B * batch.T, C = cfg.d_model;
+  std::string p = cfg.is_llama() ? fmt::format("model.layers.{}", layer)
+                                  : fmt::format("transformer.h.{}", layer);
+  norm1_.declare(buf, p + (cfg.is_llama() ? ".input_layernorm" : ".ln_1"), cfg, N);
+  attn_.declare(buf, p, cfg, batch);
+  norm2_.declare(buf, p + (cfg.is_llama() ? ".post_attention_layernorm" : ".ln_2"), cfg, N);
+  mlp_.declare(buf, p, cfg, batch);
+  mid_ = buf.add(Category::activations, p + ".residual_mid", {N, C});
+  out_ = buf.add(Category::activations, p + ".residual_out", {N, C});
+}
+
+void Block::forward(const LayerEnv& env, Tensor in) const {
+  Tensor mid = env.buf.get(mid_), out = env.buf.get(out_);
+  norm1_.forward(env, in);
+  attn_.forward(env, mid, norm1_.out(env));
+  accumulate(env.ctx, mid, in);
+  norm2_.forward(env, mid);
+  mlp_.forward(env, out, norm2_.out(env));
+  accumulate(env.ctx, out, mid);
+}
+
+void Block::backward(const LayerEnv& env, const Scratch& s, Tensor dres, Tensor in) const {
+  Tensor dln = env.buf.get(s.dln), dtmp = env.buf.get(s.dtmp);
+  mlp_.backward(env, s, dln, dres, norm2_.out(env));
+  norm2_.backward(env, dtmp, dln, env.buf.get(mid_));
+  accumulate(env.ctx, dres, dtmp);
+  attn_.backward(env, s, dln, dres, norm1_.out(env));
+  norm1_.backward(env, dtmp, dln, in);
+  accumulate(env.ctx, dres, dtmp);
+}
+
+}  // namespace trainer::model

@@ -1,0 +1,29 @@
+// Transformer block (pre-norm): x + attn(norm1(x)), then + mlp(norm2(.)).
+// Saves the mid-block residual and its output (the next block's input).
+#pragma once
+
+#include <string>
+
+#include "model/attention_layer.h"
+#include "model/mlp_layer.h"
+#include "model/norm_layer.h"
+
+namespace trainer::model {
+
+class Block {
+ public:
+  void declare(Buffers& buf, int layer, const ModelConfig& cfg, const BatchShape& batch);
+  // out() (N, C) written from in (N, C)
+  void forward(const LayerEnv& env, Tensor in) const;
+  // dres (N, C): on entry d(out), on return d(in), updated in place
+  void backward(const LayerEnv& env, const Scratch& s, Tensor dres, Tensor in) const;
+  Tensor out(const LayerEnv& env) const { return env.buf.get(out_); }
+
+ private:
+  Norm norm1_, norm2_;
+  Attention attn_;
+  Mlp mlp_;
+  BufferId mid_ = -1, out_ = -1;
+};
+
+}  // namespace trainer::model

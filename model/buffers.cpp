@@ -1,0 +1,83 @@
+// Offsets are assigned at declaration, aligned for vector loads and cuBLASLt.
+#include "model/buffers.h"
+
+#include "kernels/memory.h"
+
+namespace trainer::model {
+
+const char* category_name(Category c) {
+  switch (c) {
+    case Category::parameters: return "parameters";
+    case Category::gradients: return "gradients";
+    case Category::activations: return "activations";
+    case Category::scratch: return "scratch";
+  }
+  return "?";
+}
+
+BufferId Buffers::add(Category category, std::string name, std::vector<int64_t> shape,
+                      DType dtype) {
+  TRAINER_CHECK(!shape.empty() && shape.size() <= Tensor::kMaxDims, "buffer {}: rank {}", name,
+                shape.size());
+  size_t numel = 1;
+  for (int64_t s : shape) numel *= static_cast<size_t>(s);
+  BufferInfo info{std::move(name), category, std::move(shape), dtype, 0, numel * dtype_size(dtype)};
+  size_t& used = bytes_[static_cast<int>(category)];
+  info.offset = used;
+  used += (info.bytes + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment;
+  buffers_.push_back(std::move(info));
+  return static_cast<BufferId>(buffers_.size() - 1);
+}
+
+ParamId Buffers::add_param(ParamSpec spec, std::vector<int64_t> local_shape) {
+  BufferId value = add(Category::parameters, spec.name, local_shape);
+  BufferId grad = add(Category::gradients, spec.name, local_shape);
+  params_.push_back({std::move(spec), value, grad});
+  return ParamId{static_cast<int>(params_.size() - 1)};
+}
+
+size_t Buffers::total_bytes() const {
+  size_t t = 0;
+  for (size_t b : bytes_) t += b;
+  return t;
+}
+
+void Buffers::bind(Category category, void* base, Device device) {
+  base_[static_cast<int>(category)] = base;
+  device_ = device;
+}
+
+Tensor Buffers::get(BufferId id) const {
+  TRAINER_CHECK(id >= 0 && id < static_cast<int>(buffers_.size()), "bad buffer id {}", id);
+  const BufferInfo& b = buffers_[id];
+  void* base = base_[static_cast<int>(b.category)];
+  TRAINER_CHECK(base != nullptr || b.bytes == 0, "buffer {} used before its {} arena was bound",
+                b.name, category_name(b.category));
+  Tensor t;
+  t.data = static_cast<char*>(base) + b.offset;
+  t.ndim = static_cast<int>(b.shape.size());
+  t.dtype = b.dtype;
+  t.device = device_;
+  int64_t st = 1;
+  for (int d = t.ndim - 1; d >= 0; --d) {
+    t.shape[d] = b.shape[d];
+    t.stride[d] = st;
+    st *= b.shape[d];
+  }
+  return t;
+}
+
+Tensor Buffers::param(ParamId id) const { return get(params_.at(id.index).value); }
+Tensor Buffers::grad(ParamId id) const { return get(params_.at(id.index).grad); }
+
+int64_t Buffers::num_param_elements() const {
+  int64_t n = 0;
+  for (const auto& p : params_) {
+    int64_t numel = 1;
+    for (int64_t s : buffers_[p.value].shape) numel *= s;
+    n += numel;
+  }
+  return n;
+}
+
+}  // namespace trainer::model

@@ -1,0 +1,53 @@
+// Model: a GPT-2 or Llama decoder built from one ModelConfig. Construction only
+// declares buffers (nothing is allocated); the engine allocates the arenas,
+// binds them, and then calls init_parameters / forward / backward.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "model/block.h"
+#include "model/embedding_layer.h"
+#include "model/lm_head.h"
+#include "model/scratch.h"
+
+namespace trainer::model {
+
+class Model {
+ public:
+  Model(const ModelConfig& cfg, const BatchShape& batch);
+
+  const ModelConfig& config() const { return cfg_; }
+  const BatchShape& batch() const { return batch_; }
+  Buffers& buffers() { return buf_; }
+  const Buffers& buffers() const { return buf_; }
+
+  // Parameters from the counter-based RNG (seed, name, global index).
+  void init_parameters(Context& ctx);
+  void zero_grads(Context& ctx);
+
+  Tensor input_ids() const { return buf_.get(ids_); }  // (N) int32, the caller fills it
+  Tensor targets() const { return buf_.get(targets_); }  // (N) int32, < 0 = ignored
+
+  // Per-token losses of the micro-batch in input_ids()/targets().
+  void forward(Context& ctx);
+  Tensor losses(Context& ctx);
+  // Accumulates into the gradients d(sum_n dloss * loss_n) / d(params).
+  void backward(Context& ctx, float dloss);
+
+  // Model FLOPs per token for forward + backward (GEMMs and attention, as in
+  // the PaLM/Megatron MFU convention, causal attention counted in full).
+  double flops_per_token() const;
+
+ private:
+  ModelConfig cfg_;
+  BatchShape batch_;
+  Buffers buf_;
+  Scratch scratch_;
+  Embedding embedding_;
+  std::vector<Block> blocks_;
+  LmHead head_;
+  BufferId ids_ = -1, targets_ = -1;
+};
+
+}  // namespace trainer::model

@@ -1,0 +1,45 @@
+// ModelConfig: the model's shape as the layers see it (engine fills it from the
+// job spec's model section) plus how this rank's copy is split.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/tensor.h"
+
+namespace trainer::model {
+
+enum class Family { gpt2, llama };
+
+struct ModelConfig {
+  Family family = Family::gpt2;
+  int n_layer = 4;
+  int d_model = 256;
+  int n_head = 4;
+  int n_kv_head = 4;
+  int d_ff = 1024;
+  int vocab_size = 50257;
+  int max_seq_len = 256;
+  bool tie_embeddings = true;
+  float rope_theta = 10000.0f;
+  float norm_eps = 1e-5f;
+  float init_std = 0.02f;
+  uint64_t seed = 1234;
+
+  int tp = 1;  // tensor-parallel size: vocabulary padded to a multiple of 128 * tp
+
+  int head_dim() const { return d_model / n_head; }
+  // Vocabulary rows actually stored: padded so every TP shard and GEMM is aligned.
+  int64_t padded_vocab() const {
+    int64_t m = 128LL * tp;
+    return (vocab_size + m - 1) / m * m;
+  }
+  bool is_llama() const { return family == Family::llama; }
+};
+
+// One micro-batch's geometry: the activation buffers are planned for it.
+struct BatchShape {
+  int64_t B = 1;  // sequences per micro-batch
+  int64_t T = 1;  // tokens per sequence
+};
+
+}  // namespace trainer::model

@@ -1,0 +1,44 @@
+// Norm layer over kernels/layernorm.h and kernels/rmsnorm.h.
+#include "model/norm_layer.h"
+
+#include "kernels/layernorm.h"
+#include "kernels/rmsnorm.h"
+
+namespace trainer::model {
+
+void Norm::declare(Buffers& buf, const std::string& name, const ModelConfig& cfg, int64_t rows) {
+  rms_ = cfg.is_llama();
+  eps_ = cfg.norm_eps;
+  int64_t C = cfg.d_model;
+  weight_ = buf.add_param({.name = name + ".weight", .global_shape = {C}, .init = Init::ones,
+                           .weight_decay = false},
+                          {C});
+  if (!rms_) {
+    bias_ = buf.add_param({.name = name + ".bias", .global_shape = {C}, .init = Init::zeros,
+                           .weight_decay = false},
+                          {C});
+    mean_ = buf.add(Category::activations, name + ".mean", {rows});
+  }
+  out_ = buf.add(Category::activations, name + ".out", {rows, C});
+  rstd_ = buf.add(Category::activations, name + ".rstd", {rows});
+}
+
+void Norm::forward(const LayerEnv& env, Tensor in) const {
+  const Buffers& b = env.buf;
+  if (rms_)
+    rmsnorm_forward(env.ctx, b.get(out_), b.get(rstd_), in, b.param(weight_), eps_);
+  else
+    layernorm_forward(env.ctx, b.get(out_), b.get(mean_), b.get(rstd_), in, b.param(weight_),
+                      b.param(bias_), eps_);
+}
+
+void Norm::backward(const LayerEnv& env, Tensor dinp, Tensor dout, Tensor in) const {
+  const Buffers& b = env.buf;
+  if (rms_)
+    rmsnorm_backward(env.ctx, dinp, b.grad(weight_), dout, in, b.param(weight_), b.get(rstd_));
+  else
+    layernorm_backward(env.ctx, dinp, b.grad(weight_), b.grad(bias_), dout, in, b.param(weight_),
+                       b.get(mean_), b.get(rstd_));
+}
+
+}  // namespace trainer::model
