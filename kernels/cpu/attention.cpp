@@ -1,0 +1,206 @@
+// CPU causal grouped-query attention. One (batch, head) pair is a sequence of
+// 64-query blocks; each block is three or five single-threaded sgemm calls over
+// only the keys it can see (the upper triangle is skipped), with the softmax
+// between them. Forward keeps only the log-sum-exp; backward recomputes the
+// probabilities. Scratch: two (64, T) fp32 buffers per OpenMP thread, kept
+// across calls (thread_scratch slots 0 and 1).
+#include "kernels/attention.h"
+
+#include <cblas.h>
+
+#include <cmath>
+#include <limits>
+
+#include "kernels/cpu/cpu_common.h"
+
+namespace trainer::cpu {
+
+namespace {
+
+constexpr int64_t kBlockQ = 64;
+
+// A (B, T, heads, D) view whose head dim is contiguous; the other strides are
+// free, so q, k, v may be views into one fused QKV buffer.
+struct Heads {
+  float* data;
+  int64_t stride_b, stride_t, stride_h;
+  float* at(int64_t b, int64_t h) const { return data + b * stride_b + h * stride_h; }
+};
+
+Heads heads(const Tensor& t, int64_t B, int64_t T, int64_t H, int64_t D, const char* op,
+            const char* name) {
+  TRAINER_CHECK(t.device == Device::cpu && t.dtype == DType::f32,
+                "{}: {} is {}; the CPU backend computes in fp32 only", op, name, t.str());
+  check_shape(t, {B, T, H, D}, name);
+  TRAINER_CHECK(t.stride[3] == 1 || D == 1, "{}: {} {} needs a contiguous head dim", op, name,
+                t.str());
+  return Heads{static_cast<float*>(t.data), t.stride[0], t.stride[1], t.stride[2]};
+}
+
+// Rows r of s (rows, ld) belong to query i0 + r and see keys [0, i0 + r].
+// Turns scores into normalised probabilities (masked entries 0); writes lse.
+TRAINER_CPU_CLONES void softmax_block(float* s, int64_t rows, int64_t ld, int64_t i0,
+                                      float* lse) {
+  for (int64_t r = 0; r < rows; ++r) {
+    float* row = s + r * ld;
+    const int64_t n = i0 + r + 1;
+    float m = -std::numeric_limits<float>::infinity();
+#pragma omp simd reduction(max : m)
+    for (int64_t j = 0; j < n; ++j) m = std::max(m, row[j]);
+    float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+    for (int64_t j = 0; j < n; ++j) {
+      const float e = exp_approx(row[j] - m);
+      row[j] = e;
+      sum += e;
+    }
+    const float inv = 1.0f / sum;
+#pragma omp simd
+    for (int64_t j = 0; j < n; ++j) row[j] *= inv;
+    for (int64_t j = n; j < ld; ++j) row[j] = 0.0f;
+    lse[r] = m + std::log(sum);
+  }
+}
+
+// p = exp(s - lse) (masked 0), then ds = p * (dp - delta) * scale, in place in dp.
+TRAINER_CPU_CLONES void softmax_grad_block(float* p, float* dp, int64_t rows, int64_t ld,
+                                           int64_t i0, const float* lse, const float* delta,
+                                           float scale) {
+  for (int64_t r = 0; r < rows; ++r) {
+    float* prow = p + r * ld;
+    float* drow = dp + r * ld;
+    const int64_t n = i0 + r + 1;
+    const float l = lse[r], dl = delta[r];
+#pragma omp simd
+    for (int64_t j = 0; j < n; ++j) {
+      const float pj = exp_approx(prow[j] - l);
+      prow[j] = pj;
+      drow[j] = pj * (drow[j] - dl) * scale;
+    }
+    for (int64_t j = n; j < ld; ++j) {
+      prow[j] = 0.0f;
+      drow[j] = 0.0f;
+    }
+  }
+}
+
+}  // namespace
+
+void attention_forward(Context& ctx, Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v) {
+  const char* op = "attention_forward";
+  TRAINER_CHECK(q.ndim == 4 && k.ndim == 4, "{}: q {} and k {} must be (B, T, H, D)", op,
+                q.str(), k.str());
+  const int64_t B = q.size(0), T = q.size(1), H = q.size(2), D = q.size(3), Hkv = k.size(2);
+  TRAINER_CHECK(D > 0, "{}: head dim of {} must be positive", op, q.str());
+  TRAINER_CHECK(Hkv > 0 && H % Hkv == 0, "{}: {} query heads are not a multiple of {} KV heads",
+                op, H, Hkv);
+  const Heads Q = heads(q, B, T, H, D, op, "attention q");
+  const Heads K = heads(k, B, T, Hkv, D, op, "attention k");
+  const Heads V = heads(v, B, T, Hkv, D, op, "attention v");
+  const Heads O = heads(out, B, T, H, D, op, "attention out");
+  check_shape(lse, {B, H, T}, "attention lse");
+  float* L = f32(lse, op, "lse");
+  const int64_t group = H / Hkv;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  blas_single_threaded();
+#pragma omp parallel
+  {
+    float* s = thread_scratch(0, kBlockQ * T);
+#pragma omp for collapse(2) schedule(static)
+    for (int64_t b = 0; b < B; ++b) {
+      for (int64_t h = 0; h < H; ++h) {
+        const float* qh = Q.at(b, h);
+        const float* kh = K.at(b, h / group);
+        const float* vh = V.at(b, h / group);
+        float* oh = O.at(b, h);
+        float* lh = L + (b * H + h) * T;
+        for (int64_t i0 = 0; i0 < T; i0 += kBlockQ) {
+          const int64_t rows = std::min(kBlockQ, T - i0), keys = i0 + rows;
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, keys, D, scale,
+                      qh + i0 * Q.stride_t, Q.stride_t, kh, K.stride_t, 0.0f, s, keys);
+          softmax_block(s, rows, keys, i0, lh + i0);
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, D, keys, 1.0f, s, keys,
+                      vh, V.stride_t, 0.0f, oh + i0 * O.stride_t, O.stride_t);
+        }
+      }
+    }
+  }
+}
+
+void attention_backward(Context& ctx, Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor q,
+                        Tensor k, Tensor v, Tensor out, Tensor lse) {
+  const char* op = "attention_backward";
+  TRAINER_CHECK(q.ndim == 4 && k.ndim == 4, "{}: q {} and k {} must be (B, T, H, D)", op,
+                q.str(), k.str());
+  const int64_t B = q.size(0), T = q.size(1), H = q.size(2), D = q.size(3), Hkv = k.size(2);
+  TRAINER_CHECK(D > 0, "{}: head dim of {} must be positive", op, q.str());
+  TRAINER_CHECK(Hkv > 0 && H % Hkv == 0, "{}: {} query heads are not a multiple of {} KV heads",
+                op, H, Hkv);
+  const Heads Q = heads(q, B, T, H, D, op, "attention q");
+  const Heads K = heads(k, B, T, Hkv, D, op, "attention k");
+  const Heads V = heads(v, B, T, Hkv, D, op, "attention v");
+  const Heads O = heads(out, B, T, H, D, op, "attention out");
+  const Heads dO = heads(dout, B, T, H, D, op, "attention dout");
+  const Heads dQ = heads(dq, B, T, H, D, op, "attention dq");
+  const Heads dK = heads(dk, B, T, Hkv, D, op, "attention dk");
+  const Heads dV = heads(dv, B, T, Hkv, D, op, "attention dv");
+  check_shape(lse, {B, H, T}, "attention lse");
+  const float* L = f32(lse, op, "lse");
+  const int64_t group = H / Hkv;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  blas_single_threaded();
+  // One task per KV head: the query heads sharing it accumulate into its dk, dv
+  // in a fixed order, so no two threads write the same rows.
+#pragma omp parallel
+  {
+    float* p = thread_scratch(0, kBlockQ * T);
+    float* dp = thread_scratch(1, kBlockQ * T);
+    float delta[kBlockQ];
+#pragma omp for collapse(2) schedule(static)
+    for (int64_t b = 0; b < B; ++b) {
+      for (int64_t g = 0; g < Hkv; ++g) {
+        const float* kh = K.at(b, g);
+        const float* vh = V.at(b, g);
+        float* dkh = dK.at(b, g);
+        float* dvh = dV.at(b, g);
+        for (int64_t t = 0; t < T; ++t) {
+          std::memset(dkh + t * dK.stride_t, 0, sizeof(float) * D);
+          std::memset(dvh + t * dV.stride_t, 0, sizeof(float) * D);
+        }
+        for (int64_t h = g * group; h < (g + 1) * group; ++h) {
+          const float* qh = Q.at(b, h);
+          const float* oh = O.at(b, h);
+          const float* doh = dO.at(b, h);
+          float* dqh = dQ.at(b, h);
+          const float* lh = L + (b * H + h) * T;
+          for (int64_t i0 = 0; i0 < T; i0 += kBlockQ) {
+            const int64_t rows = std::min(kBlockQ, T - i0), keys = i0 + rows;
+            const float* qb = qh + i0 * Q.stride_t;
+            const float* dob = doh + i0 * dO.stride_t;
+            for (int64_t r = 0; r < rows; ++r) {
+              const float* o_row = oh + (i0 + r) * O.stride_t;
+              const float* do_row = dob + r * dO.stride_t;
+              float acc = 0.0f;
+              for (int64_t d = 0; d < D; ++d) acc += o_row[d] * do_row[d];
+              delta[r] = acc;
+            }
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, keys, D, scale, qb,
+                        Q.stride_t, kh, K.stride_t, 0.0f, p, keys);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, keys, D, 1.0f, dob,
+                        dO.stride_t, vh, V.stride_t, 0.0f, dp, keys);
+            softmax_grad_block(p, dp, rows, keys, i0, lh + i0, delta, scale);
+            // dv += p^T dout; dq = ds k; dk += ds^T q (ds already carries the scale)
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, keys, D, rows, 1.0f, p, keys,
+                        dob, dO.stride_t, 1.0f, dvh, dV.stride_t);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, D, keys, 1.0f, dp, keys,
+                        kh, K.stride_t, 0.0f, dqh + i0 * dQ.stride_t, dQ.stride_t);
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, keys, D, rows, 1.0f, dp, keys, qb,
+                        Q.stride_t, 1.0f, dkh, dK.stride_t);
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace trainer::cpu

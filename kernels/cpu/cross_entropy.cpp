@@ -1,0 +1,135 @@
+// CPU vocab-parallel softmax cross-entropy: the three passes and the backward,
+// rows in parallel, each row a vectorised loop over the valid local columns.
+#include "kernels/cross_entropy.h"
+
+#include <cmath>
+#include <limits>
+
+#include "kernels/cpu/cpu_common.h"
+
+namespace trainer::cpu {
+
+namespace {
+
+// Columns [0, valid) of the local slice hold real tokens; the rest is padding.
+int64_t valid_columns(int64_t Vp, int64_t vocab_start, int64_t vocab_size) {
+  return std::clamp<int64_t>(vocab_size - vocab_start, 0, Vp);
+}
+
+void check_targets(const char* op, const int32_t* targets, int64_t N, int64_t vocab_size) {
+  for (int64_t n = 0; n < N; ++n)
+    TRAINER_CHECK(targets[n] < vocab_size, "{}: target {} at row {} is outside the vocabulary of {}",
+                  op, targets[n], n, vocab_size);
+}
+
+TRAINER_CPU_CLONES float row_max(const float* x, int64_t n) {
+  float m = -std::numeric_limits<float>::infinity();
+#pragma omp simd reduction(max : m)
+  for (int64_t i = 0; i < n; ++i) m = std::max(m, x[i]);
+  return m;
+}
+
+TRAINER_CPU_CLONES float row_sumexp(const float* x, int64_t n, float maxv) {
+  float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+  for (int64_t i = 0; i < n; ++i) s += exp_approx(x[i] - maxv);
+  return s;
+}
+
+TRAINER_CPU_CLONES void row_softmax_scaled(float* dx, const float* x, int64_t n, float maxv,
+                                           float scale) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) dx[i] = exp_approx(x[i] - maxv) * scale;
+}
+
+}  // namespace
+
+void cross_entropy_max(Context& ctx, Tensor maxv, Tensor logits, int64_t vocab_start,
+                       int64_t vocab_size) {
+  const char* op = "cross_entropy_max";
+  const int64_t N = logits.size(0), Vp = logits.size(-1);
+  check_shape(logits, {N, Vp}, "cross_entropy_max logits");
+  check_shape(maxv, {N}, "cross_entropy_max maxv");
+  float* mx = f32(maxv, op, "maxv");
+  const float* x = f32(logits, op, "logits");
+  const int64_t V = valid_columns(Vp, vocab_start, vocab_size);
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < N; ++n) mx[n] = row_max(x + n * Vp, V);
+}
+
+void cross_entropy_sumexp(Context& ctx, Tensor sumexp, Tensor target_logit, Tensor logits,
+                          Tensor maxv, Tensor targets, int64_t vocab_start, int64_t vocab_size) {
+  const char* op = "cross_entropy_sumexp";
+  const int64_t N = logits.size(0), Vp = logits.size(-1);
+  check_shape(logits, {N, Vp}, "cross_entropy_sumexp logits");
+  check_shape(maxv, {N}, "cross_entropy_sumexp maxv");
+  check_shape(sumexp, {N}, "cross_entropy_sumexp sumexp");
+  check_shape(target_logit, {N}, "cross_entropy_sumexp target_logit");
+  check_shape(targets, {N}, "cross_entropy_sumexp targets");
+  float* se = f32(sumexp, op, "sumexp");
+  float* tl = f32(target_logit, op, "target_logit");
+  const float* x = f32(logits, op, "logits");
+  const float* mx = f32(maxv, op, "maxv");
+  const int32_t* tg = i32(targets, op, "targets");
+  check_targets(op, tg, N, vocab_size);
+  const int64_t V = valid_columns(Vp, vocab_start, vocab_size);
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < N; ++n) {
+    const float* row = x + n * Vp;
+    se[n] = row_sumexp(row, V, mx[n]);
+    const int64_t local = static_cast<int64_t>(tg[n]) - vocab_start;
+    tl[n] = (tg[n] >= 0 && local >= 0 && local < V) ? row[local] : 0.0f;
+  }
+}
+
+void cross_entropy_loss(Context& ctx, Tensor losses, Tensor maxv, Tensor sumexp,
+                        Tensor target_logit, Tensor targets) {
+  const char* op = "cross_entropy_loss";
+  const int64_t N = losses.size(0);
+  check_shape(losses, {N}, "cross_entropy_loss losses");
+  check_shape(maxv, {N}, "cross_entropy_loss maxv");
+  check_shape(sumexp, {N}, "cross_entropy_loss sumexp");
+  check_shape(target_logit, {N}, "cross_entropy_loss target_logit");
+  check_shape(targets, {N}, "cross_entropy_loss targets");
+  float* l = f32(losses, op, "losses");
+  const float* mx = f32(maxv, op, "maxv");
+  const float* se = f32(sumexp, op, "sumexp");
+  const float* tl = f32(target_logit, op, "target_logit");
+  const int32_t* tg = i32(targets, op, "targets");
+  for (int64_t n = 0; n < N; ++n) l[n] = tg[n] < 0 ? 0.0f : std::log(se[n]) + mx[n] - tl[n];
+}
+
+void cross_entropy_backward(Context& ctx, Tensor dlogits, Tensor logits, Tensor maxv,
+                            Tensor sumexp, Tensor targets, Tensor dloss, int64_t vocab_start,
+                            int64_t vocab_size) {
+  const char* op = "cross_entropy_backward";
+  const int64_t N = logits.size(0), Vp = logits.size(-1);
+  check_shape(logits, {N, Vp}, "cross_entropy_backward logits");
+  check_shape(dlogits, {N, Vp}, "cross_entropy_backward dlogits");
+  check_shape(maxv, {N}, "cross_entropy_backward maxv");
+  check_shape(sumexp, {N}, "cross_entropy_backward sumexp");
+  check_shape(targets, {N}, "cross_entropy_backward targets");
+  check_shape(dloss, {N}, "cross_entropy_backward dloss");
+  float* dx = f32(dlogits, op, "dlogits");
+  const float* x = f32(logits, op, "logits");
+  const float* mx = f32(maxv, op, "maxv");
+  const float* se = f32(sumexp, op, "sumexp");
+  const float* dl = f32(dloss, op, "dloss");
+  const int32_t* tg = i32(targets, op, "targets");
+  check_targets(op, tg, N, vocab_size);
+  const int64_t V = valid_columns(Vp, vocab_start, vocab_size);
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < N; ++n) {
+    float* drow = dx + n * Vp;
+    if (tg[n] < 0) {
+      std::memset(drow, 0, sizeof(float) * Vp);
+      continue;
+    }
+    row_softmax_scaled(drow, x + n * Vp, V, mx[n], dl[n] / se[n]);
+    if (V < Vp) std::memset(drow + V, 0, sizeof(float) * (Vp - V));
+    const int64_t local = static_cast<int64_t>(tg[n]) - vocab_start;
+    if (local >= 0 && local < V) drow[local] -= dl[n];
+  }
+}
+
+}  // namespace trainer::cpu

@@ -1,0 +1,136 @@
+// CPU linear layer: single-threaded OpenBLAS sgemm calls, one per OpenMP thread
+// on its own block of rows or columns (see blas_single_threaded in cpu_common.h).
+#include "kernels/linear.h"
+
+#include <cblas.h>
+
+#include <mutex>
+
+#include "kernels/cpu/cpu_common.h"
+
+namespace trainer::cpu {
+
+void blas_single_threaded() {
+  static std::once_flag once;
+  std::call_once(once, [] { openblas_set_num_threads(1); });
+}
+
+namespace {
+
+// Rows M of a (..., last) tensor whose leading dims are flattened.
+int64_t leading_rows(const Tensor& t, int64_t last, const char* op, const char* name) {
+  TRAINER_CHECK(t.ndim >= 1 && t.size(-1) == last, "{}: {} has shape {}, expected last dim {}",
+                op, name, t.str(), last);
+  return last == 0 ? 0 : t.numel() / last;
+}
+
+void check_same_leading(const Tensor& a, const Tensor& b, const char* op) {
+  bool ok = a.ndim == b.ndim;
+  for (int d = 0; ok && d + 1 < a.ndim; ++d) ok = a.shape[d] == b.shape[d];
+  TRAINER_CHECK(ok, "{}: leading dims of {} and {} differ", op, a.str(), b.str());
+}
+
+// GEMM blocks are multiples of 16 rows so each thread's panel stays aligned with
+// OpenBLAS's register blocking.
+constexpr int64_t kBlock = 16;
+
+void thread_rows(int64_t n, int64_t* begin, int64_t* end) {
+  int64_t b, e;
+  split_range((n + kBlock - 1) / kBlock, omp_get_thread_num(), omp_get_num_threads(), &b, &e);
+  *begin = std::min(n, b * kBlock);
+  *end = std::min(n, e * kBlock);
+}
+
+}  // namespace
+
+void linear_forward(Context& ctx, Tensor out, Tensor inp, Tensor weight, Tensor bias) {
+  const char* op = "linear_forward";
+  const int64_t N = weight.size(0), K = weight.size(-1);
+  check_shape(weight, {N, K}, "linear_forward weight");
+  const int64_t M = leading_rows(inp, K, op, "inp");
+  leading_rows(out, N, op, "out");
+  check_same_leading(out, inp, op);
+  float* o = f32(out, op, "out");
+  const float* x = f32(inp, op, "inp");
+  const float* w = f32(weight, op, "weight");
+  const float* b = nullptr;
+  if (!bias.empty()) {
+    check_shape(bias, {N}, "linear_forward bias");
+    b = f32(bias, op, "bias");
+  }
+  blas_single_threaded();
+  // The larger of M and N is split so each thread's GEMM stays large (the LM
+  // head has N = vocab, a transformer block's GEMMs have M = tokens).
+  const bool split_n = N >= M;
+#pragma omp parallel
+  {
+    int64_t r0, r1;
+    thread_rows(split_n ? N : M, &r0, &r1);
+    const int64_t m0 = split_n ? 0 : r0, m1 = split_n ? M : r1;
+    const int64_t n0 = split_n ? r0 : 0, n1 = split_n ? r1 : N;
+    if (m1 > m0 && n1 > n0) {
+      for (int64_t i = m0; i < m1; ++i) {
+        float* row = o + i * N;
+        for (int64_t j = n0; j < n1; ++j) row[j] = b ? b[j] : 0.0f;
+      }
+      if (K > 0)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m1 - m0, n1 - n0, K, 1.0f,
+                    x + m0 * K, K, w + n0 * K, K, 1.0f, o + m0 * N + n0, N);
+    }
+  }
+}
+
+void linear_backward(Context& ctx, Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout,
+                     Tensor inp, Tensor weight) {
+  const char* op = "linear_backward";
+  const int64_t N = weight.size(0), K = weight.size(-1);
+  check_shape(weight, {N, K}, "linear_backward weight");
+  check_shape(dweight, {N, K}, "linear_backward dweight");
+  const int64_t M = leading_rows(inp, K, op, "inp");
+  leading_rows(dout, N, op, "dout");
+  check_same_leading(dout, inp, op);
+  const float* dy = f32(dout, op, "dout");
+  const float* x = f32(inp, op, "inp");
+  const float* w = f32(weight, op, "weight");
+  float* dw = f32(dweight, op, "dweight");
+  float* dx = nullptr;
+  if (!dinp.empty()) {
+    leading_rows(dinp, K, op, "dinp");
+    check_same_leading(dinp, inp, op);
+    dx = f32(dinp, op, "dinp");
+  }
+  float* db = nullptr;
+  if (!dbias.empty()) {
+    check_shape(dbias, {N}, "linear_backward dbias");
+    db = f32(dbias, op, "dbias");
+  }
+  blas_single_threaded();
+#pragma omp parallel
+  {
+    int64_t r0, r1;
+    if (dx) {  // dinp rows split over M: a thread reads all of weight, its rows of dout
+      thread_rows(M, &r0, &r1);
+      if (r1 > r0) {
+        if (N > 0)
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, r1 - r0, K, N, 1.0f,
+                      dy + r0 * N, N, w, K, 0.0f, dx + r0 * K, K);
+        else
+          std::memset(dx + r0 * K, 0, sizeof(float) * (r1 - r0) * K);
+      }
+    }
+    // dweight and dbias rows split over N, so accumulation needs no reduction
+    // and every element is summed in the same order whatever the thread count.
+    thread_rows(N, &r0, &r1);
+    if (r1 > r0 && M > 0 && K > 0)
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r1 - r0, K, M, 1.0f, dy + r0, N, x, K,
+                  1.0f, dw + r0 * K, K);
+    if (db && r1 > r0) {
+      for (int64_t i = 0; i < M; ++i) {
+        const float* row = dy + i * N;
+        for (int64_t j = r0; j < r1; ++j) db[j] += row[j];
+      }
+    }
+  }
+}
+
+}  // namespace trainer::cpu

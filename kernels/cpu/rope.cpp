@@ -1,0 +1,64 @@
+// CPU rotary position embedding (rotate-half layout); angles computed in double.
+#include "kernels/rope.h"
+
+#include <cmath>
+
+#include "kernels/cpu/cpu_common.h"
+
+namespace trainer::cpu {
+
+namespace {
+
+// sign = +1 rotates by +angle (forward), -1 by -angle (backward: the inverse).
+void rope_apply(const char* op, Tensor out, Tensor inp, float theta, int64_t pos_offset,
+                float sign) {
+  TRAINER_CHECK(inp.ndim == 4, "{}: input {} must be (B, T, H, D)", op, inp.str());
+  const int64_t B = inp.size(0), T = inp.size(1), H = inp.size(2), D = inp.size(3);
+  check_shape(inp, {B, T, H, D}, op);
+  check_shape(out, {B, T, H, D}, op);
+  TRAINER_CHECK(D % 2 == 0, "{}: head dim {} must be even", op, D);
+  TRAINER_CHECK(theta > 0.0f && pos_offset >= 0, "{}: theta {} and pos_offset {}", op, theta,
+                pos_offset);
+  float* o = f32(out, op, "out");
+  const float* x = f32(inp, op, "inp");
+  const int64_t half = D / 2;
+#pragma omp parallel
+  {
+    float* cs = thread_scratch(0, 2 * half);
+    float* sn = cs + half;
+#pragma omp for schedule(static)
+    for (int64_t t = 0; t < T; ++t) {
+      const double pos = static_cast<double>(pos_offset + t);
+      for (int64_t i = 0; i < half; ++i) {
+        const double angle = pos * std::pow(static_cast<double>(theta), -2.0 * i / D);
+        cs[i] = static_cast<float>(std::cos(angle));
+        sn[i] = sign * static_cast<float>(std::sin(angle));
+      }
+      for (int64_t b = 0; b < B; ++b) {
+        for (int64_t h = 0; h < H; ++h) {
+          const int64_t off = ((b * T + t) * H + h) * D;
+          const float* xi = x + off;
+          float* oi = o + off;
+#pragma omp simd
+          for (int64_t i = 0; i < half; ++i) {
+            const float x1 = xi[i], x2 = xi[i + half];
+            oi[i] = x1 * cs[i] - x2 * sn[i];
+            oi[i + half] = x2 * cs[i] + x1 * sn[i];
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void rope_forward(Context& ctx, Tensor out, Tensor inp, float theta, int64_t pos_offset) {
+  rope_apply("rope_forward", out, inp, theta, pos_offset, 1.0f);
+}
+
+void rope_backward(Context& ctx, Tensor dinp, Tensor dout, float theta, int64_t pos_offset) {
+  rope_apply("rope_backward", dinp, dout, theta, pos_offset, -1.0f);
+}
+
+}  // namespace trainer::cpu

@@ -1,0 +1,141 @@
+// gelu, swiglu, rope and the elementwise ops against double references.
+#include "kernels/elementwise.h"
+#include "kernels/gelu.h"
+#include "kernels/rope.h"
+#include "kernels/swiglu.h"
+
+#include "test/kernels/kernel_test_util.h"
+
+using namespace trainer;
+using namespace trainer::test;
+
+namespace {
+
+std::vector<double> ref_gelu(const std::vector<double>& x) {
+  std::vector<double> y(x.size());
+  const double k = std::sqrt(2.0 / M_PI);
+  for (size_t i = 0; i < x.size(); ++i)
+    y[i] = 0.5 * x[i] * (1.0 + std::tanh(k * (x[i] + 0.044715 * x[i] * x[i] * x[i])));
+  return y;
+}
+
+std::vector<double> ref_swiglu(const std::vector<double>& g, const std::vector<double>& u) {
+  std::vector<double> y(g.size());
+  for (size_t i = 0; i < g.size(); ++i) y[i] = g[i] / (1.0 + std::exp(-g[i])) * u[i];
+  return y;
+}
+
+std::vector<double> ref_rope(const std::vector<double>& x, int64_t B, int64_t T, int64_t H,
+                             int64_t D, double theta, int64_t pos_offset) {
+  std::vector<double> y(x.size());
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t i = 0; i < D / 2; ++i) {
+          const double a = (pos_offset + t) * std::pow(theta, -2.0 * i / D);
+          const int64_t o = ((b * T + t) * H + h) * D;
+          const double x1 = x[o + i], x2 = x[o + i + D / 2];
+          y[o + i] = x1 * std::cos(a) - x2 * std::sin(a);
+          y[o + i + D / 2] = x2 * std::cos(a) + x1 * std::sin(a);
+        }
+  return y;
+}
+
+}  // namespace
+
+TEST_CASE("gelu matches the double reference and finite differences", "[cpu][gelu]") {
+  Context ctx;
+  for (int64_t n : {1, 17, 300}) {
+    auto x = random_floats(n, 41, -6.0f, 6.0f), dy = random_floats(n, 42);
+    x[0] = -12.0f;  // the saturated tails
+    if (n > 1) x[1] = 12.0f;
+    std::vector<float> y(n), dx(n);
+    cpu::gelu_forward(ctx, view(y, {n}), view(x, {n}));
+    const auto xd = to_double(x), dyd = to_double(dy);
+    require_close(y, ref_gelu(xd), 1e-5, 1e-6, "gelu out");
+    cpu::gelu_backward(ctx, view(dx, {n}), view(dy, {n}), view(x, {n}));
+    require_close(dx, finite_diff([&](const std::vector<double>& v) { return dot(dyd, ref_gelu(v)); }, xd),
+                  1e-4, 1e-5, "gelu dinp");
+    // In place, as the header allows.
+    std::vector<float> xin = x, dyin = dy;
+    cpu::gelu_forward(ctx, view(xin, {n}), view(xin, {n}));
+    CHECK(xin == y);
+    cpu::gelu_backward(ctx, view(dyin, {n}), view(dyin, {n}), view(x, {n}));
+    CHECK(dyin == dx);
+  }
+}
+
+TEST_CASE("swiglu matches the double reference and finite differences", "[cpu][swiglu]") {
+  Context ctx;
+  const int64_t N = 5, F = 13;
+  auto g = random_floats(N * F, 51, -8.0f, 8.0f), u = random_floats(N * F, 52), dy = random_floats(N * F, 53);
+  std::vector<float> y(N * F), dg(N * F, 4.0f), du(N * F, 4.0f);
+  cpu::swiglu_forward(ctx, view(y, {N, F}), view(g, {N, F}), view(u, {N, F}));
+  const auto gd = to_double(g), ud = to_double(u), dyd = to_double(dy);
+  require_close(y, ref_swiglu(gd, ud), 1e-5, 1e-6, "swiglu out");
+  cpu::swiglu_backward(ctx, view(dg, {N, F}), view(du, {N, F}), view(dy, {N, F}), view(g, {N, F}),
+                       view(u, {N, F}));
+  require_close(dg, finite_diff([&](const std::vector<double>& v) { return dot(dyd, ref_swiglu(v, ud)); }, gd),
+                1e-4, 1e-5, "swiglu dgate");
+  require_close(du, finite_diff([&](const std::vector<double>& v) { return dot(dyd, ref_swiglu(gd, v)); }, ud),
+                1e-4, 1e-5, "swiglu dup");
+}
+
+TEST_CASE("rope rotates pairs (i, i + D/2) and backward is its transpose", "[cpu][rope]") {
+  Context ctx;
+  const int64_t B = 2, T = 5, H = 3, D = 8;
+  const float theta = 10000.0f;
+  auto x = random_floats(B * T * H * D, 61), dy = random_floats(B * T * H * D, 62);
+  const auto xd = to_double(x), dyd = to_double(dy);
+  for (int64_t pos_offset : {0, 7, 1000}) {
+    INFO("pos_offset " << pos_offset);
+    std::vector<float> y(x.size()), dx(x.size());
+    cpu::rope_forward(ctx, view(y, {B, T, H, D}), view(x, {B, T, H, D}), theta, pos_offset);
+    require_close(y, ref_rope(xd, B, T, H, D, theta, pos_offset), 1e-5, 1e-6, "rope out");
+    cpu::rope_backward(ctx, view(dx, {B, T, H, D}), view(dy, {B, T, H, D}), theta, pos_offset);
+    require_close(dx, finite_diff([&](const std::vector<double>& v) {
+                    return dot(dyd, ref_rope(v, B, T, H, D, theta, pos_offset));
+                  }, xd), 1e-4, 1e-5, "rope dinp");
+    std::vector<float> inplace = x;  // out may alias inp
+    cpu::rope_forward(ctx, view(inplace, {B, T, H, D}), view(inplace, {B, T, H, D}), theta, pos_offset);
+    CHECK(inplace == y);
+  }
+  // A sequence continued at pos_offset equals the tail of the whole sequence.
+  std::vector<float> whole(x.size()), tail(B * 2 * H * D), tail_in(B * 2 * H * D);
+  cpu::rope_forward(ctx, view(whole, {B, T, H, D}), view(x, {B, T, H, D}), theta, 0);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t j = 0; j < 2 * H * D; ++j) tail_in[b * 2 * H * D + j] = x[(b * T + 3) * H * D + j];
+  cpu::rope_forward(ctx, view(tail, {B, 2, H, D}), view(tail_in, {B, 2, H, D}), theta, 3);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t j = 0; j < 2 * H * D; ++j)
+      CHECK(tail[b * 2 * H * D + j] == Approx(whole[(b * T + 3) * H * D + j]).margin(1e-6));
+}
+
+TEST_CASE("elementwise add, accumulate, scale, fill, copy", "[cpu][elementwise]") {
+  Context ctx;
+  const int64_t n = 1001;
+  auto a = random_floats(n, 71), b = random_floats(n, 72);
+  std::vector<float> out(n), acc = a;
+  cpu::add(ctx, view(out, {n}), view(a, {n}), view(b, {n}));
+  cpu::accumulate(ctx, view(acc, {n}), view(b, {n}));
+  for (int64_t i = 0; i < n; ++i) {
+    REQUIRE(out[i] == a[i] + b[i]);
+    REQUIRE(acc[i] == a[i] + b[i]);
+  }
+  cpu::add(ctx, view(a, {n}), view(a, {n}), view(b, {n}));  // out aliases a
+  CHECK(a == out);
+  cpu::scale(ctx, view(out, {7, 143}), 0.5f);
+  for (int64_t i = 0; i < n; ++i) REQUIRE(out[i] == 0.5f * a[i]);
+  cpu::fill(ctx, view(out, {n}), 3.25f);
+  for (float v : out) REQUIRE(v == 3.25f);
+  std::vector<int32_t> ints(5, 9);
+  cpu::fill(ctx, view(ints, {5}), 0.0f);  // zero fills any dtype
+  CHECK(ints == std::vector<int32_t>(5, 0));
+  CHECK_THROWS_AS(cpu::fill(ctx, view(ints, {5}), 1.0f), Error);
+  std::vector<float> dst(n);
+  cpu::copy(ctx, view(dst, {n}), view(b, {n}));
+  CHECK(dst == b);
+  std::vector<double> wrong(n);
+  CHECK_THROWS_AS(cpu::copy(ctx, view(wrong, {n}), view(b, {n})), Error);
+  CHECK_THROWS_AS(cpu::add(ctx, view(out, {n}), view(a, {n}), view(ints, {5})), Error);
+}

@@ -1,0 +1,196 @@
+// Causal GQA attention against a double reference, finite differences, masking
+// and strided (fused QKV) views.
+#include "kernels/attention.h"
+
+#include "test/kernels/kernel_test_util.h"
+
+using namespace trainer;
+using namespace trainer::test;
+
+namespace {
+
+struct Dims {
+  int64_t B, T, H, Hkv, D;
+};
+
+// out (B, T, H, D) and lse (B, H, T) in double, straight from the definition.
+std::vector<double> ref_attention(const Dims& s, const std::vector<double>& q,
+                                  const std::vector<double>& k, const std::vector<double>& v,
+                                  std::vector<double>* lse = nullptr) {
+  std::vector<double> out(s.B * s.T * s.H * s.D, 0.0);
+  if (lse) lse->assign(s.B * s.H * s.T, 0.0);
+  const double scale = 1.0 / std::sqrt(double(s.D));
+  std::vector<double> p(s.T);
+  for (int64_t b = 0; b < s.B; ++b)
+    for (int64_t h = 0; h < s.H; ++h) {
+      const int64_t g = h / (s.H / s.Hkv);
+      for (int64_t i = 0; i < s.T; ++i) {
+        const double* qi = &q[((b * s.T + i) * s.H + h) * s.D];
+        double m = -1e300;
+        for (int64_t j = 0; j <= i; ++j) {
+          const double* kj = &k[((b * s.T + j) * s.Hkv + g) * s.D];
+          double dotp = 0.0;
+          for (int64_t d = 0; d < s.D; ++d) dotp += qi[d] * kj[d];
+          p[j] = dotp * scale;
+          m = std::max(m, p[j]);
+        }
+        double sum = 0.0;
+        for (int64_t j = 0; j <= i; ++j) sum += std::exp(p[j] - m);
+        double* oi = &out[((b * s.T + i) * s.H + h) * s.D];
+        for (int64_t j = 0; j <= i; ++j) {
+          const double w = std::exp(p[j] - m) / sum;
+          const double* vj = &v[((b * s.T + j) * s.Hkv + g) * s.D];
+          for (int64_t d = 0; d < s.D; ++d) oi[d] += w * vj[d];
+        }
+        if (lse) (*lse)[(b * s.H + h) * s.T + i] = m + std::log(sum);
+      }
+    }
+  return out;
+}
+
+struct Run {
+  std::vector<float> q, k, v, out, lse, dout, dq, dk, dv;
+};
+
+Run run_attention(const Dims& s, uint32_t seed) {
+  Context ctx;
+  Run r;
+  const int64_t nq = s.B * s.T * s.H * s.D, nkv = s.B * s.T * s.Hkv * s.D;
+  r.q = random_floats(nq, seed, -2.0f, 2.0f);
+  r.k = random_floats(nkv, seed + 1, -2.0f, 2.0f);
+  r.v = random_floats(nkv, seed + 2);
+  r.dout = random_floats(nq, seed + 3);
+  r.out.assign(nq, 9.0f);
+  r.lse.assign(s.B * s.H * s.T, 9.0f);
+  r.dq.assign(nq, 9.0f);  // outputs start dirty: they must be written, not accumulated
+  r.dk.assign(nkv, 9.0f);
+  r.dv.assign(nkv, 9.0f);
+  const Tensor q = view(r.q, {s.B, s.T, s.H, s.D}), k = view(r.k, {s.B, s.T, s.Hkv, s.D}),
+               v = view(r.v, {s.B, s.T, s.Hkv, s.D}), out = view(r.out, {s.B, s.T, s.H, s.D}),
+               lse = view(r.lse, {s.B, s.H, s.T});
+  cpu::attention_forward(ctx, out, lse, q, k, v);
+  cpu::attention_backward(ctx, view(r.dq, {s.B, s.T, s.H, s.D}), view(r.dk, {s.B, s.T, s.Hkv, s.D}),
+                          view(r.dv, {s.B, s.T, s.Hkv, s.D}), view(r.dout, {s.B, s.T, s.H, s.D}),
+                          q, k, v, out, lse);
+  return r;
+}
+
+// Backward against central differences of the double forward; `stride` > 1
+// checks every stride-th coordinate only (for the larger shapes).
+void check_attention(const Dims& s, int64_t stride) {
+  INFO("B " << s.B << " T " << s.T << " H " << s.H << " Hkv " << s.Hkv << " D " << s.D);
+  Run r = run_attention(s, 100 + static_cast<uint32_t>(s.T));
+  const auto qd = to_double(r.q), kd = to_double(r.k), vd = to_double(r.v), dyd = to_double(r.dout);
+  std::vector<double> lse_ref;
+  require_close(r.out, ref_attention(s, qd, kd, vd, &lse_ref), 1e-5, 1e-5, "attention out");
+  require_close(r.lse, lse_ref, 1e-5, 1e-5, "attention lse");
+
+  auto sampled_fd = [&](const std::vector<float>& got, const std::vector<double>& x0, int which,
+                        const char* what) {
+    std::vector<double> x = x0;
+    std::vector<float> got_s;
+    std::vector<double> want_s;
+    auto J = [&]() {
+      return dot(dyd, ref_attention(s, which == 0 ? x : qd, which == 1 ? x : kd, which == 2 ? x : vd));
+    };
+    for (size_t i = 0; i < x.size(); i += stride) {
+      const double eps = 1e-6;
+      x[i] = x0[i] + eps;
+      const double jp = J();
+      x[i] = x0[i] - eps;
+      const double jm = J();
+      x[i] = x0[i];
+      want_s.push_back((jp - jm) / (2 * eps));
+      got_s.push_back(got[i]);
+    }
+    require_close(got_s, want_s, 1e-4, 1e-4, what);
+  };
+  sampled_fd(r.dq, qd, 0, "attention dq");
+  sampled_fd(r.dk, kd, 1, "attention dk");
+  sampled_fd(r.dv, vd, 2, "attention dv");
+}
+
+}  // namespace
+
+TEST_CASE("attention matches the double reference and finite differences", "[cpu][attention]") {
+  check_attention({1, 1, 1, 1, 4}, 1);   // a single token attends to itself
+  check_attention({2, 5, 2, 2, 8}, 1);   // multi-head
+  check_attention({1, 17, 4, 2, 4}, 1);  // GQA, ragged T
+  check_attention({2, 6, 4, 1, 8}, 1);   // multi-query
+}
+
+TEST_CASE("attention across several 64-query blocks", "[cpu][attention]") {
+  check_attention({1, 131, 4, 2, 8}, 97);  // three blocks, the last one ragged
+}
+
+TEST_CASE("attention is causal: a change at token t leaves earlier outputs bitwise equal",
+          "[cpu][attention]") {
+  Context ctx;
+  const Dims s{2, 80, 4, 2, 8};
+  Run a = run_attention(s, 7);
+  const int64_t t0 = 50;
+  Run b = a;
+  for (int64_t bb = 0; bb < s.B; ++bb) {
+    for (int64_t d = 0; d < s.Hkv * s.D; ++d) {
+      b.k[(bb * s.T + t0) * s.Hkv * s.D + d] += 1.0f;
+      b.v[(bb * s.T + t0) * s.Hkv * s.D + d] -= 1.0f;
+    }
+    for (int64_t d = 0; d < s.H * s.D; ++d) b.q[(bb * s.T + t0) * s.H * s.D + d] *= 2.0f;
+  }
+  cpu::attention_forward(ctx, view(b.out, {s.B, s.T, s.H, s.D}), view(b.lse, {s.B, s.H, s.T}),
+                         view(b.q, {s.B, s.T, s.H, s.D}), view(b.k, {s.B, s.T, s.Hkv, s.D}),
+                         view(b.v, {s.B, s.T, s.Hkv, s.D}));
+  bool later_changed = false;
+  for (int64_t bb = 0; bb < s.B; ++bb)
+    for (int64_t t = 0; t < s.T; ++t)
+      for (int64_t d = 0; d < s.H * s.D; ++d) {
+        const int64_t i = (bb * s.T + t) * s.H * s.D + d;
+        if (t < t0) REQUIRE(a.out[i] == b.out[i]);
+        else if (a.out[i] != b.out[i]) later_changed = true;
+      }
+  CHECK(later_changed);
+}
+
+TEST_CASE("attention reads q, k, v as strided views of a fused QKV buffer", "[cpu][attention]") {
+  Context ctx;
+  const Dims s{2, 9, 4, 2, 8};
+  Run r = run_attention(s, 31);
+  const int64_t row = (s.H + 2 * s.Hkv) * s.D;  // (B, T, [q heads | k heads | v heads], D)
+  std::vector<float> qkv(s.B * s.T * row), dqkv(s.B * s.T * row, 9.0f);
+  for (int64_t n = 0; n < s.B * s.T; ++n) {
+    std::copy_n(&r.q[n * s.H * s.D], s.H * s.D, &qkv[n * row]);
+    std::copy_n(&r.k[n * s.Hkv * s.D], s.Hkv * s.D, &qkv[n * row + s.H * s.D]);
+    std::copy_n(&r.v[n * s.Hkv * s.D], s.Hkv * s.D, &qkv[n * row + (s.H + s.Hkv) * s.D]);
+  }
+  auto strided = [&](std::vector<float>& buf, int64_t offset, int64_t heads) {
+    Tensor t(buf.data() + offset, {s.B, s.T, heads, s.D});
+    t.stride[1] = row;
+    t.stride[0] = s.T * row;
+    return t;
+  };
+  std::vector<float> out(r.out.size()), lse(r.lse.size());
+  const Tensor q = strided(qkv, 0, s.H), k = strided(qkv, s.H * s.D, s.Hkv),
+               v = strided(qkv, (s.H + s.Hkv) * s.D, s.Hkv);
+  cpu::attention_forward(ctx, view(out, {s.B, s.T, s.H, s.D}), view(lse, {s.B, s.H, s.T}), q, k, v);
+  require_close(out, to_double(r.out), 1e-6, 1e-6, "strided out");
+  cpu::attention_backward(ctx, strided(dqkv, 0, s.H), strided(dqkv, s.H * s.D, s.Hkv),
+                          strided(dqkv, (s.H + s.Hkv) * s.D, s.Hkv), view(r.dout, {s.B, s.T, s.H, s.D}),
+                          q, k, v, view(out, {s.B, s.T, s.H, s.D}), view(lse, {s.B, s.H, s.T}));
+  std::vector<float> dq, dk, dv;
+  for (int64_t n = 0; n < s.B * s.T; ++n) {
+    dq.insert(dq.end(), &dqkv[n * row], &dqkv[n * row + s.H * s.D]);
+    dk.insert(dk.end(), &dqkv[n * row + s.H * s.D], &dqkv[n * row + (s.H + s.Hkv) * s.D]);
+    dv.insert(dv.end(), &dqkv[n * row + (s.H + s.Hkv) * s.D], &dqkv[(n + 1) * row]);
+  }
+  require_close(dq, to_double(r.dq), 1e-5, 1e-6, "strided dq");
+  require_close(dk, to_double(r.dk), 1e-5, 1e-6, "strided dk");
+  require_close(dv, to_double(r.dv), 1e-5, 1e-6, "strided dv");
+}
+
+TEST_CASE("attention refuses heads that do not group", "[cpu][attention]") {
+  Context ctx;
+  std::vector<float> q(1 * 2 * 3 * 4), kv(1 * 2 * 2 * 4), out(q.size()), lse(1 * 3 * 2);
+  CHECK_THROWS_AS(cpu::attention_forward(ctx, view(out, {1, 2, 3, 4}), view(lse, {1, 3, 2}),
+                                         view(q, {1, 2, 3, 4}), view(kv, {1, 2, 2, 4}),
+                                         view(kv, {1, 2, 2, 4})), Error);
+}
