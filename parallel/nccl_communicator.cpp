@@ -1,0 +1,393 @@
+// The NCCL Communicator for GPU ranks: non-blocking communicators (abortable),
+// collectives enqueued on a stream and tracked by the watchdog through events
+// (see nccl_communicator.h). Written against nccl.h 2.28; not yet run on a GPU.
+#include "parallel/nccl_communicator.h"
+
+#include "kernels/error.h"
+
+#if TRAINER_NCCL
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "parallel/tcp_rendezvous.h"
+#include "parallel/watchdog.h"
+#if TRAINER_MPI
+#include <mpi.h>
+
+#include "parallel/mpi_communicator.h"
+#endif
+
+#define CUDA_CHECK(call)                                                                   \
+  do {                                                                                     \
+    cudaError_t cuda_check_rc_ = (call);                                                   \
+    if (cuda_check_rc_ != cudaSuccess)                                                     \
+      ::trainer::throw_check_failure(#call, __FILE__, __LINE__,                            \
+                                     cudaGetErrorString(cuda_check_rc_));                  \
+  } while (0)
+
+// Non-blocking communicators may answer ncclInProgress; the call is then
+// finished by polling the communicator (bounded by the mesh timeout).
+#define NCCL_CHECK(comm, call, timeout_s)                                                  \
+  do {                                                                                     \
+    ncclResult_t nccl_check_rc_ = (call);                                                  \
+    if (nccl_check_rc_ == ncclInProgress) nccl_check_rc_ = wait_ready((comm), (timeout_s)); \
+    if (nccl_check_rc_ != ncclSuccess)                                                     \
+      ::trainer::throw_check_failure(                                                      \
+          #call, __FILE__, __LINE__,                                                       \
+          std::string(ncclGetErrorString(nccl_check_rc_)) + ": " + ncclGetLastError(comm)); \
+  } while (0)
+#endif
+
+namespace trainer::parallel {
+
+#if TRAINER_NCCL
+namespace {
+
+ncclResult_t wait_ready(ncclComm_t comm, double timeout_s) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  ncclResult_t state = ncclInProgress;
+  while (true) {
+    const ncclResult_t rc = ncclCommGetAsyncError(comm, &state);
+    if (rc != ncclSuccess) return rc;
+    if (state != ncclInProgress) return state;
+    if (std::chrono::steady_clock::now() > deadline) return ncclInProgress;
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+}
+
+ncclDataType_t nccl_type(DType dtype) {
+  switch (dtype) {
+    case DType::f32: return ncclFloat32;
+    case DType::f64: return ncclFloat64;
+    case DType::bf16: return ncclBfloat16;
+    case DType::f16: return ncclFloat16;
+    case DType::i32: return ncclInt32;
+    case DType::u16: return ncclFloat16;  // moved as bits, never reduced
+    case DType::e4m3: return ncclFloat8e4m3;
+    case DType::e5m2: return ncclFloat8e5m2;
+  }
+  return ncclUint8;
+}
+
+ncclRedOp_t nccl_op(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::sum: return ncclSum;
+    case ReduceOp::avg: return ncclAvg;
+    case ReduceOp::max: return ncclMax;
+  }
+  return ncclSum;
+}
+
+ncclConfig_t nonblocking_config() {
+  ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+  cfg.blocking = 0;  // so that ncclCommAbort can interrupt a hung rank
+  return cfg;
+}
+
+class NcclCommunicator final : public Communicator {
+ public:
+  NcclCommunicator(std::string name, ncclComm_t comm, int device, double timeout_s)
+      : Communicator(std::move(name), comm_rank(comm), comm_size(comm)),
+        comm_(comm),
+        device_(device),
+        timeout_s_(timeout_s) {
+    CUDA_CHECK(cudaStreamCreateWithFlags(&own_stream_, cudaStreamNonBlocking));
+    stream_ = own_stream_;
+    CUDA_CHECK(cudaMalloc(&scratch_, sizeof(float)));
+    CUDA_CHECK(cudaEventCreateWithFlags(&sync_event_, cudaEventDisableTiming));
+  }
+  ~NcclCommunicator() override {
+    if (!aborted_.exchange(true)) {
+      if (ncclCommFinalize(comm_) == ncclInProgress) wait_ready(comm_, timeout_s_);
+      ncclCommDestroy(comm_);
+    }
+    cudaEventDestroy(sync_event_);
+    for (cudaEvent_t ev : free_events_) cudaEventDestroy(ev);
+    cudaFree(scratch_);
+    cudaStreamDestroy(own_stream_);
+  }
+
+  ncclComm_t comm() const { return comm_; }
+  int device() const { return device_; }
+  double timeout_s() const { return timeout_s_; }
+  void set_stream(cudaStream_t stream) { stream_ = stream ? stream : own_stream_; }
+
+  void all_reduce(Tensor buf, ReduceOp op) override {
+    check(buf, "all_reduce");
+    NCCL_CHECK(comm_, ncclAllReduce(buf.data, buf.data, buf.numel(), reduce_type(buf, "all_reduce"),
+                                    nccl_op(op), comm_, stream_), timeout_s_);
+    track("all_reduce");
+  }
+  void reduce_scatter(Tensor send, Tensor recv, ReduceOp op) override {
+    check(send, "reduce_scatter");
+    check(recv, "reduce_scatter");
+    check_count(*this, "reduce_scatter", send, recv.numel() * size(), "send");
+    NCCL_CHECK(comm_, ncclReduceScatter(send.data, recv.data, recv.numel(),
+                                        reduce_type(send, "reduce_scatter"), nccl_op(op), comm_,
+                                        stream_), timeout_s_);
+    track("reduce_scatter");
+  }
+  void all_gather(Tensor send, Tensor recv) override {
+    check(send, "all_gather");
+    check(recv, "all_gather");
+    check_count(*this, "all_gather", recv, send.numel() * size(), "recv");
+    NCCL_CHECK(comm_, ncclAllGather(send.data, recv.data, send.numel(), nccl_type(send.dtype),
+                                    comm_, stream_), timeout_s_);
+    track("all_gather");
+  }
+  void broadcast(Tensor buf, int root) override {
+    check(buf, "broadcast");
+    NCCL_CHECK(comm_, ncclBroadcast(buf.data, buf.data, buf.numel(), nccl_type(buf.dtype), root,
+                                    comm_, stream_), timeout_s_);
+    track("broadcast");
+  }
+  void send(Tensor buf, int peer) override { send_recv(buf, peer, Tensor(), -1); }
+  void recv(Tensor buf, int peer) override { send_recv(Tensor(), -1, buf, peer); }
+  void send_recv(Tensor s, int send_peer, Tensor r, int recv_peer) override {
+    const char* op = s.empty() ? "recv" : r.empty() ? "send" : "send_recv";
+    if (!s.empty()) check(s, op);
+    if (!r.empty()) check(r, op);
+    // Paired inside one group so neighbours exchanging both ways cannot deadlock.
+    NCCL_CHECK(comm_, ncclGroupStart(), timeout_s_);
+    if (!s.empty()) {
+      NCCL_CHECK(comm_, ncclSend(s.data, s.numel(), nccl_type(s.dtype), send_peer, comm_, stream_),
+                 timeout_s_);
+    }
+    if (!r.empty()) {
+      NCCL_CHECK(comm_, ncclRecv(r.data, r.numel(), nccl_type(r.dtype), recv_peer, comm_, stream_),
+                 timeout_s_);
+    }
+    NCCL_CHECK(comm_, ncclGroupEnd(), timeout_s_);
+    track(op);
+  }
+  void all_to_allv(Tensor send, std::span<const int64_t> send_counts, Tensor recv,
+                   std::span<const int64_t> recv_counts) override {
+    check(send, "all_to_allv");
+    check(recv, "all_to_allv");
+    TRAINER_CHECK(static_cast<int>(send_counts.size()) == size() &&
+                      static_cast<int>(recv_counts.size()) == size(),
+                  "all_to_allv on axis {}: counts for {} ranks expected", name(), size());
+    const size_t elem = dtype_size(send.dtype);
+    const ncclDataType_t type = nccl_type(send.dtype);
+    int64_t send_off = 0, recv_off = 0;
+    NCCL_CHECK(comm_, ncclGroupStart(), timeout_s_);
+    for (int p = 0; p < size(); ++p) {
+      // Zero counts are skipped on both sides, as NCCL requires matching pairs.
+      if (send_counts[p] > 0) {
+        NCCL_CHECK(comm_, ncclSend(static_cast<char*>(send.data) + send_off * elem,
+                                   send_counts[p], type, p, comm_, stream_), timeout_s_);
+      }
+      if (recv_counts[p] > 0) {
+        NCCL_CHECK(comm_, ncclRecv(static_cast<char*>(recv.data) + recv_off * elem,
+                                   recv_counts[p], type, p, comm_, stream_), timeout_s_);
+      }
+      send_off += send_counts[p];
+      recv_off += recv_counts[p];
+    }
+    NCCL_CHECK(comm_, ncclGroupEnd(), timeout_s_);
+    check_count(*this, "all_to_allv", send, send_off, "send (sum of send_counts)");
+    check_count(*this, "all_to_allv", recv, recv_off, "recv (sum of recv_counts)");
+    track("all_to_allv");
+  }
+  void barrier() override {
+    NCCL_CHECK(comm_, ncclAllReduce(scratch_, scratch_, 1, ncclFloat32, ncclSum, comm_, stream_),
+               timeout_s_);
+    track("barrier");
+    synchronize();
+  }
+  void synchronize() override {
+    CUDA_CHECK(cudaEventRecord(sync_event_, stream_));
+    // Polling, not cudaStreamSynchronize: a hung collective is then ended by
+    // the watchdog's ncclCommAbort instead of blocking this thread forever.
+    while (true) {
+      const cudaError_t rc = cudaEventQuery(sync_event_);
+      if (rc == cudaSuccess) return;
+      TRAINER_CHECK(rc == cudaErrorNotReady, "synchronize on axis {}: {}", name(),
+                    cudaGetErrorString(rc));
+      TRAINER_CHECK(!aborted_.load(), "synchronize on axis {}: communicator aborted", name());
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+  }
+  void abort() noexcept override {
+    if (!aborted_.exchange(true)) ncclCommAbort(comm_);
+  }
+
+ private:
+  static int comm_rank(ncclComm_t comm) {
+    int r = 0;
+    ncclCommUserRank(comm, &r);
+    return r;
+  }
+  static int comm_size(ncclComm_t comm) {
+    int n = 0;
+    ncclCommCount(comm, &n);
+    return n;
+  }
+  void check(const Tensor& t, const char* op) const {
+    check_buffer(*this, op, t);
+    TRAINER_CHECK(t.device == Device::cuda, "{} on axis {}: NCCL needs a cuda tensor, got {}", op,
+                  name(), t.str());
+  }
+  ncclDataType_t reduce_type(const Tensor& t, const char* op) const {
+    TRAINER_CHECK(t.dtype != DType::u16 && t.dtype != DType::e4m3 && t.dtype != DType::e5m2,
+                  "{} on axis {}: cannot reduce {}", op, name(), dtype_name(t.dtype));
+    return nccl_type(t.dtype);
+  }
+
+  // Hands the op just enqueued to the watchdog, which polls its event.
+  void track(const char* op) {
+    Watchdog* dog = watchdog();
+    if (!dog) return;
+    cudaEvent_t ev = acquire_event();
+    CUDA_CHECK(cudaEventRecord(ev, stream_));
+    const int device = device_;
+    ncclComm_t comm = comm_;
+    dog->track(
+        name().c_str(), op, rank(), size(),
+        [ev, device, comm] {
+          cudaSetDevice(device);  // the watchdog thread starts on device 0
+          const cudaError_t rc = cudaEventQuery(ev);
+          if (rc == cudaSuccess) return 1;
+          if (rc != cudaErrorNotReady) return -1;
+          ncclResult_t state = ncclSuccess;
+          if (ncclCommGetAsyncError(comm, &state) != ncclSuccess) return -1;
+          return state == ncclSuccess || state == ncclInProgress ? 0 : -1;
+        },
+        [this, ev] { release_event(ev); });
+  }
+  cudaEvent_t acquire_event() {
+    std::lock_guard<std::mutex> lock(events_mutex_);
+    if (free_events_.empty()) {
+      cudaEvent_t ev;
+      CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+      return ev;
+    }
+    cudaEvent_t ev = free_events_.back();
+    free_events_.pop_back();
+    return ev;
+  }
+  void release_event(cudaEvent_t ev) {
+    std::lock_guard<std::mutex> lock(events_mutex_);
+    free_events_.push_back(ev);
+  }
+
+  ncclComm_t comm_;
+  int device_;
+  double timeout_s_;
+  cudaStream_t own_stream_ = nullptr;
+  cudaStream_t stream_ = nullptr;
+  cudaEvent_t sync_event_ = nullptr;
+  void* scratch_ = nullptr;
+  std::atomic<bool> aborted_{false};
+  std::mutex events_mutex_;
+  std::vector<cudaEvent_t> free_events_;
+};
+
+ncclUniqueId share_unique_id(const LaunchEnv& env, double timeout_s) {
+  ncclUniqueId id;
+  std::memset(&id, 0, sizeof id);
+  if (env.rank == 0) {
+    const ncclResult_t rc = ncclGetUniqueId(&id);
+    TRAINER_CHECK(rc == ncclSuccess, "ncclGetUniqueId: {}", ncclGetErrorString(rc));
+  }
+#if TRAINER_MPI
+  mpi_init_once();
+  TRAINER_CHECK(MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD) == MPI_SUCCESS,
+                "MPI_Bcast of the NCCL unique id failed");
+#else
+  const RendezvousAddress addr = rendezvous_address(env);
+  std::vector<uint8_t> bytes(reinterpret_cast<uint8_t*>(&id),
+                             reinterpret_cast<uint8_t*>(&id) + sizeof id);
+  bytes = tcp_broadcast(addr.host, addr.port, env.rank, env.world, bytes, timeout_s);
+  TRAINER_CHECK(bytes.size() == sizeof id, "rendezvous: got {} bytes, expected a {}-byte id",
+                bytes.size(), sizeof id);
+  std::memcpy(&id, bytes.data(), sizeof id);
+#endif
+  return id;
+}
+
+}  // namespace
+
+bool nccl_available() { return true; }
+
+std::unique_ptr<Communicator> make_nccl_world(const LaunchEnv& env, double timeout_s) {
+  int devices = 0;
+  CUDA_CHECK(cudaGetDeviceCount(&devices));
+  TRAINER_INPUT_CHECK(env.local_rank < devices,
+                      "launch environment ({}): local rank {} but this node has {} GPUs",
+                      env.launcher, env.local_rank, devices);
+  CUDA_CHECK(cudaSetDevice(env.local_rank));
+  const ncclUniqueId id = share_unique_id(env, timeout_s);
+  ncclConfig_t cfg = nonblocking_config();
+  ncclComm_t comm = nullptr;
+  NCCL_CHECK(comm, ncclCommInitRankConfig(&comm, env.world, id, env.rank, &cfg), timeout_s);
+  // Initialisation itself may still be running after a non-blocking call returns.
+  const ncclResult_t state = wait_ready(comm, timeout_s);
+  TRAINER_CHECK(state == ncclSuccess, "rank {}: NCCL world init: {} after {} s", env.rank,
+                ncclGetErrorString(state), timeout_s);
+  return std::make_unique<NcclCommunicator>("world", comm, env.local_rank, timeout_s);
+}
+
+std::unique_ptr<Communicator> nccl_split(Communicator& parent, int color, int key,
+                                         std::string name, double timeout_s) {
+  auto* nccl_parent = dynamic_cast<NcclCommunicator*>(&parent);
+  TRAINER_CHECK(nccl_parent != nullptr, "nccl_split of axis {}: parent {} is not NCCL", name,
+                parent.name());
+  ncclConfig_t cfg = nonblocking_config();
+  ncclComm_t comm = nullptr;
+  NCCL_CHECK(nccl_parent->comm(), ncclCommSplit(nccl_parent->comm(), color, key, &comm, &cfg),
+             timeout_s);
+  const ncclResult_t state = wait_ready(comm, timeout_s);
+  TRAINER_CHECK(state == ncclSuccess, "NCCL split of axis {}: {}", name, ncclGetErrorString(state));
+  return std::make_unique<NcclCommunicator>(std::move(name), comm, nccl_parent->device(),
+                                            timeout_s);
+}
+
+void nccl_set_stream(Communicator& comm, void* cuda_stream) {
+  auto* nccl = dynamic_cast<NcclCommunicator*>(&comm);
+  if (nccl) nccl->set_stream(static_cast<cudaStream_t>(cuda_stream));
+}
+
+void cuda_device_copy(void* dst, const void* src, size_t bytes, Device device) {
+  CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToDevice));
+}
+
+#else  // no NCCL in this build
+}  // namespace trainer::parallel
+
+#if TRAINER_CUDA
+#include <cuda_runtime.h>
+#endif
+
+namespace trainer::parallel {
+namespace {
+[[noreturn]] void no_nccl() {
+  throw Error("this build has no NCCL (configure with CUDA and NCCL present)");
+}
+}  // namespace
+
+bool nccl_available() { return false; }
+std::unique_ptr<Communicator> make_nccl_world(const LaunchEnv&, double) { no_nccl(); }
+std::unique_ptr<Communicator> nccl_split(Communicator&, int, int, std::string, double) {
+  no_nccl();
+}
+void nccl_set_stream(Communicator&, void*) {}
+void cuda_device_copy(void* dst, const void* src, size_t bytes, Device) {
+#if TRAINER_CUDA
+  const cudaError_t rc = cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToDevice);
+  TRAINER_CHECK(rc == cudaSuccess, "cudaMemcpy: {}", cudaGetErrorString(rc));
+#else
+  throw Error("this build has no CUDA");
+#endif
+}
+
+#endif
+
+}  // namespace trainer::parallel

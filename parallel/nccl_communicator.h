@@ -1,0 +1,30 @@
+// The NCCL Communicator for GPU ranks and its bootstrap. Compiled with
+// TRAINER_NCCL (a CUDA build that found NCCL); elsewhere nccl_available() is
+// false and the factories refuse with an Error.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "parallel/communicator.h"
+#include "parallel/launch_env.h"
+
+namespace trainer::parallel {
+
+bool nccl_available();
+
+// cudaSetDevice(local_rank); rank 0's ncclUniqueId reaches every rank by
+// MPI_Bcast when built with MPI, else by the TCP rendezvous at
+// rendezvous_address(env); then ncclCommInitRankConfig (non-blocking, so the
+// watchdog can abort it), waiting at most timeout_s.
+std::unique_ptr<Communicator> make_nccl_world(const LaunchEnv& env, double timeout_s);
+// ncclCommSplit of an NCCL communicator; every rank of `parent` calls it in the same order.
+std::unique_ptr<Communicator> nccl_split(Communicator& parent, int color, int key,
+                                         std::string name, double timeout_s);
+// The cudaStream_t later calls of an NCCL communicator are enqueued on
+// (default: a non-blocking stream it owns).
+void nccl_set_stream(Communicator& comm, void* cuda_stream);
+// Device-to-device copy for the single-rank communicator of a GPU run.
+void cuda_device_copy(void* dst, const void* src, size_t bytes, Device device);
+
+}  // namespace trainer::parallel

@@ -1,0 +1,35 @@
+// Watchdog test program: one rank (TRAINER_TEST_STALL_RANK, read only here)
+// never joins an all_reduce; the others must report it and end the job.
+// Usage: parallel_mpi_stall TIMEOUT_S
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "mpi_check.h"
+#include "parallel/mesh.h"
+
+using namespace trainer;
+using namespace trainer::parallel;
+
+int main(int argc, char** argv) {
+  return run_mpi_test([&] {
+    const double timeout_s = argc > 1 ? std::atof(argv[1]) : 2.0;
+    const char* stall = std::getenv("TRAINER_TEST_STALL_RANK");
+    const int stall_rank = stall ? std::atoi(stall) : -1;
+    const LaunchEnv env = detect_launch_env();
+    MeshRequest request;
+    request.world = env.world;
+    Mesh mesh(env, resolve_mesh(request), Device::cpu, timeout_s);
+    std::vector<float> x(16, 1.0f);
+    mesh.comm(Axis::dp).all_reduce(Tensor(x.data(), {16}), ReduceOp::sum);  // all join this one
+    if (env.rank == stall_rank) {
+      std::this_thread::sleep_for(std::chrono::seconds(120));
+    } else {
+      mesh.comm(Axis::dp).all_reduce(Tensor(x.data(), {16}), ReduceOp::sum);
+    }
+    std::printf("rank %d finished without the watchdog\n", env.rank);
+  });
+}
