@@ -1,0 +1,187 @@
+// Causal attention with grouped-query heads, the unfused path (kernels/attention.h):
+// per query head h, strided-batched GEMMs over the batch around one fused causal
+// softmax kernel. Query head h reads KV head h / (H / Hkv); dK, dV of a KV head are
+// written by its group's first query head (beta = 0) and accumulated by the rest
+// (beta = 1), so no atomics are needed. fp32 only. Scores live in a (B, T, T)
+// scratch buffer (two in backward) reused head after head.
+#include <cmath>
+
+#include "kernels/attention.h"
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/gemm.h"
+
+namespace trainer::cuda {
+namespace {
+
+constexpr int kThreads = 128;
+
+// One block per row r = b * T + t of the scores S (already scaled): writes the
+// probabilities over columns <= t (zeros beyond) and lse[b, h, t].
+__global__ void causal_softmax_kernel(float* S, float* lse, int64_t T, int64_t H, int64_t h) {
+  __shared__ float shared[32];
+  const int64_t r = blockIdx.x, b = r / T, t = r % T;
+  float* row = S + r * T;
+  float m = -INFINITY;
+  for (int64_t c = threadIdx.x; c <= t; c += blockDim.x) m = fmaxf(m, row[c]);
+  m = block_max(m, shared);
+  float s = 0.0f;
+  for (int64_t c = threadIdx.x; c <= t; c += blockDim.x) s += expf(row[c] - m);
+  s = block_sum(s, shared);
+  const float row_lse = m + logf(s);
+  for (int64_t c = threadIdx.x; c < T; c += blockDim.x)
+    row[c] = c <= t ? expf(row[c] - row_lse) : 0.0f;
+  if (threadIdx.x == 0) lse[(b * H + h) * T + t] = row_lse;
+}
+
+// P = exp(S - lse) on the causal triangle, 0 above it (backward's recomputation).
+__global__ void causal_probs_kernel(float* S, const float* lse, int64_t T, int64_t H, int64_t h) {
+  const int64_t r = blockIdx.x, b = r / T, t = r % T;
+  float* row = S + r * T;
+  const float row_lse = lse[(b * H + h) * T + t];
+  for (int64_t c = threadIdx.x; c < T; c += blockDim.x)
+    row[c] = c <= t ? expf(row[c] - row_lse) : 0.0f;
+}
+
+// dS = P * (dP - sum_d dO * O) * scale, in place of dP; one block per row.
+__global__ void softmax_backward_kernel(float* dP, const float* P, const float* dout,
+                                        const float* out, int64_t T, int64_t H, int64_t D,
+                                        int64_t h, float scale) {
+  __shared__ float shared[32];
+  const int64_t r = blockIdx.x;
+  const int64_t offset = (r * H + h) * D;  // (b, t, h, 0) of (B, T, H, D)
+  float dot = 0.0f;
+  for (int64_t d = threadIdx.x; d < D; d += blockDim.x) dot += dout[offset + d] * out[offset + d];
+  dot = block_sum(dot, shared);
+  float* drow = dP + r * T;
+  const float* prow = P + r * T;
+  for (int64_t c = threadIdx.x; c < T; c += blockDim.x) drow[c] = prow[c] * (drow[c] - dot) * scale;
+}
+
+struct Shape {
+  int64_t B, T, H, Hkv, D;
+};
+
+Shape check_shapes(const char* op, const Tensor& q, const Tensor& k, const Tensor& v) {
+  for (const Tensor* t : {&q, &k, &v}) {
+    check_cuda(*t, op, "q/k/v");
+    check_dtype(*t, DType::f32, op, "q/k/v");
+    TRAINER_CHECK(t->ndim == 4, "{}: {} must be (B, T, heads, D)", op, t->str());
+  }
+  const Shape s{q.shape[0], q.shape[1], q.shape[2], k.shape[2], q.shape[3]};
+  check_shape(k, {s.B, s.T, s.Hkv, s.D}, "attention k");
+  check_shape(v, {s.B, s.T, s.Hkv, s.D}, "attention v");
+  TRAINER_CHECK(s.Hkv > 0 && s.H % s.Hkv == 0, "{}: {} query heads not a multiple of {} KV heads",
+                op, s.H, s.Hkv);
+  TRAINER_CHECK(s.B <= INT32_MAX && s.B * s.T < (int64_t{1} << 31),
+                "{}: B * T = {} rows exceed the grid", op, s.B * s.T);
+  return s;
+}
+
+void check_like(const Tensor& t, const Tensor& ref, const char* op, const char* name) {
+  check_cuda(t, op, name);
+  check_dtype(t, DType::f32, op, name);
+  check_shape(t, {ref.shape[0], ref.shape[1], ref.shape[2], ref.shape[3]}, name);
+}
+
+// Row-major (B batches of) [rows x cols] views of one head inside (B, T, heads, D).
+GemmOperand head(const void* base, int64_t head_idx, int64_t heads, const Shape& s) {
+  return {static_cast<const float*>(base) + head_idx * s.D, DType::f32, heads * s.D,
+          s.T * heads * s.D};
+}
+GemmOperand scores(const float* S, const Shape& s) { return {S, DType::f32, s.T, s.T * s.T}; }
+
+void batched(CudaState& st, GemmOperand a, bool trans_a, GemmOperand b, bool trans_b,
+             GemmOperand c, int64_t m, int64_t n, int64_t k, int batch, float alpha, float beta) {
+  GemmArgs g;
+  g.a = a;
+  g.b = b;
+  g.c = c;
+  g.trans_a = trans_a;
+  g.trans_b = trans_b;
+  g.m = m;
+  g.n = n;
+  g.k = k;
+  g.batch = batch;
+  g.alpha = alpha;
+  g.beta = beta;
+  gemm(st, g);
+}
+
+}  // namespace
+
+void attention_forward(Context& ctx, Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v) {
+  const char* op = "attention_forward";
+  CudaState& st = state_of(ctx);
+  const Shape s = check_shapes(op, q, k, v);
+  check_like(out, q, op, "out");
+  check_cuda(lse, op, "lse");
+  check_dtype(lse, DType::f32, op, "lse");
+  check_shape(lse, {s.B, s.H, s.T}, "attention lse");
+  if (s.B * s.T * s.H * s.D == 0) return;
+  const int64_t group = s.H / s.Hkv;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(s.D));
+  float* S = static_cast<float*>(scratch(st, static_cast<size_t>(s.B * s.T * s.T) * sizeof(float)));
+  const int batch = static_cast<int>(s.B);
+  for (int64_t h = 0; h < s.H; ++h) {
+    const int64_t j = h / group;
+    // S (T, T) = scale * q_h (T, D) @ k_j (T, D)^T
+    batched(st, head(q.data, h, s.H, s), false, head(k.data, j, s.Hkv, s), true, scores(S, s), s.T,
+            s.T, s.D, batch, scale, 0.0f);
+    causal_softmax_kernel<<<static_cast<unsigned>(s.B * s.T), kThreads, 0, st.stream>>>(
+        S, static_cast<float*>(lse.data), s.T, s.H, h);
+    CUDA_LAUNCH_CHECK();
+    // out_h (T, D) = P (T, T) @ v_j (T, D)
+    batched(st, scores(S, s), false, head(v.data, j, s.Hkv, s), false, head(out.data, h, s.H, s),
+            s.T, s.D, s.T, batch, 1.0f, 0.0f);
+  }
+}
+
+void attention_backward(Context& ctx, Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor q,
+                        Tensor k, Tensor v, Tensor out, Tensor lse) {
+  const char* op = "attention_backward";
+  CudaState& st = state_of(ctx);
+  const Shape s = check_shapes(op, q, k, v);
+  check_like(dq, q, op, "dq");
+  check_like(dout, q, op, "dout");
+  check_like(out, q, op, "out");
+  check_like(dk, k, op, "dk");
+  check_like(dv, v, op, "dv");
+  check_cuda(lse, op, "lse");
+  check_dtype(lse, DType::f32, op, "lse");
+  check_shape(lse, {s.B, s.H, s.T}, "attention lse");
+  if (s.B * s.T * s.H * s.D == 0) return;
+  const int64_t group = s.H / s.Hkv;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(s.D));
+  const size_t score_elems = static_cast<size_t>(s.B * s.T * s.T);
+  float* P = static_cast<float*>(scratch(st, 2 * score_elems * sizeof(float)));
+  float* dP = P + score_elems;
+  const int batch = static_cast<int>(s.B);
+  const unsigned rows = static_cast<unsigned>(s.B * s.T);
+  for (int64_t h = 0; h < s.H; ++h) {
+    const int64_t j = h / group;
+    const float kv_beta = h % group == 0 ? 0.0f : 1.0f;  // first head of the group writes
+    batched(st, head(q.data, h, s.H, s), false, head(k.data, j, s.Hkv, s), true, scores(P, s), s.T,
+            s.T, s.D, batch, scale, 0.0f);
+    causal_probs_kernel<<<rows, kThreads, 0, st.stream>>>(P, static_cast<const float*>(lse.data),
+                                                          s.T, s.H, h);
+    CUDA_LAUNCH_CHECK();
+    // dv_j (T, D) (+)= P^T (T, T) @ dout_h (T, D)
+    batched(st, scores(P, s), true, head(dout.data, h, s.H, s), false, head(dv.data, j, s.Hkv, s),
+            s.T, s.D, s.T, batch, 1.0f, kv_beta);
+    // dP (T, T) = dout_h (T, D) @ v_j (T, D)^T
+    batched(st, head(dout.data, h, s.H, s), false, head(v.data, j, s.Hkv, s), true, scores(dP, s),
+            s.T, s.T, s.D, batch, 1.0f, 0.0f);
+    softmax_backward_kernel<<<rows, kThreads, 0, st.stream>>>(
+        dP, P, static_cast<const float*>(dout.data), static_cast<const float*>(out.data), s.T, s.H,
+        s.D, h, scale);
+    CUDA_LAUNCH_CHECK();
+    // dq_h (T, D) = dS (T, T) @ k_j (T, D)
+    batched(st, scores(dP, s), false, head(k.data, j, s.Hkv, s), false, head(dq.data, h, s.H, s),
+            s.T, s.D, s.T, batch, 1.0f, 0.0f);
+    // dk_j (T, D) (+)= dS^T (T, T) @ q_h (T, D)
+    batched(st, scores(dP, s), true, head(q.data, h, s.H, s), false, head(dk.data, j, s.Hkv, s),
+            s.T, s.D, s.T, batch, 1.0f, kv_beta);
+  }
+}
+
+}  // namespace trainer::cuda

@@ -1,0 +1,55 @@
+// CudaState: what a Context{Device::cuda, state} carries for every CUDA op: the
+// device, a compute stream and a communication stream (both non-blocking, ordered
+// by the events below), the cuBLASLt handle with its 32 MiB workspace, a grow-only
+// scratch buffer for op temporaries and the cuBLASLt algorithm cache.
+#pragma once
+
+#include <cublasLt.h>
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <memory>
+
+namespace trainer {
+
+struct GemmAlgoCache;  // kernels/cuda/gemm.cpp
+
+struct CudaState {
+  static constexpr size_t kWorkspaceBytes = size_t{32} << 20;
+
+  int device_index = 0;
+  int num_sms = 0;
+  cudaStream_t stream = nullptr;       // every op runs here
+  cudaStream_t comm_stream = nullptr;  // collectives run here
+  cudaEvent_t compute_done = nullptr;  // recorded by comm_wait_for_compute
+  cudaEvent_t comm_done = nullptr;     // recorded by compute_wait_for_comm
+  cublasLtHandle_t cublaslt = nullptr;
+  void* workspace = nullptr;  // kWorkspaceBytes, 256-byte aligned, used on `stream` only
+  // Op temporaries (attention scores, reduction partials). Grows, never shrinks;
+  // growing synchronizes `stream`, so a training loop reaches its size in step 1.
+  void* scratch = nullptr;
+  size_t scratch_bytes = 0;
+  // false: fp32 GEMMs use full fp32 (CUBLAS_COMPUTE_32F), as the CPU reference does;
+  // true: TF32 tensor cores (CUBLAS_COMPUTE_32F_FAST_TF32), ~10 bits of mantissa.
+  bool allow_tf32 = false;
+  GemmAlgoCache* gemm_cache = nullptr;
+};
+
+// Selects the device (cudaSetDevice) and creates streams, events, handle, workspace.
+CudaState* create_cuda_state(int device_index);
+// Synchronizes and releases everything; null is a no-op.
+void destroy_cuda_state(CudaState* state);
+
+namespace cuda {
+// A pointer to at least `bytes` of device scratch, valid until the next call
+// (stream-ordered: ops on state.stream may use it in turn). 256-byte aligned.
+void* scratch(CudaState& state, size_t bytes);
+// The comm stream waits for all work queued so far on the compute stream.
+void comm_wait_for_compute(CudaState& state);
+// The compute stream waits for all work queued so far on the comm stream.
+void compute_wait_for_comm(CudaState& state);
+// Blocks the host until both streams are idle.
+void synchronize(CudaState& state);
+}  // namespace cuda
+
+}  // namespace trainer

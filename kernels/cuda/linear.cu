@@ -1,0 +1,141 @@
+// Linear layer forward and backward through cuBLASLt (kernels/linear.h), using the
+// row-major mapping of gemm.h: forward with the BIAS epilogue, dW with beta = 1
+// (accumulate) and the bias gradient from the BGRADB epilogue, which overwrites,
+// so it lands in scratch and is added to dbias here.
+#include "kernels/cuda/colsum.cuh"
+#include "kernels/cuda/gemm.h"
+#include "kernels/linear.h"
+
+namespace trainer::cuda {
+namespace {
+
+__global__ void add_vector_kernel(float* out, const float* a, int64_t n) {
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    out[i] += a[i];
+}
+
+template <class T>
+struct Column {  // dout[m, n]
+  const T* dout;
+  int64_t N;
+  __device__ float operator()(int64_t m, int64_t n) const { return to_float(dout[m * N + n]); }
+};
+
+struct Dims {
+  int64_t M, N, K;
+};
+
+Dims check_dims(const char* op, const Tensor& inp, const Tensor& weight, const Tensor& out) {
+  check_cuda(inp, op, "inp");
+  check_cuda(weight, op, "weight");
+  check_cuda(out, op, "out/dout");
+  check_float_dtype(inp, op, "inp");
+  TRAINER_CHECK(weight.ndim == 2 && weight.dtype == inp.dtype && out.dtype == inp.dtype,
+                "{}: weight {} must be (N, K) with inp {}'s dtype, and out/dout {} too", op,
+                weight.str(), inp.str(), out.str());
+  const int64_t N = weight.shape[0], K = weight.shape[1];
+  TRAINER_CHECK(K > 0 && inp.size(-1) == K, "{}: inp {} does not end in K = {}", op, inp.str(), K);
+  const int64_t M = inp.numel() / K;
+  TRAINER_CHECK(out.size(-1) == N && out.numel() == M * N, "{}: out/dout {} is not ({}, {})", op,
+                out.str(), M, N);
+  return {M, N, K};
+}
+
+}  // namespace
+
+void linear_forward(Context& ctx, Tensor out, Tensor inp, Tensor weight, Tensor bias) {
+  const char* op = "linear_forward";
+  CudaState& st = state_of(ctx);
+  const Dims d = check_dims(op, inp, weight, out);
+  if (!bias.empty()) {
+    check_cuda(bias, op, "bias");
+    TRAINER_CHECK(bias.numel() == d.N && bias.dtype == out.dtype, "{}: bias {} is not ({}) {}",
+                  op, bias.str(), d.N, dtype_name(out.dtype));
+  }
+  if (d.M == 0 || d.N == 0) return;
+  GemmArgs g;
+  g.a = {inp.data, inp.dtype, d.K, 0};
+  g.b = {weight.data, weight.dtype, d.K, 0};
+  g.c = {out.data, out.dtype, d.N, 0};
+  g.trans_b = true;
+  g.m = d.M;
+  g.n = d.N;
+  g.k = d.K;
+  if (!bias.empty()) {
+    g.epilogue = GemmEpilogue::bias;
+    g.bias = bias.data;
+  }
+  gemm(st, g);
+}
+
+void linear_backward(Context& ctx, Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout,
+                     Tensor inp, Tensor weight) {
+  const char* op = "linear_backward";
+  CudaState& st = state_of(ctx);
+  const Dims d = check_dims(op, inp, weight, dout);
+  check_cuda(dweight, op, "dweight");
+  TRAINER_CHECK(dweight.ndim == 2 && dweight.shape[0] == d.N && dweight.shape[1] == d.K &&
+                    (dweight.dtype == DType::f32 || dweight.dtype == inp.dtype),
+                "{}: dweight {} is not ({}, {}) fp32 or {}", op, dweight.str(), d.N, d.K,
+                dtype_name(inp.dtype));
+  if (!dinp.empty()) {
+    check_cuda(dinp, op, "dinp");
+    TRAINER_CHECK(dinp.numel() == inp.numel() && dinp.size(-1) == d.K && dinp.dtype == inp.dtype,
+                  "{}: dinp {} vs inp {}", op, dinp.str(), inp.str());
+  }
+  if (!dbias.empty()) {
+    check_cuda(dbias, op, "dbias");
+    check_dtype(dbias, DType::f32, op, "dbias");
+    TRAINER_CHECK(dbias.numel() == d.N, "{}: dbias {} is not ({})", op, dbias.str(), d.N);
+  }
+  if (d.M == 0 || d.N == 0) return;
+
+  if (!dinp.empty()) {  // dinp (M, K) = dout (M, N) @ weight (N, K)
+    GemmArgs g;
+    g.a = {dout.data, dout.dtype, d.N, 0};
+    g.b = {weight.data, weight.dtype, d.K, 0};
+    g.c = {dinp.data, dinp.dtype, d.K, 0};
+    g.m = d.M;
+    g.n = d.K;
+    g.k = d.N;
+    gemm(st, g);
+  }
+
+  // dweight (N, K) += dout^T (N, M) @ inp (M, K)
+  GemmArgs g;
+  g.a = {dout.data, dout.dtype, d.N, 0};
+  g.trans_a = true;
+  g.b = {inp.data, inp.dtype, d.K, 0};
+  g.c = {dweight.data, dweight.dtype, d.K, 0};
+  g.m = d.N;
+  g.n = d.K;
+  g.k = d.M;
+  g.beta = 1.0f;
+  bool bias_done = dbias.empty();
+  float* bias_tmp = nullptr;
+  if (!bias_done && dweight.dtype == DType::f32) {
+    // BGRADB writes the bias gradient in C's dtype (fp32 here).
+    bias_tmp = static_cast<float*>(scratch(st, static_cast<size_t>(d.N) * sizeof(float)));
+    GemmArgs gb = g;
+    gb.epilogue = GemmEpilogue::bias_grad_b;
+    gb.bias = bias_tmp;
+    bias_done = try_gemm(st, gb);
+  }
+  if (bias_done && bias_tmp) {
+    add_vector_kernel<<<grid_for(d.N, 256), 256, 0, st.stream>>>(static_cast<float*>(dbias.data),
+                                                                 bias_tmp, d.N);
+    CUDA_LAUNCH_CHECK();
+    return;
+  }
+  gemm(st, g);
+  if (!bias_done) {  // no BGRADB algorithm for this case: deterministic column sums
+    float* partial = static_cast<float*>(scratch(st, column_sums_scratch(d.M, d.N)));
+    TRAINER_FLOAT_DISPATCH(dout.dtype, op, {
+      column_sums(st, Column<T>{static_cast<const T*>(dout.data), d.N}, d.M, d.N, partial,
+                  static_cast<float*>(dbias.data), true);
+    });
+  }
+}
+
+}  // namespace trainer::cuda

@@ -1,0 +1,66 @@
+// Sum of squares of a tensor, deterministic (kernels/norm.h): a fixed number of
+// blocks write double partials, one block adds them in order. Double keeps the
+// sum as exact as the CPU's over 10^9 elements.
+#include "kernels/cuda/common.cuh"
+#include "kernels/norm.h"
+
+namespace trainer::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kMaxBlocks = 1024;
+
+__device__ double block_sum_double(double v, double* shared) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+  if (lane == 0) shared[warp] = v;
+  __syncthreads();
+  v = lane < static_cast<int>(blockDim.x / 32) ? shared[lane] : 0.0;
+  for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+  return v;
+}
+
+template <class T>
+__global__ void partial_kernel(double* partial, const T* x, int64_t n) {
+  __shared__ double shared[32];
+  double s = 0.0;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const double v = to_float(x[i]);
+    s += v * v;
+  }
+  s = block_sum_double(s, shared);
+  if (threadIdx.x == 0) partial[blockIdx.x] = s;
+}
+
+__global__ void finish_kernel(float* out, const double* partial, int num_partials) {
+  __shared__ double shared[32];
+  double s = 0.0;
+  for (int i = threadIdx.x; i < num_partials; i += blockDim.x) s += partial[i];
+  s = block_sum_double(s, shared);
+  if (threadIdx.x == 0) out[0] = static_cast<float>(static_cast<double>(out[0]) + s);
+}
+
+}  // namespace
+
+void sum_of_squares(Context& ctx, Tensor out, Tensor x) {
+  const char* op = "sum_of_squares";
+  CudaState& st = state_of(ctx);
+  check_cuda(out, op, "out");
+  check_cuda(x, op, "x");
+  check_dtype(out, DType::f32, op, "out");
+  TRAINER_CHECK(out.numel() == 1, "{}: out {} must hold one value", op, out.str());
+  const int64_t n = x.numel();
+  if (n == 0) return;
+  const unsigned blocks = grid_for(n, kThreads, kMaxBlocks);
+  double* partial = static_cast<double*>(scratch(st, blocks * sizeof(double)));
+  TRAINER_FLOAT_DISPATCH(x.dtype, op, {
+    partial_kernel<T><<<blocks, kThreads, 0, st.stream>>>(partial, static_cast<const T*>(x.data), n);
+  });
+  CUDA_LAUNCH_CHECK();
+  finish_kernel<<<1, kThreads, 0, st.stream>>>(static_cast<float*>(out.data), partial,
+                                              static_cast<int>(blocks));
+  CUDA_LAUNCH_CHECK();
+}
+
+}  // namespace trainer::cuda

@@ -1,0 +1,125 @@
+// RMSNorm forward and backward over the last dim (kernels/rmsnorm.h). One warp per
+// row; activations and weight fp32 or bf16, rstd and dweight fp32. dweight uses
+// the deterministic column sums of colsum.cuh.
+#include "kernels/cuda/colsum.cuh"
+#include "kernels/rmsnorm.h"
+
+namespace trainer::cuda {
+namespace {
+
+constexpr int kRowsPerBlock = 8;
+
+template <class T>
+__global__ void rmsnorm_forward_kernel(T* out, float* rstd_out, const T* inp, const T* weight,
+                                       int64_t N, int64_t C, float eps) {
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (row >= N) return;  // whole warp leaves together
+  const T* x = inp + row * C;
+  float sq = 0.0f;
+  for (int64_t c = lane; c < C; c += 32) {
+    const float v = to_float(x[c]);
+    sq += v * v;
+  }
+  const float rstd = 1.0f / sqrtf(warp_sum(sq) / static_cast<float>(C) + eps);
+  T* y = out + row * C;
+  for (int64_t c = lane; c < C; c += 32) y[c] = from_float<T>(to_float(x[c]) * rstd * to_float(weight[c]));
+  if (lane == 0) rstd_out[row] = rstd;
+}
+
+template <class T>
+__global__ void rmsnorm_backward_kernel(T* dinp, const T* dout, const T* inp, const T* weight,
+                                        const float* rstd, int64_t N, int64_t C) {
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (row >= N) return;
+  const T* x = inp + row * C;
+  const T* dy = dout + row * C;
+  const float r = rstd[row];
+  float dot = 0.0f;
+  for (int64_t c = lane; c < C; c += 32) dot += to_float(dy[c]) * to_float(weight[c]) * to_float(x[c]);
+  const float dot_mean = warp_sum(dot) / static_cast<float>(C);
+  T* dx = dinp + row * C;
+  for (int64_t c = lane; c < C; c += 32) {
+    const float dnorm = to_float(dy[c]) * to_float(weight[c]);
+    dx[c] = from_float<T>(r * (dnorm - to_float(x[c]) * r * r * dot_mean));
+  }
+}
+
+template <class T>
+struct NormTimesGrad {  // dout[n, c] * inp[n, c] * rstd[n]
+  const T* dout;
+  const T* inp;
+  const float* rstd;
+  int64_t C;
+  __device__ float operator()(int64_t n, int64_t c) const {
+    return to_float(dout[n * C + c]) * to_float(inp[n * C + c]) * rstd[n];
+  }
+};
+
+void check_rows(const Tensor& t, int64_t N, int64_t C, DType dtype, const char* op,
+                const char* name) {
+  check_cuda(t, op, name);
+  TRAINER_CHECK(t.ndim >= 1 && t.size(-1) == C && t.numel() == N * C && t.dtype == dtype,
+                "{}: {} is {}, expected ({}, {}) {}", op, name, t.str(), N, C, dtype_name(dtype));
+}
+
+// A per-row or per-channel vector: any shape with n elements.
+void check_vec(const Tensor& t, int64_t n, DType dtype, const char* op, const char* name) {
+  check_cuda(t, op, name);
+  TRAINER_CHECK(t.numel() == n && t.dtype == dtype, "{}: {} is {}, expected {} elements of {}",
+                op, name, t.str(), n, dtype_name(dtype));
+}
+
+}  // namespace
+
+void rmsnorm_forward(Context& ctx, Tensor out, Tensor rstd, Tensor inp, Tensor weight,
+                     float eps) {
+  const char* op = "rmsnorm_forward";
+  CudaState& st = state_of(ctx);
+  check_cuda(inp, op, "inp");
+  check_float_dtype(inp, op, "inp");
+  const int64_t C = inp.size(-1), N = C ? inp.numel() / C : 0;
+  check_rows(out, N, C, inp.dtype, op, "out");
+  check_vec(weight, C, inp.dtype, op, "weight");
+  check_vec(rstd, N, DType::f32, op, "rstd");
+  if (N == 0) return;
+  const int64_t blocks = (N + kRowsPerBlock - 1) / kRowsPerBlock;
+  TRAINER_CHECK(blocks < (int64_t{1} << 31), "{}: {} rows exceed the grid", op, N);
+  TRAINER_FLOAT_DISPATCH(inp.dtype, op, {
+    rmsnorm_forward_kernel<T><<<static_cast<unsigned>(blocks), kRowsPerBlock * 32, 0, st.stream>>>(
+        static_cast<T*>(out.data), static_cast<float*>(rstd.data), static_cast<const T*>(inp.data),
+        static_cast<const T*>(weight.data), N, C, eps);
+  });
+  CUDA_LAUNCH_CHECK();
+}
+
+void rmsnorm_backward(Context& ctx, Tensor dinp, Tensor dweight, Tensor dout, Tensor inp,
+                      Tensor weight, Tensor rstd) {
+  const char* op = "rmsnorm_backward";
+  CudaState& st = state_of(ctx);
+  check_cuda(inp, op, "inp");
+  check_float_dtype(inp, op, "inp");
+  const int64_t C = inp.size(-1), N = C ? inp.numel() / C : 0;
+  check_rows(dinp, N, C, inp.dtype, op, "dinp");
+  check_rows(dout, N, C, inp.dtype, op, "dout");
+  check_vec(weight, C, inp.dtype, op, "weight");
+  check_vec(dweight, C, DType::f32, op, "dweight");
+  check_vec(rstd, N, DType::f32, op, "rstd");
+  if (N == 0) return;
+  const int64_t blocks = (N + kRowsPerBlock - 1) / kRowsPerBlock;
+  TRAINER_CHECK(blocks < (int64_t{1} << 31), "{}: {} rows exceed the grid", op, N);
+  float* partial = static_cast<float*>(scratch(st, column_sums_scratch(N, C)));
+  TRAINER_FLOAT_DISPATCH(inp.dtype, op, {
+    const T* dy = static_cast<const T*>(dout.data);
+    const T* x = static_cast<const T*>(inp.data);
+    const float* r = static_cast<const float*>(rstd.data);
+    column_sums(st, NormTimesGrad<T>{dy, x, r, C}, N, C, partial,
+                static_cast<float*>(dweight.data), true);
+    rmsnorm_backward_kernel<T><<<static_cast<unsigned>(blocks), kRowsPerBlock * 32, 0, st.stream>>>(
+        static_cast<T*>(dinp.data), dy, x, static_cast<const T*>(weight.data), r, N, C);
+  });
+  CUDA_LAUNCH_CHECK();
+}
+
+}  // namespace trainer::cuda

@@ -1,0 +1,65 @@
+// Rotary position embedding (rotate-half layout), forward and inverse, fp32/bf16
+// (kernels/rope.h). Angles are computed in double: positions reach 10^5 and a
+// float angle would lose the low bits the rotation depends on.
+#include "kernels/cuda/common.cuh"
+#include "kernels/rope.h"
+
+namespace trainer::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+
+// One thread per rotated pair (b, t, h, i < D/2); sign = +1 forward, -1 inverse.
+template <class T>
+__global__ void rope_kernel(T* out, const T* inp, int64_t T_len, int64_t H, int64_t D,
+                            double log_theta, int64_t pos_offset, float sign, int64_t num_pairs) {
+  const int64_t half = D / 2;
+  for (int64_t p = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; p < num_pairs;
+       p += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t i = p % half;
+    const int64_t row = p / half;  // (b, t, h) flattened
+    const int64_t t = (row / H) % T_len;
+    const double inv_freq = exp(-log_theta * (2.0 * static_cast<double>(i) / static_cast<double>(D)));
+    double s, c;
+    sincos(static_cast<double>(pos_offset + t) * inv_freq, &s, &c);
+    const float cs = static_cast<float>(c), sn = sign * static_cast<float>(s);
+    const int64_t base = row * D;
+    const float x0 = to_float(inp[base + i]), x1 = to_float(inp[base + i + half]);
+    out[base + i] = from_float<T>(x0 * cs - x1 * sn);
+    out[base + i + half] = from_float<T>(x1 * cs + x0 * sn);
+  }
+}
+
+void launch(Context& ctx, Tensor out, Tensor inp, float theta, int64_t pos_offset, float sign,
+            const char* op) {
+  CudaState& st = state_of(ctx);
+  check_cuda(out, op, "out");
+  check_cuda(inp, op, "inp");
+  TRAINER_CHECK(inp.ndim == 4, "{}: input {} must be (B, T, H, D)", op, inp.str());
+  check_shape(out, {inp.shape[0], inp.shape[1], inp.shape[2], inp.shape[3]}, op);
+  TRAINER_CHECK(out.dtype == inp.dtype, "{}: dtypes of {} and {} differ", op, out.str(), inp.str());
+  const int64_t D = inp.shape[3];
+  TRAINER_CHECK(D % 2 == 0, "{}: head dim {} must be even", op, D);
+  TRAINER_CHECK(theta > 0.0f, "{}: theta {} must be positive", op, theta);
+  const int64_t num_pairs = inp.numel() / 2;
+  if (num_pairs == 0) return;
+  const double log_theta = log(static_cast<double>(theta));
+  TRAINER_FLOAT_DISPATCH(inp.dtype, op, {
+    rope_kernel<T><<<grid_for(num_pairs, kThreads), kThreads, 0, st.stream>>>(
+        static_cast<T*>(out.data), static_cast<const T*>(inp.data), inp.shape[1], inp.shape[2], D,
+        log_theta, pos_offset, sign, num_pairs);
+  });
+  CUDA_LAUNCH_CHECK();
+}
+
+}  // namespace
+
+void rope_forward(Context& ctx, Tensor out, Tensor inp, float theta, int64_t pos_offset) {
+  launch(ctx, out, inp, theta, pos_offset, 1.0f, "rope_forward");
+}
+
+void rope_backward(Context& ctx, Tensor dinp, Tensor dout, float theta, int64_t pos_offset) {
+  launch(ctx, dinp, dout, theta, pos_offset, -1.0f, "rope_backward");
+}
+
+}  // namespace trainer::cuda
