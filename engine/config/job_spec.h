@@ -25,6 +25,7 @@ struct RunSpec {
   std::string dir = "";           // default: runs/<name>
   uint64_t seed = 1234;
   DeviceKind device = DeviceKind::auto_;
+  bool operator==(const RunSpec&) const = default;
 };
 
 struct MoESpec {
@@ -37,6 +38,7 @@ struct MoESpec {
   Balance balance = Balance::aux_loss;
   double aux_loss_coeff = 0.01;   // >= 0
   std::optional<double> capacity_factor;  // null = dropless; else > 0
+  bool operator==(const MoESpec&) const = default;
 };
 
 struct ModelSpec {
@@ -55,12 +57,14 @@ struct ModelSpec {
   std::string init_from = "";     // empty = random init
   MoESpec moe;
   int head_dim() const { return d_model / n_head; }
+  bool operator==(const ModelSpec&) const = default;
 };
 
 // One entry of data.train / data.val: a file, prefix or glob, and its blend weight.
 struct DataSource {
   std::string path;
   double weight = 1.0;            // > 0
+  bool operator==(const DataSource&) const = default;
 };
 
 struct DataSpec {
@@ -68,6 +72,7 @@ struct DataSpec {
   std::vector<DataSource> val;    // optional
   DataFormat format = DataFormat::auto_;
   bool shuffle = true;
+  bool operator==(const DataSpec&) const = default;
 };
 
 struct TrainSpec {
@@ -78,6 +83,7 @@ struct TrainSpec {
   int eval_every = 50;            // >= 0; 0 = never
   int eval_batches = 10;          // >= 1
   int log_every = 1;              // >= 1
+  bool operator==(const TrainSpec&) const = default;
 };
 
 struct OptimizerSpec {
@@ -92,6 +98,7 @@ struct OptimizerSpec {
   double eps = 1e-8;              // > 0
   double weight_decay = 0.1;      // >= 0
   double grad_clip = 1.0;         // >= 0; 0 disables
+  bool operator==(const OptimizerSpec&) const = default;
 };
 
 struct PrecisionSpec {
@@ -100,6 +107,7 @@ struct PrecisionSpec {
   double loss_scale = 65536.0;    // YAML loss_scale: <number> (static) or initial dynamic scale
   int fp8_amax_history = 1024;    // >= 1
   int fp8_margin = 0;             // >= 0
+  bool operator==(const PrecisionSpec&) const = default;
 };
 
 struct ParallelSpec {
@@ -111,6 +119,7 @@ struct ParallelSpec {
   int virtual_stages = 1;         // >= 1; > 1 only with interleaved
   Recompute recompute = Recompute::none;
   double timeout_s = 600.0;       // > 0: collective watchdog
+  bool operator==(const ParallelSpec&) const = default;
 };
 
 struct CheckpointSpec {
@@ -118,10 +127,12 @@ struct CheckpointSpec {
   int every = 0;                  // >= 0; 0 = only at the end and on SIGTERM
   int keep = 3;                   // >= 1
   std::string resume = "auto";    // auto | never | <path>
+  bool operator==(const CheckpointSpec&) const = default;
 };
 
 struct LogSpec {
   std::string metrics = "jsonl";  // jsonl | none
+  bool operator==(const LogSpec&) const = default;
 };
 
 struct JobSpec {
@@ -135,6 +146,7 @@ struct JobSpec {
   CheckpointSpec checkpoint;
   LogSpec log;
   std::string source_path;        // the YAML file it came from
+  bool operator==(const JobSpec&) const = default;
 };
 
 // Reads, overrides (each "key.path=value", YAML syntax for the value), fills
@@ -154,5 +166,10 @@ void write_resolved_spec(const JobSpec& spec, const std::string& path);
 const char* to_string(Family f);
 const char* to_string(ComputeDtype c);
 const char* to_string(Schedule s);
+const char* to_string(DeviceKind d);
+const char* to_string(Balance b);
+const char* to_string(DataFormat f);
+const char* to_string(PipelineSchedule p);
+const char* to_string(Recompute r);
 
 }  // namespace trainer::engine

@@ -1,0 +1,84 @@
+// Cross-field rules of a job spec; each failure blames one key, with its line.
+#include "engine/config/job_spec_check.h"
+
+#include <fmt/format.h>
+
+namespace trainer::engine::spec {
+namespace {
+
+void check_model(const ModelSpec& m, const SpecReader& r) {
+  if (m.d_model % m.n_head != 0)
+    r.fail("model.d_model", fmt::format("must be a multiple of model.n_head ({}), got {}", m.n_head,
+                                        m.d_model));
+  if (m.n_head % m.n_kv_head != 0)
+    r.fail("model.n_kv_head", fmt::format("must divide model.n_head ({}), got {}", m.n_head,
+                                          m.n_kv_head));
+  if (m.family == Family::gpt2 && m.n_kv_head != m.n_head)
+    r.fail("model.n_kv_head",
+           fmt::format("gpt2 has no grouped-query attention: must equal model.n_head ({}), got {} "
+                       "(grouped-query attention needs family: llama)",
+                       m.n_head, m.n_kv_head));
+  // Rotary embeddings rotate pairs of channels.
+  if (m.family == Family::llama && m.head_dim() % 2 != 0)
+    r.fail("model.n_head", fmt::format("llama needs an even head dimension for rotary embeddings; "
+                                       "model.d_model / model.n_head = {} / {} = {}",
+                                       m.d_model, m.n_head, m.head_dim()));
+  if (!m.moe.enabled) return;
+  if (m.moe.top_k > m.moe.n_experts)
+    r.fail("model.moe.top_k", fmt::format("must be <= model.moe.n_experts ({}), got {}",
+                                          m.moe.n_experts, m.moe.top_k));
+  if (m.moe.every > m.n_layer)
+    r.fail("model.moe.every", fmt::format("must be <= model.n_layer ({}), got {} (no layer would "
+                                          "be a MoE layer)", m.n_layer, m.moe.every));
+}
+
+void check_training(const JobSpec& s, const SpecReader& r) {
+  const TrainSpec& t = s.train;
+  if (t.seq_len > s.model.max_seq_len)
+    r.fail("train.seq_len", fmt::format("must be <= model.max_seq_len ({}), got {}",
+                                        s.model.max_seq_len, t.seq_len));
+  if (t.global_batch % t.micro_batch != 0)
+    r.fail("train.global_batch", fmt::format("must be a multiple of train.micro_batch ({}), got {}",
+                                             t.micro_batch, t.global_batch));
+  if (t.eval_every > 0 && s.data.val.empty())
+    r.fail("data.val", fmt::format("required when train.eval_every > 0 (it is {}); add validation "
+                                   "data or set train.eval_every: 0", t.eval_every));
+  const OptimizerSpec& o = s.optimizer;
+  if (o.min_lr > o.lr)
+    r.fail("optimizer.min_lr", fmt::format("must be <= optimizer.lr ({}), got {}", o.lr, o.min_lr));
+  if (o.schedule == Schedule::wsd && o.decay_steps && *o.decay_steps > t.steps)
+    r.fail("optimizer.decay_steps", fmt::format("must be <= train.steps ({}), got {}", t.steps,
+                                                *o.decay_steps));
+}
+
+void check_parallel(const JobSpec& s, const SpecReader& r) {
+  const ParallelSpec& p = s.parallel;
+  const bool interleaved = p.pp_schedule == PipelineSchedule::interleaved;
+  if (p.virtual_stages > 1 && !interleaved)
+    r.fail("parallel.virtual_stages",
+           fmt::format("needs parallel.pp_schedule: interleaved, got {} with pp_schedule: 1f1b",
+                       p.virtual_stages));
+  if (interleaved && p.virtual_stages < 2)
+    r.fail("parallel.pp_schedule", "interleaved needs parallel.virtual_stages >= 2, got 1");
+  if (p.pp * p.virtual_stages > s.model.n_layer)
+    r.fail("parallel.pp",
+           fmt::format("every pipeline stage needs a layer: pp * virtual_stages = {} * {} must be <= "
+                       "model.n_layer ({})", p.pp, p.virtual_stages, s.model.n_layer));
+  if (s.train.seq_len % p.cp != 0)
+    r.fail("parallel.cp", fmt::format("must divide train.seq_len ({}), got {}", s.train.seq_len, p.cp));
+  if (p.ep > 1 && !s.model.moe.enabled)
+    r.fail("parallel.ep", fmt::format("expert parallelism needs a model.moe block, got ep {}", p.ep));
+  if (s.model.moe.enabled && s.model.moe.n_experts % p.ep != 0)
+    r.fail("parallel.ep", fmt::format("must divide model.moe.n_experts ({}), got {}",
+                                      s.model.moe.n_experts, p.ep));
+}
+
+}  // namespace
+
+void check_consistency(const JobSpec& spec, const SpecReader& r) {
+  check_model(spec.model, r);
+  check_training(spec, r);
+  check_parallel(spec, r);
+}
+
+}  // namespace trainer::engine::spec

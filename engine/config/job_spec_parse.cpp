@@ -1,0 +1,366 @@
+// load_job_spec / parse_job_spec: YAML text + --set overrides -> a checked JobSpec.
+// Order: YAML syntax, overrides, unknown keys, each section's types and ranges,
+// then cross-field consistency (job_spec_check.cpp), so the first error a user
+// sees is the most basic one.
+#include "engine/config/job_spec.h"
+#include "engine/config/job_spec_check.h"
+#include "engine/config/spec_enums.h"
+#include "engine/config/spec_reader.h"
+#include "kernels/error.h"
+
+#include <fmt/format.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+namespace trainer::engine {
+namespace {
+
+using spec::Section;
+using spec::SpecReader;
+
+std::vector<std::string> split_path(const std::string& path) {
+  std::vector<std::string> parts;
+  size_t start = 0;
+  while (true) {
+    const size_t dot = path.find('.', start);
+    parts.push_back(path.substr(start, dot - start));
+    if (dot == std::string::npos) return parts;
+    start = dot + 1;
+  }
+}
+
+// Applies one "key.path=value" to the YAML tree; the value is parsed as YAML.
+void apply_override(YAML::Node& root, const std::string& arg, SpecReader& r) {
+  const size_t eq = arg.find('=');
+  if (eq == std::string::npos || eq == 0)
+    throw InputError(fmt::format("--set {}: expected key.path=value", arg));
+  const std::string path = arg.substr(0, eq);
+  const std::vector<std::string> parts = split_path(path);
+  const spec::KeyNode* key = &spec::key_tree();
+  std::string walked;
+  for (const auto& part : parts) {
+    const spec::KeyNode* next = key->child(part);
+    const std::string here = walked.empty() ? part : walked + "." + part;
+    if (!next)
+      throw InputError(fmt::format("--set: unknown key '{}'{}", here,
+                                   spec::did_you_mean(*key, walked, part)));
+    key = next;
+    walked = here;
+  }
+  YAML::Node value;
+  try {
+    value = YAML::Load(arg.substr(eq + 1));
+  } catch (const YAML::Exception& e) {
+    throw InputError(fmt::format("--set {}: cannot parse the value: {}", arg, e.msg));
+  }
+  // Node::reset rebinds; plain assignment between Nodes would overwrite contents.
+  YAML::Node node;
+  node.reset(root);
+  std::string node_path;
+  for (size_t i = 0; i + 1 < parts.size(); ++i) {
+    node_path = node_path.empty() ? parts[i] : node_path + "." + parts[i];
+    YAML::Node child = node[parts[i]];
+    if (!child.IsDefined() || child.IsNull()) {
+      node[parts[i]] = YAML::Node(YAML::NodeType::Map);
+    } else if (!child.IsMap()) {
+      r.fail(node_path, child.Mark(), "expected a map of keys, got " + spec::describe(child));
+    }
+    YAML::Node next = node[parts[i]];
+    node.reset(next);
+  }
+  node[parts.back()] = value;
+  r.add_override(path);
+}
+
+// Refuses unknown and duplicate keys, and sections that are not maps, before
+// any value is read; records each key's line, which errors about its value report
+// (a null or multi-line value's own mark is on a later line).
+void check_keys(const YAML::Node& map, const spec::KeyNode& keys, const std::string& path,
+                SpecReader& r) {
+  std::set<std::string> seen;
+  for (auto it = map.begin(); it != map.end(); ++it) {
+    const YAML::Node& k = it->first;
+    const std::string name = k.IsScalar() ? k.Scalar() : spec::describe(k);
+    const std::string full = path.empty() ? name : path + "." + name;
+    const spec::KeyNode* key = k.IsScalar() ? keys.child(name) : nullptr;
+    if (!key)
+      throw InputError(fmt::format("{}: unknown key '{}'{}", r.where(full, k.Mark()), full,
+                                   spec::did_you_mean(keys, path, name)));
+    if (!seen.insert(name).second)
+      throw InputError(fmt::format("{}: {}: duplicate key", r.where(full, k.Mark()), full));
+    r.record(full, k.Mark());
+    if (!key->is_section()) continue;
+    const YAML::Node& v = it->second;
+    if (v.IsMap()) {
+      check_keys(v, *key, full, r);
+    } else if (!v.IsNull()) {
+      r.fail(full, v.Mark(), "expected a map of keys, got " + spec::describe(v));
+    }
+  }
+}
+
+void read_run(Section s, RunSpec& run) {
+  s.read("name", run.name);
+  s.read("dir", run.dir);
+  s.read("seed", run.seed);
+  s.read("device", run.device, spec::kDeviceChoices);
+  if (run.dir.empty()) run.dir = "runs/" + run.name;
+}
+
+void read_moe(Section s, MoESpec& moe) {
+  moe.enabled = true;
+  s.read("n_experts", moe.n_experts, 2);
+  s.read("top_k", moe.top_k, 1);
+  s.read("n_shared_experts", moe.n_shared_experts, 0);
+  s.read("d_ff_expert", moe.d_ff_expert, 1);
+  s.read("every", moe.every, 1);
+  s.read("balance", moe.balance, spec::kBalanceChoices);
+  s.read("aux_loss_coeff", moe.aux_loss_coeff);
+  s.reader().check_min(s.path("aux_loss_coeff"), moe.aux_loss_coeff, 0);
+  if (s.has("capacity_factor") && !s.is_null("capacity_factor")) {
+    double cf = 0;
+    s.read("capacity_factor", cf);
+    s.reader().check_min(s.path("capacity_factor"), cf, 0, /*strict=*/true);
+    moe.capacity_factor = cf;
+  }
+}
+
+void read_model(Section s, ModelSpec& m) {
+  SpecReader& r = s.reader();
+  s.read("family", m.family, spec::kFamilyChoices);
+  s.read("n_layer", m.n_layer, 1);
+  s.read("d_model", m.d_model, 1);
+  s.read("n_head", m.n_head, 1);
+  m.n_kv_head = m.n_head;
+  s.read("n_kv_head", m.n_kv_head, 1);
+  s.read("d_ff", m.d_ff, 1);
+  s.read("vocab_size", m.vocab_size, 2);
+  s.read("max_seq_len", m.max_seq_len, 1);
+  m.tie_embeddings = m.family == Family::gpt2;
+  s.read("tie_embeddings", m.tie_embeddings);
+  s.read("rope_theta", m.rope_theta);
+  r.check_min(s.path("rope_theta"), m.rope_theta, 0, true);
+  s.read("norm_eps", m.norm_eps);
+  r.check_min(s.path("norm_eps"), m.norm_eps, 0, true);
+  s.read("init_std", m.init_std);
+  r.check_min(s.path("init_std"), m.init_std, 0, true);
+  s.read_nullable("init_from", m.init_from);
+  // `moe: null` (or no moe key) is a dense model, so --set model.moe=null turns MoE off.
+  if (s.has("moe") && !s.is_null("moe")) {
+    read_moe(Section(r, s.get("moe"), s.path("moe")), m.moe);
+  }
+}
+
+std::vector<DataSource> read_sources(SpecReader& r, const YAML::Node& n, const std::string& path) {
+  std::vector<DataSource> out;
+  auto one = [&](const YAML::Node& item, const std::string& item_path) {
+    if (item.IsScalar()) {
+      out.push_back({r.as_string(item, item_path), 1.0});
+      return;
+    }
+    if (!item.IsMap())
+      r.fail(item_path, item.Mark(),
+             "expected a path or a {path:, weight:} map, got " + spec::describe(item));
+    DataSource src;
+    for (auto it = item.begin(); it != item.end(); ++it) {
+      const std::string key = it->first.Scalar();
+      if (key != "path" && key != "weight") {
+        const char* close = spec::levenshtein(key, "path") <= 2     ? "path"
+                            : spec::levenshtein(key, "weight") <= 2 ? "weight"
+                                                                    : nullptr;
+        const std::string hint =
+            close ? fmt::format(" (did you mean '{}.{}'?)", item_path, close) : std::string();
+        throw InputError(fmt::format("{}: unknown key '{}.{}'{}", r.where(item_path, it->first.Mark()),
+                                     item_path, key, hint));
+      }
+    }
+    if (!item["path"].IsDefined()) r.fail(item_path, item.Mark(), "missing 'path'");
+    src.path = r.as_string(item["path"], item_path + ".path");
+    if (item["weight"].IsDefined()) {
+      src.weight = r.as_double(item["weight"], item_path + ".weight");
+      if (!(src.weight > 0))
+        r.fail(item_path + ".weight", item["weight"].Mark(),
+               fmt::format("must be > 0, got {}", item["weight"].Scalar()));
+    }
+    out.push_back(src);
+  };
+  if (n.IsSequence()) {
+    for (size_t i = 0; i < n.size(); ++i) one(n[i], fmt::format("{}[{}]", path, i));
+  } else if (n.IsScalar() || n.IsMap()) {
+    one(n, path);
+  } else if (!n.IsNull()) {
+    r.fail(path, n.Mark(), "expected a path, a list of paths, or a list of {path:, weight:} maps, got " +
+                               spec::describe(n));
+  }
+  return out;
+}
+
+void read_data(Section s, DataSpec& d) {
+  SpecReader& r = s.reader();
+  if (!s.has("train")) r.fail(s.path("train"), "required: the training data (a path, glob or list)");
+  d.train = read_sources(r, s.get("train"), s.path("train"));
+  if (d.train.empty())
+    r.fail(s.path("train"), s.get("train").Mark(), "expected at least one path, got " +
+                                                       spec::describe(s.get("train")));
+  if (s.has("val")) {
+    d.val = read_sources(r, s.get("val"), s.path("val"));
+  }
+  s.read("format", d.format, spec::kFormatChoices);
+  s.read("shuffle", d.shuffle);
+}
+
+void read_train(Section s, TrainSpec& t) {
+  s.read("seq_len", t.seq_len, 1);
+  s.read("micro_batch", t.micro_batch, 1);
+  s.read("global_batch", t.global_batch, 1);
+  s.read("steps", t.steps, 1);
+  s.read("eval_every", t.eval_every, 0);
+  s.read("eval_batches", t.eval_batches, 1);
+  s.read("log_every", t.log_every, 1);
+}
+
+void read_optimizer(Section s, OptimizerSpec& o) {
+  SpecReader& r = s.reader();
+  s.read("name", o.name, spec::kOptimizerChoices);
+  s.read("lr", o.lr);
+  r.check_min(s.path("lr"), o.lr, 0, true);
+  s.read("min_lr", o.min_lr);
+  r.check_min(s.path("min_lr"), o.min_lr, 0);
+  s.read("warmup_steps", o.warmup_steps, 0);
+  s.read("schedule", o.schedule, spec::kScheduleChoices);
+  if (s.has("decay_steps") && !s.is_null("decay_steps")) {
+    int steps = 0;
+    s.read("decay_steps", steps, 1);
+    o.decay_steps = steps;
+  }
+  if (s.has("betas")) {
+    const YAML::Node b = s.get("betas");
+    const std::string path = s.path("betas");
+    if (!b.IsSequence() || b.size() != 2)
+      r.fail(path, b.Mark(), "expected a list of two numbers [beta1, beta2], got " + spec::describe(b));
+    double* dst[2] = {&o.beta1, &o.beta2};
+    for (size_t i = 0; i < 2; ++i) {
+      const std::string p = fmt::format("{}[{}]", path, i);
+      *dst[i] = r.as_double(b[i], p);
+      if (!(*dst[i] >= 0 && *dst[i] < 1))
+        r.fail(p, b[i].Mark(), fmt::format("must be in [0, 1), got {}", b[i].Scalar()));
+    }
+  }
+  s.read("eps", o.eps);
+  r.check_min(s.path("eps"), o.eps, 0, true);
+  s.read("weight_decay", o.weight_decay);
+  r.check_min(s.path("weight_decay"), o.weight_decay, 0);
+  s.read("grad_clip", o.grad_clip);
+  r.check_min(s.path("grad_clip"), o.grad_clip, 0);
+}
+
+void read_precision(Section s, PrecisionSpec& p) {
+  SpecReader& r = s.reader();
+  s.read("compute", p.compute, spec::kComputeChoices);
+  if (s.has("loss_scale")) {
+    const YAML::Node n = s.get("loss_scale");
+    const std::string path = s.path("loss_scale");
+    double v = 0;
+    if (n.IsScalar() && n.Scalar() == "dynamic") {
+      p.dynamic_loss_scale = true;
+    } else if (n.IsScalar() && spec::parse_double(n.Scalar(), v) && v > 0) {
+      p.dynamic_loss_scale = false;
+      p.loss_scale = v;
+    } else {
+      r.fail(path, n.Mark(), "expected 'dynamic' or a number > 0, got " + spec::describe(n));
+    }
+  }
+  s.read("fp8_amax_history", p.fp8_amax_history, 1);
+  s.read("fp8_margin", p.fp8_margin, 0);
+}
+
+void read_parallel(Section s, ParallelSpec& p) {
+  SpecReader& r = s.reader();
+  s.read("tp", p.tp, 1);
+  s.read("pp", p.pp, 1);
+  s.read("cp", p.cp, 1);
+  s.read("ep", p.ep, 1);
+  if (s.has("dp")) {
+    const YAML::Node n = s.get("dp");
+    if (n.IsScalar() && n.Scalar() == "auto") {
+      p.dp = 0;
+    } else if (!n.IsScalar() || n.Scalar().find_first_not_of("+0123456789") != std::string::npos) {
+      r.fail(s.path("dp"), n.Mark(), "expected 'auto' or an integer >= 1, got " + spec::describe(n));
+    } else {
+      s.read("dp", p.dp, 1);
+    }
+  }
+  s.read("zero", p.zero, 0, 3);
+  s.read("sequence_parallel", p.sequence_parallel);
+  s.read("pp_schedule", p.pp_schedule, spec::kPipelineChoices);
+  s.read("virtual_stages", p.virtual_stages, 1);
+  s.read("recompute", p.recompute, spec::kRecomputeChoices);
+  s.read("timeout_s", p.timeout_s);
+  r.check_min(s.path("timeout_s"), p.timeout_s, 0, true);
+}
+
+void read_checkpoint(Section s, CheckpointSpec& c, const std::string& run_dir) {
+  s.read_nullable("dir", c.dir);
+  if (c.dir.empty()) c.dir = run_dir + "/checkpoints";
+  s.read("every", c.every, 0);
+  s.read("keep", c.keep, 1);
+  s.read("resume", c.resume);
+}
+
+void read_log(Section s, LogSpec& l) { s.read("metrics", l.metrics, spec::kMetricsChoices); }
+
+}  // namespace
+
+JobSpec parse_job_spec(const std::string& yaml_text, const std::string& source_name,
+                       const std::vector<std::string>& overrides) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(yaml_text);
+  } catch (const YAML::Exception& e) {
+    if (e.mark.is_null()) throw InputError(fmt::format("{}: {}", source_name, e.msg));
+    throw InputError(fmt::format("{}:{}:{}: {}", source_name, e.mark.line + 1, e.mark.column + 1, e.msg));
+  }
+  SpecReader r(source_name);
+  if (!root.IsDefined() || root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
+  if (!root.IsMap())
+    throw InputError(fmt::format("{}: expected a map of sections (run:, model:, data:, ...), got {}",
+                                 r.where("", root.Mark()), spec::describe(root)));
+  for (const auto& o : overrides) apply_override(root, o, r);
+  check_keys(root, spec::key_tree(), "", r);
+
+  JobSpec spec;
+  spec.source_path = source_name;
+  auto section = [&](const char* name) {
+    return Section(r, root[name], name);
+  };
+  read_run(section("run"), spec.run);
+  read_model(section("model"), spec.model);
+  read_data(section("data"), spec.data);
+  read_train(section("train"), spec.train);
+  read_optimizer(section("optimizer"), spec.optimizer);
+  read_precision(section("precision"), spec.precision);
+  read_parallel(section("parallel"), spec.parallel);
+  read_checkpoint(section("checkpoint"), spec.checkpoint, spec.run.dir);
+  read_log(section("log"), spec.log);
+  spec::check_consistency(spec, r);
+  return spec;
+}
+
+JobSpec load_job_spec(const std::string& path, const std::vector<std::string>& overrides) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    throw InputError(fmt::format("{}: cannot read job spec: {}", path, std::strerror(EISDIR)));
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw InputError(fmt::format("{}: cannot read job spec: {}", path, std::strerror(errno)));
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) throw InputError(fmt::format("{}: cannot read job spec: {}", path, std::strerror(errno)));
+  return parse_job_spec(text.str(), path, overrides);
+}
+
+}  // namespace trainer::engine

@@ -1,0 +1,205 @@
+// Bad job specs: each must be refused with one exact line naming the place
+// (FILE:LINE or --set), the key path and the reason.
+#include "engine/config/job_spec.h"
+#include "kernels/error.h"
+
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+using namespace trainer::engine;
+
+namespace {
+
+// Three lines of valid data, so the lines of the key under test are easy to count.
+const std::string kData = "data:\n  train: t.bin\n  val: v.bin\n";
+
+std::string error_of(const std::string& yaml, const std::vector<std::string>& overrides = {}) {
+  try {
+    parse_job_spec(yaml, "job.yaml", overrides);
+  } catch (const trainer::InputError& e) {
+    return e.what();
+  }
+  return "(accepted)";
+}
+
+struct Bad {
+  const char* what;
+  std::string yaml;
+  std::vector<std::string> overrides;
+  std::string message;
+};
+
+const std::vector<Bad>& bad_specs() {
+  static const std::vector<Bad> specs = {
+      {"misspelt key", kData + "model:\n  n_layers: 4\n", {},
+       "job.yaml:5: unknown key 'model.n_layers' (did you mean 'model.n_layer'?)"},
+      {"unknown key, nothing close", kData + "model:\n  colour: red\n", {},
+       "job.yaml:5: unknown key 'model.colour'"},
+      {"misspelt section", "modle:\n  n_layer: 4\n" + kData, {},
+       "job.yaml:1: unknown key 'modle' (did you mean 'model'?)"},
+      {"key in the wrong section", kData + "model:\n  lr: 0.1\n", {},
+       "job.yaml:5: unknown key 'model.lr' (did you mean 'optimizer.lr'?)"},
+      {"misspelt moe key", kData + "model:\n  moe:\n    top_kk: 2\n", {},
+       "job.yaml:6: unknown key 'model.moe.top_kk' (did you mean 'model.moe.top_k'?)"},
+      {"duplicate key", kData + "train:\n  steps: 1\n  steps: 2\n", {},
+       "job.yaml:6: train.steps: duplicate key"},
+      {"root is a list", "- a\n- b\n", {},
+       "job.yaml:1: expected a map of sections (run:, model:, data:, ...), got a list"},
+      {"section is a scalar", kData + "model: 5\n", {},
+       "job.yaml:4: model: expected a map of keys, got '5'"},
+      {"integer expected", kData + "model:\n  n_layer: four\n", {},
+       "job.yaml:5: model.n_layer: expected an integer, got 'four'"},
+      {"integer expected, got a float", kData + "train:\n  steps: 2.5\n", {},
+       "job.yaml:5: train.steps: expected an integer, got '2.5'"},
+      {"integer too large", kData + "train:\n  steps: 99999999999\n", {},
+       "job.yaml:5: train.steps: must be <= 2147483647, got 99999999999"},
+      {"integer below range", kData + "model:\n  n_layer: 0\n", {},
+       "job.yaml:5: model.n_layer: must be >= 1, got 0"},
+      {"null integer", kData + "model:\n  n_layer:\n", {},
+       "job.yaml:5: model.n_layer: expected an integer, got null"},
+      {"bad enum", kData + "model:\n  family: gpt3\n", {},
+       "job.yaml:5: model.family: expected one of gpt2, llama, got 'gpt3'"},
+      {"bad schedule", kData + "optimizer:\n  schedule: cosin\n", {},
+       "job.yaml:5: optimizer.schedule: expected one of cosine, wsd, linear, constant, got 'cosin'"},
+      {"bool expected", "data:\n  train: t.bin\n  val: v.bin\n  shuffle: maybe\n", {},
+       "job.yaml:4: data.shuffle: expected true or false, got 'maybe'"},
+      {"number expected", kData + "optimizer:\n  lr: fast\n", {},
+       "job.yaml:5: optimizer.lr: expected a number, got 'fast'"},
+      {"lr must be positive", kData + "optimizer:\n  lr: 0\n", {},
+       "job.yaml:5: optimizer.lr: must be > 0, got 0"},
+      {"negative weight decay", kData + "optimizer:\n  weight_decay: -0.5\n", {},
+       "job.yaml:5: optimizer.weight_decay: must be >= 0, got -0.5"},
+      {"betas not a pair", kData + "optimizer:\n  betas: [0.9]\n", {},
+       "job.yaml:5: optimizer.betas: expected a list of two numbers [beta1, beta2], got a list"},
+      {"beta out of range", kData + "optimizer:\n  betas: [0.9, 1.0]\n", {},
+       "job.yaml:5: optimizer.betas[1]: must be in [0, 1), got 1.0"},
+      {"bad loss scale", kData + "precision:\n  loss_scale: -1\n", {},
+       "job.yaml:5: precision.loss_scale: expected 'dynamic' or a number > 0, got '-1'"},
+      {"bad dp", kData + "parallel:\n  dp: some\n", {},
+       "job.yaml:5: parallel.dp: expected 'auto' or an integer >= 1, got 'some'"},
+      {"dp zero", kData + "parallel:\n  dp: 0\n", {}, "job.yaml:5: parallel.dp: must be >= 1, got 0"},
+      {"zero stage 4", kData + "parallel:\n  zero: 4\n", {},
+       "job.yaml:5: parallel.zero: must be in 0..3, got 4"},
+      {"capacity factor 0", kData + "model:\n  moe:\n    capacity_factor: 0\n", {},
+       "job.yaml:6: model.moe.capacity_factor: must be > 0, got 0"},
+      {"one expert", kData + "model:\n  moe:\n    n_experts: 1\n", {},
+       "job.yaml:6: model.moe.n_experts: must be >= 2, got 1"},
+      {"n_head does not divide d_model", kData + "model:\n  d_model: 250\n  n_head: 4\n", {},
+       "job.yaml:5: model.d_model: must be a multiple of model.n_head (4), got 250"},
+      {"n_kv_head does not divide n_head",
+       kData + "model:\n  family: llama\n  n_head: 4\n  n_kv_head: 3\n", {},
+       "job.yaml:7: model.n_kv_head: must divide model.n_head (4), got 3"},
+      {"gpt2 with grouped-query attention", kData + "model:\n  n_head: 4\n  n_kv_head: 2\n", {},
+       "job.yaml:6: model.n_kv_head: gpt2 has no grouped-query attention: must equal model.n_head "
+       "(4), got 2 (grouped-query attention needs family: llama)"},
+      {"llama with an odd head dimension",
+       kData + "model:\n  family: llama\n  d_model: 12\n  n_head: 4\n", {},
+       "job.yaml:7: model.n_head: llama needs an even head dimension for rotary embeddings; "
+       "model.d_model / model.n_head = 12 / 4 = 3"},
+      {"global batch not a multiple", kData + "train:\n  micro_batch: 4\n  global_batch: 10\n", {},
+       "job.yaml:6: train.global_batch: must be a multiple of train.micro_batch (4), got 10"},
+      {"seq_len over max_seq_len", kData + "model:\n  max_seq_len: 64\ntrain:\n  seq_len: 128\n", {},
+       "job.yaml:7: train.seq_len: must be <= model.max_seq_len (64), got 128"},
+      {"seq_len over the default max_seq_len", kData + "train:\n  seq_len: 512\n", {},
+       "job.yaml:5: train.seq_len: must be <= model.max_seq_len (256), got 512"},
+      {"min_lr over lr", kData + "optimizer:\n  lr: 0.25\n  min_lr: 0.5\n", {},
+       "job.yaml:6: optimizer.min_lr: must be <= optimizer.lr (0.25), got 0.5"},
+      {"virtual stages without interleaved", kData + "parallel:\n  virtual_stages: 2\n", {},
+       "job.yaml:5: parallel.virtual_stages: needs parallel.pp_schedule: interleaved, got 2 with "
+       "pp_schedule: 1f1b"},
+      {"interleaved with one virtual stage", kData + "parallel:\n  pp_schedule: interleaved\n", {},
+       "job.yaml:5: parallel.pp_schedule: interleaved needs parallel.virtual_stages >= 2, got 1"},
+      {"more stages than layers", kData + "model:\n  n_layer: 2\nparallel:\n  pp: 4\n", {},
+       "job.yaml:7: parallel.pp: every pipeline stage needs a layer: pp * virtual_stages = 4 * 1 "
+       "must be <= model.n_layer (2)"},
+      {"top_k over n_experts", kData + "model:\n  moe:\n    n_experts: 4\n    top_k: 5\n", {},
+       "job.yaml:7: model.moe.top_k: must be <= model.moe.n_experts (4), got 5"},
+      {"expert parallelism without experts", kData + "parallel:\n  ep: 2\n", {},
+       "job.yaml:5: parallel.ep: expert parallelism needs a model.moe block, got ep 2"},
+      {"ep does not divide n_experts", kData + "model:\n  moe: {n_experts: 8}\nparallel:\n  ep: 3\n",
+       {}, "job.yaml:7: parallel.ep: must divide model.moe.n_experts (8), got 3"},
+      {"wsd decay longer than the run",
+       kData + "train:\n  steps: 100\noptimizer:\n  schedule: wsd\n  decay_steps: 200\n", {},
+       "job.yaml:8: optimizer.decay_steps: must be <= train.steps (100), got 200"},
+      {"missing data.train", "data:\n  val: v.bin\n", {},
+       "job.yaml:1: data.train: required: the training data (a path, glob or list)"},
+      {"no data section", "model:\n  n_layer: 2\n", {},
+       "job.yaml: data.train: required: the training data (a path, glob or list)"},
+      {"empty data.train", "data:\n  train: []\n  val: v.bin\n", {},
+       "job.yaml:2: data.train: expected at least one path, got a list"},
+      {"evaluation without validation data", "data:\n  train: t.bin\n", {},
+       "job.yaml:1: data.val: required when train.eval_every > 0 (it is 50); add validation data "
+       "or set train.eval_every: 0"},
+      {"blend weight zero", "data:\n  train:\n    - {path: a.bin, weight: 0}\n  val: v.bin\n", {},
+       "job.yaml:3: data.train[0].weight: must be > 0, got 0"},
+      {"blend with a misspelt key",
+       "data:\n  train:\n    - path: a.bin\n    - path: b.bin\n      wieght: 2\n  val: v.bin\n", {},
+       "job.yaml:5: unknown key 'data.train[1].wieght' (did you mean 'data.train[1].weight'?)"},
+      {"blend without a path", "data:\n  train:\n    - weight: 2\n  val: v.bin\n", {},
+       "job.yaml:3: data.train[0]: missing 'path'"},
+      {"YAML syntax error", "model: [1, 2\n", {}, "job.yaml:2:1: end of sequence flow not found"},
+      {"--set unknown key", kData, {"model.n_layers=3"},
+       "--set: unknown key 'model.n_layers' (did you mean 'model.n_layer'?)"},
+      {"--set unknown section", kData, {"optimiser.lr=3"},
+       "--set: unknown key 'optimiser' (did you mean 'optimizer'?)"},
+      {"--set without a value", kData, {"train.steps"}, "--set train.steps: expected key.path=value"},
+      {"--set wrong type", kData, {"train.steps=ten"},
+       "--set: train.steps: expected an integer, got 'ten'"},
+      {"--set breaks a rule between keys", kData + "train:\n  micro_batch: 4\n",
+       {"train.global_batch=10"},
+       "--set: train.global_batch: must be a multiple of train.micro_batch (4), got 10"},
+      {"--set into a section that is not a map", kData + "model: 5\n", {"model.n_layer=2"},
+       "job.yaml:4: model: expected a map of keys, got '5'"},
+  };
+  return specs;
+}
+
+}  // namespace
+
+TEST_CASE("bad job specs are refused with one exact line", "[cpu]") {
+  for (const auto& bad : bad_specs()) {
+    INFO(bad.what << "\n---\n" << bad.yaml << "---");
+    const std::string message = error_of(bad.yaml, bad.overrides);
+    CHECK(message == bad.message);
+    CHECK(message.find('\n') == std::string::npos);
+  }
+}
+
+TEST_CASE("a missing job file is refused with the system's reason", "[cpu]") {
+  const std::string path = std::string(TRAINER_BINARY_DIR) + "/no/such/job.yaml";
+  REQUIRE_THROWS_MATCHES(load_job_spec(path), trainer::InputError,
+                         Catch::Message(path + ": cannot read job spec: No such file or directory"));
+  const std::string dir = std::string(TRAINER_SOURCE_DIR) + "/configs";
+  REQUIRE_THROWS_MATCHES(load_job_spec(dir), trainer::InputError,
+                         Catch::Message(dir + ": cannot read job spec: Is a directory"));
+}
+
+// Each file in test/config/bad/ starts with "# error: <rest of the message>";
+// the message must be "<file>:<rest>".
+TEST_CASE("every file in test/config/bad is refused with its stated message", "[cpu]") {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::path(TRAINER_SOURCE_DIR) / "test/config/bad";
+  int count = 0;
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    if (entry.path().extension() != ".yaml") continue;
+    const std::string path = entry.path().string();
+    std::ifstream in(path);
+    std::string first;
+    std::getline(in, first);
+    const std::string prefix = "# error: ";
+    INFO(path);
+    REQUIRE(first.rfind(prefix, 0) == 0);
+    std::string message = "(accepted)";
+    try {
+      load_job_spec(path);
+    } catch (const trainer::InputError& e) {
+      message = e.what();
+    }
+    CHECK(message == path + ":" + first.substr(prefix.size()));
+    ++count;
+  }
+  CHECK(count >= 5);
+}
