@@ -1,0 +1,61 @@
+// trainer bench JOB.yaml [--steps N] [--set ...]: times training steps of the
+// job's model on synthetic tokens (the step's cost does not depend on token
+// values) and reports tokens/s, achieved FLOP/s and the share of the peak
+// measured in the same process (CPU: best large GEMM through the linear op).
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "cmd/subcommand.h"
+#include "engine/config/job_spec.h"
+#include "engine/peak_flops.h"
+#include "engine/trainer.h"
+
+namespace trainer::cmd {
+namespace {
+
+struct BenchArgs {
+  std::string job;
+  std::vector<std::string> overrides;
+  int steps = 5;
+};
+
+Registrar reg("bench", "benchmark training steps: tokens/s, FLOP/s, MFU", [](CLI::App& sub) {
+  auto args = std::make_shared<BenchArgs>();
+  sub.add_option("job", args->job, "job spec (YAML)")->required();
+  sub.add_option("--set", args->overrides, "override a key: key.path=value (repeatable)");
+  sub.add_option("--steps", args->steps, "timed steps (after one warm-up step)")
+      ->check(CLI::PositiveNumber);
+  return std::function<int()>([args] {
+    engine::JobSpec spec = engine::load_job_spec(args->job, args->overrides);
+    spec.train.steps = args->steps + 1;
+    spec.train.eval_every = 0;
+    engine::TrainerOptions options;
+    options.synthetic_data = true;
+    options.write_run_dir = false;
+    options.log = nullptr;
+    engine::Trainer trainer(spec, options);
+    double peak = engine::peak_flops(trainer.context(), spec.precision.compute);
+    trainer.train_step(1);  // warm-up: first touch of every arena page
+    double seconds = 0, tokens = 0, flops = 0;
+    for (int s = 2; s <= args->steps + 1; ++s) {
+      engine::StepRecord r = trainer.train_step(s);
+      seconds += r.seconds;
+      tokens += r.tokens_per_s * r.seconds;
+      flops += r.tflops * 1e12 * r.seconds;
+    }
+    double achieved = flops / seconds;
+    fmt::print("bench {}: {} steps of {} tokens on {}\n", spec.source_path, args->steps,
+               spec.train.global_batch * spec.train.seq_len,
+               device_name(trainer.context().device));
+    fmt::print("  peak (measured GEMM)  {:10.1f} GFLOP/s\n", peak / 1e9);
+    fmt::print("  step time             {:10.1f} ms\n", seconds / args->steps * 1e3);
+    fmt::print("  throughput            {:10.0f} tokens/s\n", tokens / seconds);
+    fmt::print("  achieved              {:10.1f} GFLOP/s\n", achieved / 1e9);
+    fmt::print("  of peak (MFU)         {:10.1f} %\n", 100.0 * achieved / peak);
+    return 0;
+  });
+});
+
+}  // namespace
+}  // namespace trainer::cmd

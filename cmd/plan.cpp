@@ -1,0 +1,47 @@
+// trainer plan JOB.yaml [--world N] [--set ...]: validates the job and prints
+// what each rank would hold, computed by the same code that `train` allocates
+// with, without allocating or launching anything.
+#include <fmt/format.h>
+
+#include "cmd/subcommand.h"
+#include "engine/config/job_spec.h"
+#include "engine/memory_plan.h"
+#include "engine/model_from_spec.h"
+#include "model/model.h"
+
+namespace trainer::cmd {
+namespace {
+
+struct PlanArgs {
+  std::string job;
+  std::vector<std::string> overrides;
+  int world = 1;
+};
+
+Registrar reg("plan", "validate a job and print its per-rank memory plan", [](CLI::App& sub) {
+  auto args = std::make_shared<PlanArgs>();
+  sub.add_option("job", args->job, "job spec (YAML)")->required();
+  sub.add_option("--set", args->overrides, "override a key: key.path=value (repeatable)");
+  sub.add_option("--world", args->world, "number of ranks to plan for")->check(CLI::PositiveNumber);
+  return std::function<int()>([args] {
+    engine::JobSpec spec = engine::load_job_spec(args->job, args->overrides);
+    TRAINER_INPUT_CHECK(args->world == 1,
+                        "--world {}: multi-rank plans need the parallel mesh (not built yet)",
+                        args->world);
+    model::Model model(engine::model_config(spec), engine::micro_batch_shape(spec));
+    engine::AdamW optimizer(spec.optimizer, model.buffers());
+    engine::MemoryPlan plan = engine::plan_memory(model.buffers(), optimizer);
+    fmt::print("job {}: {} model, {} layers, d_model {}, {} heads ({} kv), vocab {} (padded {})\n",
+               spec.source_path, engine::to_string(spec.model.family), spec.model.n_layer,
+               spec.model.d_model, spec.model.n_head, model.config().n_kv_head,
+               spec.model.vocab_size, model.config().padded_vocab());
+    fmt::print("micro-batch {} x {} tokens, global batch {}, {} accumulation steps\n",
+               spec.train.micro_batch, spec.train.seq_len, spec.train.global_batch,
+               spec.train.global_batch / spec.train.micro_batch);
+    fmt::print("world {}: per-rank memory\n{}", args->world, plan.describe());
+    return 0;
+  });
+});
+
+}  // namespace
+}  // namespace trainer::cmd

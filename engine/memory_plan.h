@@ -1,0 +1,43 @@
+// MemoryPlan: the bytes of every arena one rank holds, computed from the
+// declared buffers before anything is allocated. `trainer plan` prints it and
+// `trainer train` allocates exactly it (Arenas), so the two cannot disagree.
+#pragma once
+
+#include <array>
+#include <string>
+
+#include "engine/optimizer.h"
+#include "model/buffers.h"
+
+namespace trainer::engine {
+
+struct MemoryPlan {
+  std::array<size_t, model::kNumCategories> category{};  // parameters, gradients, activations, scratch
+  size_t optimizer = 0;                                  // AdamW m and v
+  int64_t num_params = 0;                                // elements held by this rank
+  size_t total() const;
+  std::string describe() const;  // the table `trainer plan` prints
+};
+
+MemoryPlan plan_memory(const model::Buffers& buffers, const AdamW& optimizer);
+
+// One allocation per arena of the plan, zeroed, bound to the buffers and the optimizer.
+class Arenas {
+ public:
+  Arenas(const MemoryPlan& plan, model::Buffers& buffers, AdamW& optimizer, Context& ctx);
+  ~Arenas();
+  Arenas(const Arenas&) = delete;
+  Arenas& operator=(const Arenas&) = delete;
+
+  size_t allocated_bytes() const { return allocated_; }
+
+ private:
+  void* take(size_t bytes, Context& ctx);
+  Device device_;
+  std::array<void*, model::kNumCategories + 1> blocks_{};
+  size_t allocated_ = 0;
+};
+
+std::string format_bytes(double bytes);
+
+}  // namespace trainer::engine

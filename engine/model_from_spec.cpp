@@ -1,0 +1,30 @@
+// JobSpec -> ModelConfig.
+#include "engine/model_from_spec.h"
+
+namespace trainer::engine {
+
+model::ModelConfig model_config(const JobSpec& spec) {
+  const ModelSpec& m = spec.model;
+  model::ModelConfig c;
+  c.family = m.family == Family::llama ? model::Family::llama : model::Family::gpt2;
+  c.n_layer = m.n_layer;
+  c.d_model = m.d_model;
+  c.n_head = m.n_head;
+  c.n_kv_head = m.n_kv_head > 0 ? m.n_kv_head : m.n_head;
+  c.d_ff = m.d_ff;
+  c.vocab_size = m.vocab_size;
+  c.max_seq_len = m.max_seq_len;
+  c.tie_embeddings = m.tie_embeddings;
+  c.rope_theta = static_cast<float>(m.rope_theta);
+  c.norm_eps = static_cast<float>(m.norm_eps);
+  c.init_std = static_cast<float>(m.init_std);
+  c.seed = spec.run.seed;
+  c.tp = spec.parallel.tp;
+  return c;
+}
+
+model::BatchShape micro_batch_shape(const JobSpec& spec) {
+  return model::BatchShape{spec.train.micro_batch, spec.train.seq_len};
+}
+
+}  // namespace trainer::engine

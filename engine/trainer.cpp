@@ -1,0 +1,215 @@
+// The training loop. Sample order depends only on the seed and the global
+// batch: step s uses samples [s*G, (s+1)*G), so any data-parallel layout sees
+// the same data as one rank.
+#include "engine/trainer.h"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+
+#include "engine/data/sample_source.h"
+#include "engine/lr_schedule.h"
+#include "engine/model_from_spec.h"
+#include "engine/peak_flops.h"
+#include "engine/stop_signal.h"
+#include "kernels/elementwise.h"
+#include "kernels/memory.h"
+#include "kernels/norm.h"
+#include "model/rng.h"
+
+namespace trainer::engine {
+
+namespace fs = std::filesystem;
+
+Trainer::Trainer(const JobSpec& spec, TrainerOptions options)
+    : spec_(spec), options_(options) {
+  ctx_.device = Device::cpu;
+  TRAINER_INPUT_CHECK(spec.run.device != DeviceKind::cuda,
+                      "{}: run.device: cuda is not available in this build's training loop yet "
+                      "(use cpu or auto)",
+                      spec.source_path);
+  const int T = spec.train.seq_len, B = spec.train.micro_batch;
+  accum_steps_ = spec.train.global_batch / B;
+
+  model_ = std::make_unique<model::Model>(model_config(spec), micro_batch_shape(spec));
+  optimizer_ = std::make_unique<AdamW>(spec.optimizer, model_->buffers());
+  plan_ = plan_memory(model_->buffers(), *optimizer_);
+  arenas_ = std::make_unique<Arenas>(plan_, model_->buffers(), *optimizer_, ctx_);
+  model_->init_parameters(ctx_);
+  norm_mem_ = device_alloc(ctx_.device, kArenaAlignment);
+  norm_out_ = Tensor(norm_mem_, {1}, DType::f32, ctx_.device);
+
+  if (!options_.synthetic_data) {
+    const DataSpec& d = spec.data;
+    train_data_ = data::SampleSource::open(d.train, d.format, T, spec.model.vocab_size,
+                                           spec.run.seed, d.shuffle);
+    if (!d.val.empty() && spec.train.eval_every > 0)
+      val_data_ = data::SampleSource::open(d.val, d.format, T, spec.model.vocab_size,
+                                           spec.run.seed, false);
+  }
+  host_tokens_.resize(static_cast<size_t>(T + 1));
+  host_ids_.resize(static_cast<size_t>(B) * T);
+  host_targets_.resize(static_cast<size_t>(B) * T);
+  host_losses_.resize(static_cast<size_t>(B) * T);
+  peak_flops_ = peak_flops(ctx_, spec.precision.compute);
+
+  if (options_.write_run_dir) {
+    fs::create_directories(spec.run.dir);
+    write_resolved_spec(spec, (fs::path(spec.run.dir) / "job.yaml").string());
+    if (spec.log.metrics == "jsonl") {
+      std::string path = (fs::path(spec.run.dir) / "metrics.jsonl").string();
+      metrics_ = std::fopen(path.c_str(), "a");
+      TRAINER_INPUT_CHECK(metrics_ != nullptr, "{}: cannot open for appending", path);
+    }
+  }
+  if (options_.log) {
+    fmt::print(options_.log, "model: {} params ({} layers, d_model {}, {} heads), device {}\n",
+               plan_.num_params, spec.model.n_layer, spec.model.d_model, spec.model.n_head,
+               device_name(ctx_.device));
+    fmt::print(options_.log, "memory plan:\n{}", plan_.describe());
+    if (train_data_) fmt::print(options_.log, "train data: {}\n", train_data_->describe());
+    if (val_data_) fmt::print(options_.log, "val data: {}\n", val_data_->describe());
+    std::fflush(options_.log);
+  }
+}
+
+Trainer::~Trainer() {
+  if (metrics_) std::fclose(metrics_);
+  device_free(ctx_.device, norm_mem_);
+}
+
+void Trainer::load_micro_batch(const data::SampleSource* source, int64_t first_sample) {
+  const int T = spec_.train.seq_len, B = spec_.train.micro_batch;
+  const uint64_t V = static_cast<uint64_t>(spec_.model.vocab_size);
+  for (int b = 0; b < B; ++b) {
+    if (source) {
+      source->get(first_sample + b, host_tokens_.data());
+    } else {  // synthetic: tokens are a pure function of (seed, sample, position)
+      for (int t = 0; t <= T; ++t) {
+        uint64_t h = model::hash_name(fmt::format("{}:{}:{}", spec_.run.seed, first_sample + b, t));
+        host_tokens_[t] = static_cast<int32_t>(h % V);
+      }
+    }
+    std::copy(host_tokens_.begin(), host_tokens_.begin() + T, host_ids_.begin() + b * T);
+    std::copy(host_tokens_.begin() + 1, host_tokens_.end(), host_targets_.begin() + b * T);
+  }
+  copy_from_host(model_->input_ids(), host_ids_.data());
+  copy_from_host(model_->targets(), host_targets_.data());
+}
+
+double Trainer::micro_batch_loss_sum() {
+  copy_to_host(host_losses_.data(), model_->losses(ctx_));
+  double sum = 0;
+  for (float l : host_losses_) sum += l;
+  return sum;
+}
+
+double Trainer::grad_norm() {
+  fill(ctx_, norm_out_, 0.0f);
+  const model::Buffers& buf = model_->buffers();
+  size_t bytes = buf.category_bytes(model::Category::gradients);
+  // The gradient arena is walked flat: alignment gaps are zero.
+  Tensor all = buf.get(buf.params().front().grad);
+  all = Tensor(all.data, {int64_t(bytes / sizeof(float))}, DType::f32, ctx_.device);
+  sum_of_squares(ctx_, norm_out_, all);
+  float sq = 0;
+  copy_to_host(&sq, norm_out_);
+  return std::sqrt(static_cast<double>(sq));
+}
+
+StepRecord Trainer::train_step(int step) {
+  auto t0 = std::chrono::steady_clock::now();
+  const int B = spec_.train.micro_batch, T = spec_.train.seq_len, G = spec_.train.global_batch;
+  const double tokens = double(G) * T;
+  model_->zero_grads(ctx_);
+  double loss_sum = 0;
+  for (int m = 0; m < accum_steps_; ++m) {
+    load_micro_batch(train_data_.get(), int64_t(step - 1) * G + int64_t(m) * B);
+    model_->forward(ctx_);
+    loss_sum += micro_batch_loss_sum();
+    model_->backward(ctx_, static_cast<float>(1.0 / tokens));
+  }
+  StepRecord r;
+  r.step = step;
+  r.loss = loss_sum / tokens;
+  r.grad_norm = grad_norm();
+  double clip = spec_.optimizer.grad_clip;
+  float grad_scale = 1.0f;
+  if (clip > 0 && r.grad_norm > clip) grad_scale = static_cast<float>(clip / r.grad_norm);
+  r.lr = learning_rate(spec_.optimizer, spec_.train.steps, step);
+  optimizer_->step(ctx_, step, static_cast<float>(r.lr), grad_scale);
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  r.tokens_per_s = tokens / r.seconds;
+  double flops = model_->flops_per_token() * r.tokens_per_s;
+  r.tflops = flops / 1e12;
+  r.mfu = peak_flops_ > 0 ? flops / peak_flops_ : 0.0;
+  history_.push_back(r);
+  return r;
+}
+
+double Trainer::evaluate() {
+  if (!val_data_) return std::nan("");
+  const int B = spec_.train.micro_batch, T = spec_.train.seq_len;
+  double sum = 0;
+  for (int i = 0; i < spec_.train.eval_batches; ++i) {
+    load_micro_batch(val_data_.get(), int64_t(i) * B);
+    model_->forward(ctx_);
+    sum += micro_batch_loss_sum();
+  }
+  return sum / (double(spec_.train.eval_batches) * B * T);
+}
+
+void Trainer::log_step(const StepRecord& r) {
+  if (options_.log && (r.step % spec_.train.log_every == 0 || r.step == 1 ||
+                       r.step == spec_.train.steps)) {
+    fmt::print(options_.log,
+               "step {:>5}/{} | loss {:.4f} | lr {:.3e} | grad norm {:.4f} | {:.0f} tok/s | "
+               "{:.2f} GFLOP/s | mfu {:.1f}% | {:.0f} ms\n",
+               r.step, spec_.train.steps, r.loss, r.lr, r.grad_norm, r.tokens_per_s,
+               r.tflops * 1e3, r.mfu * 100, r.seconds * 1e3);
+    std::fflush(options_.log);
+  }
+  if (metrics_) {
+    fmt::print(metrics_,
+               "{{\"step\": {}, \"loss\": {:.9g}, \"lr\": {:.9g}, \"grad_norm\": {:.9g}, "
+               "\"tokens_per_s\": {:.6g}, \"tflops\": {:.6g}, \"mfu\": {:.6g}}}\n",
+               r.step, r.loss, r.lr, r.grad_norm, r.tokens_per_s, r.tflops, r.mfu);
+    std::fflush(metrics_);
+  }
+}
+
+void Trainer::log_eval(int step, double val_loss) {
+  if (options_.log) {
+    fmt::print(options_.log, "step {:>5}/{} | val loss {:.4f}\n", step, spec_.train.steps,
+               val_loss);
+    std::fflush(options_.log);
+  }
+  if (metrics_) {
+    fmt::print(metrics_, "{{\"step\": {}, \"val_loss\": {:.9g}}}\n", step, val_loss);
+    std::fflush(metrics_);
+  }
+}
+
+int Trainer::run() {
+  install_stop_handlers();
+  int done = 0;
+  for (int step = 1; step <= spec_.train.steps; ++step) {
+    StepRecord r = train_step(step);
+    TRAINER_CHECK(std::isfinite(r.loss), "step {}: loss is {} (diverged)", step, r.loss);
+    log_step(r);
+    done = step;
+    bool last = step == spec_.train.steps;
+    if (val_data_ && spec_.train.eval_every > 0 && (step % spec_.train.eval_every == 0 || last))
+      log_eval(step, evaluate());
+    if (stop_requested() && !last) {
+      if (options_.log)
+        fmt::print(options_.log, "stopped after step {} on signal {}\n", step, stop_signal());
+      break;
+    }
+  }
+  return done;
+}
+
+}  // namespace trainer::engine

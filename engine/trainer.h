@@ -1,0 +1,77 @@
+// Trainer: the training loop of one rank. Builds the model from the spec,
+// allocates the memory plan, opens the data, and runs optimizer steps with
+// gradient accumulation, clipping, LR schedule, evaluation and logging.
+#pragma once
+
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/config/job_spec.h"
+#include "engine/memory_plan.h"
+#include "engine/optimizer.h"
+#include "model/model.h"
+
+namespace trainer::engine {
+
+namespace data {
+class SampleSource;
+}
+
+struct StepRecord {
+  int step = 0;
+  double loss = 0, lr = 0, grad_norm = 0, tokens_per_s = 0, tflops = 0, mfu = 0;
+  double seconds = 0;
+};
+
+struct TrainerOptions {
+  bool synthetic_data = false;  // bench: uniform random tokens instead of data.train
+  bool write_run_dir = true;    // job.yaml and metrics.jsonl in run.dir
+  FILE* log = stdout;           // nullptr = silent
+};
+
+class Trainer {
+ public:
+  explicit Trainer(const JobSpec& spec, TrainerOptions options = {});
+  ~Trainer();
+
+  // Runs train.steps optimizer steps (or until a stop signal); returns the steps run.
+  int run();
+  // One optimizer step (1-based); returns its record.
+  StepRecord train_step(int step);
+  // Mean validation loss over eval_batches micro-batches (the same ones every time).
+  double evaluate();
+
+  const MemoryPlan& plan() const { return plan_; }
+  size_t allocated_bytes() const { return arenas_->allocated_bytes(); }
+  const std::vector<StepRecord>& history() const { return history_; }
+  model::Model& model() { return *model_; }
+  Context& context() { return ctx_; }
+
+ private:
+  void load_micro_batch(const data::SampleSource* source, int64_t first_sample);
+  double micro_batch_loss_sum();
+  double grad_norm();
+  void log_step(const StepRecord& r);
+  void log_eval(int step, double val_loss);
+
+  JobSpec spec_;
+  TrainerOptions options_;
+  Context ctx_;
+  std::unique_ptr<model::Model> model_;
+  std::unique_ptr<AdamW> optimizer_;
+  MemoryPlan plan_;
+  std::unique_ptr<Arenas> arenas_;
+  std::unique_ptr<data::SampleSource> train_data_, val_data_;
+  std::vector<int32_t> host_tokens_, host_ids_, host_targets_;
+  std::vector<float> host_losses_;
+  Tensor norm_out_;  // (1) f32 on the device, for the gradient norm
+  void* norm_mem_ = nullptr;
+  double peak_flops_ = 0;
+  int accum_steps_ = 1;
+  std::vector<StepRecord> history_;
+  FILE* metrics_ = nullptr;
+};
+
+}  // namespace trainer::engine
