@@ -42,7 +42,7 @@ TEST_CASE("MPICH / Intel MPI PMI variables", "[cpu]") {
 }
 
 TEST_CASE("Slurm srun variables", "[cpu]") {
-  EnvMap env{{"SLURM_PROCID", "6"},        {"SLURM_NTASKS", "8"},
+  const EnvMap env{{"SLURM_PROCID", "6"},        {"SLURM_NTASKS", "8"},
              {"SLURM_LOCALID", "2"},       {"SLURM_STEP_ID", "0"},
              {"SLURM_NODEID", "1"},        {"SLURM_STEP_TASKS_PER_NODE", "4(x2)"},
              {"SLURM_JOB_NODELIST", "node[01-02]"}};
@@ -52,10 +52,13 @@ TEST_CASE("Slurm srun variables", "[cpu]") {
   REQUIRE(rendezvous_address(e).host == "node01");
   REQUIRE(rendezvous_address(e).port == 29500);
 
-  env["SLURM_STEP_TASKS_PER_NODE"] = "3,5";
-  env["SLURM_PROCID"] = "7";
-  env["SLURM_LOCALID"] = "4";
-  e = detect_launch_env(env);
+  // Uneven nodes: 3 tasks on node 0, 5 on node 1.
+  e = detect_launch_env(EnvMap{{"SLURM_PROCID", "7"},
+                               {"SLURM_NTASKS", "8"},
+                               {"SLURM_LOCALID", "4"},
+                               {"SLURM_STEP_ID", "0"},
+                               {"SLURM_NODEID", "1"},
+                               {"SLURM_STEP_TASKS_PER_NODE", "3,5"}});
   REQUIRE(e.local_world == 5);
 
   // A batch script (no job step) is one process, whatever SLURM_NTASKS says.

@@ -14,6 +14,7 @@
 #include "kernels/error.h"
 #include "parallel/communicator.h"
 #include "parallel/grad_sync.h"
+#include "parallel/mesh.h"
 #include "parallel/tcp_rendezvous.h"
 #include "parallel/watchdog.h"
 
@@ -194,3 +195,36 @@ TEST_CASE("TCP rendezvous times out naming the address", "[cpu]") {
   REQUIRE_THROWS_WITH(tcp_broadcast("127.0.0.1", port, 1, 2, {}, 0.3),
                       Catch::Contains("127.0.0.1:" + std::to_string(port)));
 }
+
+TEST_CASE("a one-rank mesh holds single-rank communicators on every axis", "[cpu]") {
+  LaunchEnv env;  // no launcher
+  MeshRequest request;
+  Mesh mesh(env, resolve_mesh(request), Device::cpu, 5.0);
+  REQUIRE(mesh.logs());
+  for (Axis axis : kAllAxes) {
+    REQUIRE(mesh.comm(axis).size() == 1);
+    REQUIRE(mesh.comm(axis).name() == axis_name(axis));
+  }
+  float x = 2.0f;
+  mesh.comm(Axis::dp).all_reduce(Tensor(&x, {1}), ReduceOp::avg);
+  REQUIRE(x == 2.0f);
+  request.world = 2;
+  REQUIRE_THROWS_WITH(Mesh(env, resolve_mesh(request), Device::cpu),
+                      "parallel: the mesh was resolved for world 2 but the launcher (none) "
+                      "started 1 ranks");
+}
+
+#if !TRAINER_MPI
+TEST_CASE("a build without MPI refuses a multi-rank CPU launch", "[cpu]") {
+  LaunchEnv env;
+  env.launcher = "openmpi";
+  env.rank = 0;
+  env.world = 2;
+  env.local_world = 2;
+  MeshRequest request;
+  request.world = 2;
+  REQUIRE_THROWS_WITH(Mesh(env, resolve_mesh(request), Device::cpu),
+                      "parallel: 2 ranks were launched (openmpi) but this build has no MPI; "
+                      "install libopenmpi-dev and rebuild, or run one rank");
+}
+#endif
