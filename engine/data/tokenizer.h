@@ -1,0 +1,99 @@
+// GPT-2 byte-level BPE: loads encoder.json + vocab.bpe (or HF vocab.json +
+// merges.txt), encodes text to ids exactly as GPT-2 does (pre-tokenizer, then
+// merges applied by rank within each piece) and decodes ids back to bytes.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace trainer::engine::data {
+
+// Cache of piece -> ids for one thread; bounded (cleared when full) so memory
+// stays flat on any corpus. The ids never depend on the cache.
+class WordCache {
+ public:
+  explicit WordCache(size_t max_bytes = size_t(64) << 20);
+  // The ids of `word`, or nullptr (n untouched) when it is not cached.
+  const int32_t* find(std::string_view word, uint64_t hash, uint32_t* n) const;
+  void insert(std::string_view word, uint64_t hash, const int32_t* ids, uint32_t n);
+  static uint64_t hash(std::string_view word);
+
+ private:
+  struct Slot {
+    uint64_t hash = 0;
+    uint32_t key_off = 0, key_len = 0, ids_off = 0, num_ids = 0;
+    bool used = false;
+  };
+  void clear();
+  size_t max_bytes_;
+  std::vector<Slot> slots_;
+  size_t num_used_ = 0;
+  std::string keys_;
+  std::vector<int32_t> ids_;
+};
+
+class Tokenizer {
+ public:
+  // vocab_path: a JSON object token -> id (GPT-2 encoder.json or HF vocab.json);
+  // merges_path: one merge "a b" per line, ranked by line order (vocab.bpe or
+  // merges.txt; a first line starting with "#version" is skipped).
+  static Tokenizer load(const std::string& vocab_path, const std::string& merges_path);
+  // Same from the files' contents (names are only for messages).
+  static Tokenizer from_text(std::string_view vocab_json, std::string_view merges,
+                            const std::string& vocab_name, const std::string& merges_name);
+
+  int vocab_size() const { return static_cast<int>(token_bytes_.size()); }  // largest id + 1
+  int eot_id() const { return eot_id_; }  // id of <|endoftext|>, -1 when absent
+  int num_merges() const { return num_merges_; }
+
+  // Appends the ids of text to out. cache may be null.
+  void encode(std::string_view text, std::vector<int32_t>& out, WordCache* cache = nullptr) const;
+  std::vector<int32_t> encode(std::string_view text) const;
+  // Appends the BPE ids of one pre-tokenized piece (any length >= 1).
+  void encode_piece(std::string_view piece, std::vector<int32_t>& out) const;
+  // GPT-2's own merge loop (quadratic; the reference encode_piece is tested against).
+  void encode_piece_reference(std::string_view piece, std::vector<int32_t>& out) const;
+
+  // Exact inverse of encode: the bytes of the ids, concatenated. An id outside
+  // the vocabulary is an InputError.
+  std::string decode(const int32_t* ids, size_t n) const;
+  std::string decode(const std::vector<int32_t>& ids) const { return decode(ids.data(), ids.size()); }
+  const std::string& token_bytes(int id) const { return token_bytes_[id]; }
+
+ private:
+  struct Merge {
+    int32_t rank;
+    int32_t id;
+  };
+  // Open-addressing table (left id, right id) -> merge; the hot lookup of BPE.
+  struct PairTable {
+    std::vector<uint64_t> keys;
+    std::vector<Merge> values;
+    uint64_t mask = 0;
+    void build(const std::vector<std::pair<uint64_t, Merge>>& items);
+    const Merge* find(int32_t a, int32_t b) const {
+      uint64_t key = (uint64_t(uint32_t(a)) << 32) | uint32_t(b);
+      uint64_t h = (key * 0x9E3779B97F4A7C15ull) >> 20;
+      for (uint64_t i = h & mask;; i = (i + 1) & mask) {
+        if (keys[i] == key) return &values[i];
+        if (keys[i] == kEmpty) return nullptr;
+      }
+    }
+    static constexpr uint64_t kEmpty = ~0ull;
+  };
+  void encode_long_piece(std::string_view piece, std::vector<int32_t>& out) const;
+
+  std::vector<std::string> token_bytes_;  // id -> bytes
+  int32_t byte_id_[256];
+  PairTable pairs_;
+  int eot_id_ = -1;
+  int num_merges_ = 0;
+};
+
+// GPT-2's reversible map of the 256 byte values to printable code points (the
+// alphabet vocabulary files are written in).
+const uint32_t* byte_to_unicode_table();
+
+}  // namespace trainer::engine::data
