@@ -174,6 +174,16 @@ class NcclCommunicator final : public Communicator {
     TRAINER_CHECK(static_cast<int>(send_counts.size()) == size() &&
                       static_cast<int>(recv_counts.size()) == size(),
                   "all_to_allv on axis {}: counts for {} ranks expected", name(), size());
+    TRAINER_CHECK(send.dtype == recv.dtype, "all_to_allv on axis {}: dtypes differ", name());
+    int64_t send_total = 0, recv_total = 0;
+    for (int p = 0; p < size(); ++p) {
+      TRAINER_CHECK(send_counts[p] >= 0 && recv_counts[p] >= 0,
+                    "all_to_allv on axis {}: negative count", name());
+      send_total += send_counts[p];
+      recv_total += recv_counts[p];
+    }
+    check_count(*this, "all_to_allv", send, send_total, "send (sum of send_counts)");
+    check_count(*this, "all_to_allv", recv, recv_total, "recv (sum of recv_counts)");
     const size_t elem = dtype_size(send.dtype);
     const ncclDataType_t type = nccl_type(send.dtype);
     int64_t send_off = 0, recv_off = 0;
@@ -192,8 +202,6 @@ class NcclCommunicator final : public Communicator {
       recv_off += recv_counts[p];
     }
     NCCL_CHECK(comm_, ncclGroupEnd(), timeout_s_);
-    check_count(*this, "all_to_allv", send, send_off, "send (sum of send_counts)");
-    check_count(*this, "all_to_allv", recv, recv_off, "recv (sum of recv_counts)");
     track("all_to_allv");
   }
   void barrier() override {
