@@ -72,6 +72,7 @@ GradReducer::GradReducer(Communicator& dp, Tensor arena, std::vector<GradRange> 
 void GradReducer::reduce_bucket(int b) {
   const GradBucket& bucket = buckets_[b];
   Tensor flat = arena_.view({arena_.numel()}).slice(bucket.begin, bucket.end);
+  if (before_reduce_) before_reduce_();
   dp_.all_reduce(flat, ReduceOp::avg);
   reduced_[b] = true;
 }

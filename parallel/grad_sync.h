@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <vector>
 
@@ -43,6 +44,10 @@ class GradReducer {
  public:
   GradReducer(Communicator& dp, Tensor arena, std::vector<GradRange> grads, int64_t bucket_bytes);
 
+  // Runs before each bucket's reduction is issued. On the GPU: make the
+  // communicator's stream wait for the compute stream (cudaEventRecord +
+  // cudaStreamWaitEvent) so the bucket's gradients are complete.
+  void set_before_reduce(std::function<void()> hook) { before_reduce_ = std::move(hook); }
   void mark_ready(int tensor);
   // Reduces every bucket not yet reduced, waits, and re-arms for the next step.
   void finish();
@@ -60,6 +65,7 @@ class GradReducer {
   std::vector<int> missing_;      // bucket -> tensors not yet ready
   std::vector<bool> reduced_;     // bucket -> reduced this step
   std::vector<bool> ready_;       // tensor -> marked this step
+  std::function<void()> before_reduce_;
 };
 
 // ZeRO layout of a flat arena of `numel` elements over `dp_size` ranks: the

@@ -41,12 +41,17 @@ int main(int argc, char** argv) {
     };
     const double t_ar = time([&] { reducer.reduce_all(); });
     const double t_rs = time([&] { zero_reduce_scatter(dp, Tensor(arena.data(), {shard.padded}), shard); });
+    std::vector<float> recv(shard.shard);
+    const double t_rs_out = time([&] {
+      dp.reduce_scatter(Tensor(arena.data(), {shard.padded}), Tensor(recv.data(), {shard.shard}),
+                        ReduceOp::avg);
+    });
     const double t_ag = time([&] { zero_all_gather(dp, Tensor(arena.data(), {shard.padded}), shard); });
     if (mesh.logs()) {
       std::printf("dp %d, %.1fM fp32 (%.0f MB), %zu buckets of %.0f MB: bucketed all_reduce %.3f s, "
-                  "reduce_scatter %.3f s, all_gather %.3f s\n",
+                  "reduce_scatter %.3f s (out of place %.3f s), all_gather %.3f s\n",
                   dp.size(), numel / 1e6, numel * 4.0 / (1 << 20), reducer.buckets().size(),
-                  bucket_bytes / double(1 << 20), t_ar, t_rs, t_ag);
+                  bucket_bytes / double(1 << 20), t_ar, t_rs, t_rs_out, t_ag);
     }
   });
 }

@@ -74,10 +74,15 @@ TEST_CASE("grad reducer on one rank reduces every bucket once", "[cpu]") {
   const std::vector<float> original = arena;
   GradReducer reducer(*comm, Tensor(arena.data(), {1000}),
                       {{450, 550}, {400, 50}, {100, 300}, {0, 100}}, 1000);
+  int hooks = 0;
+  reducer.set_before_reduce([&] { ++hooks; });
   reducer.mark_ready(0);
+  REQUIRE(hooks == 1);  // bucket 0 = tensor 0 alone: reduced at once
   reducer.mark_ready(1);
+  REQUIRE(hooks == 1);  // bucket 1 still waits for tensor 2
   REQUIRE_THROWS_AS(reducer.mark_ready(1), Error);
   reducer.finish();
+  REQUIRE(hooks == 3);
   REQUIRE(arena == original);
   reducer.mark_ready(1);  // re-armed after finish
   reducer.finish();
