@@ -289,7 +289,7 @@ void read_parallel(Section s, ParallelSpec& p) {
     const YAML::Node n = s.get("dp");
     if (n.IsScalar() && n.Scalar() == "auto") {
       p.dp = 0;
-    } else if (!n.IsScalar() || n.Scalar().find_first_not_of("+0123456789") != std::string::npos) {
+    } else if (!n.IsScalar() || n.Scalar().find_first_not_of("+-0123456789") != std::string::npos) {
       r.fail(s.path("dp"), n.Mark(), "expected 'auto' or an integer >= 1, got " + spec::describe(n));
     } else {
       s.read("dp", p.dp, 1);

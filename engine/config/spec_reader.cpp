@@ -89,11 +89,13 @@ std::string did_you_mean(const KeyNode& parent, const std::string& parent_path,
     const int d = levenshtein(key, c.name);
     if (d < best_d) best = &c, best_d = d;
   }
-  if (best) return " (did you mean '" + join(parent_path, best->name) + "'?)";
-  // A key put in the wrong section, e.g. model.lr.
+  if (best && best_d <= 1) return " (did you mean '" + join(parent_path, best->name) + "'?)";
+  // A key put in the wrong section (model.lr, optimizer.steps) beats a two-edit
+  // match in its own section (optimizer.eps).
   for (const auto& section : key_tree().children)
     if (section.child(key) && section.name != parent_path)
       return " (did you mean '" + section.name + "." + key + "'?)";
+  if (best) return " (did you mean '" + join(parent_path, best->name) + "'?)";
   return "";
 }
 

@@ -218,7 +218,7 @@ TEST_CASE("dp, loss_scale and the nullable keys", "[cpu]") {
         200);
 }
 
-TEST_CASE("--set overrides are applied before checking", "[cpu]") {
+TEST_CASE("command-line overrides (--set) are applied before checking", "[cpu]") {
   const std::string yaml = kData + "train:\n  steps: 100\nparallel:\n  dp: 2\n";
   CHECK(parse(yaml, {"train.steps=10"}).train.steps == 10);
   CHECK(parse(yaml, {"parallel.dp=auto"}).parallel.dp == 0);
