@@ -350,8 +350,11 @@ std::unique_ptr<Communicator> nccl_split(Communicator& parent, int color, int ke
                 parent.name());
   ncclConfig_t cfg = nonblocking_config();
   ncclComm_t comm = nullptr;
-  NCCL_CHECK(nccl_parent->comm(), ncclCommSplit(nccl_parent->comm(), color, key, &comm, &cfg),
-             timeout_s);
+  // A non-blocking split answers ncclInProgress; the new communicator, not
+  // the parent, is then polled until it is ready.
+  const ncclResult_t rc = ncclCommSplit(nccl_parent->comm(), color, key, &comm, &cfg);
+  TRAINER_CHECK(rc == ncclSuccess || rc == ncclInProgress, "ncclCommSplit of axis {}: {}: {}",
+                name, ncclGetErrorString(rc), ncclGetLastError(nccl_parent->comm()));
   const ncclResult_t state = wait_ready(comm, timeout_s);
   TRAINER_CHECK(state == ncclSuccess, "NCCL split of axis {}: {}", name, ncclGetErrorString(state));
   return std::make_unique<NcclCommunicator>(std::move(name), comm, nccl_parent->device(),
