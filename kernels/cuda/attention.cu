@@ -4,6 +4,7 @@
 // written by its group's first query head (beta = 0) and accumulated by the rest
 // (beta = 1), so no atomics are needed. fp32 only. Scores live in a (B, T, T)
 // scratch buffer (two in backward) reused head after head.
+#include <algorithm>
 #include <cmath>
 
 #include "kernels/attention.h"
@@ -42,15 +43,22 @@ __global__ void causal_probs_kernel(float* S, const float* lse, int64_t T, int64
     row[c] = c <= t ? expf(row[c] - row_lse) : 0.0f;
 }
 
+// Element strides (b, t, h) of a (B, T, heads, D) view whose head dim is contiguous.
+struct HeadStrides {
+  int64_t b, t, h;
+};
+
 // dS = P * (dP - sum_d dO * O) * scale, in place of dP; one block per row.
 __global__ void softmax_backward_kernel(float* dP, const float* P, const float* dout,
-                                        const float* out, int64_t T, int64_t H, int64_t D,
-                                        int64_t h, float scale) {
+                                        HeadStrides dout_stride, const float* out,
+                                        HeadStrides out_stride, int64_t T, int64_t D, int64_t h,
+                                        float scale) {
   __shared__ float shared[32];
-  const int64_t r = blockIdx.x;
-  const int64_t offset = (r * H + h) * D;  // (b, t, h, 0) of (B, T, H, D)
+  const int64_t r = blockIdx.x, b = r / T, t = r % T;
+  const float* dy = dout + b * dout_stride.b + t * dout_stride.t + h * dout_stride.h;
+  const float* y = out + b * out_stride.b + t * out_stride.t + h * out_stride.h;
   float dot = 0.0f;
-  for (int64_t d = threadIdx.x; d < D; d += blockDim.x) dot += dout[offset + d] * out[offset + d];
+  for (int64_t d = threadIdx.x; d < D; d += blockDim.x) dot += dy[d] * y[d];
   dot = block_sum(dot, shared);
   float* drow = dP + r * T;
   const float* prow = P + r * T;
@@ -61,10 +69,20 @@ struct Shape {
   int64_t B, T, H, Hkv, D;
 };
 
+// q, k, v, out and their gradients may be views into fused buffers (as on the
+// CPU): any non-negative strides, but a contiguous head dim.
+void check_heads(const Tensor& t, const char* op, const char* name) {
+  TRAINER_CHECK(t.device == Device::cuda, "{}: {} {} is not on the GPU", op, name, t.str());
+  check_dtype(t, DType::f32, op, name);
+  TRAINER_CHECK(t.ndim != 4 || t.stride[3] == 1 || t.shape[3] == 1,
+                "{}: {} {} needs a contiguous head dim", op, name, t.str());
+  TRAINER_CHECK(t.ndim != 4 || (t.stride[0] >= 0 && t.stride[1] >= 0 && t.stride[2] >= 0),
+                "{}: {} {} has negative strides", op, name, t.str());
+}
+
 Shape check_shapes(const char* op, const Tensor& q, const Tensor& k, const Tensor& v) {
   for (const Tensor* t : {&q, &k, &v}) {
-    check_cuda(*t, op, "q/k/v");
-    check_dtype(*t, DType::f32, op, "q/k/v");
+    check_heads(*t, op, "q/k/v");
     TRAINER_CHECK(t->ndim == 4, "{}: {} must be (B, T, heads, D)", op, t->str());
   }
   const Shape s{q.shape[0], q.shape[1], q.shape[2], k.shape[2], q.shape[3]};
@@ -78,16 +96,17 @@ Shape check_shapes(const char* op, const Tensor& q, const Tensor& k, const Tenso
 }
 
 void check_like(const Tensor& t, const Tensor& ref, const char* op, const char* name) {
-  check_cuda(t, op, name);
-  check_dtype(t, DType::f32, op, name);
+  check_heads(t, op, name);
   check_shape(t, {ref.shape[0], ref.shape[1], ref.shape[2], ref.shape[3]}, name);
 }
 
-// Row-major (B batches of) [rows x cols] views of one head inside (B, T, heads, D).
-GemmOperand head(const void* base, int64_t head_idx, int64_t heads, const Shape& s) {
-  return {static_cast<const float*>(base) + head_idx * s.D, DType::f32, heads * s.D,
-          s.T * heads * s.D};
+// Head h of a (B, T, heads, D) view as B row-major (T, D) matrices.
+GemmOperand head(const Tensor& t, int64_t h) {
+  // A dim of size 1 may carry any stride; cuBLASLt still wants ld >= D.
+  const int64_t ld = t.shape[1] == 1 ? std::max<int64_t>(t.stride[1], t.shape[3]) : t.stride[1];
+  return {static_cast<const float*>(t.data) + h * t.stride[2], DType::f32, ld, t.stride[0]};
 }
+HeadStrides strides(const Tensor& t) { return {t.stride[0], t.stride[1], t.stride[2]}; }
 GemmOperand scores(const float* S, const Shape& s) { return {S, DType::f32, s.T, s.T * s.T}; }
 
 void batched(CudaState& st, GemmOperand a, bool trans_a, GemmOperand b, bool trans_b,
@@ -125,13 +144,13 @@ void attention_forward(Context& ctx, Tensor out, Tensor lse, Tensor q, Tensor k,
   for (int64_t h = 0; h < s.H; ++h) {
     const int64_t j = h / group;
     // S (T, T) = scale * q_h (T, D) @ k_j (T, D)^T
-    batched(st, head(q.data, h, s.H, s), false, head(k.data, j, s.Hkv, s), true, scores(S, s), s.T,
+    batched(st, head(q, h), false, head(k, j), true, scores(S, s), s.T,
             s.T, s.D, batch, scale, 0.0f);
     causal_softmax_kernel<<<static_cast<unsigned>(s.B * s.T), kThreads, 0, st.stream>>>(
         S, static_cast<float*>(lse.data), s.T, s.H, h);
     CUDA_LAUNCH_CHECK();
     // out_h (T, D) = P (T, T) @ v_j (T, D)
-    batched(st, scores(S, s), false, head(v.data, j, s.Hkv, s), false, head(out.data, h, s.H, s),
+    batched(st, scores(S, s), false, head(v, j), false, head(out, h),
             s.T, s.D, s.T, batch, 1.0f, 0.0f);
   }
 }
@@ -160,26 +179,26 @@ void attention_backward(Context& ctx, Tensor dq, Tensor dk, Tensor dv, Tensor do
   for (int64_t h = 0; h < s.H; ++h) {
     const int64_t j = h / group;
     const float kv_beta = h % group == 0 ? 0.0f : 1.0f;  // first head of the group writes
-    batched(st, head(q.data, h, s.H, s), false, head(k.data, j, s.Hkv, s), true, scores(P, s), s.T,
+    batched(st, head(q, h), false, head(k, j), true, scores(P, s), s.T,
             s.T, s.D, batch, scale, 0.0f);
     causal_probs_kernel<<<rows, kThreads, 0, st.stream>>>(P, static_cast<const float*>(lse.data),
                                                           s.T, s.H, h);
     CUDA_LAUNCH_CHECK();
     // dv_j (T, D) (+)= P^T (T, T) @ dout_h (T, D)
-    batched(st, scores(P, s), true, head(dout.data, h, s.H, s), false, head(dv.data, j, s.Hkv, s),
+    batched(st, scores(P, s), true, head(dout, h), false, head(dv, j),
             s.T, s.D, s.T, batch, 1.0f, kv_beta);
     // dP (T, T) = dout_h (T, D) @ v_j (T, D)^T
-    batched(st, head(dout.data, h, s.H, s), false, head(v.data, j, s.Hkv, s), true, scores(dP, s),
+    batched(st, head(dout, h), false, head(v, j), true, scores(dP, s),
             s.T, s.T, s.D, batch, 1.0f, 0.0f);
     softmax_backward_kernel<<<rows, kThreads, 0, st.stream>>>(
-        dP, P, static_cast<const float*>(dout.data), static_cast<const float*>(out.data), s.T, s.H,
-        s.D, h, scale);
+        dP, P, static_cast<const float*>(dout.data), strides(dout),
+        static_cast<const float*>(out.data), strides(out), s.T, s.D, h, scale);
     CUDA_LAUNCH_CHECK();
     // dq_h (T, D) = dS (T, T) @ k_j (T, D)
-    batched(st, scores(dP, s), false, head(k.data, j, s.Hkv, s), false, head(dq.data, h, s.H, s),
+    batched(st, scores(dP, s), false, head(k, j), false, head(dq, h),
             s.T, s.D, s.T, batch, 1.0f, 0.0f);
     // dk_j (T, D) (+)= dS^T (T, T) @ q_h (T, D)
-    batched(st, scores(dP, s), true, head(q.data, h, s.H, s), false, head(dk.data, j, s.Hkv, s),
+    batched(st, scores(dP, s), true, head(q, h), false, head(dk, j),
             s.T, s.D, s.T, batch, 1.0f, kv_beta);
   }
 }

@@ -65,8 +65,8 @@ Dims check_args(const char* op, const Tensor& rows, const Tensor& ids, const Ten
   TRAINER_CHECK(rows.size(-1) == C && rows.numel() == N * C,
                 "{}: rows {} must be ({}, {}) for ids {} and table {}", op, rows.str(), N, C,
                 ids.str(), table.str());
-  TRAINER_CHECK(T > 0 && N % T == 0, "{}: {} tokens are not whole sequences of {}", op, N, T);
   if (!pos_table.empty()) {
+    TRAINER_CHECK(T > 0 && N % T == 0, "{}: {} tokens are not whole sequences of {}", op, N, T);
     check_cuda(pos_table, op, "wpe/dwpe");
     TRAINER_CHECK(pos_table.ndim == 2 && pos_table.shape[1] == C && pos_offset >= 0 &&
                       pos_offset + T <= pos_table.shape[0],

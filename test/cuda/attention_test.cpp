@@ -1,0 +1,92 @@
+// [cuda][attention] causal GQA attention forward/backward against the CPU op, fp32:
+// ragged lengths, grouped KV heads, and q/k/v as strided views of one fused buffer.
+#include "kernels/attention.h"
+#include "test/cuda/harness.h"
+
+namespace trainer::cuda_test {
+namespace {
+
+struct AttnCase {
+  int64_t B, T, H, Hkv, D;
+  bool fused;  // q, k, v are views into one (B, T, H + 2 Hkv, D) buffer
+};
+
+// A (B, T, heads, D) view at head offset h0 of a (B, T, Htot, D) buffer.
+Tensor heads_view(void* base, Device device, const AttnCase& c, int64_t heads, int64_t h0,
+                  int64_t Htot) {
+  Tensor t(static_cast<float*>(base) + h0 * c.D, {c.B, c.T, heads, c.D}, DType::f32, device);
+  t.stride = {c.T * Htot * c.D, Htot * c.D, c.D, 1};
+  return t;
+}
+
+void run_attention(const AttnCase& c) {
+  const int64_t Htot = c.H + 2 * c.Hkv;
+  const int64_t nq = c.B * c.T * c.H * c.D, nkv = c.B * c.T * c.Hkv * c.D;
+  const auto qkv = random_floats(c.B * c.T * Htot * c.D, 200 + c.T, -2.0f, 2.0f);
+  const auto dy = random_floats(nq, 201 + c.T);
+
+  // CPU reference on the fused layout (it accepts strided heads).
+  std::vector<float> hqkv = qkv;
+  HostTensor hy({c.B, c.T, c.H, c.D}, std::vector<float>(nq)), hlse({c.B, c.H, c.T}, std::vector<float>(c.B * c.H * c.T));
+  HostTensor hdy({c.B, c.T, c.H, c.D}, dy), hdq({c.B, c.T, c.H, c.D}, std::vector<float>(nq)),
+      hdk({c.B, c.T, c.Hkv, c.D}, std::vector<float>(nkv)), hdv({c.B, c.T, c.Hkv, c.D}, std::vector<float>(nkv));
+  const Tensor hq = heads_view(hqkv.data(), Device::cpu, c, c.H, 0, Htot);
+  const Tensor hk = heads_view(hqkv.data(), Device::cpu, c, c.Hkv, c.H, Htot);
+  const Tensor hv = heads_view(hqkv.data(), Device::cpu, c, c.Hkv, c.H + c.Hkv, Htot);
+  cpu::attention_forward(cpu(), hy, hlse, hq, hk, hv);
+  cpu::attention_backward(cpu(), hdq, hdk, hdv, hdy, hq, hk, hv, hy, hlse);
+
+  DeviceTensor gqkv({c.B, c.T, Htot, c.D});
+  gqkv.upload(qkv);
+  // The unfused case copies each head group into its own contiguous tensor.
+  DeviceTensor cq({c.B, c.T, c.H, c.D}), ck({c.B, c.T, c.Hkv, c.D}), cv({c.B, c.T, c.Hkv, c.D});
+  if (!c.fused) {
+    std::vector<float> q(nq), k(nkv), v(nkv);
+    for (int64_t bt = 0; bt < c.B * c.T; ++bt)
+      for (int64_t h = 0; h < Htot; ++h)
+        for (int64_t d = 0; d < c.D; ++d) {
+          const float x = qkv[(bt * Htot + h) * c.D + d];
+          if (h < c.H) q[(bt * c.H + h) * c.D + d] = x;
+          else if (h < c.H + c.Hkv) k[(bt * c.Hkv + h - c.H) * c.D + d] = x;
+          else v[(bt * c.Hkv + h - c.H - c.Hkv) * c.D + d] = x;
+        }
+    cq.upload(q);
+    ck.upload(k);
+    cv.upload(v);
+  }
+  const Tensor gq = c.fused ? heads_view(gqkv.view().data, Device::cuda, c, c.H, 0, Htot) : cq.view();
+  const Tensor gk = c.fused ? heads_view(gqkv.view().data, Device::cuda, c, c.Hkv, c.H, Htot) : ck.view();
+  const Tensor gv = c.fused ? heads_view(gqkv.view().data, Device::cuda, c, c.Hkv, c.H + c.Hkv, Htot) : cv.view();
+  DeviceTensor gy({c.B, c.T, c.H, c.D}), glse({c.B, c.H, c.T}), gdy({c.B, c.T, c.H, c.D}),
+      gdq({c.B, c.T, c.H, c.D}), gdk({c.B, c.T, c.Hkv, c.D}), gdv({c.B, c.T, c.Hkv, c.D});
+  gdy.upload(dy);
+  auto run = [&] {
+    for (DeviceTensor* t : {&gy, &glse, &gdq, &gdk, &gdv}) t->poison();
+    cuda::attention_forward(gpu(), gy, glse, gq, gk, gv);
+    cuda::attention_backward(gpu(), gdq, gdk, gdv, gdy, gq, gk, gv, gy, glse);
+    std::vector<std::vector<float>> r;
+    for (DeviceTensor* t : {&gy, &glse, &gdq, &gdk, &gdv}) r.push_back(t->download());
+    return r;
+  };
+  const auto r1 = run();
+  const auto r2 = run();
+  const std::string tag = fmt::format("attention B={} T={} H={} Hkv={} D={} fused={}", c.B, c.T,
+                                      c.H, c.Hkv, c.D, c.fused);
+  const HostTensor* refs[] = {&hy, &hlse, &hdq, &hdk, &hdv};
+  const char* names[] = {" out", " lse", " dq", " dk", " dv"};
+  for (int i = 0; i < 5; ++i) {
+    expect_close(tag + names[i], r1[i], refs[i]->data, i >= 2 ? kF32LongSum : kF32Reduction);
+    expect_same_bits(tag + names[i] + " rerun", r1[i], r2[i]);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("attention forward/backward match the CPU op", "[cuda][attention]") {
+  for (const AttnCase c : {AttnCase{1, 1, 1, 1, 1, false}, AttnCase{2, 17, 4, 2, 16, false},
+                           AttnCase{2, 17, 4, 2, 16, true}, AttnCase{1, 130, 6, 1, 64, true},
+                           AttnCase{3, 64, 2, 2, 24, false}, AttnCase{1, 4097, 1, 1, 16, false}})
+    run_attention(c);
+}
+
+}  // namespace trainer::cuda_test

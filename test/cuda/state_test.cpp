@@ -1,0 +1,54 @@
+// [cuda][state] CudaState, device memory round trips, scratch growth, stream
+// ordering helpers and an NVTX range.
+#include "kernels/cuda/cuda_state.h"
+#include "kernels/cuda/nvtx.h"
+#include "kernels/elementwise.h"
+#include "test/cuda/harness.h"
+
+namespace trainer::cuda_test {
+
+TEST_CASE("device memory round-trips and is 256-byte aligned", "[cuda][state]") {
+  for (size_t bytes : {size_t{1}, size_t{17}, size_t{4097}, size_t{1} << 24}) {
+    void* p = device_alloc(Device::cuda, bytes);
+    CHECK(reinterpret_cast<uintptr_t>(p) % kArenaAlignment == 0);
+    std::vector<unsigned char> in(bytes), out(bytes, 0);
+    for (size_t i = 0; i < bytes; ++i) in[i] = static_cast<unsigned char>(i * 131 + 7);
+    cuda::copy_from_host(p, in.data(), bytes);
+    cuda::copy_to_host(out.data(), p, bytes);
+    CHECK(in == out);
+    device_free(Device::cuda, p);
+  }
+}
+
+TEST_CASE("CudaState carries streams, handle and workspace; scratch grows", "[cuda][state]") {
+  CudaState& st = *gpu().cuda;
+  CHECK(st.stream != nullptr);
+  CHECK(st.comm_stream != nullptr);
+  CHECK(st.cublaslt != nullptr);
+  CHECK(reinterpret_cast<uintptr_t>(st.workspace) % 256 == 0);
+  CHECK(st.num_sms > 0);
+  void* a = cuda::scratch(st, 1000);
+  CHECK(st.scratch_bytes >= 1000);
+  CHECK(cuda::scratch(st, 10) == a);  // no shrink, same buffer
+  cuda::scratch(st, size_t{1} << 26);
+  CHECK(st.scratch_bytes >= (size_t{1} << 26));
+  CHECK(reinterpret_cast<uintptr_t>(st.scratch) % 256 == 0);
+  // Work on the compute stream is visible to the comm stream after the event wait.
+  DeviceTensor x({4097});
+  cuda::fill(gpu(), x, 2.0f);
+  cuda::comm_wait_for_compute(st);
+  cuda::compute_wait_for_comm(st);
+  cuda::synchronize(st);
+  CHECK(x.download() == std::vector<float>(4097, 2.0f));
+  { cuda::NvtxRange range("state_test"); }
+}
+
+TEST_CASE("CUDA ops reject bad arguments with trainer::Error", "[cuda][state]") {
+  DeviceTensor a({17}), b({18});
+  CHECK_THROWS_AS(cuda::add(gpu(), a, a, b), Error);
+  HostTensor h({17}, std::vector<float>(17));
+  CHECK_THROWS_AS(cuda::add(gpu(), a, a, h), Error);  // a CPU tensor
+  CHECK_THROWS_AS(create_cuda_state(1 << 20), Error);
+}
+
+}  // namespace trainer::cuda_test
