@@ -46,7 +46,7 @@ TRAINER_CPU_CLONES void softmax_block(float* s, int64_t rows, int64_t ld, int64_
     const int64_t n = i0 + r + 1;
     float m = -std::numeric_limits<float>::infinity();
 #pragma omp simd reduction(max : m)
-    for (int64_t j = 0; j < n; ++j) m = std::max(m, row[j]);
+    for (int64_t j = 0; j < n; ++j) m = row[j] > m ? row[j] : m;
     float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
     for (int64_t j = 0; j < n; ++j) {

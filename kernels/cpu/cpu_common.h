@@ -20,6 +20,9 @@
 #else
 #define TRAINER_CPU_CLONES
 #endif
+// Helpers called from the clones must be always_inline: GCC does not inline a
+// baseline function into a clone built for another -march.
+#define TRAINER_CPU_INLINE __attribute__((always_inline)) inline
 
 namespace trainer::cpu {
 
@@ -44,7 +47,7 @@ inline const int32_t* i32(const Tensor& t, const char* op, const char* name) {
 // vectorise (libm's expf does not without -ffast-math). Cephes' polynomial on
 // x - n ln2, scaled by 2^n built in the exponent bits. exp(-inf) = 0, NaN
 // propagates, and arguments above 88 saturate at exp(88) (~1.7e38) instead of inf.
-inline float exp_approx(float x) {
+TRAINER_CPU_INLINE float exp_approx(float x) {
   const float xc = x > 88.0f ? 88.0f : (x < -87.0f ? -87.0f : x);
   const float n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;  // round to nearest
   float r = xc - n * 0.693359375f;

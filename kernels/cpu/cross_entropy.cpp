@@ -25,7 +25,7 @@ void check_targets(const char* op, const int32_t* targets, int64_t N, int64_t vo
 TRAINER_CPU_CLONES float row_max(const float* x, int64_t n) {
   float m = -std::numeric_limits<float>::infinity();
 #pragma omp simd reduction(max : m)
-  for (int64_t i = 0; i < n; ++i) m = std::max(m, x[i]);
+  for (int64_t i = 0; i < n; ++i) m = x[i] > m ? x[i] : m;
   return m;
 }
 

@@ -11,7 +11,7 @@ constexpr float kSqrt2OverPi = 0.7978845608028654f;
 constexpr float kCoeff = 0.044715f;
 
 // tanh(u) = 1 - 2 / (exp(2u) + 1): exact limits at +-inf, error ~1e-7 absolute.
-inline float tanh_approx(float u) { return 1.0f - 2.0f / (exp_approx(2.0f * u) + 1.0f); }
+TRAINER_CPU_INLINE float tanh_approx(float u) { return 1.0f - 2.0f / (exp_approx(2.0f * u) + 1.0f); }
 
 TRAINER_CPU_CLONES void gelu_forward_range(float* out, const float* inp, int64_t n) {
 #pragma omp simd

@@ -4,15 +4,60 @@
 
 #include <cblas.h>
 
+#include <cstdlib>
 #include <mutex>
+#include <string>
 
 #include "kernels/cpu/cpu_common.h"
 
 namespace trainer::cpu {
 
+// DYNAMIC_ARCH OpenBLAS (Debian's) picks its kernels by CPU model at load time;
+// 0.3.21 does not know Emerald/Granite Rapids and falls back to the SSE3
+// "Prescott" kernels, 4-5x slower than its AVX-512 ones. When the choice is
+// weaker than what the CPU supports and the user did not set
+// OPENBLAS_CORETYPE, the kernels are chosen again from the CPU's features.
+extern "C" {
+void gotoblas_dynamic_init(void) __attribute__((weak));
+void gotoblas_dynamic_quit(void) __attribute__((weak));
+}
+
+namespace {
+
+bool core_is(const std::string& core, std::initializer_list<const char*> names) {
+  for (const char* n : names)
+    if (core == n) return true;
+  return false;
+}
+
+void fix_blas_core() {
+  if (!gotoblas_dynamic_init || !gotoblas_dynamic_quit || std::getenv("OPENBLAS_CORETYPE")) return;
+  const std::string core = openblas_get_corename();
+  const char* want = nullptr;
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq")) {
+    if (!core_is(core, {"SkylakeX", "Cooperlake", "SapphireRapids"})) want = "SkylakeX";
+  } else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+    if (!core_is(core, {"Haswell", "Zen", "SkylakeX", "Cooperlake", "SapphireRapids", "Excavator"}))
+      want = "Haswell";
+  }
+  if (!want) return;
+  setenv("OPENBLAS_CORETYPE", want, 0);
+  gotoblas_dynamic_quit();
+  gotoblas_dynamic_init();
+  unsetenv("OPENBLAS_CORETYPE");
+}
+
+}  // namespace
+
 void blas_single_threaded() {
   static std::once_flag once;
-  std::call_once(once, [] { openblas_set_num_threads(1); });
+  std::call_once(once, [] {
+#if defined(__x86_64__) && defined(__GNUC__)
+    fix_blas_core();
+#endif
+    openblas_set_num_threads(1);
+  });
 }
 
 namespace {

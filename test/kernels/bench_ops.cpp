@@ -49,8 +49,13 @@ void report(const char* what, double flops, double sec) {
 
 int main() {
   Context ctx;
-  std::printf("OpenMP threads %d, OpenBLAS parallel mode %d (0 none, 1 pthreads, 2 OpenMP)\n",
-              omp_get_max_threads(), openblas_get_parallel());
+  {  // the first BLAS op applies the backend's threading and kernel choice
+    std::vector<float> one(1, 1.0f);
+    linear_forward(ctx, Tensor(one.data(), {1, 1}), Tensor(one.data(), {1, 1}),
+                   Tensor(one.data(), {1, 1}), Tensor());
+  }
+  std::printf("OpenMP threads %d, OpenBLAS parallel mode %d (0 none, 1 pthreads, 2 OpenMP), "
+              "kernels %s\n", omp_get_max_threads(), openblas_get_parallel(), openblas_get_corename());
 
   // Peak: a large square sgemm, both as OpenBLAS threads it and as linear_forward splits it.
   {
