@@ -7,6 +7,9 @@
 #include <cstdio>
 #include <random>
 
+#include <cublasLt.h>
+#include <cuda_runtime_api.h>
+
 #include "kernels/cuda/cuda_state.h"
 
 namespace trainer::cuda_test {
@@ -165,5 +168,15 @@ int main(int argc, char* argv[]) {
     std::printf("SKIPPED: no CUDA GPU visible (cudaGetDeviceCount found none)\n");
     return 77;
   }
+  // Versions first: a failure report is only useful with them.
+  int driver = 0, runtime = 0;
+  cudaDriverGetVersion(&driver);
+  cudaRuntimeGetVersion(&runtime);
+  cudaDeviceProp prop{};
+  cudaGetDeviceProperties(&prop, 0);
+  std::printf("device 0: %s (sm_%d%d, %d SMs, %.1f GiB); driver API %d, runtime %d, cuBLASLt %zu\n",
+              prop.name, prop.major, prop.minor, prop.multiProcessorCount,
+              static_cast<double>(prop.totalGlobalMem) / (1 << 30), driver, runtime,
+              cublasLtGetVersion());
   return Catch::Session().run(argc, argv);
 }

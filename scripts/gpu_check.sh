@@ -1,0 +1,236 @@
+#!/usr/bin/env bash
+# The one command for a GPU machine: prints the GPU, driver and library versions,
+# builds with CUDA (or uses a carried build), runs the [cuda] suite (every CUDA
+# op against the CPU op), trains configs/tiny-gpt2.yaml 50 steps on the GPU and
+# on the CPU and compares the loss curves, then benchmarks if `trainer bench`
+# exists. Each stage prints PASS, FAIL or SKIPPED (with the reason); the script
+# exits 1 if any stage failed. Everything is bounded by an 8-minute budget.
+#
+# Environment:
+#   BUILD_DIR   build directory to use or create (default: build-gpu-check; a
+#               carried directory holding test/cuda/cuda_ops_test is used as is
+#               when this machine has no nvcc)
+#   OUT         where the summary goes (default: build/gpu_check)
+#   BUILD       auto (default: build when nvcc, cmake and ninja exist) or never
+#               (use BUILD_DIR as carried)
+#   BUDGET_S    total seconds (default 480)
+#   LOSS_TOL    largest allowed |loss_gpu - loss_cpu| at any step (default 0.02)
+#   BENCH_STEPS timed steps per benchmark (default 10)
+# The tiny run needs data/brown (scripts/get_data.sh; git-ignored, so carry it).
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 1
+ROOT=$(pwd)
+START=$(date +%s)
+BUDGET_S=${BUDGET_S:-480}
+LOSS_TOL=${LOSS_TOL:-0.02}
+BENCH_STEPS=${BENCH_STEPS:-10}
+BUILD_DIR=${BUILD_DIR:-build-gpu-check}
+SUMMARY_DIR=${OUT:-$ROOT/build/gpu_check}
+mkdir -p "$SUMMARY_DIR"
+SUMMARY="$SUMMARY_DIR/gpu_check.md"
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/gpu_check.XXXXXX")
+FAILED=0
+declare -a ROWS=()
+
+remaining() { echo $(( BUDGET_S - ($(date +%s) - START) )); }
+# stage_timeout WANT: seconds a stage may use, never past the overall budget.
+stage_timeout() {
+  local left; left=$(remaining)
+  (( left > $1 )) && echo "$1" || echo $(( left > 5 ? left - 5 : 1 ))
+}
+record() {  # record STAGE STATUS DETAIL
+  printf '== %-14s %-7s %s\n' "$1" "$2" "$3"
+  ROWS+=("| $1 | $2 | $3 |")
+  [[ $2 == FAIL ]] && FAILED=1
+  return 0
+}
+section() { printf '\n---- %s (%ss left) ----\n' "$1" "$(remaining)"; }
+
+# ---------------------------------------------------------------- environment
+section "environment"
+# pip nvidia-* wheels put the CUDA libraries in site-packages/nvidia/<lib>/lib.
+LIBDIRS=""
+for sp in $(python3 -c 'import site, sys; print(" ".join(site.getsitepackages() + [site.getusersitepackages()]))' 2>/dev/null) \
+          /usr/local/lib/python3*/dist-packages /usr/lib/python3/dist-packages; do
+  for d in "$sp"/nvidia/*/lib; do
+    [[ -d $d ]] && LIBDIRS="$LIBDIRS:$d"
+  done
+done
+if [[ -n $LIBDIRS ]]; then
+  export LD_LIBRARY_PATH="${LIBDIRS#:}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  echo "LD_LIBRARY_PATH from pip wheels: $LD_LIBRARY_PATH"
+fi
+[[ -d /usr/local/cuda/bin ]] && export PATH="$PATH:/usr/local/cuda/bin"
+GPU_NAME="none"
+if command -v nvidia-smi >/dev/null; then
+  nvidia-smi || true
+  GPU_NAME=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
+  DRIVER=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -1)
+  record environment PASS "GPU ${GPU_NAME:-?}, driver ${DRIVER:-?}"
+else
+  record environment FAIL "nvidia-smi not found: no NVIDIA driver on this machine"
+fi
+command -v nvcc >/dev/null && nvcc --version | tail -2
+pip list 2>/dev/null | grep -i '^nvidia-' || true
+for lib in cudart cublasLt cudnn nccl; do
+  found=$( { ldconfig -p 2>/dev/null | awk '{print $NF}'; \
+             for d in ${LD_LIBRARY_PATH:+${LD_LIBRARY_PATH//:/ }}; do ls "$d"/lib${lib}.so* 2>/dev/null; done; } \
+           | grep -m1 "lib${lib}\.so" || true)
+  echo "lib${lib}: ${found:-not found}"
+done
+
+# ---------------------------------------------------------------------- build
+section "build"
+TEST_BIN="$BUILD_DIR/test/cuda/cuda_ops_test"
+TRAINER_BIN="$BUILD_DIR/trainer"
+if [[ ${BUILD:-auto} != never ]] && command -v nvcc >/dev/null && command -v cmake >/dev/null &&
+   command -v ninja >/dev/null; then
+  jobs=$(nproc 2>/dev/null || echo 4)
+  # A carried cache from another checkout path would be refused: configure fresh.
+  if [[ -f $BUILD_DIR/CMakeCache.txt ]] && ! grep -q "CMAKE_HOME_DIRECTORY:INTERNAL=$ROOT\$" "$BUILD_DIR/CMakeCache.txt"; then
+    BUILD_DIR="$WORK/build"; TEST_BIN="$BUILD_DIR/test/cuda/cuda_ops_test"; TRAINER_BIN="$BUILD_DIR/trainer"
+  fi
+  t=$(stage_timeout 240)
+  if timeout "$t" cmake -S . -B "$BUILD_DIR" -G Ninja -DTRAINER_CUDA=ON -DCMAKE_BUILD_TYPE=Release \
+        >"$WORK/cmake.log" 2>&1 &&
+     timeout "$t" ninja -C "$BUILD_DIR" -j "$jobs" cuda_ops_test trainer >"$WORK/build.log" 2>&1; then
+    record build PASS "built $BUILD_DIR with -DTRAINER_CUDA=ON ($jobs jobs)"
+  else
+    tail -40 "$WORK/cmake.log" "$WORK/build.log" 2>/dev/null
+    record build FAIL "cmake/ninja failed or timed out (${t}s); log above"
+  fi
+elif [[ -x $TEST_BIN ]]; then
+  record build SKIPPED "not building (BUILD=${BUILD:-auto}, nvcc/cmake/ninja: $(command -v nvcc >/dev/null && echo yes || echo no)): using the carried $BUILD_DIR"
+else
+  record build FAIL "not building here and no carried build at $BUILD_DIR"
+fi
+
+# ------------------------------------------------------------------ cuda suite
+section "[cuda] suite"
+if [[ -x $TEST_BIN ]]; then
+  if ldd "$TEST_BIN" | grep -q "not found"; then
+    ldd "$TEST_BIN" | grep "not found"
+    record cuda_suite FAIL "shared libraries missing (above)"
+  else
+    t=$(stage_timeout 180)
+    timeout "$t" "$TEST_BIN" 2>&1 | tee "$WORK/suite.log"
+    rc=${PIPESTATUS[0]}
+    summary=$(grep -E "^(All tests passed|test cases:)" "$WORK/suite.log" | tail -1)
+    case $rc in
+      0) record cuda_suite PASS "${summary:-all passed}" ;;
+      77) record cuda_suite FAIL "the suite saw no GPU (exit 77) on a GPU check machine" ;;
+      124) record cuda_suite FAIL "timed out after ${t}s" ;;
+      *) record cuda_suite FAIL "exit $rc: ${summary:-see log}" ;;
+    esac
+    # A small-shape pass under compute-sanitizer catches races and out-of-bounds writes.
+    if command -v compute-sanitizer >/dev/null && (( $(remaining) > 150 )); then
+      t=$(stage_timeout 90)
+      if timeout "$t" compute-sanitizer --error-exitcode 9 --tool memcheck "$TEST_BIN" \
+           "[gelu],[layernorm],[cross_entropy],[embedding],[state]" >"$WORK/sanitizer.log" 2>&1; then
+        record sanitizer PASS "memcheck clean on gelu, layernorm, cross_entropy, embedding, state"
+      else
+        tail -30 "$WORK/sanitizer.log"
+        record sanitizer FAIL "compute-sanitizer memcheck reported errors or timed out"
+      fi
+    else
+      record sanitizer SKIPPED "compute-sanitizer not installed or no time left"
+    fi
+  fi
+else
+  record cuda_suite FAIL "no test binary at $TEST_BIN"
+fi
+
+# ------------------------------------------------------- tiny GPU vs CPU run
+section "tiny-gpt2: GPU vs CPU loss"
+losses() {  # losses METRICS_FILE: "step loss" per training step
+  awk -F'[:,}]' '/"loss"/ { s=""; l="";
+      for (i = 1; i < NF; i++) { if ($i ~ /"step"/) s = $(i+1); if ($i ~ /"loss"/) l = $(i+1) }
+      gsub(/ /, "", s); gsub(/ /, "", l); print s, l }' "$1"
+}
+if [[ ! -x $TRAINER_BIN ]]; then
+  record train_compare SKIPPED "no trainer binary at $TRAINER_BIN"
+elif [[ ! -f configs/tiny-gpt2.yaml ]]; then
+  record train_compare SKIPPED "configs/tiny-gpt2.yaml missing"
+elif ! ls data/brown/train_*.bin >/dev/null 2>&1; then
+  record train_compare SKIPPED "data/brown missing (run scripts/get_data.sh and carry data/brown)"
+else
+  ok=1
+  for dev in cpu cuda; do
+    t=$(stage_timeout 120)
+    if ! timeout "$t" "$TRAINER_BIN" train configs/tiny-gpt2.yaml --set train.steps=50 \
+         --set train.eval_every=0 --set run.device=$dev --set run.dir="$WORK/run_$dev" \
+         >"$WORK/train_$dev.log" 2>&1; then
+      tail -5 "$WORK/train_$dev.log"
+      record "train_$dev" FAIL "trainer train on $dev failed or timed out (${t}s)"
+      ok=0
+    fi
+  done
+  if (( ok )); then
+    losses "$WORK/run_cpu/metrics.jsonl" >"$WORK/loss_cpu.txt"
+    losses "$WORK/run_cuda/metrics.jsonl" >"$WORK/loss_cuda.txt"
+    cmp_out=$(awk -v tol="$LOSS_TOL" 'NR == FNR { cpu[$1] = $2; next } ($1 in cpu) {
+        $3 = $2; $2 = cpu[$1]; d = $2 - $3; if (d < 0) d = -d; if (d > worst) { worst = d; at = $1 } n++; last_c = $2; last_g = $3 }
+      END { printf "%d %s %s %g %s %s\n", n, (n >= 50 && worst <= tol) ? "ok" : "bad", at, worst, last_c, last_g }' \
+      "$WORK/loss_cpu.txt" "$WORK/loss_cuda.txt")
+    read -r n verdict at worst last_c last_g <<<"$cmp_out"
+    cp "$WORK/loss_cpu.txt" "$SUMMARY_DIR/loss_cpu.txt"; cp "$WORK/loss_cuda.txt" "$SUMMARY_DIR/loss_cuda.txt"
+    detail="$n steps compared; worst |diff| $worst at step ${at:-?} (tol $LOSS_TOL); final loss cpu $last_c gpu $last_g"
+    if [[ $verdict == ok ]]; then record train_compare PASS "$detail"
+    else record train_compare FAIL "$detail"; fi
+  fi
+fi
+
+# ------------------------------------------------------------------ benchmark
+section "benchmark"
+# Dense bf16 tensor-core peak from the datasheets (H100/H200 SXM: 989.4 TFLOP/s).
+case "$GPU_NAME" in
+  *H200*|*H100*SXM*|*H100\ 80GB\ HBM3*) PEAK_BF16=989.4e12 ;;
+  *H100*) PEAK_BF16=756e12 ;;
+  *A100*) PEAK_BF16=312e12 ;;
+  *) PEAK_BF16="" ;;
+esac
+if [[ ! -x $TRAINER_BIN ]] || ! "$TRAINER_BIN" --help 2>&1 | grep -qw bench; then
+  record bench SKIPPED "no trainer binary with a bench subcommand"
+else
+  for spec in "configs/gpt2-124m.yaml|fp32|--set train.seq_len=1024" \
+              "configs/gpt2-124m.yaml|bf16|--set train.seq_len=1024" \
+              "configs/llama-1b.yaml|bf16|"; do
+    IFS='|' read -r cfg prec extra <<<"$spec"
+    name="bench $(basename "$cfg" .yaml) $prec"
+    if [[ ! -f $cfg ]]; then record "$name" SKIPPED "$cfg missing"; continue; fi
+    if (( $(remaining) < 40 )); then record "$name" SKIPPED "out of time budget"; continue; fi
+    t=$(stage_timeout 120)
+    # shellcheck disable=SC2086
+    if timeout "$t" "$TRAINER_BIN" bench "$cfg" --steps "$BENCH_STEPS" --set run.device=cuda \
+         --set precision.compute=$prec $extra >"$WORK/bench.log" 2>&1; then
+      cat "$WORK/bench.log"
+      tps=$(awk '/throughput/ {print $2}' "$WORK/bench.log")
+      gflops=$(awk '/achieved/ {print $2}' "$WORK/bench.log")
+      mfu=""
+      [[ -n $PEAK_BF16 && -n $gflops && $prec == bf16 ]] &&
+        mfu=$(awk -v g="$gflops" -v p="$PEAK_BF16" 'BEGIN { printf "%.1f%%", 100 * g * 1e9 / p }')
+      tf=$(awk -v g="${gflops:-0}" 'BEGIN { printf "%.1f", g / 1000 }')
+      record "$name" PASS "${tps:-?} tokens/s, $tf TFLOP/s${mfu:+, MFU $mfu of dense bf16 peak}"
+    else
+      tail -5 "$WORK/bench.log"
+      record "$name" FAIL "trainer bench failed or timed out (${t}s)"
+    fi
+  done
+fi
+
+# -------------------------------------------------------------------- summary
+{
+  echo "# gpu_check $(date -u +%Y-%m-%dT%H:%M:%SZ) on ${GPU_NAME}"
+  echo
+  echo "commit $(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown), $(( $(date +%s) - START )) s"
+  echo
+  echo "| stage | result | detail |"
+  echo "|---|---|---|"
+  printf '%s\n' "${ROWS[@]}"
+} >"$SUMMARY"
+[[ -f $WORK/suite.log ]] && cp "$WORK/suite.log" "$SUMMARY_DIR/cuda_suite.log"
+echo
+cat "$SUMMARY"
+echo "summary written to $SUMMARY"
+rm -rf "$WORK"
+exit $FAILED
