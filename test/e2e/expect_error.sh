@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# expect_error.sh WORKDIR EXPECTED -- COMMAND...: runs COMMAND in WORKDIR (a
+# fresh scratch folder holding the bad-input fixtures made by make_fixtures.sh)
+# and passes when it exits 2, prints exactly one line on stderr containing
+# EXPECTED, and leaves no run directory behind (the third argument
+# --run-dir-ok allows one: errors found while drawing samples come after start).
+set -u
+workdir=$1 expected=$2 mode=$3
+shift 3
+cd "$workdir" || exit 1
+rm -rf runs
+stderr=$(mktemp)
+"$@" >/dev/null 2>"$stderr"
+code=$?
+lines=$(wc -l <"$stderr")
+msg=$(cat "$stderr")
+rm -f "$stderr"
+fail=0
+[ "$code" = 2 ] || { echo "FAIL: exit code $code, expected 2"; fail=1; }
+[ "$lines" = 1 ] || { echo "FAIL: $lines lines on stderr, expected 1"; fail=1; }
+case "$msg" in *"$expected"*) ;; *) echo "FAIL: message lacks '$expected'"; fail=1 ;; esac
+[ "$mode" = --run-dir-ok ] || [ ! -e runs ] || { echo "FAIL: a run directory was written"; fail=1; }
+echo "stderr: $msg"
+exit $fail

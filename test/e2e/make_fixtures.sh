@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# make_fixtures.sh DIR: writes the bad job specs and data files the
+# expect_error tests use (binary files with printf, no other tools).
+set -eu
+d=$1
+rm -rf "$d" && mkdir -p "$d/data"
+cd "$d"
+
+# llm.c shard: 256 x int32 header (magic 20240520, version 1, token count), uint16 tokens.
+header() {  # header COUNT MAGIC
+  local magic=$2 count=$1
+  le32() { printf "\\x$(printf %02x $(($1 & 255)))\\x$(printf %02x $((($1 >> 8) & 255)))\\x$(printf %02x $((($1 >> 16) & 255)))\\x$(printf %02x $((($1 >> 24) & 255)))"; }
+  le32 "$magic"; le32 1; le32 "$count"
+  head -c $((253 * 4)) /dev/zero
+}
+tokens() {  # tokens N VALUE: N uint16 tokens, all VALUE
+  local i v=$2
+  for ((i = 0; i < $1; i++)); do printf "\\x$(printf %02x $((v & 255)))\\x$(printf %02x $((v >> 8)))"; done
+}
+{ header 300 20240520; tokens 300 7; } >data/good.bin
+{ header 300 20240521; tokens 300 7; } >data/badmagic.bin
+{ header 300 20240520; tokens 200 7; } >data/truncated.bin
+{ header 300 20240520; tokens 5 7; tokens 1 60000; tokens 294 7; } >data/bigtoken.bin
+
+base() {  # base DATA: a valid tiny job over DATA
+  cat <<YAML
+run: {name: e2e, dir: runs/e2e, device: cpu}
+model: {family: gpt2, n_layer: 1, d_model: 16, n_head: 2, d_ff: 32, vocab_size: 1000, max_seq_len: 16}
+data: {train: $1}
+train: {seq_len: 16, micro_batch: 2, global_batch: 4, steps: 2, eval_every: 0}
+YAML
+}
+base data/good.bin >good.yaml
+sed 's/n_layer: 1/n_layers: 1/' good.yaml >unknown_key.yaml
+sed 's/n_layer: 1/n_layer: four/' good.yaml >wrong_type.yaml
+sed 's/n_head: 2/n_head: 3/' good.yaml >heads.yaml
+sed 's/family: gpt2/family: llama, n_kv_head: 3/; s/n_head: 2/n_head: 4/' good.yaml >kv_heads.yaml
+sed 's/global_batch: 4/global_batch: 5/' good.yaml >global_batch.yaml
+sed 's/seq_len: 16,/seq_len: 32,/' good.yaml >seq_len.yaml
+sed 's/n_layer: 1/n_layer: 0/' good.yaml >zero_layers.yaml
+printf 'run: {name: x\nmodel: [\n' >syntax.yaml
+sed 's/^train:/optimizer: {schedule: cosinus}\ntrain:/' good.yaml >bad_enum.yaml
+sed 's/^train:/optimizer: {lr: -1}\ntrain:/' good.yaml >negative_lr.yaml
+base data/missing_*.bin >missing_data.yaml
+base data/badmagic.bin >bad_magic.yaml
+base data/truncated.bin >truncated.yaml
+base data/bigtoken.bin >big_token.yaml
