@@ -6,6 +6,7 @@
 #if TRAINER_MPI
 #include <mpi.h>
 
+#include <algorithm>
 #include <atomic>
 #include <climits>
 #include <cstdlib>
@@ -89,6 +90,31 @@ void divide(Tensor t, int size) {
   }
 }
 
+template <class T>
+void accumulate_typed(T* dst, const T* src, int64_t n, ReduceOp op) {
+  if (op == ReduceOp::max) {
+    for (int64_t i = 0; i < n; ++i) dst[i] = std::max(dst[i], src[i]);
+  } else {
+    for (int64_t i = 0; i < n; ++i) dst[i] += src[i];
+  }
+}
+
+// dst op= src for the dtypes reduce_type() accepts.
+void accumulate(DType dtype, void* dst, const void* src, int64_t n, ReduceOp op) {
+  switch (dtype) {
+    case DType::f32:
+      return accumulate_typed(static_cast<float*>(dst), static_cast<const float*>(src), n, op);
+    case DType::f64:
+      return accumulate_typed(static_cast<double*>(dst), static_cast<const double*>(src), n, op);
+    case DType::i32:
+      return accumulate_typed(static_cast<int32_t*>(dst), static_cast<const int32_t*>(src), n, op);
+    case DType::u16:
+      return accumulate_typed(static_cast<uint16_t*>(dst), static_cast<const uint16_t*>(src), n,
+                              op);
+    default: TRAINER_CHECK(false, "no reduction for {}", dtype_name(dtype));
+  }
+}
+
 class MpiCommunicator final : public Communicator {
  public:
   MpiCommunicator(std::string name, MPI_Comm comm, int rank, int size)
@@ -128,12 +154,25 @@ class MpiCommunicator final : public Communicator {
     const size_t block_bytes = recv.nbytes();
     char* own_block = static_cast<char*>(send.data) + rank() * block_bytes;
     CollectiveGuard guard(watchdog(), name().c_str(), "reduce_scatter", rank(), size());
-    if (recv.data == own_block) {
-      // MPI's in-place form leaves the result at the start of the buffer.
-      MPI_CHECK(MPI_Reduce_scatter_block(MPI_IN_PLACE, send.data, n, type, mpi_op(op), comm_));
-      if (rank() != 0) std::memmove(own_block, send.data, block_bytes);
-    } else {
-      MPI_CHECK(MPI_Reduce_scatter_block(send.data, recv.data, n, type, mpi_op(op), comm_));
+    // Pairwise exchange: at step k every rank sends peer rank+k its block and
+    // adds the block of rank-k into its own, so each rank reduces only its
+    // shard. (Open MPI 4.1's MPI_Reduce_scatter_block reduces the whole buffer
+    // on one rank and scatters: about 2x slower for ZeRO-2's gradient arena.)
+    if (recv.data != own_block) std::memcpy(recv.data, own_block, block_bytes);
+    const int64_t chunk = std::min<int64_t>(n, kReduceChunk);
+    std::vector<char> incoming(static_cast<size_t>(chunk) * dtype_size(send.dtype));
+    const size_t elem = dtype_size(send.dtype);
+    for (int k = 1; k < size(); ++k) {
+      const int to = (rank() + k) % size();
+      const int from = (rank() - k + size()) % size();
+      const char* outgoing = static_cast<const char*>(send.data) + to * block_bytes;
+      for (int64_t off = 0; off < n; off += chunk) {
+        const int len = static_cast<int>(std::min<int64_t>(chunk, n - off));
+        MPI_CHECK(MPI_Sendrecv(outgoing + off * elem, len, type, to, kReduceTag, incoming.data(),
+                               len, type, from, kReduceTag, comm_, MPI_STATUS_IGNORE));
+        accumulate(recv.dtype, static_cast<char*>(recv.data) + off * elem, incoming.data(), len,
+                   op);
+      }
     }
     if (op == ReduceOp::avg) divide(recv, size());
   }
@@ -223,6 +262,8 @@ class MpiCommunicator final : public Communicator {
 
  private:
   static constexpr int kTag = 7;
+  static constexpr int kReduceTag = 8;      // never matches a user send/recv
+  static constexpr int64_t kReduceChunk = 1 << 20;  // elements per exchange
 
   MPI_Op mpi_op(ReduceOp op) const { return op == ReduceOp::max ? MPI_MAX : MPI_SUM; }
   void check_avg(ReduceOp op, DType dtype, const char* what) const {

@@ -1,6 +1,7 @@
 // Every collective of the MPI communicator on N ranks (ctest runs 2 and 4),
 // each result compared with the value computed locally from the formula the
 // ranks filled their buffers with.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <numeric>
@@ -67,6 +68,24 @@ void test_reduce_scatter(Communicator& c) {
     for (int r = 0; r < size; ++r) expected += value(r, me * n + i);
     MPI_TEST_CHECK(recv[i] == static_cast<float>(expected), me);
   }
+  // max, with signs so that the largest is not always the highest rank.
+  for (int i = 0; i < n * size; ++i) send[i] = value(me, i) * ((i + me) % 3 ? 1.0f : -1.0f);
+  c.reduce_scatter(Tensor(send.data(), {n * size}), Tensor(recv.data(), {n}), ReduceOp::max);
+  for (int i = 0; i < n; ++i) {
+    const int g = me * n + i;
+    float expected = -1e30f;
+    for (int r = 0; r < size; ++r) expected = std::max(expected, value(r, g) * ((g + r) % 3 ? 1.0f : -1.0f));
+    MPI_TEST_CHECK(recv[i] == expected, me);
+  }
+  // int32 sum, spread over several of the implementation's exchange chunks.
+  const int64_t big = (1 << 20) + 3;
+  std::vector<int32_t> isend(big * size), irecv(big);
+  for (int64_t i = 0; i < big * size; ++i) isend[i] = static_cast<int32_t>((i % 1000) * (me + 1));
+  c.reduce_scatter(Tensor(isend.data(), {big * size}, DType::i32), Tensor(irecv.data(), {big}, DType::i32),
+                   ReduceOp::sum);
+  const int32_t rank_sum = size * (size + 1) / 2;
+  for (int64_t i = 0; i < big; ++i)
+    MPI_TEST_CHECK(irecv[i] == static_cast<int32_t>(((me * big + i) % 1000) * rank_sum), me);
   // In place: the result lands in this rank's own block of the send buffer.
   for (int i = 0; i < n * size; ++i) send[i] = value(me, i);
   Tensor flat(send.data(), {n * size});
