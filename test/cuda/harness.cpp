@@ -92,6 +92,17 @@ void DeviceTensor::upload_ints(const std::vector<int32_t>& values) {
   copy_from_host(tensor_, values.data());
 }
 
+void DeviceTensor::upload_bytes(const std::vector<unsigned char>& bytes) {
+  REQUIRE(bytes.size() == tensor_.nbytes());
+  copy_from_host(tensor_, bytes.data());
+}
+
+std::vector<unsigned char> DeviceTensor::download_bytes() const {
+  std::vector<unsigned char> bytes(tensor_.nbytes());
+  copy_to_host(bytes.data(), tensor_);
+  return bytes;
+}
+
 std::vector<float> DeviceTensor::download() const {
   std::vector<float> out(numel());
   if (tensor_.dtype == DType::bf16) {

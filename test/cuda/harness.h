@@ -47,6 +47,8 @@ class DeviceTensor {
 
   void upload(const std::vector<float>& values);  // f32 or bf16 (rounded)
   void upload_ints(const std::vector<int32_t>& values);
+  void upload_bytes(const std::vector<unsigned char>& bytes);  // raw, any dtype
+  std::vector<unsigned char> download_bytes() const;
   std::vector<float> download() const;
   void poison();  // all bytes 0xFF: NaN in f32 and bf16
 
