@@ -61,38 +61,34 @@ TRAINER_HOST_DEVICE inline float f32_from_bits(uint32_t u) {
 
 namespace numeric_detail {
 
-// Rounds a finite, non-negative fp32 (its bits) to a format with kExpBits exponent
-// bits (bias 2^(kExpBits-1) - 1) and kManBits mantissa bits, ties to even, as if
-// the exponent range were unbounded above: the caller compares the code with its
-// largest finite code to decide between infinity and saturation. A rounding carry
-// out of the mantissa lands in the exponent field, which is exactly the next binade
-// (and moves the largest subnormal up to the smallest normal).
+// Rounds a non-negative fp32 (its bits, not NaN) to a format with kExpBits exponent
+// bits (bias 2^(kExpBits-1) - 1) and kManBits mantissa bits, ties to even, as if the
+// exponent range were unbounded above: the caller compares the code with its largest
+// finite code to decide between infinity and saturation (+inf lands above it).
+//
+// One formula for normals and subnormals, branch-free so CPU loops stay predictable
+// and GPU warps do not diverge: the value is sig * 2^(e - 150) with the implicit bit
+// in sig; the code is (biased exponent - 1) << kManBits plus sig shifted down to the
+// target's unit. In the subnormal range the exponent part is 0 and the shift grows.
+// A rounding carry out of the mantissa lands in the exponent field, which is exactly
+// the next binade (the largest subnormal rounds up to the smallest normal).
 template <int kExpBits, int kManBits>
 TRAINER_HOST_DEVICE inline uint32_t round_magnitude(uint32_t abs_bits) {
   constexpr int kBias = (1 << (kExpBits - 1)) - 1;
   constexpr int kDropped = 23 - kManBits;  // fp32 mantissa bits below the target's
   const int f32_exp = static_cast<int>(abs_bits >> 23);
-  const uint32_t f32_man = abs_bits & 0x7FFFFFu;
-  const int exp = f32_exp - 127 + kBias;  // target biased exponent when normal there
-  uint32_t code, rem, half;
-  if (exp >= 1) {
-    code = (static_cast<uint32_t>(exp) << kManBits) | (f32_man >> kDropped);
-    rem = f32_man & ((1u << kDropped) - 1u);
-    half = 1u << (kDropped - 1);
-  } else {
-    // Subnormal in the target: the significand sig * 2^(e - 150) counted in units of
-    // the target's smallest subnormal 2^(1 - bias - man) is sig >> shift.
-    const uint32_t sig = f32_exp != 0 ? (f32_man | 0x800000u) : f32_man;
-    const int e = f32_exp != 0 ? f32_exp : 1;
-    const int shift = 151 - kBias - kManBits - e;
-    // sig < 2^24 <= half the unit once shift >= 25: below half the smallest subnormal.
-    if (shift >= 25) return 0;
-    code = sig >> shift;
-    rem = sig & ((1u << shift) - 1u);
-    half = 1u << (shift - 1);
-  }
-  if (rem > half || (rem == half && (code & 1u))) ++code;
-  return code;
+  const uint32_t sig = (abs_bits & 0x7FFFFFu) | (f32_exp != 0 ? 0x800000u : 0u);
+  const int exp = (f32_exp != 0 ? f32_exp : 1) - 127 + kBias;  // target biased exponent
+  const int below = exp < 1 ? 1 - exp : 0;                      // binades below the normals
+  // sig < 2^24, so any shift past 25 gives code 0 and rem < half: clamping keeps shifts legal.
+  const int shift = kDropped + (below < 31 - kDropped ? below : 31 - kDropped);
+  const uint32_t base = exp > 1 ? static_cast<uint32_t>(exp - 1) << kManBits : 0u;
+  // Ties to even without a data-dependent branch: with r the dropped bits and q the
+  // kept LSB, r + half - 1 + q carries into the kept bits exactly when r > half, or
+  // r == half and q is odd (base has no bits below kManBits >= 2, so q is sig's).
+  const uint32_t half = 1u << (shift - 1);
+  const uint32_t lsb = (sig >> shift) & 1u;
+  return base + ((sig + (half - 1u) + lsb) >> shift);
 }
 
 // Decodes a code of an IEEE-style format; kHasInf false means the all-ones
@@ -123,11 +119,11 @@ TRAINER_HOST_DEVICE inline float decode(uint32_t code) {
 // ---- bf16: the top half of an fp32, so subnormals and the exponent range carry over.
 TRAINER_HOST_DEVICE inline uint16_t f32_to_bf16(float x) {
   const uint32_t u = f32_bits(x);
-  if ((u & 0x7FFFFFFFu) > 0x7F800000u) return kBF16NaN;
   // Adding 0x7FFF plus the kept LSB carries exactly when the dropped half is above
   // the tie, or at the tie with an odd LSB; a carry into the exponent is correct
   // (up to +-inf past the largest finite value).
-  return static_cast<uint16_t>((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+  const uint32_t rounded = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
+  return static_cast<uint16_t>((u & 0x7FFFFFFFu) > 0x7F800000u ? kBF16NaN : rounded);
 }
 
 TRAINER_HOST_DEVICE inline float bf16_to_f32(uint16_t h) {
@@ -139,11 +135,9 @@ TRAINER_HOST_DEVICE inline uint16_t f32_to_f16(float x) {
   const uint32_t u = f32_bits(x);
   const uint32_t abs_bits = u & 0x7FFFFFFFu;
   const uint32_t sign = (u >> 16) & 0x8000u;
-  if (abs_bits > 0x7F800000u) return kF16NaN;
-  if (abs_bits == 0x7F800000u) return static_cast<uint16_t>(sign | 0x7C00u);
   uint32_t code = numeric_detail::round_magnitude<5, 10>(abs_bits);
-  if (code > 0x7BFFu) code = 0x7C00u;  // rounded past 65504: infinity
-  return static_cast<uint16_t>(sign | code);
+  code = code > 0x7BFFu ? 0x7C00u : code;  // rounded past 65504, or inf: infinity
+  return static_cast<uint16_t>(abs_bits > 0x7F800000u ? kF16NaN : (sign | code));
 }
 
 TRAINER_HOST_DEVICE inline float f16_to_f32(uint16_t h) {
@@ -155,10 +149,9 @@ TRAINER_HOST_DEVICE inline uint8_t f32_to_e4m3(float x) {
   const uint32_t u = f32_bits(x);
   const uint32_t abs_bits = u & 0x7FFFFFFFu;
   const uint32_t sign = (u >> 24) & 0x80u;
-  if (abs_bits > 0x7F800000u) return kFp8NaN;
-  uint32_t code = abs_bits == 0x7F800000u ? 0x7Eu : numeric_detail::round_magnitude<4, 3>(abs_bits);
-  if (code > 0x7Eu) code = 0x7Eu;  // SATFINITE
-  return static_cast<uint8_t>(sign | code);
+  uint32_t code = numeric_detail::round_magnitude<4, 3>(abs_bits);
+  code = code > 0x7Eu ? 0x7Eu : code;  // SATFINITE: overflow and +-inf give +-448
+  return static_cast<uint8_t>(abs_bits > 0x7F800000u ? kFp8NaN : (sign | code));
 }
 
 TRAINER_HOST_DEVICE inline float e4m3_to_f32(uint8_t c) {
@@ -170,10 +163,9 @@ TRAINER_HOST_DEVICE inline uint8_t f32_to_e5m2(float x) {
   const uint32_t u = f32_bits(x);
   const uint32_t abs_bits = u & 0x7FFFFFFFu;
   const uint32_t sign = (u >> 24) & 0x80u;
-  if (abs_bits > 0x7F800000u) return kFp8NaN;
-  uint32_t code = abs_bits == 0x7F800000u ? 0x7Bu : numeric_detail::round_magnitude<5, 2>(abs_bits);
-  if (code > 0x7Bu) code = 0x7Bu;  // SATFINITE: +-inf input and overflow both give +-max
-  return static_cast<uint8_t>(sign | code);
+  uint32_t code = numeric_detail::round_magnitude<5, 2>(abs_bits);
+  code = code > 0x7Bu ? 0x7Bu : code;  // SATFINITE: overflow and +-inf give +-57344, never inf
+  return static_cast<uint8_t>(abs_bits > 0x7F800000u ? kFp8NaN : (sign | code));
 }
 
 TRAINER_HOST_DEVICE inline float e5m2_to_f32(uint8_t c) {
