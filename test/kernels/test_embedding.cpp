@@ -28,8 +28,8 @@ std::vector<double> ref_embedding(const std::vector<int32_t>& ids, const std::ve
 TEST_CASE("embedding forward and backward, with and without positions", "[cpu][embedding]") {
   Context ctx;
   const int64_t B = 2, T = 5, N = B * T, C = 17, V_local = 6, T_max = 9;
-  // Global ids; this rank holds [4, 10). Ids 2, 11 and -1 are off this rank.
-  std::vector<int32_t> ids = {4, 9, 2, 4, 11, 7, -1, 9, 9, 5};
+  // Global ids; this rank holds [4, 10). Ids 2, 10 (the first past the slice), 11 and -1 are off it.
+  std::vector<int32_t> ids = {4, 9, 2, 4, 10, 7, -1, 11, 9, 5};
   const int64_t vocab_start = 4, pos_offset = 3;
   auto wte = random_floats(V_local * C, 81), wpe = random_floats(T_max * C, 82), dy = random_floats(N * C, 83);
   const auto wted = to_double(wte), wped = to_double(wpe), dyd = to_double(dy);
