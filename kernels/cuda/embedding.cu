@@ -1,6 +1,9 @@
 // Token + position embedding forward and deterministic backward (kernels/embedding.h).
-// Backward uses no atomics: each thread owns one column of dwte and walks the
-// tokens in order, so a row hit by many tokens sums them in a fixed order.
+// dwte without float atomics: a stable radix sort of (id, token index) groups the
+// tokens of each id in token order; one block per group sums its dout rows in that
+// order and adds the sum to the row once. Same bits on every run.
+#include <cub/device/device_radix_sort.cuh>
+
 #include "kernels/cuda/common.cuh"
 #include "kernels/embedding.h"
 
@@ -24,15 +27,30 @@ __global__ void embedding_forward_kernel(T* out, const int32_t* ids, const T* wt
   }
 }
 
+__global__ void iota_kernel(int32_t* out, int64_t n) {
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    out[i] = static_cast<int32_t>(i);
+}
+
+// Block g starts at sorted position g if that begins a run of equal ids; it sums
+// the run's dout rows (token order, thanks to the stable sort) into dwte's row.
 template <class T>
-__global__ void embedding_backward_wte_kernel(float* dwte, const T* dout, const int32_t* ids,
-                                              int64_t N, int64_t C, int64_t V_local,
-                                              int64_t vocab_start) {
-  const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (c >= C) return;
-  for (int64_t n = 0; n < N; ++n) {
-    const int64_t v = static_cast<int64_t>(ids[n]) - vocab_start;
-    if (v >= 0 && v < V_local) dwte[v * C + c] += to_float(dout[n * C + c]);
+__global__ void embedding_backward_wte_kernel(float* dwte, const T* dout,
+                                              const int32_t* sorted_ids,
+                                              const int32_t* sorted_tokens, int64_t N, int64_t C,
+                                              int64_t V_local, int64_t vocab_start) {
+  const int64_t begin = blockIdx.x;
+  const int32_t id = sorted_ids[begin];
+  if (begin > 0 && sorted_ids[begin - 1] == id) return;  // not the start of a run
+  const int64_t v = static_cast<int64_t>(id) - vocab_start;
+  if (v < 0 || v >= V_local) return;
+  int64_t end = begin + 1;
+  while (end < N && sorted_ids[end] == id) ++end;
+  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
+    float s = 0.0f;
+    for (int64_t i = begin; i < end; ++i) s += to_float(dout[static_cast<int64_t>(sorted_tokens[i]) * C + c]);
+    dwte[v * C + c] += s;
   }
 }
 
@@ -104,12 +122,32 @@ void embedding_backward(Context& ctx, Tensor dwte, Tensor dwpe, Tensor dout, Ten
   check_dtype(dwte, DType::f32, op, "dwte");
   if (!dwpe.empty()) check_dtype(dwpe, DType::f32, op, "dwpe");
   if (d.N * d.C == 0) return;
+  TRAINER_CHECK(d.N < (int64_t{1} << 31), "{}: {} tokens exceed int32 token indices", op, d.N);
+  const int n = static_cast<int>(d.N);
+  // Scratch: sorted ids, token indices in and out, then cub's temporary storage.
+  size_t temp_bytes = 0;
+  CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, static_cast<const int32_t*>(nullptr),
+                                             static_cast<int32_t*>(nullptr),
+                                             static_cast<const int32_t*>(nullptr),
+                                             static_cast<int32_t*>(nullptr), n, 0, 32, st.stream));
+  const size_t ints = (static_cast<size_t>(n) + 63) / 64 * 64;  // keep each part 256-byte aligned
+  auto* base = static_cast<int32_t*>(scratch(st, 3 * ints * sizeof(int32_t) + temp_bytes));
+  int32_t* sorted_ids = base;
+  int32_t* tokens = base + ints;
+  int32_t* sorted_tokens = base + 2 * ints;
+  void* temp = base + 3 * ints;
+  iota_kernel<<<grid_for(n, kThreads), kThreads, 0, st.stream>>>(tokens, n);
+  CUDA_LAUNCH_CHECK();
+  CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp, temp_bytes,
+                                             static_cast<const int32_t*>(ids.data), sorted_ids,
+                                             static_cast<const int32_t*>(tokens), sorted_tokens, n,
+                                             0, 32, st.stream));
   const int64_t seq_len = T;  // `T` names the element type inside the dispatch
   TRAINER_FLOAT_DISPATCH(dout.dtype, op, {
     const T* dy = static_cast<const T*>(dout.data);
-    embedding_backward_wte_kernel<T><<<grid_for(d.C, 64, int64_t{1} << 30), 64, 0, st.stream>>>(
-        static_cast<float*>(dwte.data), dy, static_cast<const int32_t*>(ids.data), d.N, d.C,
-        d.V_local, vocab_start);
+    embedding_backward_wte_kernel<T><<<static_cast<unsigned>(n), 128, 0, st.stream>>>(
+        static_cast<float*>(dwte.data), dy, sorted_ids, sorted_tokens, d.N, d.C, d.V_local,
+        vocab_start);
     CUDA_LAUNCH_CHECK();
     if (!dwpe.empty()) {
       embedding_backward_wpe_kernel<T><<<grid_for(seq_len * d.C, kThreads), kThreads, 0, st.stream>>>(
