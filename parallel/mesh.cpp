@@ -32,6 +32,8 @@ Mesh::Mesh(const LaunchEnv& env, const MeshShape& shape, Device device, double t
                         "parallel: {} ranks were launched ({}) but this build has no MPI; "
                         "install libopenmpi-dev and rebuild, or run one rank",
                         env.world, env.launcher);
+    // Guarded like a collective: a rank that never arrives must not hang the rest.
+    CollectiveGuard guard(watchdog_.get(), "world", "MPI_Init/MPI_Comm_dup", env.rank, env.world);
     comms_[world_idx] = make_mpi_world(axis_name(Axis::world));
     Communicator& world = *comms_[world_idx];
     TRAINER_INPUT_CHECK(world.size() == env.world && world.rank() == env.rank,
@@ -61,6 +63,8 @@ Mesh::Mesh(const LaunchEnv& env, const MeshShape& shape, Device device, double t
       }
       const int color = group_id(shape, axis, env.rank);
       const int key = coords_.along(axis);
+      CollectiveGuard guard(watchdog_.get(), axis_name(axis), "comm_split", key,
+                            shape.size(axis));
       slot = device == Device::cpu ? mpi_split(world, color, key, axis_name(axis))
                                    : nccl_split(world, color, key, axis_name(axis), timeout_s);
       TRAINER_CHECK(slot->size() == shape.size(axis) && slot->rank() == key,

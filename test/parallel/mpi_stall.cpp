@@ -1,6 +1,7 @@
 // Watchdog test program: one rank (TRAINER_TEST_STALL_RANK, read only here)
 // never joins an all_reduce; the others must report it and end the job.
-// Usage: parallel_mpi_stall TIMEOUT_S
+// Usage: parallel_mpi_stall TIMEOUT_S [init]  (init: the rank stalls before
+// the mesh exists, so the others wait in its construction)
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -20,6 +21,8 @@ int main(int argc, char** argv) {
     const char* stall = std::getenv("TRAINER_TEST_STALL_RANK");
     const int stall_rank = stall ? std::atoi(stall) : -1;
     const LaunchEnv env = detect_launch_env();
+    const bool at_init = argc > 2 && std::string(argv[2]) == "init";
+    if (at_init && env.rank == stall_rank) std::this_thread::sleep_for(std::chrono::seconds(120));
     MeshRequest request;
     request.world = env.world;
     Mesh mesh(env, resolve_mesh(request), Device::cpu, timeout_s);
