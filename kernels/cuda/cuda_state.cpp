@@ -13,7 +13,11 @@ CudaState* create_cuda_state(int device_index) {
   TRAINER_CHECK(device_index >= 0 && device_index < count,
                 "CUDA device {} requested but {} visible", device_index, count);
   CUDA_CHECK(cudaSetDevice(device_index));
-  auto state = std::make_unique<CudaState>();
+  // On a failure part-way, destroy_cuda_state releases what was created.
+  struct Destroy {
+    void operator()(CudaState* s) const { destroy_cuda_state(s); }
+  };
+  std::unique_ptr<CudaState, Destroy> state(new CudaState());
   state->device_index = device_index;
   CUDA_CHECK(cudaDeviceGetAttribute(&state->num_sms, cudaDevAttrMultiProcessorCount,
                                     device_index));
