@@ -7,7 +7,9 @@
 #include "engine/config/job_spec.h"
 #include "engine/memory_plan.h"
 #include "engine/model_from_spec.h"
+#include "engine/mesh_from_spec.h"
 #include "model/model.h"
+#include "parallel/grad_sync.h"
 
 namespace trainer::cmd {
 namespace {
@@ -25,12 +27,14 @@ Registrar reg("plan", "validate a job and print its per-rank memory plan", [](CL
   sub.add_option("--world", args->world, "number of ranks to plan for")->check(CLI::PositiveNumber);
   return std::function<int()>([args] {
     engine::JobSpec spec = engine::load_job_spec(args->job, args->overrides);
-    TRAINER_INPUT_CHECK(args->world == 1,
-                        "--world {}: multi-rank plans need the parallel mesh (not built yet)",
-                        args->world);
+    parallel::MeshShape shape = engine::resolve_job_mesh(spec, args->world);
     model::Model model(engine::model_config(spec), engine::micro_batch_shape(spec));
-    engine::AdamW optimizer(spec.optimizer, model.buffers());
-    engine::MemoryPlan plan = engine::plan_memory(model.buffers(), optimizer);
+    // The same sharding arithmetic as Trainer::setup, for dp rank 0.
+    int64_t arena = int64_t(model.buffers().category_bytes(model::Category::parameters) / 4);
+    bool sharded = spec.parallel.zero >= 1 && shape.dp > 1;
+    parallel::ZeroShard shard = parallel::zero_shard(arena, sharded ? shape.dp : 1, 0);
+    engine::AdamW optimizer(spec.optimizer, model.buffers(), shard.begin, shard.end());
+    engine::MemoryPlan plan = engine::plan_memory(model.buffers(), optimizer, shard.padded);
     fmt::print("job {}: {} model, {} layers, d_model {}, {} heads ({} kv), vocab {} (padded {})\n",
                spec.source_path, engine::to_string(spec.model.family), spec.model.n_layer,
                spec.model.d_model, spec.model.n_head, model.config().n_kv_head,
@@ -38,7 +42,8 @@ Registrar reg("plan", "validate a job and print its per-rank memory plan", [](CL
     fmt::print("micro-batch {} x {} tokens, global batch {}, {} accumulation steps\n",
                spec.train.micro_batch, spec.train.seq_len, spec.train.global_batch,
                spec.train.global_batch / spec.train.micro_batch);
-    fmt::print("world {}: per-rank memory\n{}", args->world, plan.describe());
+    fmt::print("mesh: {}, zero {}\n", shape.str(), spec.parallel.zero);
+    fmt::print("per-rank memory (dp rank 0)\n{}", plan.describe());
     return 0;
   });
 });

@@ -1,9 +1,14 @@
 // trainer train JOB.yaml [--set key.path=value ...]
 #include <fmt/format.h>
 
+#include <cstdio>
+
 #include "cmd/subcommand.h"
 #include "engine/config/job_spec.h"
+#include "engine/mesh_from_spec.h"
 #include "engine/trainer.h"
+#include "parallel/launch_env.h"
+#include "parallel/mesh.h"
 
 namespace trainer::cmd {
 namespace {
@@ -19,9 +24,26 @@ Registrar reg("train", "train a model from a YAML job spec", [](CLI::App& sub) {
   sub.add_option("--set", args->overrides, "override a key: key.path=value (repeatable)");
   return std::function<int()>([args] {
     engine::JobSpec spec = engine::load_job_spec(args->job, args->overrides);
-    engine::Trainer trainer(spec);
-    int steps = trainer.run();
-    fmt::print("trained {} steps; run directory {}\n", steps, spec.run.dir);
+    parallel::LaunchEnv env = parallel::detect_launch_env();
+    parallel::MeshShape shape = engine::resolve_job_mesh(spec, env.world);
+    parallel::Mesh mesh(env, shape, Device::cpu, spec.parallel.timeout_s);
+    error_rank() = mesh.rank();
+    try {
+      engine::Trainer trainer(spec, mesh);
+      int steps = trainer.run();
+      if (mesh.logs()) fmt::print("trained {} steps; run directory {}\n", steps, spec.run.dir);
+    } catch (const InputError& e) {
+      // One line from one rank, then every rank goes down with exit code 2.
+      std::fprintf(stderr, "trainer: error: %s\n", e.what());
+      std::fflush(stderr);
+      mesh.abort(2);
+      return 2;
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "trainer: failed: %s\n", e.what());
+      std::fflush(stderr);
+      mesh.abort(1);
+      return 1;
+    }
     return 0;
   });
 });

@@ -3,6 +3,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "kernels/elementwise.h"
 #include "kernels/memory.h"
 
@@ -38,10 +40,14 @@ std::string MemoryPlan::describe() const {
   return s;
 }
 
-MemoryPlan plan_memory(const model::Buffers& buffers, const AdamW& optimizer) {
+MemoryPlan plan_memory(const model::Buffers& buffers, const AdamW& optimizer,
+                       int64_t arena_elems) {
   MemoryPlan plan;
   for (int c = 0; c < model::kNumCategories; ++c)
     plan.category[c] = buffers.category_bytes(static_cast<Category>(c));
+  for (Category c : {Category::parameters, Category::gradients})
+    plan.category[static_cast<int>(c)] = std::max(
+        plan.category[static_cast<int>(c)], static_cast<size_t>(arena_elems) * sizeof(float));
   plan.optimizer = optimizer.state_bytes();
   plan.num_params = buffers.num_param_elements();
   return plan;

@@ -19,7 +19,10 @@ struct MemoryPlan {
   std::string describe() const;  // the table `trainer plan` prints
 };
 
-MemoryPlan plan_memory(const model::Buffers& buffers, const AdamW& optimizer);
+// arena_elems: the parameter and gradient arenas' size in fp32 elements when
+// ZeRO pads them to a multiple of the dp size (0 = as declared).
+MemoryPlan plan_memory(const model::Buffers& buffers, const AdamW& optimizer,
+                       int64_t arena_elems = 0);
 
 // One allocation per arena of the plan, zeroed, bound to the buffers and the optimizer.
 class Arenas {

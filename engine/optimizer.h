@@ -1,6 +1,7 @@
-// AdamW over the model's parameter arena. Moments m and v mirror the
-// parameter arena's layout, so each parameter's state sits at the same offset
-// and the whole update is a walk over ParamSpecs (weight decay per spec).
+// AdamW over the model's parameter arena, or over one ZeRO shard of it. The
+// arena is flat (alignment gaps are zero), so a shard is just an element range
+// [begin, end); moments m and v cover exactly that range, and the update walks
+// the ParamSpecs that intersect it (weight decay is per parameter).
 #pragma once
 
 #include <cstddef>
@@ -13,7 +14,9 @@ namespace trainer::engine {
 
 class AdamW {
  public:
-  AdamW(const OptimizerSpec& spec, const model::Buffers& buffers);
+  // Updates arena elements [begin, end); end < 0 = the whole arena.
+  AdamW(const OptimizerSpec& spec, const model::Buffers& buffers, int64_t begin = 0,
+        int64_t end = -1);
 
   size_t state_bytes() const;  // m and v, fp32
   // Points m and v into `base` (state_bytes long, zeroed by the caller).
@@ -21,13 +24,16 @@ class AdamW {
 
   void step(Context& ctx, int64_t step, float lr, float grad_scale);
 
-  Tensor m() const { return m_; }
-  Tensor v() const { return v_; }
+  int64_t begin() const { return begin_; }
+  int64_t end() const { return end_; }
+  Tensor m() const { return m_; }  // (end - begin)
+  Tensor v() const { return v_; }  // (end - begin)
 
  private:
   OptimizerSpec spec_;
   const model::Buffers& buf_;
-  Tensor m_, v_;  // flat, each the size of the parameter arena
+  int64_t begin_ = 0, end_ = 0;
+  Tensor m_, v_;
 };
 
 }  // namespace trainer::engine

@@ -11,6 +11,7 @@
 
 #include "engine/data/sample_source.h"
 #include "engine/lr_schedule.h"
+#include "engine/mesh_from_spec.h"
 #include "engine/model_from_spec.h"
 #include "engine/peak_flops.h"
 #include "engine/stop_signal.h"
@@ -23,23 +24,68 @@ namespace trainer::engine {
 
 namespace fs = std::filesystem;
 
+namespace {
+std::unique_ptr<parallel::Mesh> single_rank_mesh(const JobSpec& spec) {
+  parallel::LaunchEnv env;  // one rank, no launcher
+  return std::make_unique<parallel::Mesh>(env, resolve_job_mesh(spec, 1), Device::cpu,
+                                          spec.parallel.timeout_s);
+}
+}  // namespace
+
 Trainer::Trainer(const JobSpec& spec, TrainerOptions options)
-    : spec_(spec), options_(options) {
+    : spec_(spec), options_(options), owned_mesh_(single_rank_mesh(spec)) {
+  mesh_ = owned_mesh_.get();
+  setup();
+}
+
+Trainer::Trainer(const JobSpec& spec, parallel::Mesh& mesh, TrainerOptions options)
+    : spec_(spec), options_(options), mesh_(&mesh) {
+  setup();
+}
+
+void Trainer::setup() {
+  const JobSpec& spec = spec_;
   ctx_.device = Device::cpu;
   TRAINER_INPUT_CHECK(spec.run.device != DeviceKind::cuda,
                       "{}: run.device: cuda is not available in this build's training loop yet "
                       "(use cpu or auto)",
                       spec.source_path);
+  const parallel::MeshShape& shape = mesh_->shape();
+  TRAINER_INPUT_CHECK(shape.tp == 1 && shape.pp == 1 && shape.cp == 1 && shape.ep == 1,
+                      "{}: parallel: {} — tensor, pipeline, context and expert parallelism are "
+                      "not implemented yet; only data parallelism (tp = pp = cp = ep = 1)",
+                      spec.source_path, shape.str());
+  if (!mesh_->logs()) options_.log = nullptr;
+  dp_size_ = shape.dp;
+  dp_rank_ = mesh_->coords().dp;
   const int T = spec.train.seq_len, B = spec.train.micro_batch;
-  accum_steps_ = spec.train.global_batch / B;
+  accum_steps_ = spec.train.global_batch / (B * dp_size_);
 
   model_ = std::make_unique<model::Model>(model_config(spec), micro_batch_shape(spec));
-  optimizer_ = std::make_unique<AdamW>(spec.optimizer, model_->buffers());
-  plan_ = plan_memory(model_->buffers(), *optimizer_);
-  arenas_ = std::make_unique<Arenas>(plan_, model_->buffers(), *optimizer_, ctx_);
+  model::Buffers& buf = model_->buffers();
+  // ZeRO >= 1 shards the optimizer over dp; the arenas are padded so every
+  // shard has the same aligned size. zero 0 keeps the whole state everywhere.
+  int64_t arena = static_cast<int64_t>(buf.category_bytes(model::Category::parameters) / 4);
+  bool sharded = spec.parallel.zero >= 1 && dp_size_ > 1;
+  shard_ = parallel::zero_shard(arena, sharded ? dp_size_ : 1, sharded ? dp_rank_ : 0);
+  optimizer_ = std::make_unique<AdamW>(spec.optimizer, buf, shard_.begin, shard_.end());
+  plan_ = plan_memory(buf, *optimizer_, shard_.padded);
+  arenas_ = std::make_unique<Arenas>(plan_, buf, *optimizer_, ctx_);
   model_->init_parameters(ctx_);
   norm_mem_ = device_alloc(ctx_.device, kArenaAlignment);
   norm_out_ = Tensor(norm_mem_, {1}, DType::f32, ctx_.device);
+
+  if (dp_size_ > 1 && spec.parallel.zero < 2) {
+    // Buckets in the order backward finishes gradients: last parameter first.
+    std::vector<parallel::GradRange> ranges;
+    for (auto it = buf.params().rbegin(); it != buf.params().rend(); ++it) {
+      const model::BufferInfo& info = buf.buffers()[it->grad];
+      ranges.push_back({static_cast<int64_t>(info.offset / 4), static_cast<int64_t>(info.bytes / 4)});
+    }
+    reducer_ = std::make_unique<parallel::GradReducer>(
+        mesh_->comm(parallel::Axis::dp), flat_arena(model::Category::gradients), ranges,
+        int64_t(25) << 20);
+  }
 
   if (!options_.synthetic_data) {
     const DataSpec& d = spec.data;
@@ -55,7 +101,7 @@ Trainer::Trainer(const JobSpec& spec, TrainerOptions options)
   host_losses_.resize(static_cast<size_t>(B) * T);
   peak_flops_ = peak_flops(ctx_, spec.precision.compute);
 
-  if (options_.write_run_dir) {
+  if (options_.write_run_dir && mesh_->logs()) {
     fs::create_directories(spec.run.dir);
     write_resolved_spec(spec, (fs::path(spec.run.dir) / "job.yaml").string());
     if (spec.log.metrics == "jsonl") {
@@ -65,14 +111,23 @@ Trainer::Trainer(const JobSpec& spec, TrainerOptions options)
     }
   }
   if (options_.log) {
+    fmt::print(options_.log, "mesh: {}, zero {}\n", shape.str(), spec.parallel.zero);
     fmt::print(options_.log, "model: {} params ({} layers, d_model {}, {} heads), device {}\n",
                plan_.num_params, spec.model.n_layer, spec.model.d_model, spec.model.n_head,
                device_name(ctx_.device));
-    fmt::print(options_.log, "memory plan:\n{}", plan_.describe());
+    fmt::print(options_.log, "memory plan (per rank):\n{}", plan_.describe());
     if (train_data_) fmt::print(options_.log, "train data: {}\n", train_data_->describe());
     if (val_data_) fmt::print(options_.log, "val data: {}\n", val_data_->describe());
     std::fflush(options_.log);
   }
+}
+
+Tensor Trainer::flat_arena(model::Category category) const {
+  const model::Buffers& buf = model_->buffers();
+  const auto& first = buf.params().front();
+  Tensor t = buf.get(category == model::Category::parameters ? first.value : first.grad);
+  int64_t n = static_cast<int64_t>(plan_.category[static_cast<int>(category)] / sizeof(float));
+  return Tensor(t.data, {n}, DType::f32, ctx_.device);
 }
 
 Trainer::~Trainer() {
@@ -107,44 +162,59 @@ double Trainer::micro_batch_loss_sum() {
 }
 
 double Trainer::grad_norm() {
+  // zero 2 holds only its shard of the averaged gradient; the others hold all of it.
+  bool shard_only = spec_.parallel.zero >= 2 && dp_size_ > 1;
+  Tensor grads = flat_arena(model::Category::gradients);
+  if (shard_only) grads = grads.slice(shard_.begin, shard_.end());
   fill(ctx_, norm_out_, 0.0f);
-  const model::Buffers& buf = model_->buffers();
-  size_t bytes = buf.category_bytes(model::Category::gradients);
-  // The gradient arena is walked flat: alignment gaps are zero.
-  Tensor all = buf.get(buf.params().front().grad);
-  all = Tensor(all.data, {int64_t(bytes / sizeof(float))}, DType::f32, ctx_.device);
-  sum_of_squares(ctx_, norm_out_, all);
+  sum_of_squares(ctx_, norm_out_, grads);
   float sq = 0;
   copy_to_host(&sq, norm_out_);
-  return std::sqrt(static_cast<double>(sq));
+  double total = shard_only ? parallel::group_sum(mesh_->comm(parallel::Axis::dp), sq) : sq;
+  return std::sqrt(total);
+}
+
+void Trainer::synchronize_gradients() {
+  if (dp_size_ == 1) return;
+  if (reducer_)
+    reducer_->reduce_all();
+  else
+    parallel::zero_reduce_scatter(mesh_->comm(parallel::Axis::dp),
+                                  flat_arena(model::Category::gradients), shard_);
 }
 
 StepRecord Trainer::train_step(int step) {
   auto t0 = std::chrono::steady_clock::now();
   const int B = spec_.train.micro_batch, T = spec_.train.seq_len, G = spec_.train.global_batch;
   const double tokens = double(G) * T;
+  const int64_t rank_first = int64_t(step - 1) * G + int64_t(dp_rank_) * (G / dp_size_);
   model_->zero_grads(ctx_);
   double loss_sum = 0;
   for (int m = 0; m < accum_steps_; ++m) {
-    load_micro_batch(train_data_.get(), int64_t(step - 1) * G + int64_t(m) * B);
+    load_micro_batch(train_data_.get(), rank_first + int64_t(m) * B);
     model_->forward(ctx_);
     loss_sum += micro_batch_loss_sum();
-    model_->backward(ctx_, static_cast<float>(1.0 / tokens));
+    // Gradients are averaged over dp, so each rank scales by its share of the tokens.
+    model_->backward(ctx_, static_cast<float>(dp_size_ / tokens));
   }
+  synchronize_gradients();
   StepRecord r;
   r.step = step;
-  r.loss = loss_sum / tokens;
+  r.loss = parallel::group_sum(mesh_->comm(parallel::Axis::dp), loss_sum) / tokens;
   r.grad_norm = grad_norm();
   double clip = spec_.optimizer.grad_clip;
   float grad_scale = 1.0f;
   if (clip > 0 && r.grad_norm > clip) grad_scale = static_cast<float>(clip / r.grad_norm);
   r.lr = learning_rate(spec_.optimizer, spec_.train.steps, step);
   optimizer_->step(ctx_, step, static_cast<float>(r.lr), grad_scale);
+  if (shard_.shard != shard_.padded)  // sharded update: every rank needs all parameters back
+    parallel::zero_all_gather(mesh_->comm(parallel::Axis::dp),
+                              flat_arena(model::Category::parameters), shard_);
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   r.tokens_per_s = tokens / r.seconds;
   double flops = model_->flops_per_token() * r.tokens_per_s;
   r.tflops = flops / 1e12;
-  r.mfu = peak_flops_ > 0 ? flops / peak_flops_ : 0.0;
+  r.mfu = peak_flops_ > 0 ? flops / (peak_flops_ * dp_size_) : 0.0;
   history_.push_back(r);
   return r;
 }
@@ -153,11 +223,12 @@ double Trainer::evaluate() {
   if (!val_data_) return std::nan("");
   const int B = spec_.train.micro_batch, T = spec_.train.seq_len;
   double sum = 0;
-  for (int i = 0; i < spec_.train.eval_batches; ++i) {
+  for (int i = dp_rank_; i < spec_.train.eval_batches; i += dp_size_) {
     load_micro_batch(val_data_.get(), int64_t(i) * B);
     model_->forward(ctx_);
     sum += micro_batch_loss_sum();
   }
+  sum = parallel::group_sum(mesh_->comm(parallel::Axis::dp), sum);
   return sum / (double(spec_.train.eval_batches) * B * T);
 }
 

@@ -12,6 +12,8 @@
 #include "engine/memory_plan.h"
 #include "engine/optimizer.h"
 #include "model/model.h"
+#include "parallel/grad_sync.h"
+#include "parallel/mesh.h"
 
 namespace trainer::engine {
 
@@ -33,7 +35,10 @@ struct TrainerOptions {
 
 class Trainer {
  public:
+  // One rank on its own (tests, bench).
   explicit Trainer(const JobSpec& spec, TrainerOptions options = {});
+  // This rank's part of a job on `mesh` (which must outlive the trainer).
+  Trainer(const JobSpec& spec, parallel::Mesh& mesh, TrainerOptions options = {});
   ~Trainer();
 
   // Runs train.steps optimizer steps (or until a stop signal); returns the steps run.
@@ -47,17 +52,27 @@ class Trainer {
   size_t allocated_bytes() const { return arenas_->allocated_bytes(); }
   const std::vector<StepRecord>& history() const { return history_; }
   model::Model& model() { return *model_; }
+  AdamW& optimizer() { return *optimizer_; }
+  parallel::Mesh& mesh() { return *mesh_; }
   Context& context() { return ctx_; }
 
  private:
+  void setup();
+  void synchronize_gradients();
   void load_micro_batch(const data::SampleSource* source, int64_t first_sample);
   double micro_batch_loss_sum();
   double grad_norm();
+  Tensor flat_arena(model::Category category) const;
   void log_step(const StepRecord& r);
   void log_eval(int step, double val_loss);
 
   JobSpec spec_;
   TrainerOptions options_;
+  std::unique_ptr<parallel::Mesh> owned_mesh_;
+  parallel::Mesh* mesh_ = nullptr;
+  parallel::ZeroShard shard_;  // this rank's range of the flat parameter arena
+  std::unique_ptr<parallel::GradReducer> reducer_;
+  int dp_size_ = 1, dp_rank_ = 0;
   Context ctx_;
   std::unique_ptr<model::Model> model_;
   std::unique_ptr<AdamW> optimizer_;

@@ -22,6 +22,11 @@ tokens() {  # tokens N VALUE: N uint16 tokens, all VALUE
 { header 300 20240520; tokens 200 7; } >data/truncated.bin
 { header 300 20240520; tokens 5 7; tokens 1 60000; tokens 294 7; } >data/bigtoken.bin
 
+# 40000 pseudo-random tokens below 1000 (an LCG, so every machine writes the same file).
+{ header 40000 20240520
+  LC_ALL=C awk 'BEGIN { x = 12345; for (i = 0; i < 40000; i++) { x = (x * 1103515245 + 12345) % 2147483648;
+    t = int(x / 65536) % 1000; printf "%c%c", t % 256, int(t / 256) } }'; } >data/random.bin
+
 base() {  # base DATA: a valid tiny job over DATA
   cat <<YAML
 run: {name: e2e, dir: runs/e2e, device: cpu}
@@ -45,3 +50,15 @@ base data/missing_*.bin >missing_data.yaml
 base data/badmagic.bin >bad_magic.yaml
 base data/truncated.bin >truncated.yaml
 base data/bigtoken.bin >big_token.yaml
+
+# The jobs the mesh tests compare across layouts (20 steps, global batch 8).
+for family in gpt2 llama; do
+  kv=""; [ $family = llama ] && kv=", n_kv_head: 2"
+  cat >mesh_$family.yaml <<YAML
+run: {name: mesh, dir: runs/mesh, device: cpu, seed: 7}
+model: {family: $family, n_layer: 2, d_model: 32, n_head: 4$kv, d_ff: 64, vocab_size: 1000, max_seq_len: 16}
+data: {train: data/random.bin}
+train: {seq_len: 16, micro_batch: 1, global_batch: 8, steps: 20, eval_every: 0}
+optimizer: {lr: 3.0e-3, warmup_steps: 2}
+YAML
+done
