@@ -7,7 +7,7 @@
 #include <random>
 #include <vector>
 
-#include "kernels/cast.h"
+#include "test/precision/cpu_ops.h"
 #include "test/precision/reference_formats.h"
 
 using namespace precision_test;
@@ -121,7 +121,7 @@ TEST_CASE("cast: every dtype pair, with and without a scale", "[cpu][precision]"
         Buffer dst(dd, n);
         std::vector<float> s{scale};
         Tensor scale_t = scale == 1.0f ? Tensor{} : Tensor(s.data(), {1});
-        trainer::cast(ctx, dst.tensor({3, 100}), src.tensor({3, 100}), scale_t);
+        precision_test::cast(ctx, dst.tensor({3, 100}), src.tensor({3, 100}), scale_t);
         INFO(trainer::dtype_name(sd) << " -> " << trainer::dtype_name(dd) << " scale " << scale);
         CHECK(count_mismatches(dst, src, scale, n) == 0);
       }
@@ -136,8 +136,8 @@ TEST_CASE("cast: quantise with a scale, dequantise with its inverse", "[cpu][pre
   std::vector<float> x(n), back(n), scale{224.0f}, scale_inv{1.0f / 224.0f};
   for (int64_t i = 0; i < n; ++i) x[i] = -2.0f + 4.0f * static_cast<float>(i) / (n - 1);
   std::vector<uint8_t> q(n);
-  trainer::cast(ctx, Tensor(q.data(), {n}, DType::e4m3), Tensor(x.data(), {n}), Tensor(scale.data(), {1}));
-  trainer::cast(ctx, Tensor(back.data(), {n}), Tensor(q.data(), {n}, DType::e4m3),
+  precision_test::cast(ctx, Tensor(q.data(), {n}, DType::e4m3), Tensor(x.data(), {n}), Tensor(scale.data(), {1}));
+  precision_test::cast(ctx, Tensor(back.data(), {n}), Tensor(q.data(), {n}, DType::e4m3),
                 Tensor(scale_inv.data(), {1}));
   CHECK(q[0] == 0xFE);      // -448
   CHECK(q[n - 1] == 0x7E);  // +448
@@ -160,7 +160,7 @@ TEST_CASE("cast: a transposed (strided) source gives a cast-transpose", "[cpu][p
     for (float scale : {1.0f, 3.7f}) {
       Buffer dst(dd, rows * cols);
       std::vector<float> s{scale};
-      trainer::cast(ctx, dst.tensor({cols, rows}), src_t, scale == 1.0f ? Tensor{} : Tensor(s.data(), {1}));
+      precision_test::cast(ctx, dst.tensor({cols, rows}), src_t, scale == 1.0f ? Tensor{} : Tensor(s.data(), {1}));
       int bad = 0;
       for (int64_t j = 0; j < cols; ++j)
         for (int64_t i = 0; i < rows; ++i) {
@@ -175,7 +175,7 @@ TEST_CASE("cast: a transposed (strided) source gives a cast-transpose", "[cpu][p
   }
   // Strided views of different shapes are refused.
   std::vector<float> out(rows * cols);
-  CHECK_THROWS_AS(trainer::cast(ctx, Tensor(out.data(), {rows, cols}), src_t), trainer::Error);
+  CHECK_THROWS_AS(precision_test::cast(ctx, Tensor(out.data(), {rows, cols}), src_t), trainer::Error);
 }
 
 TEST_CASE("cast: large tensors take the threaded path with the same result", "[cpu][precision]") {
@@ -187,7 +187,7 @@ TEST_CASE("cast: large tensors take the threaded path with the same result", "[c
   for (DType dd : {DType::bf16, DType::f16, DType::e4m3}) {
     Buffer dst(dd, n);
     std::vector<float> s{0.5f};
-    trainer::cast(ctx, dst.tensor({n}), src.tensor({n}), Tensor(s.data(), {1}));
+    precision_test::cast(ctx, dst.tensor({n}), src.tensor({n}), Tensor(s.data(), {1}));
     CHECK(count_mismatches(dst, src, 0.5f, n) == 0);
   }
 }
@@ -196,12 +196,12 @@ TEST_CASE("cast: argument checks", "[cpu][precision]") {
   trainer::Context ctx;
   std::vector<float> a(8), b(4), s2(2);
   std::vector<int32_t> ints(8);
-  CHECK_THROWS_AS(trainer::cast(ctx, Tensor(a.data(), {8}), Tensor(b.data(), {4})), trainer::Error);
-  CHECK_THROWS_AS(trainer::cast(ctx, Tensor(a.data(), {8}), Tensor(ints.data(), {8}, DType::i32)),
+  CHECK_THROWS_AS(precision_test::cast(ctx, Tensor(a.data(), {8}), Tensor(b.data(), {4})), trainer::Error);
+  CHECK_THROWS_AS(precision_test::cast(ctx, Tensor(a.data(), {8}), Tensor(ints.data(), {8}, DType::i32)),
                   trainer::Error);
-  CHECK_THROWS_AS(trainer::cast(ctx, Tensor(a.data(), {8}), Tensor(a.data(), {8}), Tensor(s2.data(), {2})),
+  CHECK_THROWS_AS(precision_test::cast(ctx, Tensor(a.data(), {8}), Tensor(a.data(), {8}), Tensor(s2.data(), {2})),
                   trainer::Error);
-  CHECK_THROWS_AS(trainer::cast(ctx, Tensor(a.data(), {8}), Tensor(a.data(), {8}),
+  CHECK_THROWS_AS(precision_test::cast(ctx, Tensor(a.data(), {8}), Tensor(a.data(), {8}),
                                 Tensor(ints.data(), {1}, DType::i32)),
                   trainer::Error);
 }
@@ -211,27 +211,27 @@ TEST_CASE("amax: max |x|, accumulated, NaN ignored, inf kept", "[cpu][precision]
   std::vector<float> out{0.0f};
   Tensor out_t(out.data(), {1});
   std::vector<float> x{1.0f, -7.5f, 3.0f, NAN, -0.0f};
-  trainer::amax(ctx, out_t, Tensor(x.data(), {5}));
+  precision_test::amax(ctx, out_t, Tensor(x.data(), {5}));
   CHECK(out[0] == 7.5f);
   std::vector<float> smaller{2.0f, -1.0f};
-  trainer::amax(ctx, out_t, Tensor(smaller.data(), {2}));
+  precision_test::amax(ctx, out_t, Tensor(smaller.data(), {2}));
   CHECK(out[0] == 7.5f);  // accumulated: max with what was there
   std::vector<float> all_nan{NAN, NAN};
   out[0] = 0.0f;
-  trainer::amax(ctx, out_t, Tensor(all_nan.data(), {2}));
+  precision_test::amax(ctx, out_t, Tensor(all_nan.data(), {2}));
   CHECK(out[0] == 0.0f);
   std::vector<float> with_inf{1.0f, -INFINITY, NAN};
-  trainer::amax(ctx, out_t, Tensor(with_inf.data(), {3}));
+  precision_test::amax(ctx, out_t, Tensor(with_inf.data(), {3}));
   CHECK(out[0] == INFINITY);
 
   // Narrow dtypes: e4m3 0xFE = -448, 0x7F = NaN; e5m2 0x7C = inf.
   std::vector<uint8_t> e4{0x01, 0xFE, 0x7F, 0x38};
   out[0] = 0.0f;
-  trainer::amax(ctx, out_t, Tensor(e4.data(), {4}, DType::e4m3));
+  precision_test::amax(ctx, out_t, Tensor(e4.data(), {4}, DType::e4m3));
   CHECK(out[0] == 448.0f);
   std::vector<uint16_t> bf{0xC2F6, 0x3F80};  // -123, 1
   out[0] = 0.0f;
-  trainer::amax(ctx, out_t, Tensor(bf.data(), {2}, DType::bf16));
+  precision_test::amax(ctx, out_t, Tensor(bf.data(), {2}, DType::bf16));
   CHECK(out[0] == 123.0f);
 
   // Threaded and strided: the maximum sits in one column of a transposed view.
@@ -241,11 +241,11 @@ TEST_CASE("amax: max |x|, accumulated, NaN ignored, inf kept", "[cpu][precision]
   Tensor bt(big.data(), {cols, rows});
   bt.stride = {1, cols, 0, 0};
   out[0] = 0.0f;
-  trainer::amax(ctx, out_t, bt);
+  precision_test::amax(ctx, out_t, bt);
   CHECK(out[0] == 9.0f);
 
   out[0] = -1.0f;
-  CHECK_THROWS_AS(trainer::amax(ctx, out_t, Tensor(x.data(), {5})), trainer::Error);
+  CHECK_THROWS_AS(precision_test::amax(ctx, out_t, Tensor(x.data(), {5})), trainer::Error);
 }
 
 TEST_CASE("found_nonfinite: sets the flag on inf or NaN in any dtype", "[cpu][precision]") {
@@ -253,7 +253,7 @@ TEST_CASE("found_nonfinite: sets the flag on inf or NaN in any dtype", "[cpu][pr
   std::vector<float> flag{0.0f};
   Tensor flag_t(flag.data(), {1});
   std::vector<float> clean{1.0f, -3e38f, 0.0f};
-  trainer::found_nonfinite(ctx, flag_t, Tensor(clean.data(), {3}));
+  precision_test::found_nonfinite(ctx, flag_t, Tensor(clean.data(), {3}));
   CHECK(flag[0] == 0.0f);
   struct Case {
     DType dtype;
@@ -272,20 +272,39 @@ TEST_CASE("found_nonfinite: sets the flag on inf or NaN in any dtype", "[cpu][pr
   for (auto& c : cases) {
     flag[0] = 0.0f;
     const int64_t n = static_cast<int64_t>(c.bytes.size() / trainer::dtype_size(c.dtype));
-    trainer::found_nonfinite(ctx, flag_t, Tensor(c.bytes.data(), {n}, c.dtype));
+    precision_test::found_nonfinite(ctx, flag_t, Tensor(c.bytes.data(), {n}, c.dtype));
     INFO(trainer::dtype_name(c.dtype) << " case");
     CHECK((flag[0] == 1.0f) == c.nonfinite);
   }
   // Accumulated: a clean tensor does not clear a raised flag.
   flag[0] = 0.0f;
   std::vector<float> bad{1.0f, NAN};
-  trainer::found_nonfinite(ctx, flag_t, Tensor(bad.data(), {2}));
-  trainer::found_nonfinite(ctx, flag_t, Tensor(clean.data(), {3}));
+  precision_test::found_nonfinite(ctx, flag_t, Tensor(bad.data(), {2}));
+  precision_test::found_nonfinite(ctx, flag_t, Tensor(clean.data(), {3}));
   CHECK(flag[0] == 1.0f);
   // Threaded: one inf among many.
   std::vector<float> big(1 << 17, 1.0f);
   big[99999] = -INFINITY;
   flag[0] = 0.0f;
-  trainer::found_nonfinite(ctx, flag_t, Tensor(big.data(), {int64_t(big.size())}));
+  precision_test::found_nonfinite(ctx, flag_t, Tensor(big.data(), {int64_t(big.size())}));
   CHECK(flag[0] == 1.0f);
 }
+
+#ifndef TRAINER_CUDA
+// The dispatching trainer::cast (with its default scale) reaches the CPU backend; in
+// CUDA builds the [cuda] suite compares the two backends instead.
+TEST_CASE("cast: the dispatching op calls the CPU backend", "[cpu][precision]") {
+  trainer::Context ctx;
+  std::vector<float> x{1.0f, -2.5f, 1e-3f}, s{4.0f};
+  std::vector<uint16_t> h(3);
+  trainer::cast(ctx, Tensor(h.data(), {3}, DType::f16), Tensor(x.data(), {3}));
+  CHECK(h == std::vector<uint16_t>{0x3C00, 0xC100, 0x1419});  // 1e-3 = 1.024 * 2^-10
+  trainer::cast(ctx, Tensor(h.data(), {3}, DType::f16), Tensor(x.data(), {3}), Tensor(s.data(), {1}));
+  CHECK(h[0] == 0x4400);  // 4.0
+  std::vector<float> m{0.0f}, flag{0.0f};
+  trainer::amax(ctx, Tensor(m.data(), {1}), Tensor(x.data(), {3}));
+  CHECK(m[0] == 2.5f);
+  trainer::found_nonfinite(ctx, Tensor(flag.data(), {1}), Tensor(x.data(), {3}));
+  CHECK(flag[0] == 0.0f);
+}
+#endif

@@ -7,7 +7,7 @@
 #include <cmath>
 #include <vector>
 
-#include "kernels/cast.h"
+#include "test/precision/cpu_ops.h"
 #include "kernels/fp8_scaling.h"
 
 using trainer::DType;
@@ -149,17 +149,17 @@ TEST_CASE("fp8 scaling: the CPU ops on the state's views", "[cpu][precision]") {
   std::vector<uint8_t> q(4);
   trainer::Tensor qt(q.data(), {4}, DType::e4m3);
   // Step 1: scale 1 (nothing seen yet); amax recorded into the current slot.
-  trainer::cast(ctx, qt, xt, s.scale_view(w));
-  trainer::amax(ctx, s.amax_view(w), xt);
+  precision_test::cast(ctx, qt, xt, s.scale_view(w));
+  precision_test::amax(ctx, s.amax_view(w), xt);
   CHECK(q[1] == 0xC6);  // -3.5 = -(2^1 * 1.75): sign, exponent 1 + 7 = 8, mantissa 110b
   CHECK(s.current_amax()[w] == 3.5f);
   s.update();
   CHECK(s.scale(w) == 128.0f);
   // Step 2: -3.5 * 128 = -448, the E4M3 maximum.
-  trainer::cast(ctx, qt, xt, s.scale_view(w));
+  precision_test::cast(ctx, qt, xt, s.scale_view(w));
   CHECK(q[1] == 0xFE);
   std::vector<float> back(4);
-  trainer::cast(ctx, trainer::Tensor(back.data(), {4}), qt, s.scale_inv_view(w));
+  precision_test::cast(ctx, trainer::Tensor(back.data(), {4}), qt, s.scale_inv_view(w));
   CHECK(back == x);  // x * 128 is exact in E4M3 and 1/128 exact in fp32
 }
 
