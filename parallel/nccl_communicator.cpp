@@ -305,6 +305,7 @@ ncclUniqueId share_unique_id(const LaunchEnv& env, double timeout_s) {
     const ncclResult_t rc = ncclGetUniqueId(&id);
     TRAINER_CHECK(rc == ncclSuccess, "ncclGetUniqueId: {}", ncclGetErrorString(rc));
   }
+  if (env.world == 1) return id;  // nobody to tell
 #if TRAINER_MPI
   mpi_init_once();
   TRAINER_CHECK(MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD) == MPI_SUCCESS,
