@@ -18,14 +18,14 @@
 #pragma once
 
 #include <cstdint>
-#ifndef __CUDA_ARCH__
 #include <cstring>
-#endif
 
+#ifndef TRAINER_HOST_DEVICE
 #if defined(__CUDACC__)
 #define TRAINER_HOST_DEVICE __host__ __device__
 #else
 #define TRAINER_HOST_DEVICE
+#endif
 #endif
 
 namespace trainer {

@@ -1,8 +1,6 @@
 // CPU dtype conversion (cast), amax and the non-finite check, for the five float dtypes.
 #include "kernels/cast.h"
 
-#include <omp.h>
-
 #include <algorithm>
 #include <cstdint>
 
