@@ -83,8 +83,9 @@ void apply_override(YAML::Node& root, const std::string& arg, SpecReader& r) {
 void check_keys(const YAML::Node& map, const spec::KeyNode& keys, const std::string& path,
                 SpecReader& r) {
   std::set<std::string> seen;
+  // Copies, not references: yaml-cpp's iterator hands out a temporary pair.
   for (auto it = map.begin(); it != map.end(); ++it) {
-    const YAML::Node& k = it->first;
+    const YAML::Node k = it->first;
     const std::string name = k.IsScalar() ? k.Scalar() : spec::describe(k);
     const std::string full = path.empty() ? name : path + "." + name;
     const spec::KeyNode* key = k.IsScalar() ? keys.child(name) : nullptr;
@@ -95,7 +96,7 @@ void check_keys(const YAML::Node& map, const spec::KeyNode& keys, const std::str
       throw InputError(fmt::format("{}: {}: duplicate key", r.where(full, k.Mark()), full));
     r.record(full, k.Mark());
     if (!key->is_section()) continue;
-    const YAML::Node& v = it->second;
+    const YAML::Node v = it->second;
     if (v.IsMap()) {
       check_keys(v, *key, full, r);
     } else if (!v.IsNull()) {
