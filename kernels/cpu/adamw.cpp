@@ -20,9 +20,7 @@ TRAINER_CPU_INLINE float sqrt_nonneg(float x) {
   return x * y;
 }
 
-// Baseline SSE only: GCC 12 fails to vectorise this loop in the -march clones,
-// and 4-wide already leaves it bound by its 28 bytes of memory traffic per parameter.
-void adamw_range(float* __restrict p, const float* __restrict g, float* __restrict m,
+TRAINER_CPU_CLONES void adamw_range(float* __restrict p, const float* __restrict g, float* __restrict m,
                  float* __restrict v, int64_t n, float b1, float b2, float lr, float eps,
                  float wd, float grad_scale, float m_corr, float v_corr) {
   for (int64_t i = 0; i < n; ++i) {

@@ -12,16 +12,20 @@
 
 #include "kernels/tensor.h"
 
-// Hot loops are compiled for AVX-512, AVX2+FMA and baseline x86-64; the loader
-// picks one at start-up (the project's flags carry no -march).
+// Hot loops are compiled for AVX-512F, AVX2 and baseline x86-64; the loader
+// picks one by CPU features at start-up (the project's flags carry no -march).
+// Feature clones, not arch= clones: GCC dispatches those by CPU model, and a
+// model newer than the compiler (this machine's Emerald Rapids) gets baseline.
+// Only the AVX-512 clone vectorises the exp-based loops: -ftrapping-math (the
+// default) stops GCC if-converting exp_approx's clamps without masked stores.
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #define TRAINER_CPU_CLONES \
-  __attribute__((target_clones("default", "arch=haswell", "arch=skylake-avx512")))
+  __attribute__((target_clones("default", "avx2", "avx512f")))
 #else
 #define TRAINER_CPU_CLONES
 #endif
 // Helpers called from the clones must be always_inline: GCC does not inline a
-// baseline function into a clone built for another -march.
+// baseline function into a clone built for other target options.
 #define TRAINER_CPU_INLINE __attribute__((always_inline)) inline
 
 namespace trainer::cpu {
