@@ -209,3 +209,46 @@ TEST_CASE("every file in test/config/bad is refused with its stated message", "[
   }
   CHECK(count >= 5);
 }
+
+// Every edit of a valid job either parses or is refused with InputError: no
+// yaml-cpp exception or crash leaks out, and each refusal is one line.
+TEST_CASE("mangled variants of a config fail only with InputError", "[cpu]") {
+  std::ifstream in(std::string(TRAINER_SOURCE_DIR) + "/configs/moe-tiny.yaml");
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  REQUIRE(lines.size() > 20);
+  const std::vector<std::string> values = {"", "[", "]", "{a: 1}", "[1, 2]", "null", "-1", "0",
+                                           "x", "1.5", "99999999999999999999", "\"\"", "*a", "&a b"};
+  int refused = 0, accepted = 0;
+  auto attempt = [&](const std::vector<std::string>& variant) {
+    std::string text;
+    for (const auto& l : variant) text += l + "\n";
+    try {
+      parse_job_spec(text, "m.yaml");
+      ++accepted;
+    } catch (const trainer::InputError& e) {
+      ++refused;
+      CHECK(std::string(e.what()).find('\n') == std::string::npos);
+      CHECK(std::string(e.what()).rfind("m.yaml", 0) == 0);
+    }
+  };
+  for (size_t i = 0; i < lines.size(); ++i) {
+    INFO("line " << i + 1 << ": " << lines[i]);
+    std::vector<std::string> v = lines;
+    v.erase(v.begin() + static_cast<long>(i));
+    REQUIRE_NOTHROW(attempt(v));
+    const size_t colon = lines[i].find(':');
+    if (colon == std::string::npos) continue;
+    for (const auto& value : values) {
+      v = lines;
+      v[i] = lines[i].substr(0, colon + 1) + " " + value;
+      INFO("value " << value);
+      REQUIRE_NOTHROW(attempt(v));
+    }
+    v = lines;
+    v[i] = "   " + lines[i];
+    REQUIRE_NOTHROW(attempt(v));
+  }
+  CHECK(refused > 100);
+  CHECK(accepted > 10);
+}
