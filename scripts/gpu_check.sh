@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The one command for a GPU machine: prints the GPU, driver and library versions,
 # builds with CUDA (or uses a carried build), runs the [cuda] suite (every CUDA
-# op against the CPU op), trains configs/tiny-gpt2.yaml 50 steps on the GPU and
-# on the CPU and compares the loss curves, then benchmarks if `trainer bench`
-# exists. Each stage prints PASS, FAIL or SKIPPED (with the reason); the script
+# op against the CPU op) and the op benchmarks, trains configs/tiny-gpt2.yaml
+# 50 steps on the GPU and on the CPU and compares the loss curves, then
+# benchmarks whole training steps if `trainer bench` exists. Each stage prints PASS, FAIL or SKIPPED (with the reason); the script
 # exits 1 if any stage failed. Everything is bounded by an 8-minute budget.
 #
 # Environment:
@@ -146,6 +146,21 @@ if [[ -x $TEST_BIN ]]; then
   fi
 else
   record cuda_suite FAIL "no test binary at $TEST_BIN"
+fi
+
+# -------------------------------------------------------------- op benchmarks
+section "op benchmarks (GPT-2 124M shapes)"
+if [[ -x $TEST_BIN ]] && (( $(remaining) > 120 )); then
+  t=$(stage_timeout 90)
+  if timeout "$t" "$TEST_BIN" "[.bench]" >"$WORK/op_bench.log" 2>&1; then
+    grep '^bench ' "$WORK/op_bench.log" | tee "$SUMMARY_DIR/op_bench.txt"
+    record op_bench PASS "$(grep -c '^bench ' "$WORK/op_bench.log") ops timed; table in op_bench.txt"
+  else
+    tail -20 "$WORK/op_bench.log"
+    record op_bench FAIL "op benchmarks failed or timed out (${t}s)"
+  fi
+else
+  record op_bench SKIPPED "no test binary or no time left"
 fi
 
 # ------------------------------------------------------- tiny GPU vs CPU run

@@ -1,0 +1,108 @@
+// [.bench] op benchmarks on GPT-2 124M shapes (B=8, T=1024): milliseconds and
+// TFLOP/s or GB/s per op. Hidden (not part of the [cuda] suite or ctest); run with
+// `cuda_ops_test "[.bench]"` (scripts/gpu_check.sh does). Figures, not checks.
+#include <cstdio>
+#include <functional>
+
+#include "kernels/ops.h"
+#include "test/cuda/harness.h"
+
+namespace trainer::cuda_test {
+namespace {
+
+// Mean milliseconds of `op` over `iters` runs on the compute stream, after warm-up.
+double time_ms(const std::function<void()>& op, int iters = 10) {
+  CudaState& st = *gpu().cuda;
+  for (int i = 0; i < 2; ++i) op();
+  cudaEvent_t start, stop;
+  cudaEventCreate(&start);
+  cudaEventCreate(&stop);
+  cudaEventRecord(start, st.stream);
+  for (int i = 0; i < iters; ++i) op();
+  cudaEventRecord(stop, st.stream);
+  cudaEventSynchronize(stop);
+  float ms = 0;
+  cudaEventElapsedTime(&ms, start, stop);
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  return ms / iters;
+}
+
+void report(const char* name, double ms, double flops, double bytes) {
+  std::printf("bench %-40s %9.3f ms", name, ms);
+  if (flops > 0) std::printf("  %8.1f TFLOP/s", flops / ms / 1e9);
+  if (bytes > 0) std::printf("  %8.1f GB/s", bytes / ms / 1e6);
+  std::printf("\n");
+}
+
+}  // namespace
+
+TEST_CASE("op benchmarks at GPT-2 124M shapes", "[.bench]") {
+  Context& ctx = gpu();
+  const int64_t B = 8, T = 1024, C = 768, H = 12, D = 64, V = 50304, M = B * T;
+  for (DType dtype : {DType::f32, DType::bf16}) {
+    DeviceTensor x({M, C}, dtype), w({4 * C, C}, dtype), bias({4 * C}, dtype), y({M, 4 * C}, dtype);
+    DeviceTensor dx({M, C}, dtype), dw({4 * C, C}), db({4 * C});
+    for (DeviceTensor* t : {&x, &w, &bias, &y, &dx}) t->upload(random_floats(t->numel(), 1));
+    cuda::fill(ctx, dw, 0.0f);
+    cuda::fill(ctx, db, 0.0f);
+    const double f = 2.0 * M * C * 4 * C;
+    report(fmt::format("linear fwd {} {}x{}x{}", dtype_name(dtype), M, C, 4 * C).c_str(),
+           time_ms([&] { cuda::linear_forward(ctx, y, x, w, bias); }), f, 0);
+    report(fmt::format("linear bwd {} {}x{}x{}", dtype_name(dtype), M, C, 4 * C).c_str(),
+           time_ms([&] { cuda::linear_backward(ctx, dx, dw, db, y, x, w); }), 2 * f, 0);
+  }
+  {
+    DeviceTensor q({B, T, H, D}), k({B, T, H, D}), v({B, T, H, D}), o({B, T, H, D}),
+        lse({B, H, T}), dq({B, T, H, D}), dk({B, T, H, D}), dv({B, T, H, D});
+    for (DeviceTensor* t : {&q, &k, &v, &o}) t->upload(random_floats(t->numel(), 2));
+    const double f = 4.0 * B * H * T * T * D;  // two full (unmasked) GEMMs, as computed
+    report("attention fwd fp32 (unfused)", time_ms([&] { cuda::attention_forward(ctx, o, lse, q, k, v); }), f, 0);
+    report("attention bwd fp32 (unfused)",
+           time_ms([&] { cuda::attention_backward(ctx, dq, dk, dv, o, q, k, v, o, lse); }), 2.5 * f, 0);
+  }
+  {
+    DeviceTensor x({M, C}), y({M, C}), w({C}), b({C}), mean({M}), rstd({M}), dw({C}), db({C});
+    for (DeviceTensor* t : {&x, &w, &b}) t->upload(random_floats(t->numel(), 3));
+    const double bytes = 2.0 * M * C * 4;
+    report("layernorm fwd fp32", time_ms([&] { cuda::layernorm_forward(ctx, y, mean, rstd, x, w, b, 1e-5f); }), 0, bytes);
+    report("layernorm bwd fp32",
+           time_ms([&] { cuda::layernorm_backward(ctx, y, dw, db, x, x, w, mean, rstd); }), 0, 3 * bytes);
+  }
+  {
+    DeviceTensor logits({M, V}), maxv({M}), se({M}), tl({M}), loss({M}), dl({M}), t({M}, DType::i32);
+    cuda::fill(ctx, logits, 0.5f);  // values do not change the cost
+    t.upload_ints(random_ints(M, 5, 0, 50256));
+    dl.upload(std::vector<float>(M, 1.0f / M));
+    const double bytes = 1.0 * M * V * 4;
+    report("cross_entropy max+sumexp+loss fp32", time_ms([&] {
+             cuda::cross_entropy_max(ctx, maxv, logits, 0, 50257);
+             cuda::cross_entropy_sumexp(ctx, se, tl, logits, maxv, t, 0, 50257);
+             cuda::cross_entropy_loss(ctx, loss, maxv, se, tl, t);
+           }), 0, 2 * bytes);
+    report("cross_entropy backward fp32 (in place)", time_ms([&] {
+             cuda::cross_entropy_backward(ctx, logits, logits, maxv, se, t, dl, 0, 50257);
+           }), 0, 2 * bytes);
+  }
+  {
+    DeviceTensor ids({M}, DType::i32), dy({M, C}), dwte({V, C}), dwpe({T, C});
+    ids.upload_ints(random_ints(M, 6, 0, 50256));
+    dy.upload(random_floats(M * C, 7));
+    cuda::fill(ctx, dwte, 0.0f);
+    cuda::fill(ctx, dwpe, 0.0f);
+    report("embedding bwd fp32", time_ms([&] { cuda::embedding_backward(ctx, dwte, dwpe, dy, ids, T, 0, 0); }),
+           0, 3.0 * M * C * 4);
+  }
+  {
+    const int64_t n = 124'000'000;
+    DeviceTensor p({n}), g({n}), m({n}), v({n});
+    for (DeviceTensor* t : {&p, &g, &m, &v}) cuda::fill(ctx, *t, 0.0f);
+    AdamWArgs args;
+    args.lr = 1e-4f;
+    report("adamw 124M params", time_ms([&] { cuda::adamw_update(ctx, p, g, m, v, args); }), 0,
+           7.0 * n * 4);
+  }
+  SUCCEED("benchmarks printed above");
+}
+
+}  // namespace trainer::cuda_test
