@@ -48,11 +48,13 @@ Registrar tokenize_registrar(
         opt.progress = !args->quiet && ::isatty(2);
         auto tok = engine::data::Tokenizer::load(args->vocab, args->merges);
         auto r = engine::data::tokenize_corpus(opt, tok);
+        const double mb = r.bytes / 1e6;
         std::printf("tokenize: %lld documents (%lld val), %lld train + %lld val tokens, %.1f MB in %.2f s "
-                    "(%.1f MB/s, %d threads)\n",
+                    "(%.1f MB/s, %d threads; %.1f MB per CPU-second); sync %.2f s\n",
                     static_cast<long long>(r.documents), static_cast<long long>(r.val_documents),
-                    static_cast<long long>(r.train_tokens), static_cast<long long>(r.val_tokens),
-                    r.bytes / 1e6, r.seconds, r.bytes / 1e6 / std::max(r.seconds, 1e-9), r.threads);
+                    static_cast<long long>(r.train_tokens), static_cast<long long>(r.val_tokens), mb,
+                    r.seconds, mb / std::max(r.seconds, 1e-9), r.threads, mb / std::max(r.cpu_seconds, 1e-9),
+                    r.sync_seconds);
         for (const auto& f : r.files) std::printf("  %s\n", f.c_str());
         return 0;
       };

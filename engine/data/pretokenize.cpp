@@ -13,28 +13,46 @@ bool in_ranges(const CodeRange* ranges, int count, uint32_t cp) {
   return it != ranges && cp <= (it - 1)->hi;
 }
 
-struct AsciiTable {
-  CharClass cls[128];
-  AsciiTable() {
-    for (uint32_t c = 0; c < 128; ++c) {
-      cls[c] = in_ranges(kLetterRanges, kLetterRangeCount, c)   ? CharClass::letter
-               : in_ranges(kNumberRanges, kNumberRangeCount, c) ? CharClass::number
-               : in_ranges(kSpaceRanges, kSpaceRangeCount, c)   ? CharClass::space
-                                                                : CharClass::other;
-    }
-  }
-};
-const AsciiTable kAscii;
-
-}  // namespace
-
-CharClass char_class(uint32_t cp) {
-  if (cp < 128) return kAscii.cls[cp];
+CharClass classify(uint32_t cp) {
   if (in_ranges(kLetterRanges, kLetterRangeCount, cp)) return CharClass::letter;
   if (in_ranges(kNumberRanges, kNumberRangeCount, cp)) return CharClass::number;
   if (in_ranges(kSpaceRanges, kSpaceRangeCount, cp)) return CharClass::space;
   return CharClass::other;
 }
+
+}  // namespace
+
+// The ASCII rows of the generated tables, as data so the hot path inlines; a
+// test checks them against char_class_slow.
+const CharClass kAsciiClass[128] = {
+#define C(x) CharClass::x
+    // 0x00-0x1F: controls; 0x09-0x0D are whitespace
+    C(other), C(other), C(other), C(other), C(other), C(other), C(other), C(other),
+    C(other), C(space), C(space), C(space), C(space), C(space), C(other), C(other),
+    C(other), C(other), C(other), C(other), C(other), C(other), C(other), C(other),
+    C(other), C(other), C(other), C(other), C(other), C(other), C(other), C(other),
+    // ' ' ! " # $ % & ' ( ) * + , - . /
+    C(space), C(other), C(other), C(other), C(other), C(other), C(other), C(other),
+    C(other), C(other), C(other), C(other), C(other), C(other), C(other), C(other),
+    // 0-9 : ; < = > ?
+    C(number), C(number), C(number), C(number), C(number), C(number), C(number), C(number),
+    C(number), C(number), C(other), C(other), C(other), C(other), C(other), C(other),
+    // @ A-O
+    C(other), C(letter), C(letter), C(letter), C(letter), C(letter), C(letter), C(letter),
+    C(letter), C(letter), C(letter), C(letter), C(letter), C(letter), C(letter), C(letter),
+    // P-Z [ \ ] ^ _
+    C(letter), C(letter), C(letter), C(letter), C(letter), C(letter), C(letter), C(letter),
+    C(letter), C(letter), C(letter), C(other), C(other), C(other), C(other), C(other),
+    // ` a-o
+    C(other), C(letter), C(letter), C(letter), C(letter), C(letter), C(letter), C(letter),
+    C(letter), C(letter), C(letter), C(letter), C(letter), C(letter), C(letter), C(letter),
+    // p-z { | } ~ DEL
+    C(letter), C(letter), C(letter), C(letter), C(letter), C(letter), C(letter), C(letter),
+    C(letter), C(letter), C(letter), C(other), C(other), C(other), C(other), C(other),
+#undef C
+};
+
+CharClass char_class_slow(uint32_t cp) { return classify(cp); }
 
 size_t find_safe_cut(std::string_view text) {
   for (size_t p = text.size(); p-- > 1;) {

@@ -2,6 +2,7 @@
 // points, threads encode a batch of items, the writer appends them in order.
 #include "engine/data/tokenize_corpus.h"
 
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -118,6 +119,7 @@ class Pipeline {
         threads_(opt.threads > 0 ? opt.threads : std::max(1u, std::thread::hardware_concurrency())),
         caches_(threads_), train_(opt, "train", tok.vocab_size()), val_(opt, "val", tok.vocab_size()) {
     start_ = std::chrono::steady_clock::now();
+    cpu_start_ = cpu_seconds();
     items_.emplace_back();
   }
 
@@ -138,6 +140,8 @@ class Pipeline {
                         "--val-fraction {}: no document goes to validation ({} document(s) in all; split "
                         "the text into more files or JSONL records)",
                         opt_.val_fraction, result_.documents);
+    result_.seconds = seconds();
+    result_.cpu_seconds = cpu_seconds() - cpu_start_;
     train_.finish(result_.files);
     val_.finish(result_.files);
     train_.commit();
@@ -145,12 +149,17 @@ class Pipeline {
     if (opt_.progress) std::fputc('\n', stderr);
     result_.train_tokens = train_.tokens();
     result_.val_tokens = val_.tokens();
-    result_.seconds = seconds();
+    result_.sync_seconds = seconds() - result_.seconds;
     result_.threads = threads_;
     return result_;
   }
 
  private:
+  static double cpu_seconds() {
+    struct rusage ru;
+    ::getrusage(RUSAGE_SELF, &ru);
+    return ru.ru_utime.tv_sec + ru.ru_stime.tv_sec + 1e-6 * (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
+  }
   double seconds() const {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
   }
@@ -307,6 +316,7 @@ class Pipeline {
   size_t doc_bytes_ = 0;
   TokenizeResult result_;
   std::chrono::steady_clock::time_point start_;
+  double cpu_start_ = 0;
 };
 
 }  // namespace

@@ -31,7 +31,9 @@ struct TokenizeResult {
   int64_t documents = 0, val_documents = 0;
   int64_t train_tokens = 0, val_tokens = 0;
   std::vector<std::string> files;    // written, final names
-  double seconds = 0;
+  double seconds = 0;                // reading, encoding and writing (wall clock)
+  double cpu_seconds = 0;            // CPU time of all threads over the same span
+  double sync_seconds = 0;           // then fsync and rename of the outputs
   int threads = 1;
 };
 

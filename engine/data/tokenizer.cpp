@@ -58,10 +58,11 @@ uint64_t WordCache::hash(std::string_view word) {
 
 const int32_t* WordCache::find(std::string_view word, uint64_t hash, uint32_t* n) const {
   const size_t mask = slots_.size() - 1;
+  const uint32_t tag = static_cast<uint32_t>(hash >> 32);
   for (size_t i = hash & mask;; i = (i + 1) & mask) {
     const Slot& s = slots_[i];
-    if (!s.used) return nullptr;
-    if (s.hash == hash && s.key_len == word.size() &&
+    if (s.key_len == 0) return nullptr;
+    if (s.hash == tag && s.key_len == word.size() &&
         std::memcmp(keys_.data() + s.key_off, word.data(), word.size()) == 0) {
       *n = s.num_ids;
       return ids_.data() + s.ids_off;
@@ -77,16 +78,18 @@ void WordCache::clear() {
 }
 
 void WordCache::insert(std::string_view word, uint64_t hash, const int32_t* ids, uint32_t n) {
+  if (word.size() < 2 || word.size() > 0xFFFF || n > 0xFFFF) return;  // not worth caching
   if (keys_.size() + word.size() + 4 * (ids_.size() + n) > max_bytes_) clear();
   if (2 * (num_used_ + 1) > slots_.size()) {
-    if (slots_.size() < (size_t(1) << 22)) {
+    if (slots_.size() < (size_t(1) << 20)) {
+      // Rehash needs the full hash: recompute it from the stored key.
       std::vector<Slot> old(slots_.size() * 2);
       old.swap(slots_);
       const size_t mask = slots_.size() - 1;
       for (const Slot& s : old) {
-        if (!s.used) continue;
-        size_t i = s.hash & mask;
-        while (slots_[i].used) i = (i + 1) & mask;
+        if (s.key_len == 0) continue;
+        size_t i = WordCache::hash(std::string_view(keys_.data() + s.key_off, s.key_len)) & mask;
+        while (slots_[i].key_len != 0) i = (i + 1) & mask;
         slots_[i] = s;
       }
     } else {
@@ -95,9 +98,10 @@ void WordCache::insert(std::string_view word, uint64_t hash, const int32_t* ids,
   }
   const size_t mask = slots_.size() - 1;
   size_t i = hash & mask;
-  while (slots_[i].used) i = (i + 1) & mask;
-  slots_[i] = Slot{hash, static_cast<uint32_t>(keys_.size()), static_cast<uint32_t>(word.size()),
-                   static_cast<uint32_t>(ids_.size()), n, true};
+  while (slots_[i].key_len != 0) i = (i + 1) & mask;
+  slots_[i] = Slot{static_cast<uint32_t>(hash >> 32), static_cast<uint32_t>(keys_.size()),
+                   static_cast<uint32_t>(ids_.size()), static_cast<uint16_t>(word.size()),
+                   static_cast<uint16_t>(n)};
   keys_.append(word);
   ids_.insert(ids_.end(), ids, ids + n);
   ++num_used_;
@@ -108,16 +112,14 @@ void WordCache::insert(std::string_view word, uint64_t hash, const int32_t* ids,
 void Tokenizer::PairTable::build(const std::vector<std::pair<uint64_t, Merge>>& items) {
   size_t cap = 16;
   while (cap < 2 * items.size()) cap *= 2;
-  keys.assign(cap, kEmpty);
-  values.assign(cap, Merge{0, 0});
+  slots.assign(cap, Slot{kEmpty, Merge{0, 0}});
   mask = cap - 1;
   for (const auto& [key, merge] : items) {
     uint64_t h = (key * 0x9E3779B97F4A7C15ull) >> 20;
     uint64_t i = h & mask;
-    while (keys[i] != kEmpty && keys[i] != key) i = (i + 1) & mask;
-    if (keys[i] == key) continue;  // a repeated merge keeps its first (lowest) rank
-    keys[i] = key;
-    values[i] = merge;
+    while (slots[i].key != kEmpty && slots[i].key != key) i = (i + 1) & mask;
+    if (slots[i].key == key) continue;  // a repeated merge keeps its first (lowest) rank
+    slots[i] = Slot{key, merge};
   }
 }
 
@@ -189,13 +191,13 @@ Tokenizer Tokenizer::from_text(std::string_view vocab_json, std::string_view mer
     size_t sp = line.find(' ');
     bool ok = sp != std::string_view::npos && sp > 0 && sp + 1 < line.size() &&
               line.find(' ', sp + 1) == std::string_view::npos;
-    TRAINER_INPUT_CHECK(ok, "{}: line {} (byte offset {}): expected two tokens separated by one space, found \"{}\"",
-                        merges_name, line_no, line_offset, line);
+    TRAINER_INPUT_CHECK(ok, "{}: line {} (byte offset {}): expected two tokens separated by one space, found \"{}{}\"",
+                        merges_name, line_no, line_offset, line.substr(0, 60), line.size() > 60 ? "..." : "");
     std::string a(line.substr(0, sp)), b(line.substr(sp + 1));
     auto ia = id_of.find(a), ib = id_of.find(b), iab = id_of.find(a + b);
     TRAINER_INPUT_CHECK(ia != id_of.end() && ib != id_of.end() && iab != id_of.end(),
                         "{}: line {} (byte offset {}): merge \"{}\" uses a token not in the vocabulary {}",
-                        merges_name, line_no, line_offset, line, vocab_name);
+                        merges_name, line_no, line_offset, line.substr(0, 120), vocab_name);
     uint64_t key = (uint64_t(uint32_t(ia->second)) << 32) | uint32_t(ib->second);
     pairs.push_back({key, Merge{rank++, iab->second}});
   }
@@ -241,8 +243,8 @@ void Tokenizer::encode_piece(std::string_view piece, std::vector<int32_t>& out) 
     encode_long_piece(piece, out);
     return;
   }
-  // GPT-2's loop on a stack array, with each adjacent pair's merge kept so a pass
-  // only looks up the pairs it changed.
+  // GPT-2's loop on a stack array. pair[i] is the merge of (word[i], word[i+1]);
+  // a pass only looks up the pairs next to the tokens it merged.
   int32_t word[kShortPiece];
   const Merge* pair[kShortPiece];
   size_t len = n;
@@ -256,16 +258,20 @@ void Tokenizer::encode_piece(std::string_view piece, std::vector<int32_t>& out) 
     if (!best) break;
     const int32_t first = word[best_i], second = word[best_i + 1], merged = best->id;
     size_t w = 0;
+    bool last_merged = false;
     for (size_t i = 0; i < len;) {
-      if (i + 1 < len && word[i] == first && word[i + 1] == second) {
-        word[w++] = merged;
-        i += 2;
-      } else {
-        word[w++] = word[i++];
+      const bool merge = i + 1 < len && word[i] == first && word[i + 1] == second;
+      const int32_t t = merge ? merged : word[i];
+      if (w > 0) {
+        // Both neighbours unchanged: the old pair (i-1, i) still holds; w <= i,
+        // so pair[i-1] has not been overwritten yet.
+        pair[w - 1] = (merge || last_merged) ? pairs_.find(word[w - 1], t) : pair[i - 1];
       }
+      word[w++] = t;
+      i += merge ? 2 : 1;
+      last_merged = merge;
     }
     len = w;
-    for (size_t i = 0; i + 1 < len; ++i) pair[i] = pairs_.find(word[i], word[i + 1]);
   }
   out.insert(out.end(), word, word + len);
 }

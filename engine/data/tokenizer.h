@@ -21,10 +21,13 @@ class WordCache {
   static uint64_t hash(std::string_view word);
 
  private:
+  // 16 bytes; key_len 0 marks an empty slot (cached pieces have >= 2 bytes).
   struct Slot {
-    uint64_t hash = 0;
-    uint32_t key_off = 0, key_len = 0, ids_off = 0, num_ids = 0;
-    bool used = false;
+    uint32_t hash = 0;
+    uint32_t key_off = 0;
+    uint32_t ids_off = 0;
+    uint16_t key_len = 0;
+    uint16_t num_ids = 0;
   };
   void clear();
   size_t max_bytes_;
@@ -68,17 +71,22 @@ class Tokenizer {
     int32_t id;
   };
   // Open-addressing table (left id, right id) -> merge; the hot lookup of BPE.
+  // Key and value share a 16-byte slot so a probe touches one cache line.
   struct PairTable {
-    std::vector<uint64_t> keys;
-    std::vector<Merge> values;
+    struct Slot {
+      uint64_t key;
+      Merge merge;
+    };
+    std::vector<Slot> slots;
     uint64_t mask = 0;
     void build(const std::vector<std::pair<uint64_t, Merge>>& items);
     const Merge* find(int32_t a, int32_t b) const {
       uint64_t key = (uint64_t(uint32_t(a)) << 32) | uint32_t(b);
       uint64_t h = (key * 0x9E3779B97F4A7C15ull) >> 20;
       for (uint64_t i = h & mask;; i = (i + 1) & mask) {
-        if (keys[i] == key) return &values[i];
-        if (keys[i] == kEmpty) return nullptr;
+        const Slot& s = slots[i];
+        if (s.key == key) return &s.merge;
+        if (s.key == kEmpty) return nullptr;
       }
     }
     static constexpr uint64_t kEmpty = ~0ull;

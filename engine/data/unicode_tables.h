@@ -19,7 +19,11 @@ extern const int kSpaceRangeCount;
 
 enum class CharClass : uint8_t { letter, number, space, other };
 
-// Class of one code point (any value; invalid code points are `other`).
-CharClass char_class(uint32_t cp);
+// Class of any code point from the range tables (invalid code points are `other`).
+CharClass char_class_slow(uint32_t cp);
+extern const CharClass kAsciiClass[128];
+
+// Class of one code point.
+inline CharClass char_class(uint32_t cp) { return cp < 128 ? kAsciiClass[cp] : char_class_slow(cp); }
 
 }  // namespace trainer::engine::data

@@ -175,3 +175,11 @@ TEST_CASE("JSON string fields: escapes and surrogate pairs", "[cpu]") {
   require_input_error([&] { extract_string_field("not json", "text", out, "g.jsonl: line 7"); },
                       {"g.jsonl: line 7", "byte offset 0"});
 }
+
+TEST_CASE("ASCII class table agrees with the generated Unicode tables", "[cpu]") {
+  for (uint32_t cp = 0; cp < 128; ++cp) REQUIRE(char_class(cp) == char_class_slow(cp));
+  CHECK(char_class(0x4E2D) == CharClass::letter);   // 中
+  CHECK(char_class(0x0663) == CharClass::number);   // ٣
+  CHECK(char_class(0x3000) == CharClass::space);    // ideographic space
+  CHECK(char_class(0x1F600) == CharClass::other);   // 😀
+}
