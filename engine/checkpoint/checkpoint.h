@@ -1,0 +1,124 @@
+// Checkpoints: one directory per saved step (step_000123/) holding one
+// safetensors shard per writing rank (parameters and AdamW state under global
+// names, each with the slice of the global tensor it holds), metadata.json
+// (resolved job spec, mesh, step, data position, scalars) and manifest.json
+// (size and XXH3 of every file; its presence marks the checkpoint complete).
+// Saves go to step_X.tmp-<pid>/, are fsynced, renamed, and `latest` is
+// replaced last; see engine/checkpoint/README.md.
+#pragma once
+
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/checkpoint/json.h"
+#include "engine/checkpoint/safetensors.h"
+#include "engine/checkpoint/slice.h"
+#include "engine/config/job_spec.h"
+#include "engine/optimizer.h"
+#include "model/buffers.h"
+#include "parallel/communicator.h"
+
+namespace trainer::engine::checkpoint {
+
+constexpr int kFormatVersion = 1;
+
+std::string step_dir_name(int step);  // "step_000123"
+std::string shard_file_name(int rank);  // "rank_00000.safetensors"
+// checkpoint.dir with its default applied: <run.dir>/checkpoints.
+std::string checkpoint_root(const JobSpec& spec);
+
+// Checks a step directory completely: manifest present and valid JSON, every
+// listed file present with its recorded size and XXH3, metadata.json valid,
+// every shard's safetensors header valid. Throws InputError with one line
+// naming the offending file. Returns the parsed metadata.json.
+Json verify_checkpoint(const std::string& step_dir);
+
+// The newest complete, verified checkpoint under `root` ("" when there is
+// none); every skipped one (corrupt, partial, leftover .tmp) is reported on
+// `warn` (one line each) when it is not null.
+std::string find_latest_good(const std::string& root, FILE* warn);
+
+// Resolves a user-given path: a step directory, or a checkpoint root / run
+// directory (then its newest good checkpoint, looking in <path>/checkpoints
+// too). Every problem is an InputError naming the file.
+std::string resolve_checkpoint(const std::string& path, FILE* warn);
+
+// Reads tensors of one (already verified) step directory by global name,
+// assembling any requested slice from whatever shards hold pieces of it.
+class CheckpointReader {
+ public:
+  explicit CheckpointReader(const std::string& step_dir);
+  ~CheckpointReader();
+
+  const std::string& dir() const { return dir_; }
+  const Json& metadata() const { return metadata_; }
+  int step() const;
+  JobSpec job_spec() const;  // the resolved spec stored in metadata.json
+  bool has(const std::string& name) const { return index_.count(name) != 0; }
+  // The saved global shape of a tensor (InputError when absent).
+  const Slice& any_slice(const std::string& name) const;
+  // Fills `out` (row-major over dst.shape, zeroed first) with the part of
+  // tensor `name` that `dst` describes; InputError naming the shard when the
+  // tensor is missing, its global shape differs, or shards leave a gap.
+  void read(const std::string& name, const Slice& dst, float* out) const;
+
+ private:
+  struct Piece {
+    int file;
+    Slice slice;
+  };
+  std::string dir_;
+  Json metadata_;
+  std::vector<std::unique_ptr<SafetensorsFile>> files_;
+  std::map<std::string, std::vector<Piece>> index_;
+};
+
+// Saves and resumes the run's state (see README.md for the call sites).
+class Checkpointer {
+ public:
+  // `world` is used for barriers and to agree on names and status; `device`
+  // is where the model lives (for the few bytes those collectives exchange).
+  Checkpointer(const JobSpec& spec, parallel::Communicator& world, Device device = Device::cpu,
+               ShardPosition position = {}, FILE* warn = stderr);
+  ~Checkpointer();
+
+  // checkpoint.resume: never -> 0; auto -> the newest good checkpoint under
+  // checkpoint.dir (bad ones are warned about and skipped), 0 when none;
+  // <path> -> that checkpoint or InputError. Loads parameters and AdamW state
+  // into this rank's slices and returns the step it was saved after (training
+  // continues at step + 1). `scalars`, when given, receives the saved scalars.
+  int resume(model::Buffers& buffers, AdamW& optimizer,
+             std::map<std::string, double>* scalars = nullptr);
+
+  // Collective: writes step_X/ atomically, replaces `latest`, then deletes
+  // complete checkpoints beyond checkpoint.keep. `scalars` are small named
+  // values (loss scale, ...) stored in metadata.json.
+  void save(int step, const model::Buffers& buffers, const AdamW& optimizer,
+            const std::map<std::string, double>& scalars = {});
+
+  // checkpoint.every > 0 and step is a multiple of it.
+  bool due(int step) const;
+  const std::string& root() const { return root_; }
+  // The step directory written or loaded last ("" if none).
+  const std::string& last_path() const { return last_path_; }
+
+ private:
+  int agree(int value_on_rank0);  // broadcast of one int from rank 0
+  Json make_metadata(int step, const std::map<std::string, double>& scalars) const;
+  void prune(int step) const;
+
+  JobSpec spec_;
+  parallel::Communicator& world_;
+  Device device_;
+  ShardPosition position_;
+  FILE* warn_;
+  std::string root_;
+  std::string last_path_;
+  int run_id_ = 0;  // rank 0's pid: names the temporary directory on every rank
+  void* scratch_ = nullptr;  // device bytes for the collectives
+};
+
+}  // namespace trainer::engine::checkpoint

@@ -1,0 +1,302 @@
+// Checkpointer: the collective save (every writing rank its shard, rank 0 the
+// metadata, manifest, rename and `latest`) and resume.
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <regex>
+
+#include "engine/checkpoint/checkpoint.h"
+#include "engine/checkpoint/files.h"
+#include "engine/checkpoint/safetensors.h"
+#include "kernels/error.h"
+#include "kernels/memory.h"
+
+namespace trainer::engine::checkpoint {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr int kDigestInts = 5;  // writes, xxh3 lo, xxh3 hi, bytes lo, bytes hi
+
+// The part of a parameter's AdamW state this rank holds: m and v cover arena
+// elements [begin, end) (all of it, or a ZeRO shard), so a parameter's state
+// is the overlap of that range with the parameter's own elements.
+struct StateRange {
+  Slice slice;         // the parameter's local slice, flat range set to the overlap
+  int64_t state_at = 0;  // element index into m and v
+  bool empty() const { return slice.numel() <= 0; }
+  std::vector<int64_t> stored_shape(const model::BufferInfo& info) const {
+    return slice.numel() == slice.block_numel() ? info.shape : std::vector<int64_t>{slice.numel()};
+  }
+  Tensor view(const Tensor& flat) const {
+    return Tensor(static_cast<float*>(flat.data) + state_at, {slice.numel()}, DType::f32, flat.device);
+  }
+};
+
+StateRange state_range(const Slice& local, const model::BufferInfo& info, const AdamW& opt) {
+  TRAINER_CHECK(info.offset % sizeof(float) == 0, "{}: misaligned", info.name);
+  const int64_t first = static_cast<int64_t>(info.offset / sizeof(float));
+  const int64_t count = static_cast<int64_t>(info.bytes / sizeof(float));
+  const int64_t a = std::max(first, opt.begin()), b = std::min(first + count, opt.end());
+  StateRange r{local, std::max<int64_t>(0, a - opt.begin())};
+  r.slice.flat_begin = std::clamp<int64_t>(a - first, 0, count);
+  r.slice.flat_end = std::clamp<int64_t>(b - first, r.slice.flat_begin, count);
+  return r;
+}
+
+void remove_quietly(const fs::path& p) {
+  std::error_code ec;
+  fs::remove_all(p, ec);
+}
+
+}  // namespace
+
+Checkpointer::Checkpointer(const JobSpec& spec, parallel::Communicator& world, Device device,
+                           ShardPosition position, FILE* warn)
+    : spec_(spec), world_(world), device_(device), position_(position), warn_(warn) {
+  root_ = checkpoint_root(spec);
+  size_t bytes = static_cast<size_t>(world_.size()) * kDigestInts * 4 + 64;
+  scratch_ = device_alloc(device_, bytes);
+  run_id_ = agree(static_cast<int>(::getpid()));
+}
+
+Checkpointer::~Checkpointer() { device_free(device_, scratch_); }
+
+int Checkpointer::agree(int value_on_rank0) {
+  Tensor t(scratch_, {1}, DType::i32, device_);
+  int32_t v = value_on_rank0;
+  copy_from_host(t, &v);
+  world_.broadcast(t, 0);
+  world_.synchronize();
+  copy_to_host(&v, t);
+  return v;
+}
+
+bool Checkpointer::due(int step) const {
+  return spec_.checkpoint.every > 0 && step % spec_.checkpoint.every == 0;
+}
+
+Json Checkpointer::make_metadata(int step, const std::map<std::string, double>& scalars) const {
+  const ParallelSpec& p = spec_.parallel;
+  int world = world_.size();
+  Json mesh = Json::object();
+  mesh.set("world", Json(world));
+  mesh.set("tp", Json(p.tp));
+  mesh.set("pp", Json(p.pp));
+  mesh.set("cp", Json(p.cp));
+  mesh.set("dp", Json(p.dp > 0 ? p.dp : world / std::max(1, p.tp * p.pp * p.cp)));
+  mesh.set("ep", Json(p.ep));
+  mesh.set("zero", Json(p.zero));
+  Json data = Json::object();
+  // Sample order is a pure function of (seed, step): the step is the data position.
+  data.set("next_step", Json(step + 1));
+  data.set("samples_consumed", Json(int64_t(step) * spec_.train.global_batch));
+  data.set("global_batch", Json(spec_.train.global_batch));
+  data.set("seed", Json(std::to_string(spec_.run.seed)));
+  Json rng = Json::object();
+  rng.set("kind", Json("counter-based: (seed, parameter name, element index) and (seed, sample, position)"));
+  rng.set("seed", Json(std::to_string(spec_.run.seed)));
+  Json sc = Json::object();
+  for (const auto& [k, v] : scalars) sc.set(k, Json(v));
+  Json m = Json::object();
+  m.set("format", Json("trainer-checkpoint"));
+  m.set("format_version", Json(kFormatVersion));
+  m.set("step", Json(step));
+  m.set("mesh", std::move(mesh));
+  m.set("data_position", std::move(data));
+  m.set("rng", std::move(rng));
+  m.set("scalars", std::move(sc));
+  m.set("shards", Json::array());
+  m.set("job_spec", Json(job_spec_to_yaml(spec_)));
+  return m;
+}
+
+void Checkpointer::save(int step, const model::Buffers& buffers, const AdamW& optimizer,
+                        const std::map<std::string, double>& scalars) {
+  const int rank = world_.rank();
+  const fs::path root(root_);
+  const std::string name = step_dir_name(step);
+  const fs::path tmp = root / fmt::format("{}.tmp-{}", name, run_id_);
+  const fs::path final_dir = root / name;
+  if (rank == 0) {
+    fs::create_directories(root);
+    remove_quietly(tmp);
+    fs::create_directory(tmp);
+  }
+  world_.barrier();
+
+  // Every writing rank: its shard, streamed tensor by tensor from the device.
+  FileDigest digest;
+  const bool writes = position_.write_params || position_.write_optimizer;
+  if (writes) {
+    SafetensorsWriter w;
+    w.set_metadata("format", "trainer-shard");
+    w.set_metadata("format_version", std::to_string(kFormatVersion));
+    w.set_metadata("rank", std::to_string(rank));
+    w.set_metadata("step", std::to_string(step));
+    Tensor m = optimizer.m(), v = optimizer.v();
+    for (const auto& p : buffers.params()) {
+      const model::BufferInfo& info = buffers.buffers()[p.value];
+      Slice slice = local_slice(p.spec, info.shape, position_);
+      if (position_.write_params) {
+        Tensor value = buffers.get(p.value);
+        w.add_lazy(p.spec.name, "F32", info.shape, [value](void* dst) { copy_to_host(dst, value); });
+        w.set_metadata("slice." + p.spec.name, slice.to_json().dump());
+      }
+      StateRange st = state_range(slice, info, optimizer);
+      if (!position_.write_optimizer || st.empty()) continue;
+      std::string sj = st.slice.to_json().dump();
+      for (auto [suffix, flat] : {std::pair{".exp_avg", m}, std::pair{".exp_avg_sq", v}}) {
+        Tensor t = st.view(flat);
+        w.add_lazy(p.spec.name + suffix, "F32", st.stored_shape(info),
+                   [t](void* dst) { copy_to_host(dst, t); });
+        w.set_metadata("slice." + p.spec.name + suffix, sj);
+      }
+    }
+    digest = w.write((tmp / shard_file_name(rank)).string());
+  }
+
+  // Rank 0 learns every shard's digest, then completes the directory.
+  const int n = world_.size();
+  Tensor mine(scratch_, {kDigestInts}, DType::i32, device_);
+  Tensor all(static_cast<int32_t*>(scratch_) + kDigestInts, {int64_t(n) * kDigestInts}, DType::i32,
+             device_);
+  int32_t host[kDigestInts] = {writes ? 1 : 0,
+                               static_cast<int32_t>(digest.xxh3 & 0xffffffffu),
+                               static_cast<int32_t>(digest.xxh3 >> 32),
+                               static_cast<int32_t>(digest.bytes & 0xffffffffu),
+                               static_cast<int32_t>(digest.bytes >> 32)};
+  copy_from_host(mine, host);
+  world_.all_gather(mine, all);
+  world_.synchronize();
+  if (rank == 0) {
+    std::vector<int32_t> got(static_cast<size_t>(n) * kDigestInts);
+    copy_to_host(got.data(), all);
+    Json meta = make_metadata(step, scalars);
+    Json files = Json::object();
+    Json shards = Json::array();
+    for (int r = 0; r < n; ++r) {
+      const int32_t* g = &got[static_cast<size_t>(r) * kDigestInts];
+      if (!g[0]) continue;
+      auto lo = [](int32_t x) { return static_cast<uint64_t>(static_cast<uint32_t>(x)); };
+      Json f = Json::object();
+      f.set("bytes", Json(lo(g[3]) | lo(g[4]) << 32));
+      f.set("xxh3", Json(hex64(lo(g[1]) | lo(g[2]) << 32)));
+      files.set(shard_file_name(r), std::move(f));
+      shards.push(Json(shard_file_name(r)));
+    }
+    meta.set("shards", std::move(shards));
+    FileDigest md = write_file_durably((tmp / "metadata.json").string(), meta.dump(2) + "\n");
+    Json mf = Json::object();
+    mf.set("bytes", Json(md.bytes));
+    mf.set("xxh3", Json(hex64(md.xxh3)));
+    files.set("metadata.json", std::move(mf));
+    Json manifest = Json::object();
+    manifest.set("format_version", Json(kFormatVersion));
+    manifest.set("step", Json(step));
+    manifest.set("files", std::move(files));
+    // The manifest is written last: a directory without one is a partial save.
+    write_file_durably((tmp / "manifest.json").string(), manifest.dump(2) + "\n");
+    fsync_directory(tmp.string());
+    // Saving a step that already exists (resumed and saved again): move the old one aside
+    // and delete it only once the new one is in place.
+    fs::path aside;
+    if (fs::exists(final_dir)) {
+      aside = root / fmt::format("{}.old-{}", name, run_id_);
+      remove_quietly(aside);
+      fs::rename(final_dir, aside);
+    }
+    fs::rename(tmp, final_dir);
+    fsync_directory(root.string());
+    replace_file_atomically((root / "latest").string(), name + "\n");
+    if (!aside.empty()) remove_quietly(aside);
+    prune(step);
+  }
+  last_path_ = final_dir.string();
+  world_.barrier();
+}
+
+void Checkpointer::prune(int step) const {
+  static const std::regex complete("step_([0-9]{1,9})"), partial("step_([0-9]{1,9})\\.tmp-[0-9]+");
+  std::vector<std::pair<int, fs::path>> done;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(root_, ec)) {
+    std::string n = e.path().filename().string();
+    std::smatch m;
+    if (std::regex_match(n, m, complete) && fs::exists(e.path() / "manifest.json")) {
+      done.emplace_back(std::stoi(m[1].str()), e.path());
+    } else if (std::regex_match(n, m, partial) && std::stoi(m[1].str()) <= step) {
+      remove_quietly(e.path());  // a save that died: never loadable, only wasting space
+    }
+  }
+  std::sort(done.rbegin(), done.rend());
+  for (size_t i = static_cast<size_t>(spec_.checkpoint.keep); i < done.size(); ++i)
+    remove_quietly(done[i].second);
+}
+
+int Checkpointer::resume(model::Buffers& buffers, AdamW& optimizer,
+                         std::map<std::string, double>* scalars) {
+  const std::string& mode = spec_.checkpoint.resume;
+  if (mode == "never") return 0;
+  const bool automatic = mode == "auto";
+  // Rank 0 chooses and verifies; the others learn the outcome as one code:
+  // -1 refused, 0 nothing to resume, k + 1 the checkpoint saved after step k.
+  std::string chosen, error;
+  int code = 0;
+  if (world_.rank() == 0) {
+    try {
+      chosen = automatic ? find_latest_good(root_, warn_) : resolve_checkpoint(mode, warn_);
+      if (!chosen.empty()) {
+        int saved = CheckpointReader(chosen).step();
+        TRAINER_INPUT_CHECK(saved >= 0 && saved <= spec_.train.steps,
+                            "{}: saved after step {}, outside train.steps ({})", chosen, saved,
+                            spec_.train.steps);
+        code = saved + 1;
+      }
+    } catch (const InputError& e) {
+      error = e.what();
+      code = -1;
+    }
+  }
+  code = agree(code);
+  if (code < 0) {
+    if (world_.rank() == 0) throw InputError(error);
+    throw InputError("checkpoint.resume: the checkpoint was refused (see rank 0's message)");
+  }
+  if (code == 0) return 0;
+  const int step = code - 1;
+  if (world_.rank() != 0)
+    chosen = automatic ? (fs::path(root_) / step_dir_name(step)).string()
+                       : resolve_checkpoint(mode, nullptr);
+
+  CheckpointReader reader(chosen);
+  std::vector<float> host;
+  Tensor m = optimizer.m(), v = optimizer.v();
+  for (const auto& p : buffers.params()) {
+    const model::BufferInfo& info = buffers.buffers()[p.value];
+    Slice slice = local_slice(p.spec, info.shape, position_);
+    host.resize(static_cast<size_t>(slice.numel()));
+    reader.read(p.spec.name, slice, host.data());
+    copy_from_host(buffers.get(p.value), host.data());
+    StateRange st = state_range(slice, info, optimizer);
+    if (st.empty()) continue;
+    host.resize(static_cast<size_t>(st.slice.numel()));
+    reader.read(p.spec.name + ".exp_avg", st.slice, host.data());
+    copy_from_host(st.view(m), host.data());
+    reader.read(p.spec.name + ".exp_avg_sq", st.slice, host.data());
+    copy_from_host(st.view(v), host.data());
+  }
+  if (scalars) {
+    scalars->clear();
+    for (const auto& [k, val] : reader.metadata().at("scalars").members()) (*scalars)[k] = val.as_number();
+  }
+  last_path_ = chosen;
+  world_.barrier();
+  return step;
+}
+
+}  // namespace trainer::engine::checkpoint

@@ -1,0 +1,328 @@
+// Hugging Face GPT-2 / Llama safetensors in (init_from) and out (export).
+#include "engine/checkpoint/hf_interop.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <memory>
+#include <stdexcept>
+
+#include "engine/checkpoint/checkpoint.h"
+#include "engine/checkpoint/files.h"
+#include "engine/checkpoint/json.h"
+#include "engine/checkpoint/safetensors.h"
+#include "engine/model_from_spec.h"
+#include "kernels/error.h"
+#include "kernels/memory.h"
+#include "model/model.h"
+
+namespace trainer::engine::checkpoint {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+std::string shape_str(const std::vector<int64_t>& s) { return fmt::format("[{}]", fmt::join(s, ", ")); }
+
+HostTensor transpose(const HostTensor& t) {
+  TRAINER_CHECK(t.shape.size() == 2, "transpose of a {}-d tensor", t.shape.size());
+  int64_t R = t.shape[0], C = t.shape[1];
+  HostTensor o{{C, R}, std::vector<float>(t.data.size())};
+  for (int64_t r = 0; r < R; ++r)
+    for (int64_t c = 0; c < C; ++c) o.data[c * R + r] = t.data[r * C + c];
+  return o;
+}
+
+// Rows [begin, end) of dim 0.
+HostTensor rows(const HostTensor& t, int64_t begin, int64_t end) {
+  int64_t row = t.shape.size() == 2 ? t.shape[1] : 1;
+  HostTensor o{t.shape, {t.data.begin() + begin * row, t.data.begin() + end * row}};
+  o.shape[0] = end - begin;
+  return o;
+}
+
+// Resizes dim 0 to n rows: zero rows appended, or trailing rows dropped.
+HostTensor resize_rows(HostTensor t, int64_t n) {
+  int64_t row = t.shape.size() == 2 ? t.shape[1] : 1;
+  t.data.resize(static_cast<size_t>(n * row), 0.0f);
+  t.shape[0] = n;
+  return t;
+}
+
+// The tensors of an HF checkpoint: one file or the shards of an index.
+class HfSource {
+ public:
+  explicit HfSource(const std::string& path) {
+    if (fs::is_directory(path)) {
+      fs::path index = fs::path(path) / "model.safetensors.index.json";
+      fs::path single = fs::path(path) / "model.safetensors";
+      if (fs::exists(index)) {
+        Json j = parse_json(read_text_file(index.string()), index.string());
+        try {
+          for (const auto& [name, file] : j.at("weight_map").members())
+            where_[name] = (fs::path(path) / file.as_string()).string();
+        } catch (const std::runtime_error& e) {
+          throw InputError(fmt::format("{}: weight_map: {}", index.string(), e.what()));
+        }
+        return;
+      }
+      TRAINER_INPUT_CHECK(fs::exists(single), "{}: holds neither model.safetensors nor "
+                          "model.safetensors.index.json", path);
+      add_file(single.string());
+      return;
+    }
+    TRAINER_INPUT_CHECK(fs::exists(path), "{}: no such file (model.init_from)", path);
+    add_file(path);
+  }
+
+  // The HF name holding `name`, trying GPT-2's names without "transformer." too.
+  std::string find(const std::string& name) const {
+    if (where_.count(name)) return name;
+    const std::string prefix = "transformer.";
+    if (name.rfind(prefix, 0) == 0 && where_.count(name.substr(prefix.size())))
+      return name.substr(prefix.size());
+    return "";
+  }
+
+  HostTensor get(const std::string& name) const {
+    std::string found = find(name);
+    TRAINER_INPUT_CHECK(!found.empty(), "{}: no tensor \"{}\" (expected a {} checkpoint)", origin(),
+                        name, name.rfind("model.", 0) == 0 ? "LlamaForCausalLM" : "GPT2LMHeadModel");
+    const SafetensorsFile& f = file(where_.at(found));
+    return {f.tensor(found).shape, f.read_f32(found)};
+  }
+
+  std::string file_of(const std::string& name) const {
+    std::string found = find(name);
+    return found.empty() ? origin() : where_.at(found);
+  }
+
+ private:
+  void add_file(const std::string& p) {
+    const SafetensorsFile& f = file(p);
+    for (const auto& [name, view] : f.tensors()) where_[name] = p;
+    origin_ = p;
+  }
+  const SafetensorsFile& file(const std::string& p) const {
+    auto& slot = open_[p];
+    if (!slot) slot = std::make_unique<SafetensorsFile>(p);
+    return *slot;
+  }
+  std::string origin() const { return origin_.empty() ? where_.begin()->second : origin_; }
+
+  std::map<std::string, std::string> where_;
+  std::string origin_;
+  mutable std::map<std::string, std::unique_ptr<SafetensorsFile>> open_;
+};
+
+// One of our parameters (global, padded, (out, in)) from the HF tensors.
+HostTensor from_hf(const HfSource& src, const model::ParamSpec& spec, const model::ModelConfig& cfg) {
+  const std::string& n = spec.name;
+  const int64_t C = cfg.d_model;
+  HostTensor t;
+  if (!cfg.is_llama() && (n.find(".attn.q_proj.") != std::string::npos ||
+                          n.find(".attn.k_proj.") != std::string::npos ||
+                          n.find(".attn.v_proj.") != std::string::npos)) {
+    size_t at = n.find(".attn.") + 6;
+    int which = n[at] == 'q' ? 0 : n[at] == 'k' ? 1 : 2;
+    bool weight = ends_with(n, ".weight");
+    std::string fused = n.substr(0, at) + (weight ? "c_attn.weight" : "c_attn.bias");
+    HostTensor f = src.get(fused);
+    std::vector<int64_t> want = weight ? std::vector<int64_t>{C, 3 * C} : std::vector<int64_t>{3 * C};
+    TRAINER_INPUT_CHECK(f.shape == want, "{}: tensor \"{}\" has shape {}, expected {} for d_model {}",
+                        src.file_of(fused), fused, shape_str(f.shape), shape_str(want), C);
+    if (!weight) return rows(f, which * C, (which + 1) * C);
+    // Conv1D (in, 3C): columns [which*C, (which+1)*C) are this projection's (in, out).
+    HostTensor part{{C, C}, std::vector<float>(static_cast<size_t>(C * C))};
+    for (int64_t i = 0; i < C; ++i)
+      for (int64_t o = 0; o < C; ++o) part.data[i * C + o] = f.data[i * 3 * C + which * C + o];
+    return transpose(part);
+  }
+  bool lm_head = n == "lm_head.weight";
+  std::string source = n;
+  if (lm_head && src.find(n).empty())  // an HF model with tied embeddings stores only the table
+    source = cfg.is_llama() ? "model.embed_tokens.weight" : "transformer.wte.weight";
+  t = src.get(source);
+  bool conv1d = !cfg.is_llama() && ends_with(n, ".weight") &&
+                (n.find(".attn.c_proj.") != std::string::npos || n.find(".mlp.c_fc.") != std::string::npos ||
+                 n.find(".mlp.c_proj.") != std::string::npos);
+  if (conv1d && t.shape.size() == 2) t = transpose(t);
+  std::vector<int64_t> want = spec.global_shape;
+  if (spec.valid_rows >= 0 && t.shape.size() == 2 && t.shape[0] == spec.valid_rows) {
+    t = resize_rows(std::move(t), want[0]);  // zero padding rows
+  } else if (n == "transformer.wpe.weight" && t.shape.size() == 2 && t.shape[0] >= want[0] &&
+             t.shape[1] == want[1]) {
+    t = rows(t, 0, want[0]);  // positions beyond model.max_seq_len are never used
+  }
+  if (spec.valid_rows >= 0 && want.size() == 2)
+    TRAINER_INPUT_CHECK(t.shape == want, "{}: tensor \"{}\" has shape {}, expected [{}, {}] "
+                        "(model.vocab_size {}, d_model {})", src.file_of(source), source,
+                        shape_str(t.shape), spec.valid_rows, want[1], spec.valid_rows, want[1]);
+  TRAINER_INPUT_CHECK(t.shape == want, "{}: tensor \"{}\" has shape {}, the model expects {}{}",
+                      src.file_of(source), source, shape_str(t.shape), shape_str(want),
+                      conv1d ? " after transposing Conv1D (in, out)" : "");
+  return t;
+}
+
+void put(std::map<std::string, HostTensor>& out, const std::string& name, HostTensor t) {
+  out[name] = std::move(t);
+}
+
+}  // namespace
+
+void load_hf_weights(const std::string& path, const model::ModelConfig& cfg, model::Buffers& buffers,
+                     Context& ctx, const ShardPosition& position) {
+  (void)ctx;  // copies are synchronous through copy_from_host
+  HfSource src(path);
+  std::vector<float> local;
+  for (const auto& p : buffers.params()) {
+    HostTensor global = from_hf(src, p.spec, cfg);
+    const model::BufferInfo& info = buffers.buffers()[p.value];
+    Slice dst = local_slice(p.spec, info.shape, position);
+    Slice full{p.spec.global_shape, std::vector<int64_t>(p.spec.global_shape.size(), 0),
+               p.spec.global_shape, p.spec.tp_dim, p.spec.valid_rows};
+    local.assign(static_cast<size_t>(dst.numel()), 0.0f);
+    copy_overlap(full, global.data.data(), dst, local.data());
+    copy_from_host(buffers.get(p.value), local.data());
+  }
+}
+
+std::map<std::string, HostTensor> to_hf_tensors(const model::ModelConfig& cfg,
+                                                const std::map<std::string, HostTensor>& ours) {
+  auto get = [&](const std::string& n) -> const HostTensor& {
+    auto it = ours.find(n);
+    TRAINER_CHECK(it != ours.end(), "export: no parameter {}", n);
+    return it->second;
+  };
+  std::map<std::string, HostTensor> out;
+  const int64_t C = cfg.d_model, V = cfg.vocab_size;
+  if (cfg.is_llama()) {
+    for (const auto& [name, t] : ours) {
+      bool table = name == "model.embed_tokens.weight" || name == "lm_head.weight";
+      put(out, name, table ? rows(t, 0, V) : t);
+    }
+    return out;
+  }
+  for (const auto& [name, t] : ours) {
+    if (name.find(".attn.q_proj.") != std::string::npos || name.find(".attn.k_proj.") != std::string::npos ||
+        name.find(".attn.v_proj.") != std::string::npos)
+      continue;  // fused below
+    bool conv1d = ends_with(name, ".weight") && (name.find(".attn.c_proj.") != std::string::npos ||
+                                                name.find(".mlp.c_fc.") != std::string::npos ||
+                                                name.find(".mlp.c_proj.") != std::string::npos);
+    bool table = name == "transformer.wte.weight" || name == "lm_head.weight";
+    put(out, name, conv1d ? transpose(t) : table ? rows(t, 0, V) : t);
+  }
+  for (int l = 0; l < cfg.n_layer; ++l) {
+    std::string p = fmt::format("transformer.h.{}.attn.", l);
+    HostTensor w{{C, 3 * C}, std::vector<float>(static_cast<size_t>(3 * C * C))};
+    HostTensor b{{3 * C}, std::vector<float>(static_cast<size_t>(3 * C))};
+    const char* parts[3] = {"q_proj", "k_proj", "v_proj"};
+    for (int k = 0; k < 3; ++k) {
+      const HostTensor& wk = get(p + parts[k] + ".weight");  // (out C, in C)
+      const HostTensor& bk = get(p + parts[k] + ".bias");
+      for (int64_t o = 0; o < C; ++o) {
+        for (int64_t i = 0; i < C; ++i) w.data[i * 3 * C + k * C + o] = wk.data[o * C + i];
+        b.data[k * C + o] = bk.data[o];
+      }
+    }
+    put(out, p + "c_attn.weight", std::move(w));
+    put(out, p + "c_attn.bias", std::move(b));
+  }
+  return out;
+}
+
+std::string hf_config_json(const model::ModelConfig& cfg) {
+  Json j = Json::object();
+  auto arch = Json::array();
+  if (cfg.is_llama()) {
+    arch.push(Json("LlamaForCausalLM"));
+    j.set("architectures", std::move(arch));
+    j.set("model_type", Json("llama"));
+    j.set("vocab_size", Json(cfg.vocab_size));
+    j.set("hidden_size", Json(cfg.d_model));
+    j.set("intermediate_size", Json(cfg.d_ff));
+    j.set("num_hidden_layers", Json(cfg.n_layer));
+    j.set("num_attention_heads", Json(cfg.n_head));
+    j.set("num_key_value_heads", Json(cfg.n_kv_head));
+    j.set("head_dim", Json(cfg.head_dim()));
+    j.set("hidden_act", Json("silu"));
+    j.set("max_position_embeddings", Json(cfg.max_seq_len));
+    j.set("rms_norm_eps", Json(static_cast<double>(cfg.norm_eps)));
+    j.set("rope_theta", Json(static_cast<double>(cfg.rope_theta)));
+    j.set("attention_bias", Json(false));
+    j.set("mlp_bias", Json(false));
+    j.set("tie_word_embeddings", Json(cfg.tie_embeddings));
+    j.set("initializer_range", Json(static_cast<double>(cfg.init_std)));
+    j.set("torch_dtype", Json("float32"));
+  } else {
+    arch.push(Json("GPT2LMHeadModel"));
+    j.set("architectures", std::move(arch));
+    j.set("model_type", Json("gpt2"));
+    j.set("vocab_size", Json(cfg.vocab_size));
+    j.set("n_positions", Json(cfg.max_seq_len));
+    j.set("n_ctx", Json(cfg.max_seq_len));
+    j.set("n_embd", Json(cfg.d_model));
+    j.set("n_layer", Json(cfg.n_layer));
+    j.set("n_head", Json(cfg.n_head));
+    j.set("n_inner", Json(cfg.d_ff));
+    j.set("activation_function", Json("gelu_new"));  // the tanh approximation kernels/gelu.h uses
+    j.set("layer_norm_epsilon", Json(static_cast<double>(cfg.norm_eps)));
+    j.set("resid_pdrop", Json(0.0));
+    j.set("embd_pdrop", Json(0.0));
+    j.set("attn_pdrop", Json(0.0));
+    j.set("scale_attn_weights", Json(true));
+    j.set("tie_word_embeddings", Json(cfg.tie_embeddings));
+    j.set("initializer_range", Json(static_cast<double>(cfg.init_std)));
+    j.set("torch_dtype", Json("float32"));
+  }
+  return j.dump(2) + "\n";
+}
+
+std::string export_hf(const std::string& path, const std::string& out_dir, FILE* log) {
+  std::string step_dir = resolve_checkpoint(path, stderr);
+  CheckpointReader reader(step_dir);
+  JobSpec spec = reader.job_spec();
+  spec.parallel.tp = 1;  // global tensors: the single-rank layout
+  model::ModelConfig cfg = model_config(spec);
+  // Declaring a model allocates nothing; it lists the parameters and their global shapes.
+  model::Model declared(cfg, model::BatchShape{1, 1});
+  std::map<std::string, HostTensor> ours;
+  for (const auto& p : declared.buffers().params()) {
+    const auto& g = p.spec.global_shape;
+    Slice full{g, std::vector<int64_t>(g.size(), 0), g, p.spec.tp_dim, p.spec.valid_rows};
+    HostTensor t{g, std::vector<float>(static_cast<size_t>(full.numel()))};
+    reader.read(p.spec.name, full, t.data.data());
+    ours[p.spec.name] = std::move(t);
+  }
+  std::map<std::string, HostTensor> hf = to_hf_tensors(cfg, ours);
+  ours.clear();
+  fs::create_directories(out_dir);
+  SafetensorsWriter w;
+  w.set_metadata("format", "pt");  // transformers refuses files without it
+  for (const auto& [name, t] : hf) w.add_f32(name, t.shape, t.data.data());
+  std::string target = (fs::path(out_dir) / "model.safetensors").string();
+  std::string tmp = fmt::format("{}.tmp-{}", target, ::getpid());
+  std::error_code ec;
+  fs::remove(tmp, ec);
+  try {
+    w.write(tmp);
+    fs::rename(tmp, target);
+  } catch (...) {
+    fs::remove(tmp, ec);
+    throw;
+  }
+  replace_file_atomically((fs::path(out_dir) / "config.json").string(), hf_config_json(cfg));
+  if (log)
+    fmt::print(log, "exported {} (step {}) as {} model: {}/model.safetensors ({} tensors), config.json\n",
+               step_dir, reader.step(), cfg.is_llama() ? "LlamaForCausalLM" : "GPT2LMHeadModel",
+               out_dir, hf.size());
+  return step_dir;
+}
+
+}  // namespace trainer::engine::checkpoint

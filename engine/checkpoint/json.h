@@ -1,0 +1,74 @@
+// Json: the small strict JSON value this folder reads and writes (safetensors
+// headers, manifests, metadata, HF index files and config.json). Object keys
+// keep their insertion order so written files are byte-reproducible.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace trainer::engine::checkpoint {
+
+class Json {
+ public:
+  enum class Kind { null, boolean, number, string, array, object };
+
+  Json() = default;
+  Json(bool b) : kind_(Kind::boolean), bool_(b) {}
+  Json(int v) : Json(static_cast<double>(v)) {}
+  Json(int64_t v) : Json(static_cast<double>(v)) {}
+  Json(uint64_t v) : Json(static_cast<double>(v)) {}
+  Json(double v) : kind_(Kind::number), num_(v) {}
+  Json(const char* s) : kind_(Kind::string), str_(s) {}
+  Json(std::string s) : kind_(Kind::string), str_(std::move(s)) {}
+  static Json array() { Json j; j.kind_ = Kind::array; return j; }
+  static Json object() { Json j; j.kind_ = Kind::object; return j; }
+
+  Kind kind() const { return kind_; }
+  bool is_object() const { return kind_ == Kind::object; }
+  bool is_array() const { return kind_ == Kind::array; }
+  bool is_string() const { return kind_ == Kind::string; }
+  bool is_number() const { return kind_ == Kind::number; }
+
+  // Typed access; throws std::runtime_error when the kind differs (callers
+  // turn it into an InputError naming their file).
+  bool as_bool() const;
+  double as_number() const;
+  int64_t as_int() const;  // a number that is an exact integer
+  const std::string& as_string() const;
+  const std::vector<Json>& items() const;
+  const std::vector<std::pair<std::string, Json>>& members() const;
+
+  // Object: nullptr when absent. at() throws std::runtime_error naming the key.
+  const Json* find(std::string_view key) const;
+  const Json& at(std::string_view key) const;
+  // Object: appends (or replaces) a member; array: appends an item.
+  Json& set(std::string key, Json value);
+  Json& push(Json value);
+
+  // Compact (indent < 0) or pretty-printed text.
+  std::string dump(int indent = -1) const;
+
+ private:
+  void dump_to(std::string& out, int indent, int depth) const;
+
+  Kind kind_ = Kind::null;
+  bool bool_ = false;
+  double num_ = 0;
+  std::string str_;
+  std::vector<Json> items_;
+  std::vector<std::pair<std::string, Json>> members_;
+};
+
+// Strict RFC 8259 parse of the whole text. Throws InputError
+// "<name>: bad JSON at byte <offset>: <what>".
+Json parse_json(std::string_view text, const std::string& name);
+
+// The JSON string literal of s (quotes and escapes included).
+std::string json_quote(std::string_view s);
+
+}  // namespace trainer::engine::checkpoint

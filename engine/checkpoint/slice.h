@@ -1,0 +1,56 @@
+// Slice: which part of a parameter's global tensor a shard holds (offset and
+// shape per dim), and the copy of the overlap between two slices. This is what
+// lets a checkpoint written on one layout load on any other.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/checkpoint/json.h"
+#include "model/buffers.h"
+
+namespace trainer::engine::checkpoint {
+
+struct Slice {
+  std::vector<int64_t> global_shape;
+  std::vector<int64_t> offset;  // first element held, per dim
+  std::vector<int64_t> shape;   // elements held, per dim
+  int tp_dim = -1;              // the dim tensor parallelism splits (-1 = replicated)
+  int64_t valid_rows = -1;      // rows >= this are padding (padded vocabulary); -1 = all
+  // Held elements [flat_begin, flat_end) of the block's row-major order: a
+  // ZeRO shard of optimizer state covers an arbitrary range of the flat arena.
+  int64_t flat_begin = 0;
+  int64_t flat_end = -1;        // -1 = the whole block
+  int64_t block_numel() const;  // product of shape
+  int64_t numel() const;        // elements held: flat_end - flat_begin
+
+  Json to_json() const;
+  // InputError naming `where` when the JSON does not describe a slice.
+  static Slice from_json(const Json& j, const std::string& where);
+};
+
+// Where this rank's copy of each parameter sits in the global tensor: TP
+// splits tp_dim evenly, so shard `tp_rank` starts at tp_rank * local size.
+struct ShardPosition {
+  int tp_rank = 0;
+  // False on data-parallel replicas whose parameters another rank writes
+  // (only dp_idx == 0 and cp_idx == 0 write them).
+  bool write_params = true;
+  // False on replicas whose whole optimizer state another rank writes (zero 0
+  // with dp > 1); true for every rank holding a ZeRO shard of it.
+  bool write_optimizer = true;
+};
+
+Slice local_slice(const model::ParamSpec& spec, const std::vector<int64_t>& local_shape,
+                  const ShardPosition& pos);
+
+// Copies the elements `src` holds that `dst` wants (both stored as their flat
+// range of their block, row-major) and that lie in the valid rows of both;
+// returns the number copied. Global shapes must agree except dim 0 of padded tensors.
+int64_t copy_overlap(const Slice& src, const float* src_data, const Slice& dst, float* dst_data);
+
+// Elements of `dst` that a complete load must fill: those in valid rows.
+int64_t required_elements(const Slice& dst);
+
+}  // namespace trainer::engine::checkpoint

@@ -1,0 +1,257 @@
+// Checkpoints of a real (tiny) training run: bit-identical resume, damaged and
+// partial checkpoints detected and named, `auto` falling back to the previous
+// good one, explicit paths refused, keep=K.
+#include <catch2/catch.hpp>
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "engine/checkpoint/checkpoint.h"
+#include "engine/trainer.h"
+#include "parallel/communicator.h"
+
+using namespace trainer;
+using namespace trainer::engine;
+using namespace trainer::engine::checkpoint;
+namespace fs = std::filesystem;
+
+namespace {
+
+JobSpec tiny_spec(Family family, const fs::path& dir) {
+  JobSpec s;
+  s.source_path = "test";
+  s.run.device = DeviceKind::cpu;
+  s.run.dir = dir.string();
+  s.model.family = family;
+  s.model.n_layer = 2;
+  s.model.d_model = 32;
+  s.model.n_head = 4;
+  s.model.n_kv_head = family == Family::llama ? 2 : 4;
+  s.model.d_ff = 64;
+  s.model.vocab_size = 200;
+  s.model.max_seq_len = 16;
+  s.model.tie_embeddings = family == Family::gpt2;
+  s.data.train = {{"synthetic.bin", 1.0}};  // never opened: the trainer runs on synthetic tokens
+  s.train.seq_len = 16;
+  s.train.micro_batch = 2;
+  s.train.global_batch = 4;
+  s.train.steps = 9;
+  s.train.eval_every = 0;
+  s.optimizer.lr = 1e-3;
+  s.optimizer.warmup_steps = 2;
+  s.checkpoint.keep = 10;
+  return s;
+}
+
+TrainerOptions quiet() {
+  TrainerOptions o;
+  o.synthetic_data = true;
+  o.write_run_dir = false;
+  o.log = nullptr;
+  return o;
+}
+
+fs::path fresh_dir(const std::string& name) {
+  fs::path d = fs::temp_directory_path() / ("ckpt_test_" + name + "_" + std::to_string(::getpid()));
+  fs::remove_all(d);
+  return d;
+}
+
+std::vector<double> run_steps(Trainer& t, int first, int last) {
+  std::vector<double> out;
+  for (int s = first; s <= last; ++s) out.push_back(t.train_step(s).loss);
+  return out;
+}
+
+void save(Trainer& t, const JobSpec& spec, int step) {
+  auto world = parallel::make_single_communicator("world");
+  Checkpointer c(spec, *world, Device::cpu, {}, nullptr);
+  c.save(step, t.model().buffers(), t.optimizer());
+}
+
+// Resumes a fresh trainer; returns the step and what was written on the warning stream.
+int resume(Trainer& t, const JobSpec& spec, std::string* warnings = nullptr) {
+  auto world = parallel::make_single_communicator("world");
+  FILE* warn = std::tmpfile();
+  Checkpointer c(spec, *world, Device::cpu, {}, warn);
+  int step = 0;
+  try {
+    step = c.resume(t.model().buffers(), t.optimizer());
+  } catch (...) {
+    std::fclose(warn);
+    throw;
+  }
+  if (warnings) {
+    std::rewind(warn);
+    warnings->clear();
+    char buf[512];
+    while (std::fgets(buf, sizeof buf, warn)) *warnings += buf;
+  }
+  std::fclose(warn);
+  return step;
+}
+
+void flip_byte(const fs::path& p, size_t at) {
+  std::fstream f(p, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekg(static_cast<std::streamoff>(at));
+  char c;
+  f.get(c);
+  f.seekp(static_cast<std::streamoff>(at));
+  f.put(static_cast<char>(c ^ 0x10));
+}
+
+std::string read_all(const fs::path& p) {
+  std::ifstream in(p);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+}  // namespace
+
+TEST_CASE("checkpoint: resume continues with bit-identical losses", "[cpu][checkpoint]") {
+  for (Family f : {Family::gpt2, Family::llama}) {
+    fs::path dir = fresh_dir("resume");
+    JobSpec spec = tiny_spec(f, dir);
+    std::vector<double> uninterrupted;
+    {
+      Trainer a(spec, quiet());
+      run_steps(a, 1, 3);
+      save(a, spec, 3);
+      uninterrupted = run_steps(a, 4, 6);
+    }
+    Trainer b(spec, quiet());
+    std::vector<double> fresh = run_steps(b, 4, 4);
+    CHECK(fresh[0] != uninterrupted[0]);  // without the checkpoint step 4 differs
+    Trainer c(spec, quiet());
+    REQUIRE(resume(c, spec) == 3);
+    CHECK(run_steps(c, 4, 6) == uninterrupted);
+    CHECK(read_all(dir / "checkpoints" / "latest") == "step_000003\n");
+    fs::remove_all(dir);
+  }
+}
+
+TEST_CASE("checkpoint: metadata holds the job, mesh, step and data position", "[cpu][checkpoint]") {
+  fs::path dir = fresh_dir("meta");
+  JobSpec spec = tiny_spec(Family::llama, dir);
+  Trainer a(spec, quiet());
+  run_steps(a, 1, 2);
+  save(a, spec, 2);
+  fs::path step_dir = dir / "checkpoints" / "step_000002";
+  Json meta = verify_checkpoint(step_dir.string());
+  CHECK(meta.at("step").as_int() == 2);
+  CHECK(meta.at("format_version").as_int() == kFormatVersion);
+  CHECK(meta.at("data_position").at("samples_consumed").as_int() == 2 * spec.train.global_batch);
+  CHECK(meta.at("mesh").at("world").as_int() == 1);
+  CheckpointReader r(step_dir.string());
+  CHECK(r.job_spec().model == spec.model);
+  // Every parameter and its two moments, under global names with full slices.
+  for (const auto& p : a.model().buffers().params()) {
+    for (const char* suffix : {"", ".exp_avg", ".exp_avg_sq"}) {
+      INFO(p.spec.name + suffix);
+      CHECK(r.any_slice(p.spec.name + suffix).global_shape == p.spec.global_shape);
+    }
+  }
+  fs::remove_all(dir);
+}
+
+TEST_CASE("checkpoint: a flipped byte is detected and named; auto falls back", "[cpu][checkpoint]") {
+  fs::path dir = fresh_dir("flip");
+  JobSpec spec = tiny_spec(Family::gpt2, dir);
+  std::vector<double> after2;
+  {
+    Trainer a(spec, quiet());
+    run_steps(a, 1, 2);
+    save(a, spec, 2);
+    after2 = run_steps(a, 3, 3);
+    save(a, spec, 3);
+  }
+  fs::path shard = dir / "checkpoints" / "step_000003" / "rank_00000.safetensors";
+  flip_byte(shard, fs::file_size(shard) - 100);
+  CHECK_THROWS_WITH(verify_checkpoint((dir / "checkpoints" / "step_000003").string()),
+                    Catch::Contains(shard.string()) && Catch::Contains("checksum mismatch"));
+
+  Trainer b(spec, quiet());
+  std::string warnings;
+  CHECK(resume(b, spec, &warnings) == 2);
+  CHECK_THAT(warnings, Catch::Contains(shard.string()) && Catch::Contains("checksum"));
+  CHECK(run_steps(b, 3, 3) == after2);
+
+  spec.checkpoint.resume = (dir / "checkpoints" / "step_000003").string();
+  Trainer c(spec, quiet());
+  CHECK_THROWS_AS(resume(c, spec), InputError);
+  CHECK_THROWS_WITH(resume(c, spec), Catch::Contains(shard.string()));
+  spec.checkpoint.resume = "never";
+  CHECK(resume(c, spec) == 0);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("checkpoint: partial and truncated checkpoints are skipped by auto, refused by path",
+          "[cpu][checkpoint]") {
+  fs::path dir = fresh_dir("partial");
+  JobSpec spec = tiny_spec(Family::llama, dir);
+  {
+    Trainer a(spec, quiet());
+    run_steps(a, 1, 1);
+    save(a, spec, 1);
+    run_steps(a, 2, 2);
+    save(a, spec, 2);
+    run_steps(a, 3, 3);
+    save(a, spec, 3);
+  }
+  fs::path root = dir / "checkpoints";
+  // A save killed before its rename leaves only a temporary directory.
+  fs::create_directories(root / "step_000004.tmp-99999");
+  fs::copy_file(root / "step_000003" / "rank_00000.safetensors",
+                root / "step_000004.tmp-99999" / "rank_00000.safetensors");
+  fs::remove(root / "step_000003" / "manifest.json");
+  fs::path shard2 = root / "step_000002" / "rank_00000.safetensors";
+  fs::resize_file(shard2, fs::file_size(shard2) - 10);
+
+  Trainer b(spec, quiet());
+  std::string warnings;
+  CHECK(resume(b, spec, &warnings) == 1);
+  CHECK_THAT(warnings, Catch::Contains("step_000004.tmp-99999") && Catch::Contains("partial"));
+  CHECK_THAT(warnings, Catch::Contains((root / "step_000003" / "manifest.json").string()));
+  CHECK_THAT(warnings, Catch::Contains(shard2.string()) && Catch::Contains("truncated"));
+
+  for (const char* bad : {"step_000003", "step_000004.tmp-99999", "step_000002"}) {
+    spec.checkpoint.resume = (root / bad).string();
+    Trainer c(spec, quiet());
+    INFO(bad);
+    CHECK_THROWS_AS(resume(c, spec), InputError);
+  }
+  spec.checkpoint.resume = (root / "step_000003").string();
+  Trainer c(spec, quiet());
+  CHECK_THROWS_WITH(resume(c, spec), Catch::Contains("manifest.json") && Catch::Contains("partial"));
+  // An explicit run directory resolves to its newest good checkpoint.
+  spec.checkpoint.resume = dir.string();
+  CHECK(resume(c, spec) == 1);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("checkpoint: keep deletes older ones only after the new one is complete",
+          "[cpu][checkpoint]") {
+  fs::path dir = fresh_dir("keep");
+  JobSpec spec = tiny_spec(Family::gpt2, dir);
+  spec.checkpoint.keep = 2;
+  Trainer a(spec, quiet());
+  fs::path root = dir / "checkpoints";
+  fs::create_directories(root / "step_000001.tmp-424242");  // an old interrupted save
+  for (int s = 1; s <= 4; ++s) {
+    run_steps(a, s, s);
+    save(a, spec, s);
+  }
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(root)) names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  CHECK(names == std::vector<std::string>{"latest", "step_000003", "step_000004"});
+  CHECK(read_all(root / "latest") == "step_000004\n");
+  // Saving a step that exists again (a resumed run's final save) replaces it intact.
+  save(a, spec, 4);
+  CHECK_NOTHROW(verify_checkpoint((root / "step_000004").string()));
+  fs::remove_all(dir);
+}

@@ -1,0 +1,256 @@
+// Hugging Face interop: export -> import gives identical parameters and
+// logits for both families; the exported layout is HF's (fused, transposed
+// Conv1D, unpadded vocabulary); bf16 sources, prefix-less GPT-2 names and
+// sharded index files load.
+#include <catch2/catch.hpp>
+
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "engine/checkpoint/checkpoint.h"
+#include "engine/checkpoint/files.h"
+#include "engine/checkpoint/hf_interop.h"
+#include "engine/checkpoint/json.h"
+#include "engine/checkpoint/safetensors.h"
+#include "engine/model_from_spec.h"
+#include "engine/trainer.h"
+#include "kernels/memory.h"
+#include "parallel/communicator.h"
+
+using namespace trainer;
+using namespace trainer::engine;
+using namespace trainer::engine::checkpoint;
+namespace fs = std::filesystem;
+
+namespace {
+
+JobSpec tiny_spec(Family family, const fs::path& dir) {
+  JobSpec s;
+  s.source_path = "test";
+  s.run.device = DeviceKind::cpu;
+  s.run.dir = dir.string();
+  s.model.family = family;
+  s.model.n_layer = 2;
+  s.model.d_model = 32;
+  s.model.n_head = 4;
+  s.model.n_kv_head = family == Family::llama ? 2 : 4;
+  s.model.d_ff = 64;
+  s.model.vocab_size = 200;
+  s.model.max_seq_len = 16;
+  s.model.tie_embeddings = family == Family::gpt2;
+  s.data.train = {{"synthetic.bin", 1.0}};
+  s.train.seq_len = 16;
+  s.train.micro_batch = 2;
+  s.train.global_batch = 4;
+  s.train.steps = 4;
+  s.train.eval_every = 0;
+  s.optimizer.lr = 1e-2;  // large steps: trained weights far from their init
+  s.optimizer.warmup_steps = 0;
+  return s;
+}
+
+TrainerOptions quiet() {
+  TrainerOptions o;
+  o.synthetic_data = true;
+  o.write_run_dir = false;
+  o.log = nullptr;
+  return o;
+}
+
+fs::path fresh_dir(const std::string& name) {
+  fs::path d = fs::temp_directory_path() / ("ckpt_test_" + name + "_" + std::to_string(::getpid()));
+  fs::remove_all(d);
+  return d;
+}
+
+std::map<std::string, std::vector<float>> params_of(Trainer& t) {
+  std::map<std::string, std::vector<float>> out;
+  const model::Buffers& b = t.model().buffers();
+  for (const auto& p : b.params()) {
+    Tensor v = b.get(p.value);
+    std::vector<float> h(static_cast<size_t>(v.numel()));
+    copy_to_host(h.data(), v);
+    out[p.spec.name] = std::move(h);
+  }
+  return out;
+}
+
+// Per-token losses and logits of one fixed micro-batch.
+std::pair<std::vector<float>, std::vector<float>> forward(Trainer& t, int vocab) {
+  model::Model& m = t.model();
+  std::vector<int32_t> ids(static_cast<size_t>(m.input_ids().numel())), tg(ids.size());
+  for (size_t i = 0; i < ids.size(); ++i) {
+    ids[i] = static_cast<int32_t>((i * 37 + 11) % vocab);
+    tg[i] = static_cast<int32_t>((i * 53 + 5) % vocab);
+  }
+  copy_from_host(m.input_ids(), ids.data());
+  copy_from_host(m.targets(), tg.data());
+  m.forward(t.context());
+  Tensor l = m.losses(t.context());
+  std::vector<float> losses(static_cast<size_t>(l.numel()));
+  copy_to_host(losses.data(), l);
+  std::vector<float> logits;
+  const model::Buffers& b = m.buffers();
+  for (size_t i = 0; i < b.buffers().size(); ++i)
+    if (b.buffers()[i].name == "lm_head.logits") {
+      Tensor x = b.get(static_cast<model::BufferId>(i));
+      logits.resize(static_cast<size_t>(x.numel()));
+      copy_to_host(logits.data(), x);
+    }
+  REQUIRE(!logits.empty());
+  return {losses, logits};
+}
+
+fs::path trained_export(Family f, const fs::path& dir, Trainer& a, const JobSpec& spec) {
+  for (int s = 1; s <= 3; ++s) a.train_step(s);
+  auto world = parallel::make_single_communicator("world");
+  Checkpointer c(spec, *world, Device::cpu, {}, nullptr);
+  c.save(3, a.model().buffers(), a.optimizer());
+  fs::path out = dir / "hf";
+  export_hf(dir.string(), out.string(), nullptr);  // from the run directory
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("hf: export -> import gives identical parameters and logits", "[cpu][checkpoint]") {
+  for (Family f : {Family::gpt2, Family::llama}) {
+    fs::path dir = fresh_dir(f == Family::gpt2 ? "hf_gpt2" : "hf_llama");
+    JobSpec spec = tiny_spec(f, dir);
+    Trainer a(spec, quiet());
+    fs::path out = trained_export(f, dir, a, spec);
+    Trainer b(spec, quiet());
+    auto before = params_of(b);
+    load_hf_weights(out.string(), model_config(spec), b.model().buffers(), b.context());
+    auto pa = params_of(a), pb = params_of(b);
+    CHECK(pa == pb);
+    CHECK(pb != before);
+    auto [la, xa] = forward(a, spec.model.vocab_size);
+    auto [lb, xb] = forward(b, spec.model.vocab_size);
+    CHECK(la == lb);
+    CHECK(xa == xb);
+    fs::remove_all(dir);
+  }
+}
+
+TEST_CASE("hf: exported GPT-2 uses HF names, Conv1D layout and the unpadded vocabulary",
+          "[cpu][checkpoint]") {
+  fs::path dir = fresh_dir("hf_layout");
+  JobSpec spec = tiny_spec(Family::gpt2, dir);
+  Trainer a(spec, quiet());
+  fs::path out = trained_export(Family::gpt2, dir, a, spec);
+  auto ours = params_of(a);
+  SafetensorsFile f((out / "model.safetensors").string());
+  CHECK(f.metadata().at("format") == "pt");
+  const int64_t C = 32, V = 200;
+  CHECK(f.tensor("transformer.wte.weight").shape == std::vector<int64_t>{V, C});
+  CHECK(f.tensor("transformer.h.1.attn.c_attn.weight").shape == std::vector<int64_t>{C, 3 * C});
+  CHECK(f.tensor("transformer.h.1.mlp.c_fc.weight").shape == std::vector<int64_t>{C, 64});
+  CHECK(!f.has("lm_head.weight"));  // tied, as GPT2LMHeadModel saves it
+  CHECK(!f.has("transformer.h.0.attn.q_proj.weight"));
+  auto attn = f.read_f32("transformer.h.1.attn.c_attn.weight");  // (in C, out 3C)
+  auto& k = ours["transformer.h.1.attn.k_proj.weight"];          // (out C, in C)
+  auto fc = f.read_f32("transformer.h.1.mlp.c_fc.weight");       // (in C, out F)
+  auto& ofc = ours["transformer.h.1.mlp.c_fc.weight"];           // (out F, in C)
+  for (int64_t i : {0, 5, 31})
+    for (int64_t o : {0, 7, 31}) {
+      CHECK(attn[i * 3 * C + C + o] == k[o * C + i]);
+      CHECK(fc[i * 64 + o] == ofc[o * C + i]);
+    }
+  auto bias = f.read_f32("transformer.h.1.attn.c_attn.bias");
+  CHECK(bias[2 * C + 3] == ours["transformer.h.1.attn.v_proj.bias"][3]);
+  Json cfg = parse_json(read_text_file((out / "config.json").string()), "config.json");
+  CHECK(cfg.at("model_type").as_string() == "gpt2");
+  CHECK(cfg.at("architectures").items()[0].as_string() == "GPT2LMHeadModel");
+  CHECK(cfg.at("n_embd").as_int() == C);
+  CHECK(cfg.at("n_layer").as_int() == 2);
+  CHECK(cfg.at("n_head").as_int() == 4);
+  CHECK(cfg.at("n_positions").as_int() == 16);
+  CHECK(cfg.at("vocab_size").as_int() == V);
+  CHECK(cfg.at("layer_norm_epsilon").as_number() == Approx(1e-5));
+  fs::remove_all(dir);
+}
+
+TEST_CASE("hf: llama config keys and untied head", "[cpu][checkpoint]") {
+  fs::path dir = fresh_dir("hf_llama_cfg");
+  JobSpec spec = tiny_spec(Family::llama, dir);
+  Trainer a(spec, quiet());
+  fs::path out = trained_export(Family::llama, dir, a, spec);
+  SafetensorsFile f((out / "model.safetensors").string());
+  CHECK(f.tensor("lm_head.weight").shape == std::vector<int64_t>{200, 32});
+  CHECK(f.tensor("model.layers.0.self_attn.k_proj.weight").shape == std::vector<int64_t>{16, 32});
+  Json cfg = parse_json(read_text_file((out / "config.json").string()), "config.json");
+  CHECK(cfg.at("model_type").as_string() == "llama");
+  CHECK(cfg.at("hidden_size").as_int() == 32);
+  CHECK(cfg.at("intermediate_size").as_int() == 64);
+  CHECK(cfg.at("num_attention_heads").as_int() == 4);
+  CHECK(cfg.at("num_key_value_heads").as_int() == 2);
+  CHECK(cfg.at("num_hidden_layers").as_int() == 2);
+  CHECK(cfg.at("max_position_embeddings").as_int() == 16);
+  CHECK(cfg.at("rope_theta").as_number() == 10000.0);
+  CHECK(!cfg.at("tie_word_embeddings").as_bool());
+  fs::remove_all(dir);
+}
+
+TEST_CASE("hf: bf16 weights without the transformer. prefix, sharded by an index",
+          "[cpu][checkpoint]") {
+  fs::path dir = fresh_dir("hf_bf16");
+  JobSpec spec = tiny_spec(Family::gpt2, dir);
+  Trainer a(spec, quiet());
+  fs::path out = trained_export(Family::gpt2, dir, a, spec);
+  // Re-encode the export as two bf16 shards named like GPT2Model ("h.0..."), with an index.
+  SafetensorsFile src((out / "model.safetensors").string());
+  fs::path sharded = dir / "sharded";
+  fs::create_directories(sharded);
+  std::vector<std::vector<uint16_t>> keep;
+  SafetensorsWriter w1, w2;
+  Json map = Json::object();
+  int i = 0;
+  for (const auto& [name, view] : src.tensors()) {
+    std::vector<float> v = src.read_f32(name);
+    std::vector<uint16_t> h(v.size());
+    for (size_t j = 0; j < v.size(); ++j) {
+      uint32_t bits;
+      std::memcpy(&bits, &v[j], 4);
+      h[j] = static_cast<uint16_t>(bits >> 16);  // truncation: an exact bf16 value
+    }
+    keep.push_back(std::move(h));
+    std::string short_name = name.substr(std::string("transformer.").size());
+    bool first = i++ % 2 == 0;
+    (first ? w1 : w2).add(short_name, "BF16", view.shape, keep.back().data(), keep.back().size() * 2);
+    map.set(short_name, Json(first ? "model-00001-of-00002.safetensors" : "model-00002-of-00002.safetensors"));
+  }
+  w1.write((sharded / "model-00001-of-00002.safetensors").string());
+  w2.write((sharded / "model-00002-of-00002.safetensors").string());
+  Json index = Json::object();
+  index.set("metadata", Json::object());
+  index.set("weight_map", std::move(map));
+  write_file_durably((sharded / "model.safetensors.index.json").string(), index.dump(2));
+
+  Trainer b(spec, quiet());
+  load_hf_weights(sharded.string(), model_config(spec), b.model().buffers(), b.context());
+  auto pa = params_of(a), pb = params_of(b);
+  for (auto& [name, v] : pa) {
+    INFO(name);
+    std::vector<float> expect(v.size());
+    for (size_t j = 0; j < v.size(); ++j) {
+      uint32_t bits;
+      std::memcpy(&bits, &v[j], 4);
+      bits &= 0xFFFF0000u;
+      std::memcpy(&expect[j], &bits, 4);
+    }
+    CHECK(pb[name] == expect);
+  }
+  // A missing tensor is named with its file.
+  fs::remove(sharded / "model-00002-of-00002.safetensors");
+  Trainer c(spec, quiet());
+  CHECK_THROWS_AS(load_hf_weights(sharded.string(), model_config(spec), c.model().buffers(),
+                                  c.context()),
+                  InputError);
+  fs::remove_all(dir);
+}
