@@ -121,6 +121,7 @@ TEST_CASE("attention matches the double reference and finite differences", "[cpu
 
 TEST_CASE("attention across several 64-query blocks", "[cpu][attention]") {
   check_attention({1, 131, 4, 2, 8}, 97);  // three blocks, the last one ragged
+  check_attention({1, 256, 2, 1, 64}, 1601);  // the benchmark model's head dim and length
 }
 
 TEST_CASE("attention is causal: a change at token t leaves earlier outputs bitwise equal",
