@@ -41,7 +41,7 @@ Registrar reg("plan", "validate a job and print its per-rank memory plan", [](CL
                spec.model.vocab_size, model.config().padded_vocab());
     fmt::print("micro-batch {} x {} tokens, global batch {}, {} accumulation steps\n",
                spec.train.micro_batch, spec.train.seq_len, spec.train.global_batch,
-               spec.train.global_batch / spec.train.micro_batch);
+               spec.train.global_batch / (spec.train.micro_batch * shape.dp));
     fmt::print("mesh: {}, zero {}\n", shape.str(), spec.parallel.zero);
     fmt::print("per-rank memory (dp rank 0)\n{}", plan.describe());
     return 0;

@@ -28,11 +28,18 @@ parallel::MeshRequest mesh_request(const JobSpec& spec, int world) {
 }
 
 parallel::MeshShape resolve_job_mesh(const JobSpec& spec, int world) {
+  parallel::MeshShape shape;
   try {
-    return parallel::resolve_mesh(mesh_request(spec, world));
+    shape = parallel::resolve_mesh(mesh_request(spec, world));
   } catch (const InputError& e) {
     throw InputError(spec.source_path + ": " + e.what());
   }
+  int kv_heads = spec.model.n_kv_head > 0 ? spec.model.n_kv_head : spec.model.n_head;
+  TRAINER_INPUT_CHECK(kv_heads % shape.tp == 0,
+                      "{}: model.n_kv_head: {} KV heads cannot be split over parallel.tp {}; "
+                      "replicating KV heads across tp ranks is not implemented yet",
+                      spec.source_path, kv_heads, shape.tp);
+  return shape;
 }
 
 }  // namespace trainer::engine

@@ -20,6 +20,7 @@ model::ModelConfig model_config(const JobSpec& spec) {
   c.init_std = static_cast<float>(m.init_std);
   c.seed = spec.run.seed;
   c.tp = spec.parallel.tp;
+  c.sequence_parallel = spec.parallel.sequence_parallel;
   return c;
 }
 

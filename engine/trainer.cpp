@@ -5,7 +5,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
+#include <climits>
 #include <cmath>
 #include <filesystem>
 
@@ -51,9 +53,9 @@ void Trainer::setup() {
                       "(use cpu or auto)",
                       spec.source_path);
   const parallel::MeshShape& shape = mesh_->shape();
-  TRAINER_INPUT_CHECK(shape.tp == 1 && shape.pp == 1 && shape.cp == 1 && shape.ep == 1,
-                      "{}: parallel: {} — tensor, pipeline, context and expert parallelism are "
-                      "not implemented yet; only data parallelism (tp = pp = cp = ep = 1)",
+  TRAINER_INPUT_CHECK(shape.pp == 1 && shape.cp == 1 && shape.ep == 1,
+                      "{}: parallel: {}: pipeline, context and expert parallelism are not "
+                      "implemented yet (pp = cp = ep = 1; tp and dp work)",
                       spec.source_path, shape.str());
   if (!mesh_->logs()) options_.log = nullptr;
   dp_size_ = shape.dp;
@@ -61,7 +63,10 @@ void Trainer::setup() {
   const int T = spec.train.seq_len, B = spec.train.micro_batch;
   accum_steps_ = spec.train.global_batch / (B * dp_size_);
 
-  model_ = std::make_unique<model::Model>(model_config(spec), micro_batch_shape(spec));
+  model::ModelConfig cfg = model_config(spec);
+  cfg.tp_rank = mesh_->coords().tp;
+  model_ = std::make_unique<model::Model>(cfg, micro_batch_shape(spec));
+  model_->set_tp_group(&mesh_->comm(parallel::Axis::tp));
   model::Buffers& buf = model_->buffers();
   // ZeRO >= 1 shards the optimizer over dp; the arenas are padded so every
   // shard has the same aligned size. zero 0 keeps the whole state everywhere.
@@ -73,7 +78,7 @@ void Trainer::setup() {
   arenas_ = std::make_unique<Arenas>(plan_, buf, *optimizer_, ctx_);
   model_->init_parameters(ctx_);
   norm_mem_ = device_alloc(ctx_.device, kArenaAlignment);
-  norm_out_ = Tensor(norm_mem_, {1}, DType::f32, ctx_.device);
+  norm_out_ = Tensor(norm_mem_, {2}, DType::f32, ctx_.device);
 
   if (dp_size_ > 1 && spec.parallel.zero < 2) {
     // Buckets in the order backward finishes gradients: last parameter first.
@@ -164,13 +169,24 @@ double Trainer::micro_batch_loss_sum() {
 double Trainer::grad_norm() {
   // zero 2 holds only its shard of the averaged gradient; the others hold all of it.
   bool shard_only = spec_.parallel.zero >= 2 && dp_size_ > 1;
-  Tensor grads = flat_arena(model::Category::gradients);
-  if (shard_only) grads = grads.slice(shard_.begin, shard_.end());
+  int64_t lo = shard_only ? shard_.begin : 0, hi = shard_only ? shard_.end() : INT64_MAX;
+  // Two partial sums: parameters split over tp (each rank holds other
+  // elements) and replicated ones (each tp rank holds the same values).
   fill(ctx_, norm_out_, 0.0f);
-  sum_of_squares(ctx_, norm_out_, grads);
-  float sq = 0;
-  copy_to_host(&sq, norm_out_);
-  double total = shard_only ? parallel::group_sum(mesh_->comm(parallel::Axis::dp), sq) : sq;
+  const model::Buffers& buf = model_->buffers();
+  for (const auto& p : buf.params()) {
+    const model::BufferInfo& info = buf.buffers()[p.grad];
+    int64_t first = static_cast<int64_t>(info.offset / 4), n = static_cast<int64_t>(info.bytes / 4);
+    int64_t a = std::max(first, lo), b = std::min(first + n, hi);
+    if (a >= b) continue;
+    Tensor g = buf.get(p.grad).view({n}).slice(a - first, b - first);
+    int k = p.spec.tp_dim >= 0 ? 0 : 1;
+    sum_of_squares(ctx_, norm_out_.slice(k, k + 1), g);
+  }
+  float sq[2] = {0, 0};
+  copy_to_host(sq, norm_out_);
+  double total = parallel::group_sum(mesh_->comm(parallel::Axis::tp), sq[0]) + sq[1];
+  if (shard_only) total = parallel::group_sum(mesh_->comm(parallel::Axis::dp), total);
   return std::sqrt(total);
 }
 
@@ -197,6 +213,7 @@ StepRecord Trainer::train_step(int step) {
     // Gradients are averaged over dp, so each rank scales by its share of the tokens.
     model_->backward(ctx_, static_cast<float>(dp_size_ / tokens));
   }
+  model_->finish_gradients(ctx_);
   synchronize_gradients();
   StepRecord r;
   r.step = step;
@@ -214,7 +231,7 @@ StepRecord Trainer::train_step(int step) {
   r.tokens_per_s = tokens / r.seconds;
   double flops = model_->flops_per_token() * r.tokens_per_s;
   r.tflops = flops / 1e12;
-  r.mfu = peak_flops_ > 0 ? flops / (peak_flops_ * dp_size_) : 0.0;
+  r.mfu = peak_flops_ > 0 ? flops / (peak_flops_ * mesh_->shape().world) : 0.0;
   history_.push_back(r);
   return r;
 }

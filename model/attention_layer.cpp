@@ -17,16 +17,19 @@ void Attention::declare(Buffers& buf, const std::string& prefix, const ModelConf
   B_ = batch.B;
   T_ = batch.T;
   D_ = cfg.head_dim();
-  H_ = cfg.n_head;
-  Hkv_ = cfg.n_kv_head;
-  int64_t C = cfg.d_model, N = B_ * T_;
+  H_ = cfg.local_heads();
+  Hkv_ = cfg.local_kv_heads();
+  int64_t C = cfg.d_model, N = batch.tokens();
+  int64_t Hg = cfg.n_head, Hkvg = cfg.n_kv_head;
   bool bias = !cfg.is_llama();
   float out_std = cfg.init_std / std::sqrt(2.0f * cfg.n_layer);  // GPT-2 residual scaling
   std::string p = prefix + (cfg.is_llama() ? ".self_attn." : ".attn.");
-  q_proj_.declare(buf, p + "q_proj", C, H_ * D_, bias, cfg.init_std);
-  k_proj_.declare(buf, p + "k_proj", C, Hkv_ * D_, bias, cfg.init_std);
-  v_proj_.declare(buf, p + "v_proj", C, Hkv_ * D_, bias, cfg.init_std);
-  o_proj_.declare(buf, p + (cfg.is_llama() ? "o_proj" : "c_proj"), H_ * D_, C, bias, out_std);
+  io_.declare(buf, p + "input", cfg, batch);
+  q_proj_.declare(buf, p + "q_proj", C, Hg * D_, bias, cfg.init_std, Split::column, cfg);
+  k_proj_.declare(buf, p + "k_proj", C, Hkvg * D_, bias, cfg.init_std, Split::column, cfg);
+  v_proj_.declare(buf, p + "v_proj", C, Hkvg * D_, bias, cfg.init_std, Split::column, cfg);
+  o_proj_.declare(buf, p + (cfg.is_llama() ? "o_proj" : "c_proj"), Hg * D_, C, bias, out_std,
+                  Split::row, cfg);
   q_ = buf.add(Category::activations, p + "q", {N, H_ * D_});
   k_ = buf.add(Category::activations, p + "k", {N, Hkv_ * D_});
   v_ = buf.add(Category::activations, p + "v", {N, Hkv_ * D_});
@@ -38,25 +41,28 @@ Tensor Attention::heads(const LayerEnv& env, BufferId id, int64_t h) const {
   return env.buf.get(id).view({B_, T_, h, D_});
 }
 
-void Attention::forward(const LayerEnv& env, Tensor out, Tensor in) const {
+void Attention::forward(const LayerEnv& env, const Scratch& s, Tensor out, Tensor in) const {
   const Buffers& b = env.buf;
-  q_proj_.forward(env, b.get(q_), in);
-  k_proj_.forward(env, b.get(k_), in);
-  v_proj_.forward(env, b.get(v_), in);
+  Tensor x = io_.enter(env, in);
+  q_proj_.forward(env, b.get(q_), x);
+  k_proj_.forward(env, b.get(k_), x);
+  v_proj_.forward(env, b.get(v_), x);
   Tensor q = heads(env, q_, H_), k = heads(env, k_, Hkv_), v = heads(env, v_, Hkv_);
   if (rope_) {
     rope_forward(env.ctx, q, q, theta_, 0);
     rope_forward(env.ctx, k, k, theta_, 0);
   }
-  Tensor att = heads(env, att_, H_);
-  attention_forward(env.ctx, att, b.get(lse_), q, k, v);
-  o_proj_.forward(env, out, b.get(att_));
+  attention_forward(env.ctx, heads(env, att_, H_), b.get(lse_), q, k, v);
+  Tensor partial = io_.partial_out(env, s, out);
+  o_proj_.forward(env, partial, b.get(att_));
+  io_.leave(env, partial, out);
 }
 
 void Attention::backward(const LayerEnv& env, const Scratch& s, Tensor dinp, Tensor dout,
                          Tensor in) const {
   const Buffers& b = env.buf;
-  o_proj_.backward(env, b.get(s.datt), dout, b.get(att_));
+  Tensor g = io_.leave_backward(env, s, dout);
+  o_proj_.backward(env, b.get(s.datt), g, b.get(att_));
   Tensor dq = b.get(s.dq).view({B_, T_, H_, D_});
   Tensor dk = b.get(s.dk).view({B_, T_, Hkv_, D_});
   Tensor dv = b.get(s.dv).view({B_, T_, Hkv_, D_});
@@ -67,12 +73,14 @@ void Attention::backward(const LayerEnv& env, const Scratch& s, Tensor dinp, Ten
     rope_backward(env.ctx, dq, dq, theta_, 0);
     rope_backward(env.ctx, dk, dk, theta_, 0);
   }
-  Tensor tmp = b.get(s.dtmp);
-  q_proj_.backward(env, dinp, b.get(s.dq), in);
-  k_proj_.backward(env, tmp, b.get(s.dk), in);
-  accumulate(env.ctx, dinp, tmp);
-  v_proj_.backward(env, tmp, b.get(s.dv), in);
-  accumulate(env.ctx, dinp, tmp);
+  Tensor x = io_.saved_input(env, in);
+  Tensor dx = io_.dinput(env, s, dinp), tmp = io_.dinput_tmp(env, s);
+  q_proj_.backward(env, dx, b.get(s.dq), x);
+  k_proj_.backward(env, tmp, b.get(s.dk), x);
+  accumulate(env.ctx, dx, tmp);
+  v_proj_.backward(env, tmp, b.get(s.dv), x);
+  accumulate(env.ctx, dx, tmp);
+  io_.enter_backward(env, dx, dinp);
 }
 
 }  // namespace trainer::model

@@ -1,11 +1,13 @@
-// Self-attention: q/k/v projections, RoPE (llama), causal GQA attention, output
-// projection. Saves q, k, v (after RoPE), the attention output and its lse.
+// Self-attention: q/k/v projections (column-parallel: each tp rank owns whole
+// heads), RoPE (llama), causal GQA attention, output projection (row-parallel).
+// Saves q, k, v (after RoPE), the attention output and its lse.
 #pragma once
 
 #include <string>
 
 #include "model/linear_layer.h"
 #include "model/scratch.h"
+#include "model/tp_io.h"
 
 namespace trainer::model {
 
@@ -13,9 +15,9 @@ class Attention {
  public:
   void declare(Buffers& buf, const std::string& prefix, const ModelConfig& cfg,
                const BatchShape& batch);
-  // out (N, C) = attention(in (N, C)); written
-  void forward(const LayerEnv& env, Tensor out, Tensor in) const;
-  // dinp (N, C) written from dout (N, C); parameter gradients accumulated
+  // out (R, C) = attention(in (R, C)); written
+  void forward(const LayerEnv& env, const Scratch& s, Tensor out, Tensor in) const;
+  // dinp (R, C) written from dout (R, C); parameter gradients accumulated
   void backward(const LayerEnv& env, const Scratch& s, Tensor dinp, Tensor dout, Tensor in) const;
 
  private:
@@ -23,7 +25,8 @@ class Attention {
 
   bool rope_ = false;
   float theta_ = 10000.0f;
-  int64_t B_ = 0, T_ = 0, H_ = 0, Hkv_ = 0, D_ = 0;
+  int64_t B_ = 0, T_ = 0, H_ = 0, Hkv_ = 0, D_ = 0;  // H_, Hkv_: heads on this rank
+  TpIo io_;
   Linear q_proj_, k_proj_, v_proj_, o_proj_;
   BufferId q_ = -1, k_ = -1, v_ = -1, att_ = -1, lse_ = -1;
 };

@@ -9,7 +9,7 @@
 namespace trainer::model {
 
 void Block::declare(Buffers& buf, int layer, const ModelConfig& cfg, const BatchShape& batch) {
-  int64_t N = batch.B * batch.T, C = cfg.d_model;
+  int64_t N = residual_rows(cfg, batch), C = cfg.d_model;
   std::string p = cfg.is_llama() ? fmt::format("model.layers.{}", layer)
                                   : fmt::format("transformer.h.{}", layer);
   norm1_.declare(buf, p + (cfg.is_llama() ? ".input_layernorm" : ".ln_1"), cfg, N);
@@ -20,13 +20,13 @@ void Block::declare(Buffers& buf, int layer, const ModelConfig& cfg, const Batch
   out_ = buf.add(Category::activations, p + ".residual_out", {N, C});
 }
 
-void Block::forward(const LayerEnv& env, Tensor in) const {
+void Block::forward(const LayerEnv& env, const Scratch& s, Tensor in) const {
   Tensor mid = env.buf.get(mid_), out = env.buf.get(out_);
   norm1_.forward(env, in);
-  attn_.forward(env, mid, norm1_.out(env));
+  attn_.forward(env, s, mid, norm1_.out(env));
   accumulate(env.ctx, mid, in);
   norm2_.forward(env, mid);
-  mlp_.forward(env, out, norm2_.out(env));
+  mlp_.forward(env, s, out, norm2_.out(env));
   accumulate(env.ctx, out, mid);
 }
 

@@ -13,9 +13,9 @@ namespace trainer::model {
 class Block {
  public:
   void declare(Buffers& buf, int layer, const ModelConfig& cfg, const BatchShape& batch);
-  // out() (N, C) written from in (N, C)
-  void forward(const LayerEnv& env, Tensor in) const;
-  // dres (N, C): on entry d(out), on return d(in), updated in place
+  // out() (R, C) written from in (R, C); R = residual_rows()
+  void forward(const LayerEnv& env, const Scratch& s, Tensor in) const;
+  // dres (R, C): on entry d(out), on return d(in), updated in place
   void backward(const LayerEnv& env, const Scratch& s, Tensor dres, Tensor in) const;
   Tensor out(const LayerEnv& env) const { return env.buf.get(out_); }
 

@@ -29,6 +29,8 @@ struct ParamSpec {
   int64_t valid_rows = -1;            // rows >= this are padding, initialised to 0 (padded vocab)
   int tp_dim = -1;
   bool weight_decay = true;           // false for norms, biases, position embeddings
+  bool sp_partial = false;            // replicated, but each rank's gradient covers only its
+                                      // token block (norms under sequence parallelism)
   bool expert = false;
   int pp_stage = 0;
 };

@@ -1,36 +1,50 @@
-// Embedding layer over kernels/embedding.h.
+// Embedding layer over kernels/embedding.h and the TP region ops.
 #include "model/embedding_layer.h"
 
 #include "kernels/embedding.h"
+#include "parallel/tp_regions.h"
 
 namespace trainer::model {
 
 void Embedding::declare(Buffers& buf, const ModelConfig& cfg, const BatchShape& batch) {
   T_ = batch.T;
+  sp_ = cfg.sequence_parallel;
+  vocab_start_ = cfg.vocab_start();
+  adds_positions_ = cfg.tp_rank == 0;  // summed over tp: counted once
   int64_t C = cfg.d_model, V = cfg.padded_vocab();
   wte_ = buf.add_param({.name = cfg.is_llama() ? "model.embed_tokens.weight" : "transformer.wte.weight",
                         .global_shape = {V, C},
                         .std = cfg.init_std,
                         .valid_rows = cfg.vocab_size,
                         .tp_dim = 0},
-                       {V, C});
+                       {cfg.local_vocab(), C});
   if (!cfg.is_llama())
     wpe_ = buf.add_param({.name = "transformer.wpe.weight",
                           .global_shape = {cfg.max_seq_len, C},
                           .std = cfg.init_std,
                           .weight_decay = false},
                          {cfg.max_seq_len, C});
-  out_ = buf.add(Category::activations, "embedding.out", {batch.B * batch.T, C});
+  out_ = buf.add(Category::activations, "embedding.out", {residual_rows(cfg, batch), C});
 }
 
-void Embedding::forward(const LayerEnv& env, Tensor ids) const {
-  Tensor wpe = wpe_.index >= 0 ? env.buf.param(wpe_) : Tensor{};
-  embedding_forward(env.ctx, out(env), ids, env.buf.param(wte_), wpe, T_, 0, 0);
+void Embedding::forward(const LayerEnv& env, const Scratch& s, Tensor ids) const {
+  Tensor wpe = wpe_.index >= 0 && adds_positions_ ? env.buf.param(wpe_) : Tensor{};
+  Tensor full = sp_ ? env.buf.get(s.full_a) : out(env);
+  embedding_forward(env.ctx, full, ids, env.buf.param(wte_), wpe, T_, 0, vocab_start_);
+  if (sp_)
+    parallel::scatter_to_sp_forward(env.tp, full, out(env));
+  else
+    parallel::reduce_from_tp_forward(env.tp, full);
 }
 
-void Embedding::backward(const LayerEnv& env, Tensor dout, Tensor ids) const {
+void Embedding::backward(const LayerEnv& env, const Scratch& s, Tensor dout, Tensor ids) const {
   Tensor dwpe = wpe_.index >= 0 ? env.buf.grad(wpe_) : Tensor{};
-  embedding_backward(env.ctx, env.buf.grad(wte_), dwpe, dout, ids, T_, 0, 0);
+  Tensor dfull = dout;
+  if (sp_) {
+    dfull = env.buf.get(s.full_a);
+    parallel::scatter_to_sp_backward(env.tp, dout, dfull);
+  }
+  embedding_backward(env.ctx, env.buf.grad(wte_), dwpe, dfull, ids, T_, 0, vocab_start_);
 }
 
 }  // namespace trainer::model

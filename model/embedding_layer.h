@@ -1,23 +1,27 @@
 // Input embedding: token table (padded vocab, C) and, for GPT-2, learned
 // positions (max_seq_len, C). The token table is also the LM head when tied.
+// Vocab-parallel: a tp rank holds a block of table rows, looks up only ids in
+// it (zero rows elsewhere), and the partial embeddings are summed over tp.
 #pragma once
 
 #include "model/layer_env.h"
+#include "model/scratch.h"
 
 namespace trainer::model {
 
 class Embedding {
  public:
   void declare(Buffers& buf, const ModelConfig& cfg, const BatchShape& batch);
-  // out() (N, C) written from ids (N) int32
-  void forward(const LayerEnv& env, Tensor ids) const;
-  // dwte (and dwpe) accumulated from dout (N, C)
-  void backward(const LayerEnv& env, Tensor dout, Tensor ids) const;
+  // out() (R, C) written from ids (N) int32
+  void forward(const LayerEnv& env, const Scratch& s, Tensor ids) const;
+  // dwte (and dwpe) accumulated from dout (R, C)
+  void backward(const LayerEnv& env, const Scratch& s, Tensor dout, Tensor ids) const;
   Tensor out(const LayerEnv& env) const { return env.buf.get(out_); }
   ParamId token_table() const { return wte_; }
 
  private:
-  int64_t T_ = 0;
+  int64_t T_ = 0, vocab_start_ = 0;
+  bool sp_ = false, adds_positions_ = true;
   ParamId wte_, wpe_;
   BufferId out_ = -1;
 };

@@ -5,12 +5,14 @@
 #include "kernels/context.h"
 #include "model/buffers.h"
 #include "model/model_config.h"
+#include "parallel/communicator.h"
 
 namespace trainer::model {
 
 struct LayerEnv {
   Context& ctx;
   const Buffers& buf;
+  parallel::Communicator& tp;  // the tensor-parallel group (one rank when tp = 1)
 };
 
 }  // namespace trainer::model

@@ -1,4 +1,4 @@
-// Linear layer over kernels/linear.h.
+// Linear layer over kernels/linear.h, with its tensor-parallel split.
 #include "model/linear_layer.h"
 
 #include "kernels/linear.h"
@@ -6,17 +6,30 @@
 namespace trainer::model {
 
 void Linear::declare(Buffers& buf, const std::string& name, int64_t in, int64_t out,
-                     bool has_bias, float std) {
-  weight = buf.add_param({.name = name + ".weight", .global_shape = {out, in}, .std = std},
-                         {out, in});
+                     bool has_bias, float std, Split split, const ModelConfig& cfg) {
+  int64_t tp = split == Split::none ? 1 : cfg.tp;
+  int64_t out_local = split == Split::column ? out / tp : out;
+  int64_t in_local = split == Split::row ? in / tp : in;
+  TRAINER_CHECK(out_local * (split == Split::column ? tp : 1) == out &&
+                    in_local * (split == Split::row ? tp : 1) == in,
+                "{}: ({}, {}) does not split over tp {}", name, out, in, tp);
+  int tp_dim = split == Split::column ? 0 : split == Split::row ? 1 : -1;
+  weight = buf.add_param(
+      {.name = name + ".weight", .global_shape = {out, in}, .std = std, .tp_dim = tp_dim},
+      {out_local, in_local});
+  adds_bias_ = split != Split::row || cfg.tp_rank == 0;
   if (has_bias)
-    bias = buf.add_param({.name = name + ".bias", .global_shape = {out}, .init = Init::zeros,
-                          .weight_decay = false},
-                         {out});
+    bias = buf.add_param({.name = name + ".bias",
+                          .global_shape = {out},
+                          .init = Init::zeros,
+                          .tp_dim = split == Split::column ? 0 : -1,
+                          .weight_decay = false,
+                          .sp_partial = false},
+                         {out_local});
 }
 
 void Linear::forward(const LayerEnv& env, Tensor out, Tensor in) const {
-  Tensor b = bias.index >= 0 ? env.buf.param(bias) : Tensor{};
+  Tensor b = bias.index >= 0 && adds_bias_ ? env.buf.param(bias) : Tensor{};
   linear_forward(env.ctx, out, in, env.buf.param(weight), b);
 }
 

@@ -1,6 +1,9 @@
-// Linear: a weight (out, in) and optional bias. The layer owns its parameters;
-// the caller owns input and output buffers (activations are saved by whoever
-// produced them, so nothing is stored twice).
+// Linear: a weight (out, in) and optional bias, whole or split for tensor
+// parallelism: column-parallel splits the outputs (weight and bias rows),
+// row-parallel splits the inputs (weight columns; its outputs are partial sums
+// the caller reduces, and the replicated bias is added by tp rank 0 only so
+// the reduction counts it once). The caller owns input and output buffers and
+// places the region ops around the layer.
 #pragma once
 
 #include <string>
@@ -9,17 +12,22 @@
 
 namespace trainer::model {
 
+enum class Split { none, column, row };
+
 class Linear {
  public:
-  // `std` is the init standard deviation of the weight; biases start at zero.
+  // in/out are global sizes; `std` is the init standard deviation of the weight.
   void declare(Buffers& buf, const std::string& name, int64_t in, int64_t out, bool bias,
-               float std);
-  // out (M, out) = in (M, in) @ W^T + b; written
+               float std, Split split, const ModelConfig& cfg);
+  // out (M, out_local) = in (M, in_local) @ W^T + b; written
   void forward(const LayerEnv& env, Tensor out, Tensor in) const;
-  // dinp (M, in) written (skipped when empty); dW, db accumulated
+  // dinp (M, in_local) written (skipped when empty); dW, db accumulated
   void backward(const LayerEnv& env, Tensor dinp, Tensor dout, Tensor in) const;
 
   ParamId weight, bias;
+
+ private:
+  bool adds_bias_ = true;
 };
 
 }  // namespace trainer::model

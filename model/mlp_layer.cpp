@@ -12,50 +12,58 @@ namespace trainer::model {
 void Mlp::declare(Buffers& buf, const std::string& prefix, const ModelConfig& cfg,
                   const BatchShape& batch) {
   swiglu_ = cfg.is_llama();
-  int64_t N = batch.B * batch.T, C = cfg.d_model, F = cfg.d_ff;
+  int64_t N = batch.tokens(), C = cfg.d_model, F = cfg.d_ff, Fl = cfg.local_ff();
   float out_std = cfg.init_std / std::sqrt(2.0f * cfg.n_layer);
   std::string p = prefix + ".mlp.";
+  io_.declare(buf, p + "input", cfg, batch);
   if (swiglu_) {
-    fc_.declare(buf, p + "gate_proj", C, F, false, cfg.init_std);
-    up_.declare(buf, p + "up_proj", C, F, false, cfg.init_std);
-    proj_.declare(buf, p + "down_proj", F, C, false, out_std);
-    up_out_ = buf.add(Category::activations, p + "up", {N, F});
+    fc_.declare(buf, p + "gate_proj", C, F, false, cfg.init_std, Split::column, cfg);
+    up_.declare(buf, p + "up_proj", C, F, false, cfg.init_std, Split::column, cfg);
+    proj_.declare(buf, p + "down_proj", F, C, false, out_std, Split::row, cfg);
+    up_out_ = buf.add(Category::activations, p + "up", {N, Fl});
   } else {
-    fc_.declare(buf, p + "c_fc", C, F, true, cfg.init_std);
-    proj_.declare(buf, p + "c_proj", F, C, true, out_std);
+    fc_.declare(buf, p + "c_fc", C, F, true, cfg.init_std, Split::column, cfg);
+    proj_.declare(buf, p + "c_proj", F, C, true, out_std, Split::row, cfg);
   }
-  pre_ = buf.add(Category::activations, p + "pre_activation", {N, F});
-  act_ = buf.add(Category::activations, p + "activation", {N, F});
+  pre_ = buf.add(Category::activations, p + "pre_activation", {N, Fl});
+  act_ = buf.add(Category::activations, p + "activation", {N, Fl});
 }
 
-void Mlp::forward(const LayerEnv& env, Tensor out, Tensor in) const {
+void Mlp::forward(const LayerEnv& env, const Scratch& s, Tensor out, Tensor in) const {
   const Buffers& b = env.buf;
-  fc_.forward(env, b.get(pre_), in);
+  Tensor x = io_.enter(env, in);
+  fc_.forward(env, b.get(pre_), x);
   if (swiglu_) {
-    up_.forward(env, b.get(up_out_), in);
+    up_.forward(env, b.get(up_out_), x);
     swiglu_forward(env.ctx, b.get(act_), b.get(pre_), b.get(up_out_));
   } else {
     gelu_forward(env.ctx, b.get(act_), b.get(pre_));
   }
-  proj_.forward(env, out, b.get(act_));
+  Tensor partial = io_.partial_out(env, s, out);
+  proj_.forward(env, partial, b.get(act_));
+  io_.leave(env, partial, out);
 }
 
 void Mlp::backward(const LayerEnv& env, const Scratch& s, Tensor dinp, Tensor dout,
                    Tensor in) const {
   const Buffers& b = env.buf;
+  Tensor g = io_.leave_backward(env, s, dout);
   Tensor dh = b.get(s.dff1);
-  proj_.backward(env, dh, dout, b.get(act_));
+  proj_.backward(env, dh, g, b.get(act_));
+  Tensor x = io_.saved_input(env, in);
+  Tensor dx = io_.dinput(env, s, dinp);
   if (swiglu_) {
     Tensor dgate = b.get(s.dff2), dup = b.get(s.dff3);
     swiglu_backward(env.ctx, dgate, dup, dh, b.get(pre_), b.get(up_out_));
-    fc_.backward(env, dinp, dgate, in);
-    Tensor tmp = b.get(s.dtmp);
-    up_.backward(env, tmp, dup, in);
-    accumulate(env.ctx, dinp, tmp);
+    fc_.backward(env, dx, dgate, x);
+    Tensor tmp = io_.dinput_tmp(env, s);
+    up_.backward(env, tmp, dup, x);
+    accumulate(env.ctx, dx, tmp);
   } else {
     gelu_backward(env.ctx, dh, dh, b.get(pre_));
-    fc_.backward(env, dinp, dh, in);
+    fc_.backward(env, dx, dh, x);
   }
+  io_.enter_backward(env, dx, dinp);
 }
 
 }  // namespace trainer::model

@@ -35,6 +35,12 @@ class Model {
   // Accumulates into the gradients d(sum_n dloss * loss_n) / d(params).
   void backward(Context& ctx, float dloss);
 
+  // The tensor-parallel group the layers' region ops use (default: one rank).
+  void set_tp_group(parallel::Communicator* tp);
+  // After the last micro-batch's backward: sums over tp the gradients each
+  // rank holds only partially (norms under sequence parallelism).
+  void finish_gradients(Context& ctx);
+
   // Model FLOPs per token for forward + backward (GEMMs and attention, as in
   // the PaLM/Megatron MFU convention, causal attention counted in full).
   double flops_per_token() const;
@@ -48,6 +54,9 @@ class Model {
   std::vector<Block> blocks_;
   LmHead head_;
   BufferId ids_ = -1, targets_ = -1;
+  std::unique_ptr<parallel::Communicator> single_tp_;
+  parallel::Communicator* tp_ = nullptr;
+  LayerEnv env(Context& ctx) const { return LayerEnv{ctx, buf_, *tp_}; }
 };
 
 }  // namespace trainer::model

@@ -25,9 +25,18 @@ struct ModelConfig {
   float init_std = 0.02f;
   uint64_t seed = 1234;
 
-  int tp = 1;  // tensor-parallel size: vocabulary padded to a multiple of 128 * tp
+  // Tensor parallelism: heads, MLP columns and vocabulary rows split over tp
+  // ranks; with sequence_parallel the residual stream is split by tokens too.
+  int tp = 1;
+  int tp_rank = 0;
+  bool sequence_parallel = false;
 
   int head_dim() const { return d_model / n_head; }
+  int local_heads() const { return n_head / tp; }
+  int local_kv_heads() const { return n_kv_head / tp; }
+  int local_ff() const { return d_ff / tp; }
+  int64_t local_vocab() const { return padded_vocab() / tp; }
+  int64_t vocab_start() const { return local_vocab() * tp_rank; }
   // Vocabulary rows actually stored: padded so every TP shard and GEMM is aligned.
   int64_t padded_vocab() const {
     int64_t m = 128LL * tp;
@@ -40,6 +49,13 @@ struct ModelConfig {
 struct BatchShape {
   int64_t B = 1;  // sequences per micro-batch
   int64_t T = 1;  // tokens per sequence
+  int64_t tokens() const { return B * T; }
 };
+
+// Rows of the residual stream this rank holds: all tokens, or its 1/tp block
+// of them under sequence parallelism.
+inline int64_t residual_rows(const ModelConfig& cfg, const BatchShape& batch) {
+  return cfg.sequence_parallel ? batch.tokens() / cfg.tp : batch.tokens();
+}
 
 }  // namespace trainer::model

@@ -10,12 +10,13 @@ void Norm::declare(Buffers& buf, const std::string& name, const ModelConfig& cfg
   rms_ = cfg.is_llama();
   eps_ = cfg.norm_eps;
   int64_t C = cfg.d_model;
+  bool sp = cfg.sequence_parallel;  // each rank normalises only its token block
   weight_ = buf.add_param({.name = name + ".weight", .global_shape = {C}, .init = Init::ones,
-                           .weight_decay = false},
+                           .weight_decay = false, .sp_partial = sp},
                           {C});
   if (!rms_) {
     bias_ = buf.add_param({.name = name + ".bias", .global_shape = {C}, .init = Init::zeros,
-                           .weight_decay = false},
+                           .weight_decay = false, .sp_partial = sp},
                           {C});
     mean_ = buf.add(Category::activations, name + ".mean", {rows});
   }

@@ -9,16 +9,20 @@
 namespace trainer::model {
 
 struct Scratch {
-  BufferId dres = -1;  // (N, C) gradient of the residual stream, updated in place block by block
-  BufferId dln = -1;   // (N, C) gradient arriving at a norm's output
-  BufferId dtmp = -1;  // (N, C) a layer's partial input gradient before it is accumulated
-  BufferId dq = -1;    // (N, H*D)
-  BufferId dk = -1;    // (N, Hkv*D)
-  BufferId dv = -1;    // (N, Hkv*D)
-  BufferId datt = -1;  // (N, H*D)
-  BufferId dff1 = -1;  // (N, F)
-  BufferId dff2 = -1;  // (N, F) llama only: SwiGLU's gate gradient
-  BufferId dff3 = -1;  // (N, F) llama only: SwiGLU's up gradient
+  // Residual-stream sized: (rows, C), rows = N, or N / tp under sequence parallelism.
+  BufferId dres = -1;  // gradient of the residual stream, updated in place block by block
+  BufferId dln = -1;   // gradient arriving at a norm's output
+  BufferId dtmp = -1;  // a layer's partial input gradient before it is accumulated
+  // Local heads and MLP columns of all N tokens.
+  BufferId dq = -1;    // (N, H_local*D)
+  BufferId dk = -1;    // (N, Hkv_local*D)
+  BufferId dv = -1;    // (N, Hkv_local*D)
+  BufferId datt = -1;  // (N, H_local*D)
+  BufferId dff1 = -1;  // (N, F_local)
+  BufferId dff2 = -1;  // (N, F_local) llama only: SwiGLU's gate gradient
+  BufferId dff3 = -1;  // (N, F_local) llama only: SwiGLU's up gradient
+  // Sequence parallelism only: all-token (N, C) buffers around the gathers.
+  BufferId full_a = -1, full_b = -1, full_c = -1;
 
   void declare(Buffers& buf, const ModelConfig& cfg, const BatchShape& batch);
 };

@@ -62,3 +62,4 @@ train: {seq_len: 16, micro_batch: 1, global_batch: 8, steps: 20, eval_every: 0}
 optimizer: {lr: 3.0e-3, warmup_steps: 2}
 YAML
 done
+sed 's/n_kv_head: 2/n_kv_head: 4/' mesh_llama.yaml >mesh_llama_kv4.yaml
