@@ -84,7 +84,13 @@ void pretokenize(std::string_view text, Emit&& emit) {
     }
     if (run_cls != CharClass::space) {
       (void)run_start;
+      const auto* bytes = reinterpret_cast<const unsigned char*>(text.data());
       while (j < n) {
+        if (bytes[j] < 0x80) {  // ASCII fast path
+          if (kAsciiClass[bytes[j]] != run_cls) break;
+          ++j;
+          continue;
+        }
         const Utf8Char d = decode_utf8(text, j);
         if (d.cls != run_cls) break;
         j += d.len;

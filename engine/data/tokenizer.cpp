@@ -111,12 +111,15 @@ void WordCache::insert(std::string_view word, uint64_t hash, const int32_t* ids,
 
 void Tokenizer::PairTable::build(const std::vector<std::pair<uint64_t, Merge>>& items) {
   size_t cap = 16;
-  while (cap < 2 * items.size()) cap *= 2;
+  shift = 60;
+  while (cap < 2 * items.size()) {
+    cap *= 2;
+    --shift;
+  }
   slots.assign(cap, Slot{kEmpty, Merge{0, 0}});
   mask = cap - 1;
   for (const auto& [key, merge] : items) {
-    uint64_t h = (key * 0x9E3779B97F4A7C15ull) >> 20;
-    uint64_t i = h & mask;
+    uint64_t i = home(key);
     while (slots[i].key != kEmpty && slots[i].key != key) i = (i + 1) & mask;
     if (slots[i].key == key) continue;  // a repeated merge keeps its first (lowest) rank
     slots[i] = Slot{key, merge};

@@ -79,11 +79,13 @@ class Tokenizer {
     };
     std::vector<Slot> slots;
     uint64_t mask = 0;
+    int shift = 60;
     void build(const std::vector<std::pair<uint64_t, Merge>>& items);
+    // Fibonacci hashing: the top bits of key * 2^64/phi mix both ids.
+    uint64_t home(uint64_t key) const { return (key * 0x9E3779B97F4A7C15ull) >> shift; }
     const Merge* find(int32_t a, int32_t b) const {
       uint64_t key = (uint64_t(uint32_t(a)) << 32) | uint32_t(b);
-      uint64_t h = (key * 0x9E3779B97F4A7C15ull) >> 20;
-      for (uint64_t i = h & mask;; i = (i + 1) & mask) {
+      for (uint64_t i = home(key);; i = (i + 1) & mask) {
         const Slot& s = slots[i];
         if (s.key == key) return &s.merge;
         if (s.key == kEmpty) return nullptr;
