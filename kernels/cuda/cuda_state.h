@@ -32,6 +32,9 @@ struct CudaState {
   // false: fp32 GEMMs use full fp32 (CUBLAS_COMPUTE_32F), as the CPU reference does;
   // true: TF32 tensor cores (CUBLAS_COMPUTE_32F_FAST_TF32), ~10 bits of mantissa.
   bool allow_tf32 = false;
+  // false: skip cuBLASLt's bias epilogues and take the fallback kernels (the tests
+  // use it so both branches of the linear layer are checked).
+  bool gemm_epilogues = true;
   GemmAlgoCache* gemm_cache = nullptr;
 };
 

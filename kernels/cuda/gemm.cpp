@@ -97,6 +97,7 @@ void check_args(const GemmArgs& g) {
 
 bool run(CudaState& st, const GemmArgs& g, bool throw_if_no_algo) {
   check_args(g);
+  if (!throw_if_no_algo && !st.gemm_epilogues && g.epilogue != GemmEpilogue::none) return false;
   const bool fp32_inputs = g.a.dtype == DType::f32;
   cublasComputeType_t compute =
       fp32_inputs && st.allow_tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;

@@ -1,7 +1,8 @@
 // Linear layer forward and backward through cuBLASLt (kernels/linear.h), using the
 // row-major mapping of gemm.h: forward with the BIAS epilogue, dW with beta = 1
 // (accumulate) and the bias gradient from the BGRADB epilogue, which overwrites,
-// so it lands in scratch and is added to dbias here.
+// so it lands in scratch and is added to dbias here. When cuBLASLt has no
+// algorithm for an epilogue, a plain GEMM plus a small kernel does the same.
 #include "kernels/cuda/colsum.cuh"
 #include "kernels/cuda/gemm.h"
 #include "kernels/linear.h"
@@ -13,6 +14,15 @@ __global__ void add_vector_kernel(float* out, const float* a, int64_t n) {
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
     out[i] += a[i];
+}
+
+// out[m, n] += bias[n]: the fallback when cuBLASLt offers no BIAS epilogue (e.g. an
+// unaligned bias pointer).
+template <class T>
+__global__ void add_bias_kernel(T* out, const T* bias, int64_t M, int64_t N) {
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < M * N;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    out[i] = from_float<T>(to_float(out[i]) + to_float(bias[i % N]));
 }
 
 template <class T>
@@ -63,10 +73,19 @@ void linear_forward(Context& ctx, Tensor out, Tensor inp, Tensor weight, Tensor 
   g.n = d.N;
   g.k = d.K;
   if (!bias.empty()) {
-    g.epilogue = GemmEpilogue::bias;
-    g.bias = bias.data;
+    GemmArgs gb = g;
+    gb.epilogue = GemmEpilogue::bias;
+    gb.bias = bias.data;
+    if (try_gemm(st, gb)) return;
   }
   gemm(st, g);
+  if (!bias.empty()) {
+    TRAINER_FLOAT_DISPATCH(out.dtype, op, {
+      add_bias_kernel<T><<<grid_for(d.M * d.N, 256), 256, 0, st.stream>>>(
+          static_cast<T*>(out.data), static_cast<const T*>(bias.data), d.M, d.N);
+    });
+    CUDA_LAUNCH_CHECK();
+  }
 }
 
 void linear_backward(Context& ctx, Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout,

@@ -49,8 +49,9 @@ void run_linear(const LinearCase& c, DType dtype) {
   const auto r1 = run();
   const auto r2 = run();
   const Tolerance tol = bf16 ? kBf16Gemm : kF32Reduction;
-  const std::string tag = fmt::format("linear {} M={} K={} N={} bias={} dinp={}",
-                                      dtype_name(dtype), c.M, c.K, c.N, c.bias, c.dinp);
+  const std::string tag = fmt::format("linear {} M={} K={} N={} bias={} dinp={} epilogues={}",
+                                      dtype_name(dtype), c.M, c.K, c.N, c.bias, c.dinp,
+                                      gpu().cuda->gemm_epilogues);
   expect_close(tag + " out", r1[0], hy.data, tol);
   if (c.dinp) expect_close(tag + " dinp", r1[1], hdx.data, tol);
   // dweight/dbias are fp32 accumulators: the bf16 case differs only by its inputs.
@@ -68,12 +69,21 @@ const LinearCase kCases[] = {
 
 }  // namespace
 
+// Both branches: cuBLASLt's bias epilogues, and the fallback kernels.
 TEST_CASE("linear fp32 matches the CPU op", "[cuda][linear]") {
-  for (const auto& c : kCases) run_linear(c, DType::f32);
+  for (bool epilogues : {true, false}) {
+    gpu().cuda->gemm_epilogues = epilogues;
+    for (const auto& c : kCases) run_linear(c, DType::f32);
+  }
+  gpu().cuda->gemm_epilogues = true;
 }
 
 TEST_CASE("linear bf16 matches the CPU op on bf16 inputs", "[cuda][linear][bf16]") {
-  for (const auto& c : kCases) run_linear(c, DType::bf16);
+  for (bool epilogues : {true, false}) {
+    gpu().cuda->gemm_epilogues = epilogues;
+    for (const auto& c : kCases) run_linear(c, DType::bf16);
+  }
+  gpu().cuda->gemm_epilogues = true;
 }
 
 }  // namespace trainer::cuda_test
