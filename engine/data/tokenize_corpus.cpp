@@ -34,7 +34,8 @@ struct Segment {
   bool doc_first, doc_last, val;
 };
 
-struct Item {
+// Over-aligned so threads encoding neighbouring items never share a cache line.
+struct alignas(128) Item {
   std::string text;
   std::vector<Segment> segs;
   std::vector<int32_t> ids;
@@ -273,7 +274,7 @@ class Pipeline {
   void flush_batch(bool final) {
     std::atomic<size_t> next{0};
     auto work = [&](int t) {
-      for (size_t i; (i = next.fetch_add(1)) < items_.size();) encode_item(items_[i], caches_[t]);
+      for (size_t i; (i = next.fetch_add(1)) < items_.size();) encode_item(items_[i], caches_[t].cache);
     };
     std::vector<std::thread> pool;
     std::exception_ptr error;
@@ -308,7 +309,10 @@ class Pipeline {
   const TokenizeOptions& opt_;
   const Tokenizer& tok_;
   int threads_;
-  std::vector<WordCache> caches_;
+  struct alignas(128) ThreadCache {
+    WordCache cache;
+  };
+  std::vector<ThreadCache> caches_;
   SplitWriter train_, val_;
   std::vector<Item> items_;
   std::string carry_;
