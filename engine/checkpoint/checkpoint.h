@@ -90,6 +90,8 @@ class Checkpointer {
   // <path> -> that checkpoint or InputError. Loads parameters and AdamW state
   // into this rank's slices and returns the step it was saved after (training
   // continues at step + 1). `scalars`, when given, receives the saved scalars.
+  // Call it right after allocation: alignment gaps of m and v are left as they
+  // are (zero, as Arenas allocates them).
   int resume(model::Buffers& buffers, AdamW& optimizer,
              std::map<std::string, double>* scalars = nullptr);
 

@@ -82,7 +82,7 @@ Json verify_checkpoint(const std::string& step_dir) {
                         path, d.bytes, want_bytes);
     const std::string& want = entry.at("xxh3").as_string();
     TRAINER_INPUT_CHECK(hex64(d.xxh3) == want,
-                        "{}: checksum mismatch (xxh3 {} , manifest says {}): file is corrupt", path,
+                        "{}: checksum mismatch (xxh3 {}, manifest says {}): file is corrupt", path,
                         hex64(d.xxh3), want);
   }
   std::string meta_path = (fs::path(step_dir) / "metadata.json").string();

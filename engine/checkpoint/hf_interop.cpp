@@ -169,6 +169,9 @@ HostTensor from_hf(const HfSource& src, const model::ParamSpec& spec, const mode
   return t;
 }
 
+// A float config value as the decimal it was written as (1e-05, not 9.99999974e-06).
+double tidy(float f) { return std::stod(fmt::format("{}", f)); }
+
 void put(std::map<std::string, HostTensor>& out, const std::string& name, HostTensor t) {
   out[name] = std::move(t);
 }
@@ -253,12 +256,12 @@ std::string hf_config_json(const model::ModelConfig& cfg) {
     j.set("head_dim", Json(cfg.head_dim()));
     j.set("hidden_act", Json("silu"));
     j.set("max_position_embeddings", Json(cfg.max_seq_len));
-    j.set("rms_norm_eps", Json(static_cast<double>(cfg.norm_eps)));
-    j.set("rope_theta", Json(static_cast<double>(cfg.rope_theta)));
+    j.set("rms_norm_eps", Json(tidy(cfg.norm_eps)));
+    j.set("rope_theta", Json(tidy(cfg.rope_theta)));
     j.set("attention_bias", Json(false));
     j.set("mlp_bias", Json(false));
     j.set("tie_word_embeddings", Json(cfg.tie_embeddings));
-    j.set("initializer_range", Json(static_cast<double>(cfg.init_std)));
+    j.set("initializer_range", Json(tidy(cfg.init_std)));
     j.set("torch_dtype", Json("float32"));
   } else {
     arch.push(Json("GPT2LMHeadModel"));
@@ -272,13 +275,13 @@ std::string hf_config_json(const model::ModelConfig& cfg) {
     j.set("n_head", Json(cfg.n_head));
     j.set("n_inner", Json(cfg.d_ff));
     j.set("activation_function", Json("gelu_new"));  // the tanh approximation kernels/gelu.h uses
-    j.set("layer_norm_epsilon", Json(static_cast<double>(cfg.norm_eps)));
+    j.set("layer_norm_epsilon", Json(tidy(cfg.norm_eps)));
     j.set("resid_pdrop", Json(0.0));
     j.set("embd_pdrop", Json(0.0));
     j.set("attn_pdrop", Json(0.0));
     j.set("scale_attn_weights", Json(true));
     j.set("tie_word_embeddings", Json(cfg.tie_embeddings));
-    j.set("initializer_range", Json(static_cast<double>(cfg.init_std)));
+    j.set("initializer_range", Json(tidy(cfg.init_std)));
     j.set("torch_dtype", Json("float32"));
   }
   return j.dump(2) + "\n";

@@ -70,6 +70,15 @@ Slice Slice::from_json(const Json& j, const std::string& where) {
   return s;
 }
 
+ShardPosition shard_position(const MeshPlace& place) {
+  ShardPosition pos;
+  pos.tp_rank = place.tp;
+  pos.write_params = place.dp == 0 && place.cp == 0;
+  bool zero_sharded = place.zero >= 1 && place.dp_size > 1;
+  pos.write_optimizer = place.cp == 0 && (place.dp == 0 || zero_sharded);
+  return pos;
+}
+
 Slice local_slice(const model::ParamSpec& spec, const std::vector<int64_t>& local_shape,
                   const ShardPosition& pos) {
   Slice s;

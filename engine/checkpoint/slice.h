@@ -42,6 +42,15 @@ struct ShardPosition {
   bool write_optimizer = true;
 };
 
+// This rank's position on a mesh: tp rank; parameters written by dp = cp = 0;
+// optimizer state also by the other dp ranks when ZeRO shards it over dp.
+struct MeshPlace {
+  int tp = 0, dp = 0, cp = 0;
+  int dp_size = 1;
+  int zero = 0;
+};
+ShardPosition shard_position(const MeshPlace& place);
+
 Slice local_slice(const model::ParamSpec& spec, const std::vector<int64_t>& local_shape,
                   const ShardPosition& pos);
 

@@ -7,6 +7,7 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <algorithm>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -253,5 +254,33 @@ TEST_CASE("checkpoint: keep deletes older ones only after the new one is complet
   // Saving a step that exists again (a resumed run's final save) replaces it intact.
   save(a, spec, 4);
   CHECK_NOTHROW(verify_checkpoint((root / "step_000004").string()));
+  fs::remove_all(dir);
+}
+
+TEST_CASE("checkpoint: a ZeRO shard of the optimizer loads its flat range of the state",
+          "[cpu][checkpoint]") {
+  fs::path dir = fresh_dir("zero");
+  JobSpec spec = tiny_spec(Family::llama, dir);
+  Trainer a(spec, quiet());
+  run_steps(a, 1, 2);
+  save(a, spec, 2);
+  model::Buffers& buf = a.model().buffers();
+  const int64_t total = static_cast<int64_t>(buf.category_bytes(model::Category::parameters) / 4);
+  // A range that starts and ends inside parameters, as a dp shard does.
+  AdamW shard(spec.optimizer, buf, total / 3 + 7, 2 * total / 3 + 5);
+  std::vector<float> mem(shard.state_bytes() / 4, 0.0f);  // zeroed, as Arenas does
+  shard.bind(mem.data(), Device::cpu);
+  auto world = parallel::make_single_communicator("world");
+  Checkpointer c(spec, *world, Device::cpu, {}, nullptr);
+  CHECK(c.resume(buf, shard) == 2);
+  const int64_t n = shard.end() - shard.begin();
+  const float* full_m = a.optimizer().m().ptr<float>() + shard.begin();
+  const float* full_v = a.optimizer().v().ptr<float>() + shard.begin();
+  // Alignment gaps between parameters hold no state: zero in both.
+  CHECK(std::vector<float>(full_m, full_m + n) ==
+        std::vector<float>(shard.m().ptr<float>(), shard.m().ptr<float>() + n));
+  CHECK(std::vector<float>(full_v, full_v + n) ==
+        std::vector<float>(shard.v().ptr<float>(), shard.v().ptr<float>() + n));
+  CHECK(*std::max_element(full_v, full_v + n) > 0.0f);
   fs::remove_all(dir);
 }

@@ -87,3 +87,19 @@ TEST_CASE("slices: json round trip and refusal of a slice outside its tensor", "
   CHECK_THROWS_WITH(Slice::from_json(bad.to_json(), "shard.safetensors: tensor \"w\""),
                     Catch::StartsWith("shard.safetensors: tensor \"w\": slice"));
 }
+
+TEST_CASE("slices: which ranks write parameters and optimizer state", "[cpu][checkpoint]") {
+  ShardPosition a = shard_position({.tp = 1, .dp = 0, .cp = 0, .dp_size = 2, .zero = 1});
+  CHECK(a.tp_rank == 1);
+  CHECK(a.write_params);
+  CHECK(a.write_optimizer);
+  ShardPosition b = shard_position({.tp = 0, .dp = 1, .cp = 0, .dp_size = 2, .zero = 1});
+  CHECK(!b.write_params);
+  CHECK(b.write_optimizer);  // its own ZeRO shard
+  ShardPosition c = shard_position({.tp = 0, .dp = 1, .cp = 0, .dp_size = 2, .zero = 0});
+  CHECK(!c.write_params);
+  CHECK(!c.write_optimizer);  // a full replica of rank dp 0's state
+  ShardPosition d = shard_position({.tp = 0, .dp = 0, .cp = 1, .dp_size = 1, .zero = 1});
+  CHECK(!d.write_params);
+  CHECK(!d.write_optimizer);
+}
