@@ -5,6 +5,7 @@
 
 #include "cmd/subcommand.h"
 #include "engine/config/job_spec.h"
+#include "engine/device.h"
 #include "engine/mesh_from_spec.h"
 #include "engine/trainer.h"
 #include "parallel/launch_env.h"
@@ -26,7 +27,7 @@ Registrar reg("train", "train a model from a YAML job spec", [](CLI::App& sub) {
     engine::JobSpec spec = engine::load_job_spec(args->job, args->overrides);
     parallel::LaunchEnv env = parallel::detect_launch_env();
     parallel::MeshShape shape = engine::resolve_job_mesh(spec, env.world);
-    parallel::Mesh mesh(env, shape, Device::cpu, spec.parallel.timeout_s);
+    parallel::Mesh mesh(env, shape, engine::resolve_device(spec), spec.parallel.timeout_s);
     error_rank() = mesh.rank();
     try {
       engine::Trainer trainer(spec, mesh);

@@ -29,7 +29,7 @@ namespace fs = std::filesystem;
 namespace {
 std::unique_ptr<parallel::Mesh> single_rank_mesh(const JobSpec& spec) {
   parallel::LaunchEnv env;  // one rank, no launcher
-  return std::make_unique<parallel::Mesh>(env, resolve_job_mesh(spec, 1), Device::cpu,
+  return std::make_unique<parallel::Mesh>(env, resolve_job_mesh(spec, 1), resolve_device(spec),
                                           spec.parallel.timeout_s);
 }
 }  // namespace
@@ -47,12 +47,14 @@ Trainer::Trainer(const JobSpec& spec, parallel::Mesh& mesh, TrainerOptions optio
 
 void Trainer::setup() {
   const JobSpec& spec = spec_;
-  ctx_.device = Device::cpu;
-  TRAINER_INPUT_CHECK(spec.run.device != DeviceKind::cuda,
-                      "{}: run.device: cuda is not available in this build's training loop yet "
-                      "(use cpu or auto)",
-                      spec.source_path);
   const parallel::MeshShape& shape = mesh_->shape();
+  Device device = mesh_->device();
+  TRAINER_INPUT_CHECK(device == Device::cpu || shape.world == 1,
+                      "{}: run.device: cuda with {} ranks: multi-GPU training is not wired into "
+                      "the loop yet (one GPU, or CPU ranks)",
+                      spec.source_path, shape.world);
+  device_ = std::make_unique<DeviceContext>(device, mesh_->env().local_rank);
+  ctx_ = device_->context();
   TRAINER_INPUT_CHECK(shape.pp == 1 && shape.cp == 1 && shape.ep == 1,
                       "{}: parallel: {}: pipeline, context and expert parallelism are not "
                       "implemented yet (pp = cp = ep = 1; tp and dp work)",

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "engine/config/job_spec.h"
+#include "engine/device.h"
 #include "engine/memory_plan.h"
 #include "engine/optimizer.h"
 #include "model/model.h"
@@ -73,6 +74,7 @@ class Trainer {
   parallel::ZeroShard shard_;  // this rank's range of the flat parameter arena
   std::unique_ptr<parallel::GradReducer> reducer_;
   int dp_size_ = 1, dp_rank_ = 0;
+  std::unique_ptr<DeviceContext> device_;  // declared first: outlives every device buffer
   Context ctx_;
   std::unique_ptr<model::Model> model_;
   std::unique_ptr<AdamW> optimizer_;

@@ -1,0 +1,27 @@
+// run.device -> the Device a rank computes on, and the op Context for it
+// (on CUDA: the GPU picked by local rank, its streams and cuBLASLt handle).
+#pragma once
+
+#include "engine/config/job_spec.h"
+#include "kernels/context.h"
+
+namespace trainer::engine {
+
+// cpu -> cpu; cuda -> cuda, refused (InputError) when this build has no CUDA
+// backend or no GPU is visible; auto -> cuda when a GPU is visible, else cpu.
+Device resolve_device(const JobSpec& spec);
+
+// Owns the CUDA state behind a Context; a CPU context owns nothing.
+class DeviceContext {
+ public:
+  DeviceContext(Device device, int local_rank);
+  ~DeviceContext();
+  DeviceContext(const DeviceContext&) = delete;
+  DeviceContext& operator=(const DeviceContext&) = delete;
+  Context& context() { return ctx_; }
+
+ private:
+  Context ctx_;
+};
+
+}  // namespace trainer::engine
