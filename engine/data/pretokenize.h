@@ -68,7 +68,6 @@ void pretokenize(std::string_view text, Emit&& emit) {
       }
     }
     // ` ?\p{L}+`, ` ?\p{N}+`, ` ?[^\s\p{L}\p{N}]+`: a run of one class, optionally after one space.
-    size_t run_start = i;
     CharClass run_cls = c.cls;
     size_t j = i + c.len;
     if (c.cls == CharClass::space) {
@@ -77,13 +76,11 @@ void pretokenize(std::string_view text, Emit&& emit) {
         const Utf8Char d = decode_utf8(text, j);
         if (d.cls != CharClass::space) {
           run_cls = d.cls;
-          run_start = j;
           j += d.len;
         }
       }
     }
     if (run_cls != CharClass::space) {
-      (void)run_start;
       const auto* bytes = reinterpret_cast<const unsigned char*>(text.data());
       while (j < n) {
         if (bytes[j] < 0x80) {  // ASCII fast path

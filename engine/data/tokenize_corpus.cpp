@@ -179,6 +179,7 @@ class Pipeline {
         break;
       }
       total += static_cast<int64_t>(n);
+      result_.bytes += static_cast<int64_t>(n);
       feed(std::string_view(buf.data(), n), false);
     }
     TRAINER_INPUT_CHECK(total > 0, "{}: empty input (0 bytes)", path);
@@ -202,9 +203,7 @@ class Pipeline {
                           opt_.jsonl_field);
       ++records;
       begin_document();
-      bytes_uncounted_ = true;  // counted per line above
       feed(text, true);
-      bytes_uncounted_ = false;
     }
     TRAINER_INPUT_CHECK(records > 0, "{}: empty input (no JSONL records)", path);
   }
@@ -217,7 +216,6 @@ class Pipeline {
   // Adds text of the current document; cuts it into segments at safe points.
   void feed(std::string_view text, bool last) {
     carry_.append(text);
-    if (!bytes_uncounted_) result_.bytes += static_cast<int64_t>(text.size());
     doc_bytes_ += text.size();
     if (!last) {
       if (carry_.size() < kReadBytes) return;
@@ -277,7 +275,6 @@ class Pipeline {
       for (size_t i; (i = next.fetch_add(1)) < items_.size();) encode_item(items_[i], caches_[t].cache);
     };
     std::vector<std::thread> pool;
-    std::exception_ptr error;
     std::vector<std::exception_ptr> errors(threads_);
     for (int t = 1; t < threads_ && t < static_cast<int>(items_.size()); ++t)
       pool.emplace_back([&, t] {
@@ -316,7 +313,7 @@ class Pipeline {
   SplitWriter train_, val_;
   std::vector<Item> items_;
   std::string carry_;
-  bool doc_first_ = true, doc_val_ = false, bytes_uncounted_ = false;
+  bool doc_first_ = true, doc_val_ = false;
   size_t doc_bytes_ = 0;
   TokenizeResult result_;
   std::chrono::steady_clock::time_point start_;
