@@ -3,10 +3,15 @@
 # fresh scratch folder holding the bad-input fixtures made by make_fixtures.sh)
 # and passes when it exits 2, prints exactly one line on stderr containing
 # EXPECTED, and leaves no run directory behind (the third argument
-# --run-dir-ok allows one: errors found while drawing samples come after start).
+# --run-dir-ok allows one: errors found while drawing samples come after start;
+# --no-gpu skips the test, exit 77, where a GPU is visible).
 set -u
 workdir=$1 expected=$2 mode=$3
 shift 3
+if [ "$mode" = --no-gpu ] && nvidia-smi -L >/dev/null 2>&1; then
+  echo "skipped: a GPU is visible"
+  exit 77
+fi
 cd "$workdir" || exit 1
 rm -rf runs
 stderr=$(mktemp)
