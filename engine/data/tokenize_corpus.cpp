@@ -5,6 +5,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cerrno>
@@ -25,7 +26,6 @@
 namespace trainer::engine::data {
 namespace {
 
-constexpr size_t kReadBytes = size_t(1) << 20;   // read size, and the size of a work item
 constexpr size_t kMaxCarry = size_t(16) << 20;   // text without a safe cut point before we force one
 constexpr int kItemsPerThread = 4;               // items per batch = threads * this
 
@@ -124,6 +124,10 @@ class Pipeline {
     items_.emplace_back();
   }
 
+  ~Pipeline() {
+    for (auto& th : pool_) th.join();  // an error while reading: let the workers finish first
+  }
+
   TokenizeResult run() {
     for (const std::string& path : opt_.inputs) {
       InputKind kind = opt_.input_kind;
@@ -169,7 +173,7 @@ class Pipeline {
     std::FILE* f = std::fopen(path.c_str(), "rb");
     if (!f) throw InputError(fmt::format("{}: cannot read input ({})", path, std::strerror(errno)));
     std::unique_ptr<std::FILE, int (*)(std::FILE*)> guard(f, &std::fclose);
-    std::string buf(kReadBytes, '\0');
+    std::string buf(opt_.item_bytes, '\0');
     int64_t total = 0;
     begin_document();
     while (true) {
@@ -218,7 +222,7 @@ class Pipeline {
     carry_.append(text);
     doc_bytes_ += text.size();
     if (!last) {
-      if (carry_.size() < kReadBytes) return;
+      if (carry_.size() < opt_.item_bytes) return;
       size_t cut = find_safe_cut(carry_);
       if (cut == 0) {
         if (carry_.size() < kMaxCarry) return;
@@ -250,7 +254,7 @@ class Pipeline {
     item.text.append(text);
     item.segs.push_back({begin, item.text.size(), doc_first_, doc_last, doc_val_});
     doc_first_ = false;
-    if (item.text.size() >= kReadBytes) {
+    if (item.text.size() >= opt_.item_bytes) {
       if (items_.size() == static_cast<size_t>(threads_ * kItemsPerThread)) flush_batch(false);
       else items_.emplace_back();
     }
@@ -269,33 +273,44 @@ class Pipeline {
     }
   }
 
+  // Hands the batch just read to the workers, after writing the batch they
+  // were encoding: reading, encoding and writing overlap, and batches (and the
+  // items in them) are written in input order.
   void flush_batch(bool final) {
-    std::atomic<size_t> next{0};
-    auto work = [&](int t) {
-      for (size_t i; (i = next.fetch_add(1)) < items_.size();) encode_item(items_[i], caches_[t].cache);
-    };
-    std::vector<std::thread> pool;
-    std::vector<std::exception_ptr> errors(threads_);
-    for (int t = 1; t < threads_ && t < static_cast<int>(items_.size()); ++t)
-      pool.emplace_back([&, t] {
-        try { work(t); } catch (...) { errors[t] = std::current_exception(); }
+    finish_inflight();
+    std::swap(items_, inflight_);
+    items_.clear();
+    items_.emplace_back();
+    next_ = 0;
+    errors_.assign(threads_, nullptr);
+    const int workers = std::min<int>(threads_, static_cast<int>(inflight_.size()));
+    for (int t = 0; t < workers; ++t)
+      pool_.emplace_back([this, t] {
+        try {
+          for (size_t i; (i = next_.fetch_add(1)) < inflight_.size();) encode_item(inflight_[i], caches_[t].cache);
+        } catch (...) {
+          errors_[t] = std::current_exception();
+        }
       });
-    try { work(0); } catch (...) { errors[0] = std::current_exception(); }
-    for (auto& th : pool) th.join();
-    for (auto& e : errors)
+    if (final) finish_inflight();
+  }
+
+  void finish_inflight() {
+    for (auto& th : pool_) th.join();
+    pool_.clear();
+    for (auto& e : errors_)
       if (e) std::rethrow_exception(e);
-    for (Item& item : items_) {
+    for (Item& item : inflight_) {
       size_t start = 0;
       for (size_t s = 0; s < item.segs.size(); ++s) {
         const Segment& seg = item.segs[s];
         (seg.val ? val_ : train_).add(item.ids.data() + start, item.seg_end[s] - start, seg.doc_last);
         start = item.seg_end[s];
       }
-      item.text.clear();
-      item.segs.clear();
     }
-    items_.resize(1);
-    if (opt_.progress && !final) {
+    const bool wrote = !inflight_.empty();
+    inflight_.clear();
+    if (opt_.progress && wrote) {
       double t = seconds();
       std::fprintf(stderr, "\rtokenize: %.1f MB, %.1f MB/s, %lld tokens", result_.bytes / 1e6,
                    result_.bytes / 1e6 / std::max(t, 1e-9), static_cast<long long>(train_.tokens() + val_.tokens()));
@@ -311,7 +326,11 @@ class Pipeline {
   };
   std::vector<ThreadCache> caches_;
   SplitWriter train_, val_;
-  std::vector<Item> items_;
+  std::vector<Item> items_;     // the batch being read
+  std::vector<Item> inflight_;  // the batch the workers are encoding
+  std::vector<std::thread> pool_;
+  std::vector<std::exception_ptr> errors_;
+  std::atomic<size_t> next_{0};
   std::string carry_;
   bool doc_first_ = true, doc_val_ = false;
   size_t doc_bytes_ = 0;
@@ -335,6 +354,7 @@ TokenizeResult tokenize_corpus(const TokenizeOptions& opt, const Tokenizer& tok)
   TRAINER_INPUT_CHECK(!opt.out_prefix.empty(), "tokenize: --out PREFIX is required");
   TRAINER_INPUT_CHECK(opt.val_fraction >= 0 && opt.val_fraction < 1, "--val-fraction {}: expected 0 <= F < 1",
                       opt.val_fraction);
+  TRAINER_CHECK(opt.item_bytes >= 1, "item_bytes must be >= 1");
   TRAINER_INPUT_CHECK(opt.shard_tokens >= 1 && opt.shard_tokens <= INT32_MAX,
                       "--shard-tokens {}: expected 1..2147483647", opt.shard_tokens);
   TRAINER_INPUT_CHECK(tok.eot_id() >= 0,

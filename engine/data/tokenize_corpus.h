@@ -24,6 +24,7 @@ struct TokenizeOptions {
   int64_t shard_tokens = 100000000;  // llm.c: tokens per shard
   int threads = 0;                   // 0 = all hardware threads
   bool progress = false;             // a \r progress line on stderr
+  size_t item_bytes = size_t(1) << 20;  // read size and text per work item (tests use small ones)
 };
 
 struct TokenizeResult {

@@ -126,14 +126,18 @@ TEST_CASE("tokenize: output independent of threads and chunking", "[cpu]") {
   expected.push_back(tok.eot_id());
   ids = tok.encode(small);
   expected.insert(expected.end(), ids.begin(), ids.end());
-  for (int threads : {1, 3}) {
-    TokenizeOptions opt;
-    opt.inputs = {dir / "big.txt", dir / "small.txt"};
-    opt.out_prefix = dir / ("t" + std::to_string(threads));
-    opt.threads = threads;
-    tokenize_corpus(opt, tok);
-    REQUIRE(llmc_tokens(llmc_shard_name(opt.out_prefix, "train", 0)) == expected);
-  }
+  // 1 MiB items: a few per batch; 4 KiB items: hundreds of batches in flight
+  // one after another, and a cut every few KiB.
+  for (size_t item_bytes : {size_t(1) << 20, size_t(4096)})
+    for (int threads : {1, 3}) {
+      TokenizeOptions opt;
+      opt.inputs = {dir / "big.txt", dir / "small.txt"};
+      opt.out_prefix = dir / ("t" + std::to_string(threads) + "_" + std::to_string(item_bytes));
+      opt.threads = threads;
+      opt.item_bytes = item_bytes;
+      tokenize_corpus(opt, tok);
+      REQUIRE(llmc_tokens(llmc_shard_name(opt.out_prefix, "train", 0)) == expected);
+    }
 }
 
 TEST_CASE("tokenize: bad inputs name the file and leave nothing behind", "[cpu]") {
