@@ -72,7 +72,7 @@ struct Shape {
 // q, k, v, out and their gradients may be views into fused buffers (as on the
 // CPU): any non-negative strides, but a contiguous head dim.
 void check_heads(const Tensor& t, const char* op, const char* name) {
-  TRAINER_CHECK(t.device == Device::cuda, "{}: {} {} is not on the GPU", op, name, t.str());
+  check_gpu_data(t, op, name);
   check_dtype(t, DType::f32, op, name);
   TRAINER_CHECK(t.ndim != 4 || t.stride[3] == 1 || t.shape[3] == 1,
                 "{}: {} {} needs a contiguous head dim", op, name, t.str());

@@ -120,10 +120,7 @@ void check_scalar(const Tensor& t, const char* op, const char* name) {
                 name, t.str());
 }
 
-void check_on_gpu(const Tensor& t, const char* op, const char* name) {
-  TRAINER_CHECK(t.device == Device::cuda, "{}: {} {} is not on the GPU", op, name, t.str());
-  TRAINER_CHECK(t.numel() == 0 || t.data != nullptr, "{}: {} has no data", op, name);
-}
+void check_on_gpu(const Tensor& t, const char* op, const char* name) { check_gpu_data(t, op, name); }
 
 // Max over |x| bits into a fresh scratch word, then `finish` on the device.
 template <bool kNanAsZero>

@@ -22,11 +22,20 @@ inline CudaState& state_of(Context& ctx) {
   return *ctx.cuda;
 }
 
+// On the GPU, with data, aligned to its element size (the kernels load whole
+// elements; a packed buffer sliced at a byte offset would fault or misread).
+inline void check_gpu_data(const Tensor& t, const char* op, const char* name) {
+  TRAINER_CHECK(t.device == Device::cuda, "{}: {} {} is not on the GPU", op, name, t.str());
+  TRAINER_CHECK(t.numel() == 0 || t.data != nullptr, "{}: {} has no data", op, name);
+  TRAINER_CHECK(reinterpret_cast<uintptr_t>(t.data) % dtype_size(t.dtype) == 0,
+                "{}: {} {} at {} is not aligned to its {}-byte elements", op, name, t.str(),
+                t.data, dtype_size(t.dtype));
+}
+
 // Every tensor an op touches: on the GPU and contiguous (ops index flat memory).
 inline void check_cuda(const Tensor& t, const char* op, const char* name) {
-  TRAINER_CHECK(t.device == Device::cuda, "{}: {} {} is not on the GPU", op, name, t.str());
+  check_gpu_data(t, op, name);
   TRAINER_CHECK(t.contiguous(), "{}: {} {} is not contiguous", op, name, t.str());
-  TRAINER_CHECK(t.numel() == 0 || t.data != nullptr, "{}: {} has no data", op, name);
 }
 
 inline void check_dtype(const Tensor& t, DType dtype, const char* op, const char* name) {
@@ -36,11 +45,6 @@ inline void check_dtype(const Tensor& t, DType dtype, const char* op, const char
 inline void check_float_dtype(const Tensor& t, const char* op, const char* name) {
   TRAINER_CHECK(t.dtype == DType::f32 || t.dtype == DType::bf16,
                 "{}: {} {} must be fp32 or bf16", op, name, t.str());
-}
-
-inline void check_aligned(const void* p, size_t bytes, const char* op, const char* name) {
-  TRAINER_CHECK(reinterpret_cast<uintptr_t>(p) % bytes == 0, "{}: {} at {} is not {}-byte aligned",
-                op, name, p, bytes);
 }
 
 // Blocks for a grid-stride loop over n items: enough to fill the GPU, never
