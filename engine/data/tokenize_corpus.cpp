@@ -273,12 +273,14 @@ class Pipeline {
     }
   }
 
-  // Hands the batch just read to the workers, after writing the batch they
-  // were encoding: reading, encoding and writing overlap, and batches (and the
-  // items in them) are written in input order.
+  // Hands the batch just read to the workers, then writes the batch they had
+  // encoded, then (back in the reader) reads the next: reading and writing
+  // overlap encoding, and batches (and the items in them) are written in
+  // input order.
   void flush_batch(bool final) {
-    finish_inflight();
-    std::swap(items_, inflight_);
+    join_workers();
+    std::swap(done_, inflight_);  // encoded, to be written
+    std::swap(inflight_, items_);
     items_.clear();
     items_.emplace_back();
     next_ = 0;
@@ -292,15 +294,24 @@ class Pipeline {
           errors_[t] = std::current_exception();
         }
       });
-    if (final) finish_inflight();
+    write_done();
+    if (final) {
+      join_workers();
+      std::swap(done_, inflight_);
+      write_done();
+    }
   }
 
-  void finish_inflight() {
+  void join_workers() {
     for (auto& th : pool_) th.join();
     pool_.clear();
     for (auto& e : errors_)
       if (e) std::rethrow_exception(e);
-    for (Item& item : inflight_) {
+    errors_.clear();
+  }
+
+  void write_done() {
+    for (Item& item : done_) {
       size_t start = 0;
       for (size_t s = 0; s < item.segs.size(); ++s) {
         const Segment& seg = item.segs[s];
@@ -308,8 +319,8 @@ class Pipeline {
         start = item.seg_end[s];
       }
     }
-    const bool wrote = !inflight_.empty();
-    inflight_.clear();
+    const bool wrote = !done_.empty();
+    done_.clear();
     if (opt_.progress && wrote) {
       double t = seconds();
       std::fprintf(stderr, "\rtokenize: %.1f MB, %.1f MB/s, %lld tokens", result_.bytes / 1e6,
@@ -328,6 +339,7 @@ class Pipeline {
   SplitWriter train_, val_;
   std::vector<Item> items_;     // the batch being read
   std::vector<Item> inflight_;  // the batch the workers are encoding
+  std::vector<Item> done_;      // the batch encoded before it, being written
   std::vector<std::thread> pool_;
   std::vector<std::exception_ptr> errors_;
   std::atomic<size_t> next_{0};
