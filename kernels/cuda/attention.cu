@@ -2,10 +2,12 @@
 // per query head h, strided-batched GEMMs over the batch around one fused causal
 // softmax kernel. Query head h reads KV head h / (H / Hkv); dK, dV of a KV head are
 // written by its group's first query head (beta = 0) and accumulated by the rest
-// (beta = 1), so no atomics are needed. fp32 only. Scores live in a (B, T, T)
-// scratch buffer (two in backward) reused head after head.
+// (beta = 1), so no atomics are needed. fp32 or bf16 inputs; scores, probabilities
+// and their gradients are fp32 (B, T, T) scratch buffers reused head after head,
+// with bf16 copies of P and dS feeding the bf16 GEMMs.
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 #include "kernels/attention.h"
 #include "kernels/cuda/common.cuh"
@@ -16,9 +18,12 @@ namespace {
 
 constexpr int kThreads = 128;
 
-// One block per row r = b * T + t of the scores S (already scaled): writes the
-// probabilities over columns <= t (zeros beyond) and lse[b, h, t].
-__global__ void causal_softmax_kernel(float* S, float* lse, int64_t T, int64_t H, int64_t h) {
+// One block per row r = b * T + t of the fp32 scores S (already scaled): turns the
+// row into probabilities over columns <= t (zeros beyond), in place, writes
+// lse[b, h, t], and (bf16 inputs) a TP copy of the row for the P @ V GEMM.
+template <class TP>
+__global__ void causal_softmax_kernel(float* S, TP* P, float* lse, int64_t T, int64_t H,
+                                      int64_t h) {
   __shared__ float shared[32];
   const int64_t r = blockIdx.x, b = r / T, t = r % T;
   float* row = S + r * T;
@@ -29,18 +34,27 @@ __global__ void causal_softmax_kernel(float* S, float* lse, int64_t T, int64_t H
   for (int64_t c = threadIdx.x; c <= t; c += blockDim.x) s += expf(row[c] - m);
   s = block_sum(s, shared);
   const float row_lse = m + logf(s);
-  for (int64_t c = threadIdx.x; c < T; c += blockDim.x)
-    row[c] = c <= t ? expf(row[c] - row_lse) : 0.0f;
+  for (int64_t c = threadIdx.x; c < T; c += blockDim.x) {
+    const float p = c <= t ? expf(row[c] - row_lse) : 0.0f;
+    row[c] = p;
+    if constexpr (!std::is_same_v<TP, float>) P[r * T + c] = from_float<TP>(p);
+  }
   if (threadIdx.x == 0) lse[(b * H + h) * T + t] = row_lse;
 }
 
-// P = exp(S - lse) on the causal triangle, 0 above it (backward's recomputation).
-__global__ void causal_probs_kernel(float* S, const float* lse, int64_t T, int64_t H, int64_t h) {
+// P = exp(S - lse) on the causal triangle, 0 above it (backward's recomputation),
+// in place in S, plus the TP copy as above.
+template <class TP>
+__global__ void causal_probs_kernel(float* S, TP* P, const float* lse, int64_t T, int64_t H,
+                                    int64_t h) {
   const int64_t r = blockIdx.x, b = r / T, t = r % T;
   float* row = S + r * T;
   const float row_lse = lse[(b * H + h) * T + t];
-  for (int64_t c = threadIdx.x; c < T; c += blockDim.x)
-    row[c] = c <= t ? expf(row[c] - row_lse) : 0.0f;
+  for (int64_t c = threadIdx.x; c < T; c += blockDim.x) {
+    const float p = c <= t ? expf(row[c] - row_lse) : 0.0f;
+    row[c] = p;
+    if constexpr (!std::is_same_v<TP, float>) P[r * T + c] = from_float<TP>(p);
+  }
 }
 
 // Element strides (b, t, h) of a (B, T, heads, D) view whose head dim is contiguous.
@@ -48,21 +62,25 @@ struct HeadStrides {
   int64_t b, t, h;
 };
 
-// dS = P * (dP - sum_d dO * O) * scale, in place of dP; one block per row.
-__global__ void softmax_backward_kernel(float* dP, const float* P, const float* dout,
-                                        HeadStrides dout_stride, const float* out,
-                                        HeadStrides out_stride, int64_t T, int64_t D, int64_t h,
-                                        float scale) {
+// dS = P * (dP - sum_d dO * O) * scale from fp32 P and dP, one block per row; dS
+// is written as T (fp32: in place of dP, each element read before it is written).
+template <class T>
+__global__ void softmax_backward_kernel(T* dS, const float* dP, const float* P, const T* dout,
+                                        HeadStrides dout_stride, const T* out,
+                                        HeadStrides out_stride, int64_t T_len, int64_t D,
+                                        int64_t h, float scale) {
   __shared__ float shared[32];
-  const int64_t r = blockIdx.x, b = r / T, t = r % T;
-  const float* dy = dout + b * dout_stride.b + t * dout_stride.t + h * dout_stride.h;
-  const float* y = out + b * out_stride.b + t * out_stride.t + h * out_stride.h;
+  const int64_t r = blockIdx.x, b = r / T_len, t = r % T_len;
+  const T* dy = dout + b * dout_stride.b + t * dout_stride.t + h * dout_stride.h;
+  const T* y = out + b * out_stride.b + t * out_stride.t + h * out_stride.h;
   float dot = 0.0f;
-  for (int64_t d = threadIdx.x; d < D; d += blockDim.x) dot += dy[d] * y[d];
+  for (int64_t d = threadIdx.x; d < D; d += blockDim.x) dot += to_float(dy[d]) * to_float(y[d]);
   dot = block_sum(dot, shared);
-  float* drow = dP + r * T;
-  const float* prow = P + r * T;
-  for (int64_t c = threadIdx.x; c < T; c += blockDim.x) drow[c] = prow[c] * (drow[c] - dot) * scale;
+  const float* drow = dP + r * T_len;
+  const float* prow = P + r * T_len;
+  T* srow = dS + r * T_len;
+  for (int64_t c = threadIdx.x; c < T_len; c += blockDim.x)
+    srow[c] = from_float<T>(prow[c] * (drow[c] - dot) * scale);
 }
 
 struct Shape {
@@ -73,7 +91,7 @@ struct Shape {
 // CPU): any non-negative strides, but a contiguous head dim.
 void check_heads(const Tensor& t, const char* op, const char* name) {
   check_gpu_data(t, op, name);
-  check_dtype(t, DType::f32, op, name);
+  check_float_dtype(t, op, name);
   TRAINER_CHECK(t.ndim != 4 || t.stride[3] == 1 || t.shape[3] == 1,
                 "{}: {} {} needs a contiguous head dim", op, name, t.str());
   TRAINER_CHECK(t.ndim != 4 || (t.stride[0] >= 0 && t.stride[1] >= 0 && t.stride[2] >= 0),
@@ -87,6 +105,8 @@ Shape check_shapes(const char* op, const Tensor& q, const Tensor& k, const Tenso
   }
   const Shape s{q.shape[0], q.shape[1], q.shape[2], k.shape[2], q.shape[3]};
   check_shape(k, {s.B, s.T, s.Hkv, s.D}, "attention k");
+  TRAINER_CHECK(k.dtype == q.dtype && v.dtype == q.dtype, "{}: q {}, k {}, v {} dtypes differ",
+                op, q.str(), k.str(), v.str());
   check_shape(v, {s.B, s.T, s.Hkv, s.D}, "attention v");
   TRAINER_CHECK(s.Hkv > 0 && s.H % s.Hkv == 0, "{}: {} query heads not a multiple of {} KV heads",
                 op, s.H, s.Hkv);
@@ -97,6 +117,8 @@ Shape check_shapes(const char* op, const Tensor& q, const Tensor& k, const Tenso
 
 void check_like(const Tensor& t, const Tensor& ref, const char* op, const char* name) {
   check_heads(t, op, name);
+  TRAINER_CHECK(t.dtype == ref.dtype, "{}: {} {} must have dtype {}", op, name, t.str(),
+                dtype_name(ref.dtype));
   check_shape(t, {ref.shape[0], ref.shape[1], ref.shape[2], ref.shape[3]}, name);
 }
 
@@ -104,10 +126,14 @@ void check_like(const Tensor& t, const Tensor& ref, const char* op, const char* 
 GemmOperand head(const Tensor& t, int64_t h) {
   // A dim of size 1 may carry any stride; cuBLASLt still wants ld >= D.
   const int64_t ld = t.shape[1] == 1 ? std::max<int64_t>(t.stride[1], t.shape[3]) : t.stride[1];
-  return {static_cast<const float*>(t.data) + h * t.stride[2], DType::f32, ld, t.stride[0]};
+  return {static_cast<const char*>(t.data) + h * t.stride[2] * dtype_size(t.dtype), t.dtype, ld,
+          t.stride[0]};
 }
 HeadStrides strides(const Tensor& t) { return {t.stride[0], t.stride[1], t.stride[2]}; }
-GemmOperand scores(const float* S, const Shape& s) { return {S, DType::f32, s.T, s.T * s.T}; }
+// B row-major (T, T) score matrices (fp32 scores, or their fp32/bf16 probabilities).
+GemmOperand scores(const void* S, DType dtype, const Shape& s) {
+  return {S, dtype, s.T, s.T * s.T};
+}
 
 void batched(CudaState& st, GemmOperand a, bool trans_a, GemmOperand b, bool trans_b,
              GemmOperand c, int64_t m, int64_t n, int64_t k, int batch, float alpha, float beta) {
@@ -139,19 +165,26 @@ void attention_forward(Context& ctx, Tensor out, Tensor lse, Tensor q, Tensor k,
   if (s.B * s.T * s.H * s.D == 0) return;
   const int64_t group = s.H / s.Hkv;
   const float scale = 1.0f / std::sqrt(static_cast<float>(s.D));
-  float* S = static_cast<float*>(scratch(st, static_cast<size_t>(s.B * s.T * s.T) * sizeof(float)));
+  const DType dtype = q.dtype;
+  const bool f32 = dtype == DType::f32;
+  // fp32 scores; bf16 inputs also need a bf16 copy of the probabilities.
+  const size_t score_elems = static_cast<size_t>(s.B * s.T * s.T);
+  auto* S = static_cast<float*>(scratch(st, score_elems * (f32 ? 4 : 6)));
+  void* P = f32 ? static_cast<void*>(S) : static_cast<void*>(S + score_elems);
   const int batch = static_cast<int>(s.B);
   for (int64_t h = 0; h < s.H; ++h) {
     const int64_t j = h / group;
     // S (T, T) = scale * q_h (T, D) @ k_j (T, D)^T
-    batched(st, head(q, h), false, head(k, j), true, scores(S, s), s.T,
-            s.T, s.D, batch, scale, 0.0f);
-    causal_softmax_kernel<<<static_cast<unsigned>(s.B * s.T), kThreads, 0, st.stream>>>(
-        S, static_cast<float*>(lse.data), s.T, s.H, h);
+    batched(st, head(q, h), false, head(k, j), true, scores(S, DType::f32, s), s.T, s.T, s.D,
+            batch, scale, 0.0f);
+    TRAINER_FLOAT_DISPATCH(dtype, op, {
+      causal_softmax_kernel<T><<<static_cast<unsigned>(s.B * s.T), kThreads, 0, st.stream>>>(
+          S, static_cast<T*>(P), static_cast<float*>(lse.data), s.T, s.H, h);
+    });
     CUDA_LAUNCH_CHECK();
     // out_h (T, D) = P (T, T) @ v_j (T, D)
-    batched(st, scores(S, s), false, head(v, j), false, head(out, h),
-            s.T, s.D, s.T, batch, 1.0f, 0.0f);
+    batched(st, scores(P, dtype, s), false, head(v, j), false, head(out, h), s.T, s.D, s.T,
+            batch, 1.0f, 0.0f);
   }
 }
 
@@ -171,35 +204,45 @@ void attention_backward(Context& ctx, Tensor dq, Tensor dk, Tensor dv, Tensor do
   if (s.B * s.T * s.H * s.D == 0) return;
   const int64_t group = s.H / s.Hkv;
   const float scale = 1.0f / std::sqrt(static_cast<float>(s.D));
+  const DType dtype = q.dtype;
+  const bool f32 = dtype == DType::f32;
+  // fp32 P and dP; bf16 inputs add bf16 copies of P and dS for the GEMMs.
   const size_t score_elems = static_cast<size_t>(s.B * s.T * s.T);
-  float* P = static_cast<float*>(scratch(st, 2 * score_elems * sizeof(float)));
+  auto* P = static_cast<float*>(scratch(st, score_elems * (f32 ? 8 : 12)));
   float* dP = P + score_elems;
+  auto* narrow = reinterpret_cast<__nv_bfloat16*>(dP + score_elems);
+  void* Pt = f32 ? static_cast<void*>(P) : static_cast<void*>(narrow);
+  void* dS = f32 ? static_cast<void*>(dP) : static_cast<void*>(narrow + score_elems);
   const int batch = static_cast<int>(s.B);
   const unsigned rows = static_cast<unsigned>(s.B * s.T);
   for (int64_t h = 0; h < s.H; ++h) {
     const int64_t j = h / group;
     const float kv_beta = h % group == 0 ? 0.0f : 1.0f;  // first head of the group writes
-    batched(st, head(q, h), false, head(k, j), true, scores(P, s), s.T,
-            s.T, s.D, batch, scale, 0.0f);
-    causal_probs_kernel<<<rows, kThreads, 0, st.stream>>>(P, static_cast<const float*>(lse.data),
-                                                          s.T, s.H, h);
+    batched(st, head(q, h), false, head(k, j), true, scores(P, DType::f32, s), s.T, s.T, s.D,
+            batch, scale, 0.0f);
+    TRAINER_FLOAT_DISPATCH(dtype, op, {
+      causal_probs_kernel<T><<<rows, kThreads, 0, st.stream>>>(
+          P, static_cast<T*>(Pt), static_cast<const float*>(lse.data), s.T, s.H, h);
+    });
     CUDA_LAUNCH_CHECK();
     // dv_j (T, D) (+)= P^T (T, T) @ dout_h (T, D)
-    batched(st, scores(P, s), true, head(dout, h), false, head(dv, j),
-            s.T, s.D, s.T, batch, 1.0f, kv_beta);
+    batched(st, scores(Pt, dtype, s), true, head(dout, h), false, head(dv, j), s.T, s.D, s.T,
+            batch, 1.0f, kv_beta);
     // dP (T, T) = dout_h (T, D) @ v_j (T, D)^T
-    batched(st, head(dout, h), false, head(v, j), true, scores(dP, s),
-            s.T, s.T, s.D, batch, 1.0f, 0.0f);
-    softmax_backward_kernel<<<rows, kThreads, 0, st.stream>>>(
-        dP, P, static_cast<const float*>(dout.data), strides(dout),
-        static_cast<const float*>(out.data), strides(out), s.T, s.D, h, scale);
+    batched(st, head(dout, h), false, head(v, j), true, scores(dP, DType::f32, s), s.T, s.T,
+            s.D, batch, 1.0f, 0.0f);
+    TRAINER_FLOAT_DISPATCH(dtype, op, {
+      softmax_backward_kernel<T><<<rows, kThreads, 0, st.stream>>>(
+          static_cast<T*>(dS), dP, P, static_cast<const T*>(dout.data), strides(dout),
+          static_cast<const T*>(out.data), strides(out), s.T, s.D, h, scale);
+    });
     CUDA_LAUNCH_CHECK();
     // dq_h (T, D) = dS (T, T) @ k_j (T, D)
-    batched(st, scores(dP, s), false, head(k, j), false, head(dq, h),
-            s.T, s.D, s.T, batch, 1.0f, 0.0f);
+    batched(st, scores(dS, dtype, s), false, head(k, j), false, head(dq, h), s.T, s.D, s.T,
+            batch, 1.0f, 0.0f);
     // dk_j (T, D) (+)= dS^T (T, T) @ q_h (T, D)
-    batched(st, scores(dP, s), true, head(q, h), false, head(dk, j),
-            s.T, s.D, s.T, batch, 1.0f, kv_beta);
+    batched(st, scores(dS, dtype, s), true, head(q, h), false, head(dk, j), s.T, s.D, s.T,
+            batch, 1.0f, kv_beta);
   }
 }
 

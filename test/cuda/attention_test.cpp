@@ -1,5 +1,6 @@
-// [cuda][attention] causal GQA attention forward/backward against the CPU op, fp32:
-// ragged lengths, grouped KV heads, and q/k/v as strided views of one fused buffer.
+// [cuda][attention] causal GQA attention forward/backward against the CPU op, fp32
+// and bf16 (inputs rounded to bf16; the CPU computes in fp32): ragged lengths,
+// grouped KV heads, and q/k/v as strided views of one fused buffer.
 #include "kernels/attention.h"
 #include "test/cuda/harness.h"
 
@@ -13,17 +14,20 @@ struct AttnCase {
 
 // A (B, T, heads, D) view at head offset h0 of a (B, T, Htot, D) buffer.
 Tensor heads_view(void* base, Device device, const AttnCase& c, int64_t heads, int64_t h0,
-                  int64_t Htot) {
-  Tensor t(static_cast<float*>(base) + h0 * c.D, {c.B, c.T, heads, c.D}, DType::f32, device);
+                  int64_t Htot, DType dtype = DType::f32) {
+  Tensor t(static_cast<char*>(base) + h0 * c.D * dtype_size(dtype), {c.B, c.T, heads, c.D}, dtype,
+           device);
   t.stride = {c.T * Htot * c.D, Htot * c.D, c.D, 1};
   return t;
 }
 
-void run_attention(const AttnCase& c) {
+void run_attention(const AttnCase& c, DType dtype) {
+  const bool bf16 = dtype == DType::bf16;
+  auto in = [&](std::vector<float> x) { return bf16 ? round_bf16(std::move(x)) : x; };
   const int64_t Htot = c.H + 2 * c.Hkv;
   const int64_t nq = c.B * c.T * c.H * c.D, nkv = c.B * c.T * c.Hkv * c.D;
-  const auto qkv = random_floats(c.B * c.T * Htot * c.D, 200 + c.T, -2.0f, 2.0f);
-  const auto dy = random_floats(nq, 201 + c.T);
+  const auto qkv = in(random_floats(c.B * c.T * Htot * c.D, 200 + c.T, -2.0f, 2.0f));
+  const auto dy = in(random_floats(nq, 201 + c.T));
 
   // CPU reference on the fused layout (it accepts strided heads).
   std::vector<float> hqkv = qkv;
@@ -36,10 +40,11 @@ void run_attention(const AttnCase& c) {
   cpu::attention_forward(cpu(), hy, hlse, hq, hk, hv);
   cpu::attention_backward(cpu(), hdq, hdk, hdv, hdy, hq, hk, hv, hy, hlse);
 
-  DeviceTensor gqkv({c.B, c.T, Htot, c.D});
+  DeviceTensor gqkv({c.B, c.T, Htot, c.D}, dtype);
   gqkv.upload(qkv);
   // The unfused case copies each head group into its own contiguous tensor.
-  DeviceTensor cq({c.B, c.T, c.H, c.D}), ck({c.B, c.T, c.Hkv, c.D}), cv({c.B, c.T, c.Hkv, c.D});
+  DeviceTensor cq({c.B, c.T, c.H, c.D}, dtype), ck({c.B, c.T, c.Hkv, c.D}, dtype),
+      cv({c.B, c.T, c.Hkv, c.D}, dtype);
   if (!c.fused) {
     std::vector<float> q(nq), k(nkv), v(nkv);
     for (int64_t bt = 0; bt < c.B * c.T; ++bt)
@@ -54,11 +59,14 @@ void run_attention(const AttnCase& c) {
     ck.upload(k);
     cv.upload(v);
   }
-  const Tensor gq = c.fused ? heads_view(gqkv.view().data, Device::cuda, c, c.H, 0, Htot) : cq.view();
-  const Tensor gk = c.fused ? heads_view(gqkv.view().data, Device::cuda, c, c.Hkv, c.H, Htot) : ck.view();
-  const Tensor gv = c.fused ? heads_view(gqkv.view().data, Device::cuda, c, c.Hkv, c.H + c.Hkv, Htot) : cv.view();
-  DeviceTensor gy({c.B, c.T, c.H, c.D}), glse({c.B, c.H, c.T}), gdy({c.B, c.T, c.H, c.D}),
-      gdq({c.B, c.T, c.H, c.D}), gdk({c.B, c.T, c.Hkv, c.D}), gdv({c.B, c.T, c.Hkv, c.D});
+  void* fused = gqkv.view().data;
+  const Tensor gq = c.fused ? heads_view(fused, Device::cuda, c, c.H, 0, Htot, dtype) : cq.view();
+  const Tensor gk = c.fused ? heads_view(fused, Device::cuda, c, c.Hkv, c.H, Htot, dtype) : ck.view();
+  const Tensor gv =
+      c.fused ? heads_view(fused, Device::cuda, c, c.Hkv, c.H + c.Hkv, Htot, dtype) : cv.view();
+  DeviceTensor gy({c.B, c.T, c.H, c.D}, dtype), glse({c.B, c.H, c.T}),
+      gdy({c.B, c.T, c.H, c.D}, dtype), gdq({c.B, c.T, c.H, c.D}, dtype),
+      gdk({c.B, c.T, c.Hkv, c.D}, dtype), gdv({c.B, c.T, c.Hkv, c.D}, dtype);
   gdy.upload(dy);
   auto run = [&] {
     for (DeviceTensor* t : {&gy, &glse, &gdq, &gdk, &gdv}) t->poison();
@@ -70,23 +78,32 @@ void run_attention(const AttnCase& c) {
   };
   const auto r1 = run();
   const auto r2 = run();
-  const std::string tag = fmt::format("attention B={} T={} H={} Hkv={} D={} fused={}", c.B, c.T,
-                                      c.H, c.Hkv, c.D, c.fused);
+  const std::string tag = fmt::format("attention {} B={} T={} H={} Hkv={} D={} fused={}",
+                                      dtype_name(dtype), c.B, c.T, c.H, c.Hkv, c.D, c.fused);
+  // bf16: P and dS are rounded to bf16 before their GEMMs, and dS = P (dP - D)
+  // cancels, so the gradients get a looser bound than the output.
+  const Tolerance out_tol = bf16 ? kBf16Gemm : kF32Reduction;
+  const Tolerance grad_tol = bf16 ? Tolerance{5e-2, 5e-2, 1e-2} : kF32LongSum;
   const HostTensor* refs[] = {&hy, &hlse, &hdq, &hdk, &hdv};
   const char* names[] = {" out", " lse", " dq", " dk", " dv"};
   for (int i = 0; i < 5; ++i) {
-    expect_close(tag + names[i], r1[i], refs[i]->data, i >= 2 ? kF32LongSum : kF32Reduction);
+    expect_close(tag + names[i], r1[i], refs[i]->data, i >= 2 ? grad_tol : out_tol);
     expect_same_bits(tag + names[i] + " rerun", r1[i], r2[i]);
   }
 }
 
 }  // namespace
 
+const AttnCase kCases[] = {{1, 1, 1, 1, 1, false},  {2, 17, 4, 2, 16, false},
+                           {2, 17, 4, 2, 16, true},  {1, 130, 6, 1, 64, true},
+                           {3, 64, 2, 2, 24, false}, {1, 4097, 1, 1, 16, false}};
+
 TEST_CASE("attention forward/backward match the CPU op", "[cuda][attention]") {
-  for (const AttnCase c : {AttnCase{1, 1, 1, 1, 1, false}, AttnCase{2, 17, 4, 2, 16, false},
-                           AttnCase{2, 17, 4, 2, 16, true}, AttnCase{1, 130, 6, 1, 64, true},
-                           AttnCase{3, 64, 2, 2, 24, false}, AttnCase{1, 4097, 1, 1, 16, false}})
-    run_attention(c);
+  for (const AttnCase& c : kCases) run_attention(c, DType::f32);
+}
+
+TEST_CASE("attention bf16 matches the CPU op on bf16 inputs", "[cuda][attention][bf16]") {
+  for (const AttnCase& c : kCases) run_attention(c, DType::bf16);
 }
 
 }  // namespace trainer::cuda_test
