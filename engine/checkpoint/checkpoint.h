@@ -46,6 +46,12 @@ std::string find_latest_good(const std::string& root, FILE* warn);
 // too). Every problem is an InputError naming the file.
 std::string resolve_checkpoint(const std::string& path, FILE* warn);
 
+// True when `path` names one step directory (not a root or run directory).
+bool is_step_dir(const std::string& path);
+// Where a root or run directory may keep its step directories: itself,
+// <path>/checkpoints, and checkpoint.dir of <path>/job.yaml.
+std::vector<std::string> checkpoint_roots(const std::string& path);
+
 // Reads tensors of one (already verified) step directory by global name,
 // assembling any requested slice from whatever shards hold pieces of it.
 class CheckpointReader {
@@ -79,8 +85,9 @@ class CheckpointReader {
 // Saves and resumes the run's state (see README.md for the call sites).
 class Checkpointer {
  public:
-  // `world` is used for barriers and to agree on names and status; `device`
-  // is where the model lives (for the few bytes those collectives exchange).
+  // Collective over `world` (used for barriers and to agree on names and
+  // status); `device` is where the model lives (for the few bytes those
+  // collectives exchange).
   Checkpointer(const JobSpec& spec, parallel::Communicator& world, Device device = Device::cpu,
                ShardPosition position = {}, FILE* warn = stderr);
   ~Checkpointer();

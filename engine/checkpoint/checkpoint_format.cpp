@@ -132,15 +132,33 @@ std::string find_latest_good(const std::string& root, FILE* warn) {
   return "";
 }
 
+bool is_step_dir(const std::string& path) {
+  return fs::exists(fs::path(path) / "manifest.json") || fs::exists(fs::path(path) / "metadata.json") ||
+         parse_step_name(fs::path(path).lexically_normal().filename().string()) >= 0 ||
+         fs::path(path).filename().string().find(".tmp-") != std::string::npos;
+}
+
+std::vector<std::string> checkpoint_roots(const std::string& path) {
+  std::vector<std::string> roots = {path, (fs::path(path) / "checkpoints").string()};
+  // A run directory whose job put its checkpoints elsewhere (checkpoint.dir).
+  fs::path job = fs::path(path) / "job.yaml";
+  if (fs::exists(job)) {
+    try {
+      roots.push_back(checkpoint_root(load_job_spec(job.string())));
+    } catch (const InputError&) {
+      // Not a job this build reads: the other candidates still apply.
+    }
+  }
+  return roots;
+}
+
 std::string resolve_checkpoint(const std::string& path, FILE* warn) {
   TRAINER_INPUT_CHECK(fs::exists(path), "{}: no such checkpoint", path);
-  if (fs::exists(fs::path(path) / "manifest.json") || fs::exists(fs::path(path) / "metadata.json") ||
-      parse_step_name(fs::path(path).lexically_normal().filename().string()) >= 0 ||
-      fs::path(path).filename().string().find(".tmp-") != std::string::npos) {
+  if (is_step_dir(path)) {
     verify_checkpoint(path);
     return path;
   }
-  for (const std::string& root : {path, (fs::path(path) / "checkpoints").string()}) {
+  for (const std::string& root : checkpoint_roots(path)) {
     std::string latest = (fs::path(root) / "latest").string();
     std::string best = find_latest_good(root, warn);
     if (!best.empty()) return best;

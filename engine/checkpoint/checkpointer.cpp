@@ -67,6 +67,7 @@ Checkpointer::Checkpointer(const JobSpec& spec, parallel::Communicator& world, D
 Checkpointer::~Checkpointer() { device_free(device_, scratch_); }
 
 int Checkpointer::agree(int value_on_rank0) {
+  if (world_.size() == 1) return value_on_rank0;
   Tensor t(scratch_, {1}, DType::i32, device_);
   int32_t v = value_on_rank0;
   copy_from_host(t, &v);
@@ -170,12 +171,15 @@ void Checkpointer::save(int step, const model::Buffers& buffers, const AdamW& op
                                static_cast<int32_t>(digest.xxh3 >> 32),
                                static_cast<int32_t>(digest.bytes & 0xffffffffu),
                                static_cast<int32_t>(digest.bytes >> 32)};
-  copy_from_host(mine, host);
-  world_.all_gather(mine, all);
-  world_.synchronize();
+  std::vector<int32_t> got(host, host + kDigestInts);
+  if (n > 1) {  // one rank needs no collective (and no device copy)
+    copy_from_host(mine, host);
+    world_.all_gather(mine, all);
+    world_.synchronize();
+    got.resize(static_cast<size_t>(n) * kDigestInts);
+    if (rank == 0) copy_to_host(got.data(), all);
+  }
   if (rank == 0) {
-    std::vector<int32_t> got(static_cast<size_t>(n) * kDigestInts);
-    copy_to_host(got.data(), all);
     Json meta = make_metadata(step, scalars);
     Json files = Json::object();
     Json shards = Json::array();
@@ -269,9 +273,16 @@ int Checkpointer::resume(model::Buffers& buffers, AdamW& optimizer,
   }
   if (code == 0) return 0;
   const int step = code - 1;
-  if (world_.rank() != 0)
-    chosen = automatic ? (fs::path(root_) / step_dir_name(step)).string()
-                       : resolve_checkpoint(mode, nullptr);
+  if (world_.rank() != 0) {
+    // The directory rank 0 verified, found again without re-reading every file.
+    chosen = automatic ? (fs::path(root_) / step_dir_name(step)).string() : mode;
+    if (!automatic && !is_step_dir(mode))
+      for (const std::string& root : checkpoint_roots(mode))
+        if (fs::exists(fs::path(root) / step_dir_name(step))) {
+          chosen = (fs::path(root) / step_dir_name(step)).string();
+          break;
+        }
+  }
 
   CheckpointReader reader(chosen);
   std::vector<float> host;

@@ -284,3 +284,24 @@ TEST_CASE("checkpoint: a ZeRO shard of the optimizer loads its flat range of the
   CHECK(*std::max_element(full_v, full_v + n) > 0.0f);
   fs::remove_all(dir);
 }
+
+TEST_CASE("checkpoint: a checkpoint of another model is refused naming the tensor",
+          "[cpu][checkpoint]") {
+  fs::path dir = fresh_dir("other_model");
+  JobSpec spec = tiny_spec(Family::gpt2, dir);
+  {
+    Trainer a(spec, quiet());
+    run_steps(a, 1, 1);
+    save(a, spec, 1);
+  }
+  JobSpec wider = spec;
+  wider.model.d_ff = 96;
+  Trainer b(wider, quiet());
+  CHECK_THROWS_WITH(resume(b, wider), Catch::Contains("rank_00000.safetensors") &&
+                                          Catch::Contains("transformer.h.0.mlp.c_fc") &&
+                                          Catch::Contains("global shape"));
+  JobSpec llama = tiny_spec(Family::llama, dir);
+  Trainer c(llama, quiet());
+  CHECK_THROWS_WITH(resume(c, llama), Catch::Contains("no tensor \"model."));
+  fs::remove_all(dir);
+}
