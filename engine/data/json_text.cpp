@@ -101,7 +101,7 @@ struct Reader {
     size_t start = pos;
     if (pos < s.size() && s[pos] == '-') ++pos;
     while (pos < s.size() && s[pos] >= '0' && s[pos] <= '9') ++pos;
-    if (pos == start || (pos == start + 1 && s[start] == '-')) fail("an integer");
+    if (pos == start || (pos == start + 1 && s[start] == '-') || pos - start > 18) fail("an integer of at most 18 digits");
     return std::stoll(std::string(s.substr(start, pos - start)));
   }
   // Skips any JSON value (used for the fields of a JSONL record we do not read).

@@ -140,8 +140,8 @@ Tokenizer Tokenizer::from_text(std::string_view vocab_json, std::string_view mer
                       vocab_name);
   int64_t max_id = -1;
   for (const auto& [tok, id] : items) {
-    TRAINER_INPUT_CHECK(id >= 0 && id < (int64_t(1) << 31) - 1,
-                        "{}: token \"{}\" has id {}, expected 0 <= id < 2^31-1", vocab_name, tok, id);
+    TRAINER_INPUT_CHECK(id >= 0 && id < (int64_t(1) << 24),
+                        "{}: token \"{}\" has id {}, expected 0 <= id < 2^24", vocab_name, tok, id);
     max_id = std::max(max_id, id);
   }
   // Vocabulary strings are written in GPT-2's byte alphabet; map them back to bytes.

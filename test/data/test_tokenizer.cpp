@@ -161,6 +161,10 @@ TEST_CASE("vocabulary errors name the file and place", "[cpu]") {
   require_input_error([&] { Tokenizer::from_text("{\"a\": 0}", merges, "v.json", "m.txt"); },
                       {"v.json", "byte 0x00"});
   require_input_error([&] { Tokenizer::from_text("", merges, "v.json", "m.txt"); }, {"v.json", "byte offset 0"});
+  require_input_error([&] { Tokenizer::from_text(R"({"a": 99999999})", merges, "v.json", "m.txt"); },
+                      {"v.json", "99999999", "2^24"});
+  require_input_error([&] { Tokenizer::from_text(R"({"a": 1, "b": 1})", merges, "v.json", "m.txt"); },
+                      {"v.json", "id 1 is given to two tokens"});
   require_input_error([&] { tiny_tokenizer().decode(std::vector<int32_t>{1, 999}); }, {"999", "position 1"});
 }
 
