@@ -187,3 +187,14 @@ TEST_CASE("ASCII class table agrees with the generated Unicode tables", "[cpu]")
   CHECK(char_class(0x3000) == CharClass::space);    // ideographic space
   CHECK(char_class(0x1F600) == CharClass::other);   // 😀
 }
+
+TEST_CASE("Hugging Face style merges.txt: no #version line, CRLF line ends", "[cpu]") {
+  const std::string vocab = data_test::read_file(fixture("tiny_vocab.json"));
+  std::string merges = data_test::read_file(fixture("tiny_merges.txt"));
+  merges.erase(0, merges.find('\n') + 1);  // drop "#version: 0.2"
+  std::string crlf;
+  for (char c : merges) crlf += c == '\n' ? std::string("\r\n") : std::string(1, c);
+  const Tokenizer hf = Tokenizer::from_text(vocab, crlf, "vocab.json", "merges.txt");
+  CHECK(hf.num_merges() == 16);
+  for (const char* s : {" the world", "hello", "aaaaa", "abab a"}) CHECK(hf.encode(s) == tiny_tokenizer().encode(s));
+}
