@@ -72,6 +72,22 @@ const char* to_string(ActionKind kind) {
   return "?";
 }
 
+void execute_schedule(const Schedule& table, const StageOps& ops) {
+  for (const Action& a : table) {
+    const std::function<void(const Action&)>* op = nullptr;
+    switch (a.kind) {
+      case ActionKind::recv_forward: op = &ops.recv_forward; break;
+      case ActionKind::forward: op = &ops.forward; break;
+      case ActionKind::send_forward: op = &ops.send_forward; break;
+      case ActionKind::recv_backward: op = &ops.recv_backward; break;
+      case ActionKind::backward: op = &ops.backward; break;
+      case ActionKind::send_backward: op = &ops.send_backward; break;
+    }
+    TRAINER_CHECK(op && *op, "execute_schedule: no operation for {}", to_string(a.kind));
+    (*op)(a);
+  }
+}
+
 int warmup_forwards(int pp_size, int pp_rank, int num_micro_batches, int virtual_stages) {
   if (virtual_stages == 1) return std::min(pp_size - pp_rank - 1, num_micro_batches);
   // Megatron: every rank first fills (v - 1) groups of p chunk-forwards so the

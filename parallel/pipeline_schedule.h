@@ -63,6 +63,7 @@
 //   rank 3: ...01230aa1bb2cc3dd4aa5bb6cc7dd4ee5ff6gg7hheeffgghh......
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -79,6 +80,17 @@ struct Action {
 };
 
 using Schedule = std::vector<Action>;
+
+// What one rank does for each kind of action; each gets the whole Action
+// (micro-batch, chunk, peer). Every member must be set, even for a rank that
+// never uses it, so a missing one fails at the first call, not silently.
+struct StageOps {
+  std::function<void(const Action&)> recv_forward, forward, send_forward;
+  std::function<void(const Action&)> recv_backward, backward, send_backward;
+};
+
+// The executor: runs one rank's table in order, one call per action.
+void execute_schedule(const Schedule& table, const StageOps& ops);
 
 // Megatron's non-interleaved 1F1B: min(pp_size - pp_rank - 1, m) warm-up
 // forwards, then one forward + one backward per step, then the remaining
