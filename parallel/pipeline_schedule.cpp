@@ -158,6 +158,21 @@ int peak_in_flight(const Schedule& table) {
   return peak;
 }
 
+LayerRange stage_layers(int n_layer, int pp_size, int virtual_stages, int pp_rank, int chunk) {
+  const int num_stages = pp_size * virtual_stages;
+  TRAINER_INPUT_CHECK(n_layer >= num_stages,
+                      "model.n_layer: every pipeline stage needs a layer: parallel.pp * "
+                      "parallel.virtual_stages = {} * {} must be <= model.n_layer ({})",
+                      pp_size, virtual_stages, n_layer);
+  TRAINER_CHECK(pp_rank >= 0 && pp_rank < pp_size && chunk >= 0 && chunk < virtual_stages,
+                "stage_layers: rank {} chunk {} outside {} x {}", pp_rank, chunk, pp_size,
+                virtual_stages);
+  const int stage = chunk * pp_size + pp_rank;
+  const int base = n_layer / num_stages, extra = n_layer % num_stages;
+  const int begin = stage * base + std::min(stage, extra);
+  return {begin, begin + base + (stage < extra ? 1 : 0)};
+}
+
 double bubble_fraction(int pp_size, int num_micro_batches, int virtual_stages) {
   TRAINER_CHECK(pp_size >= 1 && num_micro_batches >= 1 && virtual_stages >= 1,
                 "bubble_fraction({}, {}, {})", pp_size, num_micro_batches, virtual_stages);

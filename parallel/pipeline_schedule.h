@@ -26,7 +26,8 @@
 // the step, or NCCL sends grouped with the next receive): with blocking
 // rendezvous sends, 1F1B's steady state deadlocks (rank r sends forward to
 // r+1 while r+1 sends backward to r). The simulator models exactly these
-// semantics.
+// semantics. execute_schedule() is that executor: it calls one StageOps
+// function per action, in table order.
 //
 // Example: 1F1B, pp 4, m 8, compute actions only, in table order
 // (F3 = forward of micro-batch 3, B3 its backward):
@@ -112,6 +113,16 @@ int warmup_forwards(int pp_size, int pp_rank, int num_micro_batches, int virtual
 // The most (micro-batch, chunk) pairs whose forward has run and backward has
 // not, over the table: how many activations this rank holds at once.
 int peak_in_flight(const Schedule& table);
+
+// The transformer layers [begin, end) of global stage chunk * pp_size + pp_rank
+// when n_layer layers are cut into pp_size * virtual_stages contiguous stages
+// (Megatron's interleaved layout). Uneven counts give the first n_layer % S
+// stages one layer more. Refuses n_layer < pp_size * virtual_stages.
+struct LayerRange {
+  int begin = 0, end = 0;
+  bool operator==(const LayerRange&) const = default;
+};
+LayerRange stage_layers(int n_layer, int pp_size, int virtual_stages, int pp_rank, int chunk);
 
 // Megatron's bubble time over ideal compute time: (p - 1) / (v * m).
 double bubble_fraction(int pp_size, int num_micro_batches, int virtual_stages);

@@ -225,6 +225,30 @@ TEST_CASE("bubble fraction is (p - 1) / (v * m)", "[cpu]") {
   REQUIRE(bubble_fraction(4, 12, 3) * 3 == Approx(bubble_fraction(4, 12, 1)));
 }
 
+TEST_CASE("stage_layers: contiguous, covering, balanced, in stage order", "[cpu]") {
+  for (int p : {1, 2, 4, 8})
+    for (int v : {1, 2, 4})
+      for (int n = p * v; n <= 40; ++n) {
+        INFO("pp " << p << " v " << v << " n_layer " << n);
+        const int num_stages = p * v;
+        int next = 0;
+        for (int s = 0; s < num_stages; ++s) {
+          const LayerRange l = stage_layers(n, p, v, s % p, s / p);
+          REQUIRE(l.begin == next);
+          const int size = l.end - l.begin;
+          // n = q * S + e: the first e stages take q + 1 layers, the rest q.
+          REQUIRE(size == n / num_stages + (s < n % num_stages ? 1 : 0));
+          next = l.end;
+        }
+        REQUIRE(next == n);
+      }
+  // 10 layers on pp 2 x 2: stages 0..3 = rank 0 chunk 0, rank 1 chunk 0, rank 0 chunk 1, ...
+  REQUIRE(stage_layers(10, 2, 2, 0, 0) == LayerRange{0, 3});
+  REQUIRE(stage_layers(10, 2, 2, 1, 0) == LayerRange{3, 6});
+  REQUIRE(stage_layers(10, 2, 2, 0, 1) == LayerRange{6, 8});
+  REQUIRE(stage_layers(10, 2, 2, 1, 1) == LayerRange{8, 10});
+}
+
 namespace {
 
 std::string input_error(const std::function<void()>& f) {
@@ -258,6 +282,9 @@ TEST_CASE("impossible schedules are refused with one line naming the key", "[cpu
   e = input_error([] { schedule_1f1b(4, 0, 0); });
   CHECK(e.rfind("train.global_batch:", 0) == 0);
   CHECK(one_line(e));
+  e = input_error([] { stage_layers(7, 4, 2, 0, 0); });
+  CHECK(e == "model.n_layer: every pipeline stage needs a layer: parallel.pp * "
+             "parallel.virtual_stages = 4 * 2 must be <= model.n_layer (7)");
   e = input_error([] { pipeline_schedule(4, 0, 8, 0); });
   CHECK(e.rfind("parallel.virtual_stages:", 0) == 0);
   // A rank outside the pipeline is a program bug, not user input.
