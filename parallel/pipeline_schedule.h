@@ -83,8 +83,9 @@ struct Action {
 using Schedule = std::vector<Action>;
 
 // What one rank does for each kind of action; each gets the whole Action
-// (micro-batch, chunk, peer). Every member must be set, even for a rank that
-// never uses it, so a missing one fails at the first call, not silently.
+// (micro-batch, chunk, peer). Sends must return without waiting for the peer
+// (see above); receives block. A member the table needs but that is unset
+// throws Error at that action rather than skipping it.
 struct StageOps {
   std::function<void(const Action&)> recv_forward, forward, send_forward;
   std::function<void(const Action&)> recv_backward, backward, send_backward;
@@ -155,8 +156,9 @@ std::vector<Schedule> all_schedules(int pp_size, int num_micro_batches, int virt
 // peak in-flight per rank, bubble fraction.
 std::string describe_schedule(int pp_size, int num_micro_batches, int virtual_stages);
 
-// A time chart of a simulated run, one line per rank: each time unit shows the
-// micro-batch (mod 10) being computed, '.' when idle. Costs must be integers.
+// A time chart of a simulated run, one line per rank: each time unit shows a
+// forward as its micro-batch's digit (mod 10), a backward as a letter (a = 0,
+// mod 26), '.' when idle. Costs must be whole numbers.
 std::string describe_timeline(const std::vector<Schedule>& tables, const SimCosts& costs = {});
 
 const char* to_string(ActionKind kind);
