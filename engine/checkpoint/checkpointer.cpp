@@ -53,6 +53,17 @@ void remove_quietly(const fs::path& p) {
   fs::remove_all(p, ec);
 }
 
+// Deleting a directory file by file is not atomic: rename it out of the
+// step_N namespace first, so a kill midway never leaves a final-named
+// directory with files missing.
+void discard(const fs::path& dir, int run_id) {
+  fs::path doomed = dir;
+  doomed += fmt::format(".del-{}", run_id);
+  std::error_code ec;
+  fs::rename(dir, doomed, ec);
+  remove_quietly(ec ? dir : doomed);
+}
+
 }  // namespace
 
 Checkpointer::Checkpointer(const JobSpec& spec, parallel::Communicator& world, Device device,
@@ -217,7 +228,7 @@ void Checkpointer::save(int step, const model::Buffers& buffers, const AdamW& op
     fs::rename(tmp, final_dir);
     fsync_directory(root.string());
     replace_file_atomically((root / "latest").string(), name + "\n");
-    if (!aside.empty()) remove_quietly(aside);
+    if (!aside.empty()) remove_quietly(aside);  // already out of the step_N namespace
     prune(step);
   }
   last_path_ = final_dir.string();
@@ -225,7 +236,8 @@ void Checkpointer::save(int step, const model::Buffers& buffers, const AdamW& op
 }
 
 void Checkpointer::prune(int step) const {
-  static const std::regex complete("step_([0-9]{1,9})"), partial("step_([0-9]{1,9})\\.tmp-[0-9]+");
+  static const std::regex complete("step_([0-9]{1,9})"), partial("step_([0-9]{1,9})\\.tmp-[0-9]+"),
+      dead("step_[0-9]{1,9}\\.(old|del)-[0-9]+");
   std::vector<std::pair<int, fs::path>> done;
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(root_, ec)) {
@@ -235,11 +247,13 @@ void Checkpointer::prune(int step) const {
       done.emplace_back(std::stoi(m[1].str()), e.path());
     } else if (std::regex_match(n, m, partial) && std::stoi(m[1].str()) <= step) {
       remove_quietly(e.path());  // a save that died: never loadable, only wasting space
+    } else if (std::regex_match(n, dead)) {
+      remove_quietly(e.path());  // a deletion or replacement that was cut short
     }
   }
   std::sort(done.rbegin(), done.rend());
   for (size_t i = static_cast<size_t>(spec_.checkpoint.keep); i < done.size(); ++i)
-    remove_quietly(done[i].second);
+    discard(done[i].second, run_id_);
 }
 
 int Checkpointer::resume(model::Buffers& buffers, AdamW& optimizer,

@@ -3,6 +3,8 @@
 // good one, explicit paths refused, keep=K.
 #include <catch2/catch.hpp>
 
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -303,5 +305,40 @@ TEST_CASE("checkpoint: a checkpoint of another model is refused naming the tenso
   JobSpec llama = tiny_spec(Family::llama, dir);
   Trainer c(llama, quiet());
   CHECK_THROWS_WITH(resume(c, llama), Catch::Contains("no tensor \"model."));
+  fs::remove_all(dir);
+}
+
+TEST_CASE("checkpoint: SIGKILL during saves never leaves a bad complete checkpoint",
+          "[cpu][checkpoint]") {
+  fs::path dir = fresh_dir("kill");
+  JobSpec spec = tiny_spec(Family::gpt2, dir);
+  spec.checkpoint.keep = 2;
+  Trainer a(spec, quiet());
+  run_steps(a, 1, 1);
+  save(a, spec, 1);
+  fs::path root = dir / "checkpoints";
+  for (int delay_ms : {3, 17, 41}) {
+    pid_t child = ::fork();
+    REQUIRE(child >= 0);
+    if (child == 0) {  // saves as fast as it can until killed (file I/O only: fork-safe)
+      for (int s = 2;; s = s % 8 + 2) save(a, spec, s);  // steps 2..9 again and again: re-saves too
+    }
+    ::usleep(static_cast<useconds_t>(delay_ms) * 1000);
+    ::kill(child, SIGKILL);
+    int status = 0;
+    ::waitpid(child, &status, 0);
+    REQUIRE(WIFSIGNALED(status));
+    // Every directory with a final name is complete and intact; auto finds one.
+    for (const auto& e : fs::directory_iterator(root)) {
+      std::string n = e.path().filename().string();
+      if (e.is_directory() && n.find('.') == std::string::npos) {
+        INFO(n);
+        CHECK_NOTHROW(verify_checkpoint(e.path().string()));
+      }
+    }
+    CHECK(!find_latest_good(root.string(), nullptr).empty());
+  }
+  Trainer b(spec, quiet());
+  CHECK(resume(b, spec) >= 1);
   fs::remove_all(dir);
 }
