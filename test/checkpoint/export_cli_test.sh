@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# export_cli_test.sh TRAINER WORKDIR: `trainer export` refuses a missing
+# checkpoint and an unknown format with exit 2 and one line, writing nothing.
+set -uo pipefail
+trainer=$1 work=$2
+rm -rf "$work" && mkdir -p "$work"
+check() {  # expected-code pattern args...
+  local want=$1 pattern=$2
+  shift 2
+  "$trainer" "$@" >"$work/out" 2>"$work/err"
+  local rc=$?
+  if [[ $rc -ne $want ]] || ! grep -q "$pattern" "$work/err" || [[ $(wc -l <"$work/err") -ne 1 ]]; then
+    echo "FAILED: trainer $* -> exit $rc, stderr:"; cat "$work/err"; exit 1
+  fi
+}
+check 2 "^trainer: error: $work/none: no such checkpoint$" export "$work/none" --out "$work/hf"
+mkdir -p "$work/empty"
+check 2 "^trainer: error: $work/empty: no checkpoint found" export "$work/empty" --out "$work/hf"
+check 2 "^trainer: error: --format: 'gguf' is not supported (expected hf)$" \
+  export "$work/empty" --format gguf --out "$work/hf"
+[[ ! -e "$work/hf" ]] || { echo "FAILED: $work/hf was created"; exit 1; }
+rm -rf "$work"
+echo "export cli: 3 refusals ok"
