@@ -70,5 +70,12 @@ fi
 cmd+=("${extra[@]}" "$TRAINER" train "$@")
 
 echo "launch_mpirun.sh: $np ranks on $nodes node(s) ($per_node per node), MASTER_ADDR=$MASTER_ADDR:$MASTER_PORT" >&2
-if [ "$dry" = 1 ]; then printf '%q ' "${cmd[@]}"; echo; exit 0; fi
+if [ "$dry" = 1 ]; then
+  # Shell-quoted only where needed, so the line reads as typed and pastes back.
+  for a in "${cmd[@]}"; do
+    if [[ $a =~ ^[A-Za-z0-9_./:,=@%+-]+$ ]]; then printf '%s ' "$a"; else printf '%q ' "$a"; fi
+  done
+  echo
+  exit 0
+fi
 exec "${cmd[@]}"

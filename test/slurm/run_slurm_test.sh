@@ -185,10 +185,12 @@ bash "$src/test/slurm/make_job.sh" "$work" || fail "cannot write the job"
 
 # The template as users submit it, minus the GPU request (this node has none).
 sed '/^#SBATCH --gpus-per-node/d' "$src/scripts/slurm/train.sbatch" >"$work/train_cpu.sbatch"
+sbatch_extra=()  # more sbatch options for the next submit (later ones win)
 submit() {  # submit NAME STEPS RUNDIR [--set ...]: prints the job id
   local name=$1 steps=$2 dir=$3
   shift 3
   sbatch --parsable --job-name="$name" --nodes=1 --ntasks-per-node=2 --cpus-per-task=1 --time=10 \
+    "${sbatch_extra[@]}" \
     --output="$work/log/%x-%j.out" --chdir="$work" \
     --export=ALL,TRAINER="$trainer",OMP_NUM_THREADS=1,TRAINER_SHOW_RANKS=1 \
     "$work/train_cpu.sbatch" "$work/job.yaml" --set train.steps="$steps" --set run.dir="$dir" "$@"
@@ -280,6 +282,28 @@ run2=$work/runs/interrupted
 run_and_stop slurmtest-term "$run2" 5
 first_stop=$stopped
 say "PASS SIGTERM: the trainer stopped after step $stopped, job COMPLETED with exit code 0:0, not requeued"
+
+# --- 2b. the time limit: B:TERM reaches the batch shell, the script forwards it
+# to the ranks and requeues the job. --time=1 with @50: Slurm checks every ~30 s,
+# so the signal comes 10-40 s after the start.
+runt=$work/runs/time_limit
+sbatch_extra=(--time=1 --signal=B:TERM@50)
+idt=$(submit slurmtest-timelimit 100000 "$runt") || fail "sbatch refused the time-limit job"
+sbatch_extra=()
+outt=$work/log/slurmtest-timelimit-$idt.out
+for _ in $(seq 300); do
+  [ "$(job_field "$idt" Restarts)" = 1 ] && break
+  state=$(job_field "$idt" JobState)
+  [ "$state" = RUNNING ] || [ "$state" = PENDING ] || { cat "$outt"; fail "time-limit job $idt ended $state before it was requeued"; }
+  sleep 0.25
+done
+[ "$(job_field "$idt" Restarts)" = 1 ] || { cat "$outt"; fail "time-limit job $idt was not requeued within 75 s"; }
+# A requeued job waits (BeginTime) before it may start again; cancel it there.
+scancel "$idt"
+grep -q '^stopped after step [0-9]* on signal 15$' "$outt" && grep -q '^time left [0-9:]*: requeueing job' "$outt" &&
+  grep -q 'trainer exited with 0$' "$outt" ||
+  { cat "$outt"; fail "time-limit job $idt: expected the trainer to stop on SIGTERM, exit 0, and the script to requeue"; }
+say "PASS time limit: $(grep -o '^stopped after step [0-9]*' "$outt"), $(grep -o '^time left [0-9:]*: requeueing' "$outt"), Restarts=1"
 
 # --- 3. resume from the checkpoint: the loss sequence continues exactly --------------
 if [ ! -e "$run2/checkpoints/latest" ]; then
