@@ -23,6 +23,7 @@ CUDA=auto
 MAX_MB=60
 JOBS=2
 die() { echo "bundle: $*" >&2; exit 1; }
+usage_error() { echo "bundle: $*" >&2; exit 2; }
 while (($#)); do
   case $1 in
     --out) OUT=${2:?--out needs a folder}; shift 2 ;;
@@ -31,11 +32,11 @@ while (($#)); do
     --max-mb) MAX_MB=${2:?--max-mb needs a number}; shift 2 ;;
     --jobs) JOBS=${2:?--jobs needs a number}; shift 2 ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
-    *) die "unknown argument '$1' (see --help)" ;;
+    *) usage_error "unknown argument '$1' (see --help)" ;;
   esac
 done
-[[ $MAX_MB =~ ^[0-9]+$ ]] || die "--max-mb: expected a whole number of MB, got '$MAX_MB'"
-[[ $JOBS =~ ^[1-9][0-9]*$ ]] || die "--jobs: expected a positive number, got '$JOBS'"
+[[ $MAX_MB =~ ^[0-9]+$ ]] || usage_error "--max-mb: expected a whole number of MB, got '$MAX_MB'"
+[[ $JOBS =~ ^[1-9][0-9]*$ ]] || usage_error "--jobs: expected a positive number, got '$JOBS'"
 [[ $OUT = /* ]] || OUT=$ROOT/$OUT
 [[ $BUILD_DIR = /* ]] || BUILD_DIR=$ROOT/$BUILD_DIR
 
@@ -46,7 +47,7 @@ case $CUDA in
   auto) command -v nvcc >/dev/null && CUDA=ON || CUDA=OFF ;;
   on|ON) CUDA=ON ;;
   off|OFF) CUDA=OFF ;;
-  *) die "--cuda: expected on, off or auto, got '$CUDA'" ;;
+  *) usage_error "--cuda: expected on, off or auto, got '$CUDA'" ;;
 esac
 
 # patchelf rewrites RUNPATHs of the copied libraries (Debian's carry none, and a

@@ -68,7 +68,7 @@ _trainer_env_main() {
       printf '  %-18s %s\n' "$lib" "${where:-not found}"
     done
     # The loader's own verdict: a library or symbol version the node lacks.
-    if command -v ldd >/dev/null 2>&1; then
+    if [[ -x $bundle/bin/trainer ]] && command -v ldd >/dev/null 2>&1; then
       local problems
       problems=$(ldd "$bundle/bin/trainer" 2>&1 | grep -E 'not found' | sed 's/^[[:space:]]*//')
       if [[ -n $problems ]]; then
@@ -90,5 +90,9 @@ _trainer_env_main() {
     fi
   } >&2
 }
+if [[ ${BASH_SOURCE[0]:-} == "$0" ]]; then
+  echo "env.sh sets variables for the shell that sources it: run 'source $0'" >&2
+  exit 2
+fi
 _trainer_env_main
 unset -f _trainer_env_main _trainer_add

@@ -116,6 +116,20 @@ if ! /sbin/ldconfig -p | grep -q 'libcuda\.so\.1 '; then
   grep -qE "^driver +not found" <<<"$version" || fail "no libcuda.so.1 here, but --version did not say 'not found'"
 fi
 
+# A node without cuDNN: only the libraries the binary links (a CUDA build needs
+# cudart, cuBLAS and NCCL to start) in a folder of their own, the loader's cache
+# ignored. cuDNN is only ever dlopen'ed, so --version must start and say so.
+mkdir -p "$WORK/partial_cuda"
+rm -f "$WORK/partial_cuda"/*
+for f in /usr/local/cuda/lib64/libcudart.so* /usr/local/cuda/lib64/libcublas*.so* /usr/local/cuda/lib64/libnccl.so*; do
+  [[ -e $f ]] && ln -s "$f" "$WORK/partial_cuda/"
+done
+no_cudnn=$(env -i PATH=/usr/bin:/bin LD_LIBRARY_PATH="$WORK/partial_cuda" bash -c \
+  "cd '$B' && /lib64/ld-linux-x86-64.so.2 --inhibit-cache bin/trainer --version" 2>&1) ||
+  { echo "$no_cudnn"; fail "trainer --version did not start without cuDNN"; }
+grep -qE "^cudnn +not found \(tried libcudnn.so.9" <<<"$no_cudnn" || { echo "$no_cudnn"; fail "no 'cudnn not found' line without cuDNN"; }
+echo "without cuDNN: $(grep '^cudnn' <<<"$no_cudnn")"
+
 step "a tiny CPU job from the bundle"
 # llm.c shard: 256 int32 header (magic 20240520, version 1, token count), then
 # uint16 tokens below 1000 from an LCG.
