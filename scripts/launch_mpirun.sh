@@ -19,7 +19,7 @@
 # Every host needs the same paths (trainer, job, data) and passwordless ssh.
 set -euo pipefail
 
-usage() { sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0; }
 hosts="" hostfile="" per_node=1 dry=0
 while [ $# -gt 0 ]; do
   case $1 in
