@@ -11,6 +11,8 @@
 #include <cmath>
 #include <filesystem>
 
+#include "engine/checkpoint/checkpoint.h"
+#include "engine/checkpoint/hf_interop.h"
 #include "engine/data/sample_source.h"
 #include "engine/lr_schedule.h"
 #include "engine/mesh_from_spec.h"
@@ -79,6 +81,16 @@ void Trainer::setup() {
   plan_ = plan_memory(buf, *optimizer_, shard_.padded);
   arenas_ = std::make_unique<Arenas>(plan_, buf, *optimizer_, ctx_);
   model_->init_parameters(ctx_);
+  if (options_.write_run_dir) {
+    const parallel::Coords& c = mesh_->coords();
+    checkpoint::ShardPosition pos = checkpoint::shard_position(
+        {.tp = c.tp, .dp = c.dp, .cp = c.cp, .dp_size = shape.dp, .zero = spec.parallel.zero});
+    checkpointer_ = std::make_unique<checkpoint::Checkpointer>(
+        spec, mesh_->comm(parallel::Axis::world), ctx_.device, pos, mesh_->logs() ? stderr : nullptr);
+    start_step_ = checkpointer_->resume(buf, *optimizer_);
+    if (start_step_ == 0 && !spec.model.init_from.empty())
+      checkpoint::load_hf_weights(spec.model.init_from, model_->config(), buf, ctx_, pos);
+  }
   norm_mem_ = device_alloc(ctx_.device, kArenaAlignment);
   norm_out_ = Tensor(norm_mem_, {2}, DType::f32, ctx_.device);
 
@@ -125,6 +137,9 @@ void Trainer::setup() {
     fmt::print(options_.log, "memory plan (per rank):\n{}", plan_.describe());
     if (train_data_) fmt::print(options_.log, "train data: {}\n", train_data_->describe());
     if (val_data_) fmt::print(options_.log, "val data: {}\n", val_data_->describe());
+    if (start_step_ > 0)
+      fmt::print(options_.log, "resumed from {} after step {}\n", checkpointer_->last_path(),
+                 start_step_);
     std::fflush(options_.log);
   }
 }
@@ -284,8 +299,8 @@ void Trainer::log_eval(int step, double val_loss) {
 
 int Trainer::run() {
   install_stop_handlers();
-  int done = 0;
-  for (int step = 1; step <= spec_.train.steps; ++step) {
+  int done = start_step_;
+  for (int step = start_step_ + 1; step <= spec_.train.steps; ++step) {
     StepRecord r = train_step(step);
     TRAINER_CHECK(std::isfinite(r.loss), "step {}: loss is {} (diverged)", step, r.loss);
     log_step(r);
@@ -293,7 +308,14 @@ int Trainer::run() {
     bool last = step == spec_.train.steps;
     if (val_data_ && spec_.train.eval_every > 0 && (step % spec_.train.eval_every == 0 || last))
       log_eval(step, evaluate());
-    if (stop_requested() && !last) {
+    // Every rank must agree to stop at the same step, or the save would hang.
+    bool stop = parallel::group_sum(mesh_->comm(parallel::Axis::world), stop_requested() ? 1 : 0) > 0;
+    if (checkpointer_ && (checkpointer_->due(step) || last || stop)) {
+      checkpointer_->save(step, model_->buffers(), *optimizer_);
+      if (options_.log)
+        fmt::print(options_.log, "saved checkpoint {}\n", checkpointer_->last_path());
+    }
+    if (stop && !last) {
       if (options_.log)
         fmt::print(options_.log, "stopped after step {} on signal {}\n", step, stop_signal());
       break;

@@ -21,6 +21,9 @@ namespace trainer::engine {
 namespace data {
 class SampleSource;
 }
+namespace checkpoint {
+class Checkpointer;
+}
 
 struct StepRecord {
   int step = 0;
@@ -30,7 +33,7 @@ struct StepRecord {
 
 struct TrainerOptions {
   bool synthetic_data = false;  // bench: uniform random tokens instead of data.train
-  bool write_run_dir = true;    // job.yaml and metrics.jsonl in run.dir
+  bool write_run_dir = true;    // job.yaml, metrics.jsonl and checkpoints in run.dir
   FILE* log = stdout;           // nullptr = silent
 };
 
@@ -42,8 +45,10 @@ class Trainer {
   Trainer(const JobSpec& spec, parallel::Mesh& mesh, TrainerOptions options = {});
   ~Trainer();
 
-  // Runs train.steps optimizer steps (or until a stop signal); returns the steps run.
+  // Runs optimizer steps from the resumed step (0 when fresh) to train.steps,
+  // or until a stop signal (then saves a checkpoint); returns the last step run.
   int run();
+  int start_step() const { return start_step_; }
   // One optimizer step (1-based); returns its record.
   StepRecord train_step(int step);
   // Mean validation loss over eval_batches micro-batches (the same ones every time).
@@ -88,6 +93,8 @@ class Trainer {
   double peak_flops_ = 0;
   int accum_steps_ = 1;
   std::vector<StepRecord> history_;
+  std::unique_ptr<checkpoint::Checkpointer> checkpointer_;
+  int start_step_ = 0;
   FILE* metrics_ = nullptr;
 };
 

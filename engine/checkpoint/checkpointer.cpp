@@ -152,6 +152,9 @@ void Checkpointer::save(int step, const model::Buffers& buffers, const AdamW& op
     w.set_metadata("step", std::to_string(step));
     Tensor m = optimizer.m(), v = optimizer.v();
     for (const auto& p : buffers.params()) {
+      // A parameter replicated over tp (norms, biases of row-parallel layers,
+      // positions) is identical on every tp rank, state included: tp rank 0 writes it.
+      if (p.spec.tp_dim < 0 && position_.tp_rank != 0) continue;
       const model::BufferInfo& info = buffers.buffers()[p.value];
       Slice slice = local_slice(p.spec, info.shape, position_);
       if (position_.write_params) {

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# resume_matches.sh FIXTURES TRAINER MODE: a run interrupted and resumed
+# gives exactly the losses of the uninterrupted run.
+#   kill: SIGKILL once 10 steps are logged (checkpoint every step), restart.
+#   term: SIGTERM once 10 steps are logged: must save, say so, and exit 0; restart.
+set -euo pipefail
+fx=$1 trainer=$2 mode=$3
+cd "$fx"
+job=(mesh_gpt2.yaml --set model.d_model=128 --set model.d_ff=512 --set train.steps=60
+     --set checkpoint.every=1 --set checkpoint.keep=2)
+ref=runs/resume_ref_$mode run=runs/resume_$mode
+rm -rf "$ref" "$run"
+export OMP_NUM_THREADS=1
+"$trainer" train "${job[@]}" --set run.dir="$ref" >/dev/null
+"$trainer" train "${job[@]}" --set run.dir="$run" >"$run.log" 2>&1 &
+pid=$!
+for _ in $(seq 600); do
+  [ "$(grep -c '"loss"' "$run/metrics.jsonl" 2>/dev/null || echo 0)" -ge 10 ] && break
+  sleep 0.05
+done
+if [ "$mode" = kill ]; then
+  kill -KILL $pid
+  wait $pid || true
+else
+  kill -TERM $pid
+  code=0
+  wait $pid || code=$?
+  [ $code = 0 ] || { echo "FAIL: exit code $code after SIGTERM"; cat "$run.log"; exit 1; }
+  grep -q "stopped after step" "$run.log" || { echo "FAIL: no stop message"; exit 1; }
+  grep -q "saved checkpoint" "$run.log" || { echo "FAIL: no checkpoint saved"; exit 1; }
+fi
+stopped=$(grep -c '"loss"' "$run/metrics.jsonl")
+[ "$stopped" -lt 60 ] || { echo "FAIL: the run finished before it was interrupted"; exit 1; }
+"$trainer" train "${job[@]}" --set run.dir="$run" >"$run.resume.log" 2>&1
+grep -q "resumed from" "$run.resume.log" || { echo "FAIL: did not resume"; exit 1; }
+# The later line of a step counts (steps after the last checkpoint appear twice).
+losses() { grep '"loss"' "$1/metrics.jsonl" | sed 's/.*"step": \([0-9]*\), "loss": \([^,]*\),.*/\1 \2/' |
+           awk '{ l[$1] = $2 } END { for (s = 1; s <= 60; s++) print s, l[s] }'; }
+if diff <(losses "$ref") <(losses "$run") >/dev/null; then
+  echo "interrupted after $stopped logged steps; $(grep -o 'resumed from [^ ]*' "$run.resume.log"); all 60 losses identical"
+else
+  diff <(losses "$ref") <(losses "$run") | head; echo "FAIL: losses differ"; exit 1
+fi
