@@ -8,6 +8,10 @@
 
 #include "cmd/subcommand.h"
 #include "engine/config/job_spec.h"
+#include "engine/device.h"
+#include "engine/mesh_from_spec.h"
+#include "parallel/launch_env.h"
+#include "parallel/mesh.h"
 #include "engine/peak_flops.h"
 #include "engine/trainer.h"
 
@@ -34,8 +38,12 @@ Registrar reg("bench", "benchmark training steps: tokens/s, FLOP/s, MFU", [](CLI
     options.synthetic_data = true;
     options.write_run_dir = false;
     options.log = nullptr;
-    engine::Trainer trainer(spec, options);
-    double peak = engine::peak_flops(trainer.context(), spec.precision.compute);
+    // Under mpirun/srun the same mesh as `train` (data-parallel scaling figures).
+    parallel::LaunchEnv env = parallel::detect_launch_env();
+    parallel::Mesh mesh(env, engine::resolve_job_mesh(spec, env.world), engine::resolve_device(spec),
+                        spec.parallel.timeout_s);
+    engine::Trainer trainer(spec, mesh, options);
+    double peak = engine::peak_flops(trainer.context(), spec.precision.compute, 2048);
     trainer.train_step(1);  // warm-up: first touch of every arena page
     double seconds = 0, tokens = 0, flops = 0;
     for (int s = 2; s <= args->steps + 1; ++s) {
@@ -45,9 +53,11 @@ Registrar reg("bench", "benchmark training steps: tokens/s, FLOP/s, MFU", [](CLI
       flops += r.tflops * 1e12 * r.seconds;
     }
     double achieved = flops / seconds;
-    fmt::print("bench {}: {} steps of {} tokens on {}\n", spec.source_path, args->steps,
+    if (!mesh.logs()) return 0;
+    fmt::print("bench {}: {} steps of {} tokens on {}, {}\n", spec.source_path, args->steps,
                spec.train.global_batch * spec.train.seq_len,
-               device_name(trainer.context().device));
+               device_name(trainer.context().device), mesh.shape().str());
+    peak *= mesh.shape().world;  // every rank measured the same GEMM
     fmt::print("  peak (measured GEMM)  {:10.1f} GFLOP/s\n", peak / 1e9);
     fmt::print("  step time             {:10.1f} ms\n", seconds / args->steps * 1e3);
     fmt::print("  throughput            {:10.0f} tokens/s\n", tokens / seconds);

@@ -36,11 +36,8 @@ double measure_gemm_flops(Context& ctx, int size, int repeats) {
   return best;
 }
 
-double peak_flops(Context& ctx, ComputeDtype dtype) {
-  if (ctx.device == Device::cpu) {
-    static double measured = measure_gemm_flops(ctx);
-    return measured;
-  }
+double peak_flops(Context& ctx, ComputeDtype dtype, int gemm_size) {
+  if (ctx.device == Device::cpu) return measure_gemm_flops(ctx, gemm_size);
   // H100/H200 SXM dense: 989.4 TFLOP/s bf16/fp16, 1978.9 fp8, 494.7 tf32.
   switch (dtype) {
     case ComputeDtype::fp8: return 1978.9e12;

@@ -9,6 +9,8 @@
 namespace trainer::engine {
 
 double measure_gemm_flops(Context& ctx, int size = 1024, int repeats = 3);
-double peak_flops(Context& ctx, ComputeDtype dtype);
+// CPU: `gemm_size` is the square GEMM measured (train logs use a quick 1024;
+// `trainer bench` uses 2048, closer to the BLAS's real peak, so its MFU is not flattered).
+double peak_flops(Context& ctx, ComputeDtype dtype, int gemm_size = 1024);
 
 }  // namespace trainer::engine
