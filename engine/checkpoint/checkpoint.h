@@ -13,10 +13,10 @@
 #include <string>
 #include <vector>
 
-#include "engine/checkpoint/json.h"
 #include "engine/checkpoint/safetensors.h"
 #include "engine/checkpoint/slice.h"
 #include "engine/config/job_spec.h"
+#include "engine/json.h"
 #include "engine/optimizer.h"
 #include "model/buffers.h"
 #include "parallel/communicator.h"

@@ -10,8 +10,8 @@
 
 #include "engine/checkpoint/checkpoint.h"
 #include "engine/checkpoint/files.h"
-#include "engine/checkpoint/json.h"
 #include "engine/checkpoint/safetensors.h"
+#include "engine/json.h"
 #include "engine/model_from_spec.h"
 #include "kernels/error.h"
 #include "kernels/memory.h"

@@ -9,8 +9,8 @@
 #include <filesystem>
 #include <stdexcept>
 
-#include "engine/checkpoint/json.h"
 #include "engine/data/mapped_file.h"
+#include "engine/json.h"
 #include "kernels/error.h"
 
 namespace trainer::engine::checkpoint {

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/checkpoint/json.h"
+#include "engine/json.h"
 #include "model/buffers.h"
 
 namespace trainer::engine::checkpoint {

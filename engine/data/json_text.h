@@ -1,6 +1,7 @@
-// The little JSON this pipeline reads: a flat {"string": integer} object (a
-// GPT-2/HF vocabulary) and one string field of a JSONL record. Strings are
-// decoded to UTF-8 (\uXXXX escapes and surrogate pairs included).
+// The JSON this pipeline reads: a flat {"string": integer} object (a GPT-2/HF
+// vocabulary) and one string field of a JSONL record, read in one pass with
+// engine/json.h's strict JsonReader (strings decoded to UTF-8, surrogate pairs
+// included; errors give the byte offset).
 #pragma once
 
 #include <cstdint>

@@ -17,58 +17,23 @@
 #include "engine/checkpoint/checkpoint.h"
 #include "engine/trainer.h"
 #include "parallel/communicator.h"
+#include "test/common/tiny_job.h"
 
 using namespace trainer;
 using namespace trainer::engine;
 using namespace trainer::engine::checkpoint;
+using testing::fresh_temp_dir;
+using testing::quiet_options;
+using testing::train_losses;
 namespace fs = std::filesystem;
 
 namespace {
 
 JobSpec tiny_spec(Family family, const fs::path& dir) {
-  JobSpec s;
-  s.source_path = "test";
-  s.run.device = DeviceKind::cpu;
+  JobSpec s = testing::tiny_job(family, 9);
   s.run.dir = dir.string();
-  s.model.family = family;
-  s.model.n_layer = 2;
-  s.model.d_model = 32;
-  s.model.n_head = 4;
-  s.model.n_kv_head = family == Family::llama ? 2 : 4;
-  s.model.d_ff = 64;
-  s.model.vocab_size = 200;
-  s.model.max_seq_len = 16;
-  s.model.tie_embeddings = family == Family::gpt2;
-  s.data.train = {{"synthetic.bin", 1.0}};  // never opened: the trainer runs on synthetic tokens
-  s.train.seq_len = 16;
-  s.train.micro_batch = 2;
-  s.train.global_batch = 4;
-  s.train.steps = 9;
-  s.train.eval_every = 0;
-  s.optimizer.lr = 1e-3;
-  s.optimizer.warmup_steps = 2;
   s.checkpoint.keep = 10;
   return s;
-}
-
-TrainerOptions quiet() {
-  TrainerOptions o;
-  o.synthetic_data = true;
-  o.write_run_dir = false;
-  o.log = nullptr;
-  return o;
-}
-
-fs::path fresh_dir(const std::string& name) {
-  fs::path d = fs::temp_directory_path() / ("ckpt_test_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(d);
-  return d;
-}
-
-std::vector<double> run_steps(Trainer& t, int first, int last) {
-  std::vector<double> out;
-  for (int s = first; s <= last; ++s) out.push_back(t.train_step(s).loss);
-  return out;
 }
 
 void save(Trainer& t, const JobSpec& spec, int step) {
@@ -117,31 +82,31 @@ std::string read_all(const fs::path& p) {
 
 TEST_CASE("checkpoint: resume continues with bit-identical losses", "[cpu][checkpoint]") {
   for (Family f : {Family::gpt2, Family::llama}) {
-    fs::path dir = fresh_dir("resume");
+    fs::path dir = fresh_temp_dir("resume");
     JobSpec spec = tiny_spec(f, dir);
     std::vector<double> uninterrupted;
     {
-      Trainer a(spec, quiet());
-      run_steps(a, 1, 3);
+      Trainer a(spec, quiet_options());
+      train_losses(a, 1, 3);
       save(a, spec, 3);
-      uninterrupted = run_steps(a, 4, 6);
+      uninterrupted = train_losses(a, 4, 6);
     }
-    Trainer b(spec, quiet());
-    std::vector<double> fresh = run_steps(b, 4, 4);
+    Trainer b(spec, quiet_options());
+    std::vector<double> fresh = train_losses(b, 4, 4);
     CHECK(fresh[0] != uninterrupted[0]);  // without the checkpoint step 4 differs
-    Trainer c(spec, quiet());
+    Trainer c(spec, quiet_options());
     REQUIRE(resume(c, spec) == 3);
-    CHECK(run_steps(c, 4, 6) == uninterrupted);
+    CHECK(train_losses(c, 4, 6) == uninterrupted);
     CHECK(read_all(dir / "checkpoints" / "latest") == "step_000003\n");
     fs::remove_all(dir);
   }
 }
 
 TEST_CASE("checkpoint: metadata holds the job, mesh, step and data position", "[cpu][checkpoint]") {
-  fs::path dir = fresh_dir("meta");
+  fs::path dir = fresh_temp_dir("meta");
   JobSpec spec = tiny_spec(Family::llama, dir);
-  Trainer a(spec, quiet());
-  run_steps(a, 1, 2);
+  Trainer a(spec, quiet_options());
+  train_losses(a, 1, 2);
   save(a, spec, 2);
   fs::path step_dir = dir / "checkpoints" / "step_000002";
   Json meta = verify_checkpoint(step_dir.string());
@@ -162,14 +127,14 @@ TEST_CASE("checkpoint: metadata holds the job, mesh, step and data position", "[
 }
 
 TEST_CASE("checkpoint: a flipped byte is detected and named; auto falls back", "[cpu][checkpoint]") {
-  fs::path dir = fresh_dir("flip");
+  fs::path dir = fresh_temp_dir("flip");
   JobSpec spec = tiny_spec(Family::gpt2, dir);
   std::vector<double> after2;
   {
-    Trainer a(spec, quiet());
-    run_steps(a, 1, 2);
+    Trainer a(spec, quiet_options());
+    train_losses(a, 1, 2);
     save(a, spec, 2);
-    after2 = run_steps(a, 3, 3);
+    after2 = train_losses(a, 3, 3);
     save(a, spec, 3);
   }
   fs::path shard = dir / "checkpoints" / "step_000003" / "rank_00000.safetensors";
@@ -177,14 +142,14 @@ TEST_CASE("checkpoint: a flipped byte is detected and named; auto falls back", "
   CHECK_THROWS_WITH(verify_checkpoint((dir / "checkpoints" / "step_000003").string()),
                     Catch::Contains(shard.string()) && Catch::Contains("checksum mismatch"));
 
-  Trainer b(spec, quiet());
+  Trainer b(spec, quiet_options());
   std::string warnings;
   CHECK(resume(b, spec, &warnings) == 2);
   CHECK_THAT(warnings, Catch::Contains(shard.string()) && Catch::Contains("checksum"));
-  CHECK(run_steps(b, 3, 3) == after2);
+  CHECK(train_losses(b, 3, 3) == after2);
 
   spec.checkpoint.resume = (dir / "checkpoints" / "step_000003").string();
-  Trainer c(spec, quiet());
+  Trainer c(spec, quiet_options());
   CHECK_THROWS_AS(resume(c, spec), InputError);
   CHECK_THROWS_WITH(resume(c, spec), Catch::Contains(shard.string()));
   spec.checkpoint.resume = "never";
@@ -194,15 +159,15 @@ TEST_CASE("checkpoint: a flipped byte is detected and named; auto falls back", "
 
 TEST_CASE("checkpoint: partial and truncated checkpoints are skipped by auto, refused by path",
           "[cpu][checkpoint]") {
-  fs::path dir = fresh_dir("partial");
+  fs::path dir = fresh_temp_dir("partial");
   JobSpec spec = tiny_spec(Family::llama, dir);
   {
-    Trainer a(spec, quiet());
-    run_steps(a, 1, 1);
+    Trainer a(spec, quiet_options());
+    train_losses(a, 1, 1);
     save(a, spec, 1);
-    run_steps(a, 2, 2);
+    train_losses(a, 2, 2);
     save(a, spec, 2);
-    run_steps(a, 3, 3);
+    train_losses(a, 3, 3);
     save(a, spec, 3);
   }
   fs::path root = dir / "checkpoints";
@@ -214,7 +179,7 @@ TEST_CASE("checkpoint: partial and truncated checkpoints are skipped by auto, re
   fs::path shard2 = root / "step_000002" / "rank_00000.safetensors";
   fs::resize_file(shard2, fs::file_size(shard2) - 10);
 
-  Trainer b(spec, quiet());
+  Trainer b(spec, quiet_options());
   std::string warnings;
   CHECK(resume(b, spec, &warnings) == 1);
   CHECK_THAT(warnings, Catch::Contains("step_000004.tmp-99999") && Catch::Contains("partial"));
@@ -223,12 +188,12 @@ TEST_CASE("checkpoint: partial and truncated checkpoints are skipped by auto, re
 
   for (const char* bad : {"step_000003", "step_000004.tmp-99999", "step_000002"}) {
     spec.checkpoint.resume = (root / bad).string();
-    Trainer c(spec, quiet());
+    Trainer c(spec, quiet_options());
     INFO(bad);
     CHECK_THROWS_AS(resume(c, spec), InputError);
   }
   spec.checkpoint.resume = (root / "step_000003").string();
-  Trainer c(spec, quiet());
+  Trainer c(spec, quiet_options());
   CHECK_THROWS_WITH(resume(c, spec), Catch::Contains("manifest.json") && Catch::Contains("partial"));
   // An explicit run directory resolves to its newest good checkpoint.
   spec.checkpoint.resume = dir.string();
@@ -238,14 +203,14 @@ TEST_CASE("checkpoint: partial and truncated checkpoints are skipped by auto, re
 
 TEST_CASE("checkpoint: keep deletes older ones only after the new one is complete",
           "[cpu][checkpoint]") {
-  fs::path dir = fresh_dir("keep");
+  fs::path dir = fresh_temp_dir("keep");
   JobSpec spec = tiny_spec(Family::gpt2, dir);
   spec.checkpoint.keep = 2;
-  Trainer a(spec, quiet());
+  Trainer a(spec, quiet_options());
   fs::path root = dir / "checkpoints";
   fs::create_directories(root / "step_000001.tmp-424242");  // an old interrupted save
   for (int s = 1; s <= 4; ++s) {
-    run_steps(a, s, s);
+    train_losses(a, s, s);
     save(a, spec, s);
   }
   std::vector<std::string> names;
@@ -261,10 +226,10 @@ TEST_CASE("checkpoint: keep deletes older ones only after the new one is complet
 
 TEST_CASE("checkpoint: a ZeRO shard of the optimizer loads its flat range of the state",
           "[cpu][checkpoint]") {
-  fs::path dir = fresh_dir("zero");
+  fs::path dir = fresh_temp_dir("zero");
   JobSpec spec = tiny_spec(Family::llama, dir);
-  Trainer a(spec, quiet());
-  run_steps(a, 1, 2);
+  Trainer a(spec, quiet_options());
+  train_losses(a, 1, 2);
   save(a, spec, 2);
   model::Buffers& buf = a.model().buffers();
   const int64_t total = static_cast<int64_t>(buf.category_bytes(model::Category::parameters) / 4);
@@ -289,32 +254,32 @@ TEST_CASE("checkpoint: a ZeRO shard of the optimizer loads its flat range of the
 
 TEST_CASE("checkpoint: a checkpoint of another model is refused naming the tensor",
           "[cpu][checkpoint]") {
-  fs::path dir = fresh_dir("other_model");
+  fs::path dir = fresh_temp_dir("other_model");
   JobSpec spec = tiny_spec(Family::gpt2, dir);
   {
-    Trainer a(spec, quiet());
-    run_steps(a, 1, 1);
+    Trainer a(spec, quiet_options());
+    train_losses(a, 1, 1);
     save(a, spec, 1);
   }
   JobSpec wider = spec;
   wider.model.d_ff = 96;
-  Trainer b(wider, quiet());
+  Trainer b(wider, quiet_options());
   CHECK_THROWS_WITH(resume(b, wider), Catch::Contains("rank_00000.safetensors") &&
                                           Catch::Contains("transformer.h.0.mlp.c_fc") &&
                                           Catch::Contains("global shape"));
   JobSpec llama = tiny_spec(Family::llama, dir);
-  Trainer c(llama, quiet());
+  Trainer c(llama, quiet_options());
   CHECK_THROWS_WITH(resume(c, llama), Catch::Contains("no tensor \"model."));
   fs::remove_all(dir);
 }
 
 TEST_CASE("checkpoint: SIGKILL during saves never leaves a bad complete checkpoint",
           "[cpu][checkpoint]") {
-  fs::path dir = fresh_dir("kill");
+  fs::path dir = fresh_temp_dir("kill");
   JobSpec spec = tiny_spec(Family::gpt2, dir);
   spec.checkpoint.keep = 2;
-  Trainer a(spec, quiet());
-  run_steps(a, 1, 1);
+  Trainer a(spec, quiet_options());
+  train_losses(a, 1, 1);
   save(a, spec, 1);
   fs::path root = dir / "checkpoints";
   for (int delay_ms : {3, 17, 41}) {
@@ -338,7 +303,7 @@ TEST_CASE("checkpoint: SIGKILL during saves never leaves a bad complete checkpoi
     }
     CHECK(!find_latest_good(root.string(), nullptr).empty());
   }
-  Trainer b(spec, quiet());
+  Trainer b(spec, quiet_options());
   CHECK(resume(b, spec) >= 1);
   fs::remove_all(dir);
 }

@@ -15,57 +15,29 @@
 #include "engine/checkpoint/checkpoint.h"
 #include "engine/checkpoint/files.h"
 #include "engine/checkpoint/hf_interop.h"
-#include "engine/checkpoint/json.h"
 #include "engine/checkpoint/safetensors.h"
+#include "engine/json.h"
 #include "engine/model_from_spec.h"
 #include "engine/trainer.h"
 #include "kernels/memory.h"
 #include "parallel/communicator.h"
+#include "test/common/tiny_job.h"
 
 using namespace trainer;
 using namespace trainer::engine;
 using namespace trainer::engine::checkpoint;
+using testing::fresh_temp_dir;
+using testing::quiet_options;
 namespace fs = std::filesystem;
 
 namespace {
 
 JobSpec tiny_spec(Family family, const fs::path& dir) {
-  JobSpec s;
-  s.source_path = "test";
-  s.run.device = DeviceKind::cpu;
+  JobSpec s = testing::tiny_job(family, 4);
   s.run.dir = dir.string();
-  s.model.family = family;
-  s.model.n_layer = 2;
-  s.model.d_model = 32;
-  s.model.n_head = 4;
-  s.model.n_kv_head = family == Family::llama ? 2 : 4;
-  s.model.d_ff = 64;
-  s.model.vocab_size = 200;
-  s.model.max_seq_len = 16;
-  s.model.tie_embeddings = family == Family::gpt2;
-  s.data.train = {{"synthetic.bin", 1.0}};
-  s.train.seq_len = 16;
-  s.train.micro_batch = 2;
-  s.train.global_batch = 4;
-  s.train.steps = 4;
-  s.train.eval_every = 0;
   s.optimizer.lr = 1e-2;  // large steps: trained weights far from their init
   s.optimizer.warmup_steps = 0;
   return s;
-}
-
-TrainerOptions quiet() {
-  TrainerOptions o;
-  o.synthetic_data = true;
-  o.write_run_dir = false;
-  o.log = nullptr;
-  return o;
-}
-
-fs::path fresh_dir(const std::string& name) {
-  fs::path d = fs::temp_directory_path() / ("ckpt_test_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(d);
-  return d;
 }
 
 std::map<std::string, std::vector<float>> params_of(Trainer& t) {
@@ -107,7 +79,7 @@ std::pair<std::vector<float>, std::vector<float>> forward(Trainer& t, int vocab)
 }
 
 fs::path trained_export(Family f, const fs::path& dir, Trainer& a, const JobSpec& spec) {
-  for (int s = 1; s <= 3; ++s) a.train_step(s);
+  testing::train_losses(a, 1, 3);
   auto world = parallel::make_single_communicator("world");
   Checkpointer c(spec, *world, Device::cpu, {}, nullptr);
   c.save(3, a.model().buffers(), a.optimizer());
@@ -120,11 +92,11 @@ fs::path trained_export(Family f, const fs::path& dir, Trainer& a, const JobSpec
 
 TEST_CASE("hf: export -> import gives identical parameters and logits", "[cpu][checkpoint]") {
   for (Family f : {Family::gpt2, Family::llama}) {
-    fs::path dir = fresh_dir(f == Family::gpt2 ? "hf_gpt2" : "hf_llama");
+    fs::path dir = fresh_temp_dir(f == Family::gpt2 ? "hf_gpt2" : "hf_llama");
     JobSpec spec = tiny_spec(f, dir);
-    Trainer a(spec, quiet());
+    Trainer a(spec, quiet_options());
     fs::path out = trained_export(f, dir, a, spec);
-    Trainer b(spec, quiet());
+    Trainer b(spec, quiet_options());
     auto before = params_of(b);
     load_hf_weights(out.string(), model_config(spec), b.model().buffers(), b.context());
     auto pa = params_of(a), pb = params_of(b);
@@ -140,9 +112,9 @@ TEST_CASE("hf: export -> import gives identical parameters and logits", "[cpu][c
 
 TEST_CASE("hf: exported GPT-2 uses HF names, Conv1D layout and the unpadded vocabulary",
           "[cpu][checkpoint]") {
-  fs::path dir = fresh_dir("hf_layout");
+  fs::path dir = fresh_temp_dir("hf_layout");
   JobSpec spec = tiny_spec(Family::gpt2, dir);
-  Trainer a(spec, quiet());
+  Trainer a(spec, quiet_options());
   fs::path out = trained_export(Family::gpt2, dir, a, spec);
   auto ours = params_of(a);
   SafetensorsFile f((out / "model.safetensors").string());
@@ -177,9 +149,9 @@ TEST_CASE("hf: exported GPT-2 uses HF names, Conv1D layout and the unpadded voca
 }
 
 TEST_CASE("hf: llama config keys and untied head", "[cpu][checkpoint]") {
-  fs::path dir = fresh_dir("hf_llama_cfg");
+  fs::path dir = fresh_temp_dir("hf_llama_cfg");
   JobSpec spec = tiny_spec(Family::llama, dir);
-  Trainer a(spec, quiet());
+  Trainer a(spec, quiet_options());
   fs::path out = trained_export(Family::llama, dir, a, spec);
   SafetensorsFile f((out / "model.safetensors").string());
   CHECK(f.tensor("lm_head.weight").shape == std::vector<int64_t>{200, 32});
@@ -199,9 +171,9 @@ TEST_CASE("hf: llama config keys and untied head", "[cpu][checkpoint]") {
 
 TEST_CASE("hf: bf16 weights without the transformer. prefix, sharded by an index",
           "[cpu][checkpoint]") {
-  fs::path dir = fresh_dir("hf_bf16");
+  fs::path dir = fresh_temp_dir("hf_bf16");
   JobSpec spec = tiny_spec(Family::gpt2, dir);
-  Trainer a(spec, quiet());
+  Trainer a(spec, quiet_options());
   fs::path out = trained_export(Family::gpt2, dir, a, spec);
   // Re-encode the export as two bf16 shards named like GPT2Model ("h.0..."), with an index.
   SafetensorsFile src((out / "model.safetensors").string());
@@ -232,7 +204,7 @@ TEST_CASE("hf: bf16 weights without the transformer. prefix, sharded by an index
   index.set("weight_map", std::move(map));
   write_file_durably((sharded / "model.safetensors.index.json").string(), index.dump(2));
 
-  Trainer b(spec, quiet());
+  Trainer b(spec, quiet_options());
   load_hf_weights(sharded.string(), model_config(spec), b.model().buffers(), b.context());
   auto pa = params_of(a), pb = params_of(b);
   for (auto& [name, v] : pa) {
@@ -248,7 +220,7 @@ TEST_CASE("hf: bf16 weights without the transformer. prefix, sharded by an index
   }
   // A missing tensor is named with its file.
   fs::remove(sharded / "model-00002-of-00002.safetensors");
-  Trainer c(spec, quiet());
+  Trainer c(spec, quiet_options());
   CHECK_THROWS_AS(load_hf_weights(sharded.string(), model_config(spec), c.model().buffers(),
                                   c.context()),
                   InputError);

@@ -11,11 +11,12 @@
 #include <vector>
 
 #include "engine/checkpoint/files.h"
-#include "engine/checkpoint/json.h"
 #include "engine/checkpoint/safetensors.h"
+#include "engine/json.h"
 #include "kernels/error.h"
 
 using namespace trainer;
+using namespace trainer::engine;
 using namespace trainer::engine::checkpoint;
 namespace fs = std::filesystem;
 

@@ -161,6 +161,8 @@ TEST_CASE("vocabulary errors name the file and place", "[cpu]") {
   require_input_error([&] { Tokenizer::from_text("{\"a\": 0}", merges, "v.json", "m.txt"); },
                       {"v.json", "byte 0x00"});
   require_input_error([&] { Tokenizer::from_text("", merges, "v.json", "m.txt"); }, {"v.json", "byte offset 0"});
+  require_input_error([&] { Tokenizer::from_text(R"({"a": 1.5})", merges, "v.json", "m.txt"); },
+                      {"v.json", "byte offset 6", "integer", "1.5"});
   require_input_error([&] { Tokenizer::from_text(R"({"a": 99999999})", merges, "v.json", "m.txt"); },
                       {"v.json", "99999999", "2^24"});
   require_input_error([&] { Tokenizer::from_text(R"({"a": 1, "b": 1})", merges, "v.json", "m.txt"); },
@@ -178,6 +180,15 @@ TEST_CASE("JSON string fields: escapes and surrogate pairs", "[cpu]") {
                       {"f.jsonl: line 2", "byte offset 9", "string value"});
   require_input_error([&] { extract_string_field("not json", "text", out, "g.jsonl: line 7"); },
                       {"g.jsonl: line 7", "byte offset 0"});
+  // Skipped fields are checked as strictly as the one read; raw control characters are refused.
+  require_input_error([&] { extract_string_field(R"({"meta": [1,], "text": "x"})", "text", out, "h"); },
+                      {"h", "byte offset 12", "unexpected character ']'"});
+  require_input_error([&] { extract_string_field("{\"text\": \"a\tb\"}", "text", out, "h"); },
+                      {"h", "byte offset 11", "control character"});
+  require_input_error([&] { extract_string_field(R"({"text": "\ud800"})", "text", out, "h"); },
+                      {"h", "unpaired surrogate"});
+  require_input_error([&] { extract_string_field(R"({"text": "x"} 1)", "text", out, "h"); },
+                      {"h", "byte offset 14", "after the value"});
 }
 
 TEST_CASE("ASCII class table agrees with the generated Unicode tables", "[cpu]") {

@@ -8,55 +8,26 @@
 #include "engine/config/job_spec.h"
 #include "engine/model_from_spec.h"
 #include "engine/trainer.h"
+#include "test/common/tiny_job.h"
 
 using namespace trainer;
 using namespace trainer::engine;
 
 namespace {
 
-JobSpec tiny_spec(Family family) {
-  JobSpec s;
-  s.source_path = "test";
-  s.run.device = DeviceKind::cpu;
-  s.model.family = family;
-  s.model.n_layer = 2;
-  s.model.d_model = 32;
-  s.model.n_head = 4;
-  s.model.n_kv_head = family == Family::llama ? 2 : 4;
-  s.model.d_ff = 64;
-  s.model.vocab_size = 200;
-  s.model.max_seq_len = 16;
-  s.model.tie_embeddings = family == Family::gpt2;
-  s.train.seq_len = 16;
-  s.train.micro_batch = 2;
-  s.train.global_batch = 4;
-  s.train.steps = 6;
-  s.train.eval_every = 0;
-  s.optimizer.lr = 1e-3;
-  s.optimizer.warmup_steps = 2;
-  return s;
-}
+JobSpec tiny_spec(Family family) { return testing::tiny_job(family, 6); }
 
+// The losses of a whole run of spec.
 std::vector<double> losses(const JobSpec& spec) {
-  TrainerOptions o;
-  o.synthetic_data = true;
-  o.write_run_dir = false;
-  o.log = nullptr;
-  Trainer t(spec, o);
-  std::vector<double> out;
-  for (int s = 1; s <= spec.train.steps; ++s) out.push_back(t.train_step(s).loss);
-  return out;
+  Trainer t(spec, testing::quiet_options());
+  return testing::train_losses(t, 1, spec.train.steps);
 }
 
 }  // namespace
 
 TEST_CASE("train allocates exactly the memory plan", "[cpu][engine]") {
   JobSpec spec = tiny_spec(Family::gpt2);
-  TrainerOptions o;
-  o.synthetic_data = true;
-  o.write_run_dir = false;
-  o.log = nullptr;
-  Trainer t(spec, o);
+  Trainer t(spec, testing::quiet_options());
   // What `trainer plan` computes: a fresh model and optimizer, nothing allocated.
   model::Model m(model_config(spec), micro_batch_shape(spec));
   AdamW opt(spec.optimizer, m.buffers());

@@ -1,17 +1,17 @@
-// Json: the small strict JSON value this folder reads and writes (safetensors
-// headers, manifests, metadata, HF index files and config.json). Object keys
-// keep their insertion order so written files are byte-reproducible.
+// Json and JsonReader: the one strict JSON facility of the engine (checkpoint
+// headers, manifests and metadata, HF config/index files, vocabularies, JSONL
+// records). Object keys keep their insertion order so written files are
+// byte-reproducible.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
-#include <map>
-#include <memory>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
-namespace trainer::engine::checkpoint {
+namespace trainer::engine {
 
 class Json {
  public:
@@ -64,11 +64,48 @@ class Json {
   std::vector<std::pair<std::string, Json>> members_;
 };
 
-// Strict RFC 8259 parse of the whole text. Throws InputError
-// "<name>: bad JSON at byte <offset>: <what>".
+// A strict RFC 8259 cursor over one text, for readers that walk a document
+// without building it (a 50k-entry vocabulary, one field of each JSONL line).
+// Every error is an InputError "<name>: bad JSON at byte offset <pos>: <what>".
+// Whitespace before a token is skipped by each call.
+class JsonReader {
+ public:
+  JsonReader(std::string_view text, std::string name) : s_(text), name_(std::move(name)) {}
+
+  [[noreturn]] void fail(std::string_view what) const;
+  size_t offset() const { return pos_; }
+
+  // True (and consumed) when the next token is c.
+  bool eat(char c);
+  // True when the next token is c; consumes nothing.
+  bool peek(char c);
+  // Consumes c or fails with "expected <what>".
+  void expect(char c, std::string_view what);
+  // Fails unless only whitespace is left.
+  void expect_end();
+
+  void string(std::string& out);  // a string, decoded to UTF-8
+  double number();
+  int64_t integer();  // a number that is an exact integer (|v| <= 2^53)
+  Json value();       // any value, built
+  void skip_value();  // any value, checked and dropped
+
+ private:
+  void ws();
+  void literal(std::string_view word);
+  uint32_t hex4();
+  Json value(int depth, bool build);
+
+  std::string_view s_;
+  std::string name_;
+  size_t pos_ = 0;
+};
+
+// Strict parse of the whole text (duplicate object keys refused). Throws the
+// InputError of JsonReader.
 Json parse_json(std::string_view text, const std::string& name);
 
 // The JSON string literal of s (quotes and escapes included).
 std::string json_quote(std::string_view s);
 
-}  // namespace trainer::engine::checkpoint
+}  // namespace trainer::engine
