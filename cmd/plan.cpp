@@ -8,6 +8,7 @@
 #include "engine/memory_plan.h"
 #include "engine/model_from_spec.h"
 #include "engine/mesh_from_spec.h"
+#include "engine/pipeline_runner.h"
 #include "model/model.h"
 #include "parallel/grad_sync.h"
 
@@ -28,22 +29,42 @@ Registrar reg("plan", "validate a job and print its per-rank memory plan", [](CL
   return std::function<int()>([args] {
     engine::JobSpec spec = engine::load_job_spec(args->job, args->overrides);
     parallel::MeshShape shape = engine::resolve_job_mesh(spec, args->world);
-    model::Model model(engine::model_config(spec), engine::micro_batch_shape(spec));
-    // The same sharding arithmetic as Trainer::setup, for dp rank 0.
-    int64_t arena = int64_t(model.buffers().category_bytes(model::Category::parameters) / 4);
-    bool sharded = spec.parallel.zero >= 1 && shape.dp > 1;
-    parallel::ZeroShard shard = parallel::zero_shard(arena, sharded ? shape.dp : 1, 0);
-    engine::AdamW optimizer(spec.optimizer, model.buffers(), shard.begin, shard.end());
-    engine::MemoryPlan plan = engine::plan_memory(model.buffers(), optimizer, shard.padded);
-    fmt::print("job {}: {} model, {} layers, d_model {}, {} heads ({} kv), vocab {} (padded {})\n",
-               spec.source_path, engine::to_string(spec.model.family), spec.model.n_layer,
-               spec.model.d_model, spec.model.n_head, model.config().n_kv_head,
-               spec.model.vocab_size, model.config().padded_vocab());
-    fmt::print("micro-batch {} x {} tokens, global batch {}, {} accumulation steps\n",
-               spec.train.micro_batch, spec.train.seq_len, spec.train.global_batch,
-               spec.train.global_batch / (spec.train.micro_batch * shape.dp));
-    fmt::print("mesh: {}, zero {}\n", shape.str(), spec.parallel.zero);
-    fmt::print("per-rank memory (dp rank 0)\n{}", plan.describe());
+    const int micro_batches = spec.train.global_batch / (spec.train.micro_batch * shape.dp);
+    // One plan per pipeline stage (one in all without pp), by the same
+    // arithmetic as Trainer::setup, for dp rank 0 and tp rank 0.
+    for (int stage = 0; stage < shape.pp; ++stage) {
+      model::ModelConfig cfg = engine::model_config(spec);
+      engine::apply_pipeline_stage(cfg, shape.pp, stage);
+      model::Model model(cfg, engine::micro_batch_shape(spec));
+      int64_t arena = int64_t(model.buffers().category_bytes(model::Category::parameters) / 4);
+      bool sharded = spec.parallel.zero >= 1 && shape.dp > 1;
+      parallel::ZeroShard shard = parallel::zero_shard(arena, sharded ? shape.dp : 1, 0);
+      engine::AdamW optimizer(spec.optimizer, model.buffers(), shard.begin, shard.end());
+      int slots = 1;
+      if (shape.pp > 1)
+        slots = engine::activation_slots(parallel::schedule_1f1b(shape.pp, stage, micro_batches));
+      engine::MemoryPlan plan =
+          engine::plan_memory(model.buffers(), optimizer, shard.padded, slots);
+      if (stage == 0) {
+        fmt::print("job {}: {} model, {} layers, d_model {}, {} heads ({} kv), vocab {} (padded {})\n",
+                   spec.source_path, engine::to_string(spec.model.family), spec.model.n_layer,
+                   spec.model.d_model, spec.model.n_head, model.config().n_kv_head,
+                   spec.model.vocab_size, model.config().padded_vocab());
+        fmt::print("micro-batch {} x {} tokens, global batch {}, {} accumulation steps\n",
+                   spec.train.micro_batch, spec.train.seq_len, spec.train.global_batch,
+                   micro_batches);
+        fmt::print("mesh: {}, zero {}\n", shape.str(), spec.parallel.zero);
+        if (shape.pp > 1)
+          fmt::print("{}\n", parallel::describe_schedule(shape.pp, micro_batches, shape.virtual_stages));
+      }
+      if (shape.pp == 1) {
+        fmt::print("per-rank memory (dp rank 0)\n{}", plan.describe());
+      } else {
+        fmt::print("pipeline stage {} (layers {}-{}{}{}), per-rank memory (dp rank 0)\n{}", stage,
+                   cfg.layer_begin, cfg.stage_layer_end() - 1, cfg.first_stage ? ", embedding" : "",
+                   cfg.last_stage ? ", head" : "", plan.describe());
+      }
+    }
     return 0;
   });
 });

@@ -15,6 +15,10 @@ struct MemoryPlan {
   std::array<size_t, model::kNumCategories> category{};  // parameters, gradients, activations, scratch
   size_t optimizer = 0;                                  // AdamW m and v
   int64_t num_params = 0;                                // elements held by this rank
+  // Copies of the activations one micro-batch needs: a pipeline stage holds
+  // that many micro-batches in flight (category[activations] counts them all).
+  int activation_slots = 1;
+  size_t activation_slot_bytes() const { return category[2] / activation_slots; }
   size_t total() const;
   std::string describe() const;  // the table `trainer plan` prints
 };
@@ -22,7 +26,7 @@ struct MemoryPlan {
 // arena_elems: the parameter and gradient arenas' size in fp32 elements when
 // ZeRO pads them to a multiple of the dp size (0 = as declared).
 MemoryPlan plan_memory(const model::Buffers& buffers, const AdamW& optimizer,
-                       int64_t arena_elems = 0);
+                       int64_t arena_elems = 0, int activation_slots = 1);
 
 // One allocation per arena of the plan, zeroed, bound to the buffers and the optimizer.
 class Arenas {
@@ -33,10 +37,13 @@ class Arenas {
   Arenas& operator=(const Arenas&) = delete;
 
   size_t allocated_bytes() const { return allocated_; }
+  // Activation slot k of plan.activation_slots (slot 0 is bound at construction).
+  void* activation_slot(int k) const;
 
  private:
   void* take(size_t bytes, Context& ctx);
   Device device_;
+  size_t slot_bytes_ = 0;
   std::array<void*, model::kNumCategories + 1> blocks_{};
   size_t allocated_ = 0;
 };

@@ -57,10 +57,14 @@ void Trainer::setup() {
                       spec.source_path, shape.world);
   device_ = std::make_unique<DeviceContext>(device, mesh_->env().local_rank);
   ctx_ = device_->context();
-  TRAINER_INPUT_CHECK(shape.pp == 1 && shape.cp == 1 && shape.ep == 1,
-                      "{}: parallel: {}: pipeline, context and expert parallelism are not "
-                      "implemented yet (pp = cp = ep = 1; tp and dp work)",
+  TRAINER_INPUT_CHECK(shape.cp == 1 && shape.ep == 1,
+                      "{}: parallel: {}: context and expert parallelism are not "
+                      "implemented yet (cp = ep = 1; tp, pp and dp work)",
                       spec.source_path, shape.str());
+  TRAINER_INPUT_CHECK(shape.virtual_stages == 1,
+                      "{}: parallel.virtual_stages: {}: the interleaved pipeline schedule is not "
+                      "wired into the training loop yet (1F1B, virtual_stages 1, works)",
+                      spec.source_path, shape.virtual_stages);
   if (!mesh_->logs()) options_.log = nullptr;
   dp_size_ = shape.dp;
   dp_rank_ = mesh_->coords().dp;
@@ -69,6 +73,9 @@ void Trainer::setup() {
 
   model::ModelConfig cfg = model_config(spec);
   cfg.tp_rank = mesh_->coords().tp;
+  apply_pipeline_stage(cfg, shape.pp, mesh_->coords().pp);
+  if (shape.pp > 1)
+    pipeline_ = std::make_unique<PipelineRunner>(mesh_->comm(parallel::Axis::pp), accum_steps_);
   model_ = std::make_unique<model::Model>(cfg, micro_batch_shape(spec));
   model_->set_tp_group(&mesh_->comm(parallel::Axis::tp));
   model::Buffers& buf = model_->buffers();
@@ -78,7 +85,7 @@ void Trainer::setup() {
   bool sharded = spec.parallel.zero >= 1 && dp_size_ > 1;
   shard_ = parallel::zero_shard(arena, sharded ? dp_size_ : 1, sharded ? dp_rank_ : 0);
   optimizer_ = std::make_unique<AdamW>(spec.optimizer, buf, shard_.begin, shard_.end());
-  plan_ = plan_memory(buf, *optimizer_, shard_.padded);
+  plan_ = plan_memory(buf, *optimizer_, shard_.padded, pipeline_ ? pipeline_->slots() : 1);
   arenas_ = std::make_unique<Arenas>(plan_, buf, *optimizer_, ctx_);
   model_->init_parameters(ctx_);
   if (options_.write_run_dir) {
@@ -93,6 +100,11 @@ void Trainer::setup() {
   }
   norm_mem_ = device_alloc(ctx_.device, kArenaAlignment);
   norm_out_ = Tensor(norm_mem_, {2}, DType::f32, ctx_.device);
+  if (shape.pp > 1 && cfg.tie_embeddings && !cfg.first_stage && !cfg.last_stage) {
+    int64_t rows = cfg.local_vocab(), cols = cfg.d_model;
+    tied_zeros_mem_ = device_alloc(ctx_.device, size_t(rows * cols) * sizeof(float));
+    tied_zeros_ = Tensor(tied_zeros_mem_, {rows, cols}, DType::f32, ctx_.device);
+  }
 
   if (dp_size_ > 1 && spec.parallel.zero < 2) {
     // Buckets in the order backward finishes gradients: last parameter first.
@@ -135,6 +147,8 @@ void Trainer::setup() {
                plan_.num_params, spec.model.n_layer, spec.model.d_model, spec.model.n_head,
                device_name(ctx_.device));
     fmt::print(options_.log, "memory plan (per rank):\n{}", plan_.describe());
+    if (pipeline_)
+      fmt::print(options_.log, "{}\n", parallel::describe_schedule(shape.pp, accum_steps_, 1));
     if (train_data_) fmt::print(options_.log, "train data: {}\n", train_data_->describe());
     if (val_data_) fmt::print(options_.log, "val data: {}\n", val_data_->describe());
     if (start_step_ > 0)
@@ -155,6 +169,7 @@ Tensor Trainer::flat_arena(model::Category category) const {
 Trainer::~Trainer() {
   if (metrics_) std::fclose(metrics_);
   device_free(ctx_.device, norm_mem_);
+  device_free(ctx_.device, tied_zeros_mem_);
 }
 
 void Trainer::load_micro_batch(const data::SampleSource* source, int64_t first_sample) {
@@ -172,8 +187,9 @@ void Trainer::load_micro_batch(const data::SampleSource* source, int64_t first_s
     std::copy(host_tokens_.begin(), host_tokens_.begin() + T, host_ids_.begin() + b * T);
     std::copy(host_tokens_.begin() + 1, host_tokens_.end(), host_targets_.begin() + b * T);
   }
-  copy_from_host(model_->input_ids(), host_ids_.data());
-  copy_from_host(model_->targets(), host_targets_.data());
+  // A pipeline stage reads ids only with the embedding, targets only with the head.
+  if (model_->config().first_stage) copy_from_host(model_->input_ids(), host_ids_.data());
+  if (model_->config().last_stage) copy_from_host(model_->targets(), host_targets_.data());
 }
 
 double Trainer::micro_batch_loss_sum() {
@@ -192,6 +208,7 @@ double Trainer::grad_norm() {
   fill(ctx_, norm_out_, 0.0f);
   const model::Buffers& buf = model_->buffers();
   for (const auto& p : buf.params()) {
+    if (p.spec.tied_copy) continue;  // counted on the first stage
     const model::BufferInfo& info = buf.buffers()[p.grad];
     int64_t first = static_cast<int64_t>(info.offset / 4), n = static_cast<int64_t>(info.bytes / 4);
     int64_t a = std::max(first, lo), b = std::min(first + n, hi);
@@ -204,7 +221,21 @@ double Trainer::grad_norm() {
   copy_to_host(sq, norm_out_);
   double total = parallel::group_sum(mesh_->comm(parallel::Axis::tp), sq[0]) + sq[1];
   if (shard_only) total = parallel::group_sum(mesh_->comm(parallel::Axis::dp), total);
+  if (pipeline_) total = parallel::group_sum(mesh_->comm(parallel::Axis::pp), total);
   return std::sqrt(total);
+}
+
+void Trainer::sync_tied_table() {
+  // Megatron's embedding group: the first stage's table and the last stage's
+  // copy get the sum of both gradients, so both take the same update. Middle
+  // stages add zeros (the all-reduce runs over the whole pp group).
+  if (!pipeline_ || !model_->config().tie_embeddings) return;
+  Tensor g = model_->tied_table_grad();
+  if (g.empty()) {
+    fill(ctx_, tied_zeros_, 0.0f);
+    g = tied_zeros_;
+  }
+  mesh_->comm(parallel::Axis::pp).all_reduce(g, parallel::ReduceOp::sum);
 }
 
 void Trainer::synchronize_gradients() {
@@ -223,18 +254,28 @@ StepRecord Trainer::train_step(int step) {
   const int64_t rank_first = int64_t(step - 1) * G + int64_t(dp_rank_) * (G / dp_size_);
   model_->zero_grads(ctx_);
   double loss_sum = 0;
-  for (int m = 0; m < accum_steps_; ++m) {
-    load_micro_batch(train_data_.get(), rank_first + int64_t(m) * B);
-    model_->forward(ctx_);
-    loss_sum += micro_batch_loss_sum();
-    // Gradients are averaged over dp, so each rank scales by its share of the tokens.
-    model_->backward(ctx_, static_cast<float>(dp_size_ / tokens));
+  // Gradients are averaged over dp, so each rank scales by its share of the tokens.
+  const float dloss = static_cast<float>(dp_size_ / tokens);
+  if (pipeline_) {
+    loss_sum = pipeline_->run_step(
+        *model_, ctx_, *arenas_,
+        [&](int m) { load_micro_batch(train_data_.get(), rank_first + int64_t(m) * B); },
+        [&] { return micro_batch_loss_sum(); }, dloss);
+  } else {
+    for (int m = 0; m < accum_steps_; ++m) {
+      load_micro_batch(train_data_.get(), rank_first + int64_t(m) * B);
+      model_->forward(ctx_);
+      loss_sum += micro_batch_loss_sum();
+      model_->backward(ctx_, dloss);
+    }
   }
   model_->finish_gradients(ctx_);
+  sync_tied_table();
   synchronize_gradients();
   StepRecord r;
   r.step = step;
   r.loss = parallel::group_sum(mesh_->comm(parallel::Axis::dp), loss_sum) / tokens;
+  if (pipeline_) r.loss = parallel::group_sum(mesh_->comm(parallel::Axis::pp), r.loss);
   r.grad_norm = grad_norm();
   double clip = spec_.optimizer.grad_clip;
   float grad_scale = 1.0f;
@@ -253,8 +294,28 @@ StepRecord Trainer::train_step(int step) {
   return r;
 }
 
+double Trainer::evaluate_pipeline() {
+  // Forward only, one micro-batch at a time down the stages (blocking
+  // point-to-point is safe: every transfer goes one way).
+  const int B = spec_.train.micro_batch, T = spec_.train.seq_len;
+  parallel::Communicator& pp = mesh_->comm(parallel::Axis::pp);
+  const model::ModelConfig& cfg = model_->config();
+  double sum = 0;
+  for (int i = dp_rank_; i < spec_.train.eval_batches; i += dp_size_) {
+    load_micro_batch(val_data_.get(), int64_t(i) * B);
+    if (!cfg.first_stage) pp.recv(model_->stage_input(), pp.rank() - 1);
+    model_->forward(ctx_);
+    if (!cfg.last_stage) pp.send(model_->stage_output(ctx_), pp.rank() + 1);
+    if (cfg.last_stage) sum += micro_batch_loss_sum();
+  }
+  sum = parallel::group_sum(mesh_->comm(parallel::Axis::dp), sum);
+  sum = parallel::group_sum(pp, sum);
+  return sum / (double(spec_.train.eval_batches) * B * T);
+}
+
 double Trainer::evaluate() {
   if (!val_data_) return std::nan("");
+  if (pipeline_) return evaluate_pipeline();
   const int B = spec_.train.micro_batch, T = spec_.train.seq_len;
   double sum = 0;
   for (int i = dp_rank_; i < spec_.train.eval_batches; i += dp_size_) {

@@ -12,6 +12,7 @@
 #include "engine/device.h"
 #include "engine/memory_plan.h"
 #include "engine/optimizer.h"
+#include "engine/pipeline_runner.h"
 #include "model/model.h"
 #include "parallel/grad_sync.h"
 #include "parallel/mesh.h"
@@ -65,6 +66,8 @@ class Trainer {
  private:
   void setup();
   void synchronize_gradients();
+  void sync_tied_table();
+  double evaluate_pipeline();
   void load_micro_batch(const data::SampleSource* source, int64_t first_sample);
   double micro_batch_loss_sum();
   double grad_norm();
@@ -79,6 +82,9 @@ class Trainer {
   parallel::ZeroShard shard_;  // this rank's range of the flat parameter arena
   std::unique_ptr<parallel::GradReducer> reducer_;
   int dp_size_ = 1, dp_rank_ = 0;
+  std::unique_ptr<PipelineRunner> pipeline_;  // pp > 1 only
+  Tensor tied_zeros_;                          // middle stages' share of the tied-table all-reduce
+  void* tied_zeros_mem_ = nullptr;
   std::unique_ptr<DeviceContext> device_;  // declared first: outlives every device buffer
   Context ctx_;
   std::unique_ptr<model::Model> model_;

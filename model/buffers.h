@@ -33,6 +33,8 @@ struct ParamSpec {
                                       // token block (norms under sequence parallelism)
   bool expert = false;
   int pp_stage = 0;
+  bool tied_copy = false;             // the last pipeline stage's copy of the tied token table:
+                                      // same name and values as the first stage's, not saved
 };
 
 struct BufferInfo {

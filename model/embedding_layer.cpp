@@ -11,13 +11,8 @@ void Embedding::declare(Buffers& buf, const ModelConfig& cfg, const BatchShape& 
   sp_ = cfg.sequence_parallel;
   vocab_start_ = cfg.vocab_start();
   adds_positions_ = cfg.tp_rank == 0;  // summed over tp: counted once
-  int64_t C = cfg.d_model, V = cfg.padded_vocab();
-  wte_ = buf.add_param({.name = cfg.is_llama() ? "model.embed_tokens.weight" : "transformer.wte.weight",
-                        .global_shape = {V, C},
-                        .std = cfg.init_std,
-                        .valid_rows = cfg.vocab_size,
-                        .tp_dim = 0},
-                       {cfg.local_vocab(), C});
+  int64_t C = cfg.d_model;
+  wte_ = declare_token_table(buf, cfg, false);
   if (!cfg.is_llama())
     wpe_ = buf.add_param({.name = "transformer.wpe.weight",
                           .global_shape = {cfg.max_seq_len, C},
@@ -25,6 +20,17 @@ void Embedding::declare(Buffers& buf, const ModelConfig& cfg, const BatchShape& 
                           .weight_decay = false},
                          {cfg.max_seq_len, C});
   out_ = buf.add(Category::activations, "embedding.out", {residual_rows(cfg, batch), C});
+}
+
+ParamId Embedding::declare_token_table(Buffers& buf, const ModelConfig& cfg, bool tied_copy) {
+  int64_t C = cfg.d_model, V = cfg.padded_vocab();
+  return buf.add_param({.name = cfg.is_llama() ? "model.embed_tokens.weight" : "transformer.wte.weight",
+                        .global_shape = {V, C},
+                        .std = cfg.init_std,
+                        .valid_rows = cfg.vocab_size,
+                        .tp_dim = 0,
+                        .tied_copy = tied_copy},
+                       {cfg.local_vocab(), C});
 }
 
 void Embedding::forward(const LayerEnv& env, const Scratch& s, Tensor ids) const {

@@ -18,6 +18,9 @@ class Embedding {
   void backward(const LayerEnv& env, const Scratch& s, Tensor dout, Tensor ids) const;
   Tensor out(const LayerEnv& env) const { return env.buf.get(out_); }
   ParamId token_table() const { return wte_; }
+  // Declares the token table alone: the embedding's own, or (tied_copy) the
+  // LM head's copy of it on a last pipeline stage that holds no embedding.
+  static ParamId declare_token_table(Buffers& buf, const ModelConfig& cfg, bool tied_copy);
 
  private:
   int64_t T_ = 0, vocab_start_ = 0;

@@ -19,12 +19,30 @@ Model::Model(const ModelConfig& cfg, const BatchShape& batch) : cfg_(cfg), batch
   single_tp_ = parallel::make_single_communicator("tp");
   tp_ = single_tp_.get();
   int64_t N = batch.B * batch.T;
-  ids_ = buf_.add(Category::activations, "input_ids", {N}, DType::i32);
-  targets_ = buf_.add(Category::activations, "targets", {N}, DType::i32);
-  embedding_.declare(buf_, cfg_, batch_);
-  blocks_.resize(cfg_.n_layer);
-  for (int l = 0; l < cfg_.n_layer; ++l) blocks_[l].declare(buf_, l, cfg_, batch_);
-  head_.declare(buf_, cfg_, batch_, embedding_.token_table());
+  const int begin = cfg.layer_begin, end = cfg.stage_layer_end();
+  TRAINER_CHECK(0 <= begin && begin <= end && end <= cfg.n_layer &&
+                    (begin < end || (cfg.first_stage && cfg.last_stage)),
+                "bad pipeline stage: layers [{}, {}) of {}", begin, end, cfg.n_layer);
+  if (cfg.first_stage) {
+    ids_ = buf_.add(Category::activations, "input_ids", {N}, DType::i32);
+    embedding_.declare(buf_, cfg_, batch_);
+  } else {
+    stage_in_ = buf_.add(Category::activations, "pipeline.input", {residual_rows(cfg, batch), cfg.d_model});
+  }
+  if (cfg.last_stage) targets_ = buf_.add(Category::activations, "targets", {N}, DType::i32);
+  blocks_.resize(end - begin);
+  for (int l = begin; l < end; ++l) blocks_[l - begin].declare(buf_, l, cfg_, batch_);
+  if (cfg.last_stage) {
+    // A last stage without the embedding keeps its own copy of a tied table
+    // (same name and init); the trainer sums the two copies' gradients.
+    ParamId table = cfg.first_stage ? embedding_.token_table()
+                    : cfg.tie_embeddings ? Embedding::declare_token_table(buf_, cfg_, true)
+                                         : ParamId{};
+    head_.declare(buf_, cfg_, batch_, table);
+  } else {
+    stage_dout_ = buf_.add(Category::activations, "pipeline.output_grad",
+                           {residual_rows(cfg, batch), cfg.d_model});
+  }
   scratch_.declare(buf_, cfg_, batch_);
 }
 
@@ -69,16 +87,32 @@ void Model::zero_grads(Context& ctx) {
   for (const auto& p : buf_.params()) fill(ctx, buf_.get(p.grad), 0.0f);
 }
 
+Tensor Model::tied_table_grad() const {
+  if (!cfg_.tie_embeddings || (cfg_.first_stage && cfg_.last_stage)) return Tensor{};
+  if (cfg_.first_stage) return buf_.grad(embedding_.token_table());
+  for (const auto& p : buf_.params())
+    if (p.spec.tied_copy) return buf_.get(p.grad);
+  return Tensor{};
+}
+
+Tensor Model::stage_in(const LayerEnv& env) const {
+  return cfg_.first_stage ? embedding_.out(env) : buf_.get(stage_in_);
+}
+
+Tensor Model::stage_output(Context& ctx) {
+  LayerEnv env = this->env(ctx);
+  return blocks_.empty() ? stage_in(env) : blocks_.back().out(env);
+}
+
 void Model::forward(Context& ctx) {
   LayerEnv env = this->env(ctx);
-  Tensor ids = input_ids();
-  embedding_.forward(env, scratch_, ids);
-  Tensor x = embedding_.out(env);
+  if (cfg_.first_stage) embedding_.forward(env, scratch_, input_ids());
+  Tensor x = stage_in(env);
   for (const Block& b : blocks_) {
     b.forward(env, scratch_, x);
     x = b.out(env);
   }
-  head_.forward(env, x, targets());
+  if (cfg_.last_stage) head_.forward(env, x, targets());
 }
 
 Tensor Model::losses(Context& ctx) { return head_.losses(env(ctx)); }
@@ -86,13 +120,15 @@ Tensor Model::losses(Context& ctx) { return head_.losses(env(ctx)); }
 void Model::backward(Context& ctx, float dloss) {
   LayerEnv env = this->env(ctx);
   Tensor dres = buf_.get(scratch_.dres);
-  Tensor last = blocks_.empty() ? embedding_.out(env) : blocks_.back().out(env);
-  head_.backward(env, scratch_, dres, last, targets(), dloss);
-  for (int l = cfg_.n_layer - 1; l >= 0; --l) {
-    Tensor in = l == 0 ? embedding_.out(env) : blocks_[l - 1].out(env);
+  if (cfg_.last_stage)
+    head_.backward(env, scratch_, dres, stage_output(ctx), targets(), dloss);
+  else
+    copy(ctx, dres, stage_output_grad());
+  for (int l = static_cast<int>(blocks_.size()) - 1; l >= 0; --l) {
+    Tensor in = l == 0 ? stage_in(env) : blocks_[l - 1].out(env);
     blocks_[l].backward(env, scratch_, dres, in);
   }
-  embedding_.backward(env, scratch_, dres, input_ids());
+  if (cfg_.first_stage) embedding_.backward(env, scratch_, dres, input_ids());
 }
 
 double Model::flops_per_token() const {

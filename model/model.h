@@ -29,6 +29,19 @@ class Model {
   Tensor input_ids() const { return buf_.get(ids_); }  // (N) int32, the caller fills it
   Tensor targets() const { return buf_.get(targets_); }  // (N) int32, < 0 = ignored
 
+  // Pipeline stage I/O (R, C), all in the activations arena: the input a
+  // non-first stage receives, the output a non-last stage sends, the output
+  // gradient a non-last stage receives, and (after backward) the input
+  // gradient a non-first stage sends. first/last: config().first_stage/last_stage.
+  Tensor stage_input() const { return buf_.get(stage_in_); }
+  Tensor stage_output(Context& ctx);
+  Tensor stage_output_grad() const { return buf_.get(stage_dout_); }
+  Tensor stage_input_grad() const { return buf_.get(scratch_.dres); }
+  // Tied embeddings cut over pipeline stages: the gradient of this stage's
+  // copy of the token table (the embedding's on the first stage, the head's
+  // copy on the last); empty on other stages and when nothing is split.
+  Tensor tied_table_grad() const;
+
   // Per-token losses of the micro-batch in input_ids()/targets().
   void forward(Context& ctx);
   Tensor losses(Context& ctx);
@@ -54,6 +67,8 @@ class Model {
   std::vector<Block> blocks_;
   LmHead head_;
   BufferId ids_ = -1, targets_ = -1;
+  BufferId stage_in_ = -1, stage_dout_ = -1;
+  Tensor stage_in(const LayerEnv& env) const;  // what the first local block reads
   std::unique_ptr<parallel::Communicator> single_tp_;
   parallel::Communicator* tp_ = nullptr;
   LayerEnv env(Context& ctx) const { return LayerEnv{ctx, buf_, *tp_}; }

@@ -31,6 +31,12 @@ struct ModelConfig {
   int tp_rank = 0;
   bool sequence_parallel = false;
 
+  // Pipeline parallelism: this rank holds global layers [layer_begin,
+  // layer_end) (layer_end < 0 = n_layer), the embedding when first_stage and
+  // the final norm and LM head when last_stage.
+  int layer_begin = 0, layer_end = -1;
+  bool first_stage = true, last_stage = true;
+
   int head_dim() const { return d_model / n_head; }
   int local_heads() const { return n_head / tp; }
   int local_kv_heads() const { return n_kv_head / tp; }
@@ -43,6 +49,7 @@ struct ModelConfig {
     return (vocab_size + m - 1) / m * m;
   }
   bool is_llama() const { return family == Family::llama; }
+  int stage_layer_end() const { return layer_end < 0 ? n_layer : layer_end; }
 };
 
 // One micro-batch's geometry: the activation buffers are planned for it.

@@ -50,6 +50,12 @@ class Communicator {
   // Both at once (pipeline neighbours exchanging in opposite directions);
   // either side may be empty (data == nullptr) to skip it.
   virtual void send_recv(Tensor send_buf, int send_peer, Tensor recv_buf, int recv_peer) = 0;
+  // A send that returns before the peer receives (pipeline schedules deadlock
+  // on rendezvous sends): buf may be reused at once; wait_sends() completes
+  // every isend issued so far. The default is the blocking send (single rank,
+  // NCCL, whose sends are already asynchronous to the host).
+  virtual void isend(Tensor buf, int peer) { send(buf, peer); }
+  virtual void wait_sends() {}
   // send packs send_counts[p] elements for each peer p in peer order; recv
   // receives recv_counts[p] from each p in peer order. Counts may be zero and
   // must agree pairwise (exchange them first with a 1-element all_to_allv).

@@ -226,6 +226,26 @@ class MpiCommunicator final : public Communicator {
     MPI_CHECK(MPI_Waitall(count, requests, MPI_STATUSES_IGNORE));
   }
 
+  void isend(Tensor buf, int peer) override {
+    check_buffer(*this, "isend", buf);
+    check_peer("isend", peer);
+    // Staged in a copy so the caller may overwrite buf before the peer receives.
+    PendingSend p;
+    p.data.assign(static_cast<const char*>(buf.data), static_cast<const char*>(buf.data) + buf.nbytes());
+    MPI_CHECK(MPI_Isend(p.data.data(), to_int(buf.numel(), name(), "isend"), move_type(buf.dtype),
+                        peer, kTag, comm_, &p.request));
+    pending_.push_back(std::move(p));
+  }
+
+  void wait_sends() override {
+    if (pending_.empty()) return;
+    CollectiveGuard guard(watchdog(), name().c_str(), "wait_sends", rank(), size());
+    std::vector<MPI_Request> requests;
+    for (PendingSend& p : pending_) requests.push_back(p.request);
+    MPI_CHECK(MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE));
+    pending_.clear();
+  }
+
   void all_to_allv(Tensor send, std::span<const int64_t> send_counts, Tensor recv,
                    std::span<const int64_t> recv_counts) override {
     check_buffer(*this, "all_to_allv", send);
@@ -277,6 +297,11 @@ class MpiCommunicator final : public Communicator {
   }
 
   MPI_Comm comm_;
+  struct PendingSend {
+    std::vector<char> data;  // heap storage: stays put when the vector of sends grows
+    MPI_Request request = MPI_REQUEST_NULL;
+  };
+  std::vector<PendingSend> pending_;
 };
 
 }  // namespace

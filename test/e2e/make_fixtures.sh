@@ -63,3 +63,5 @@ optimizer: {lr: 3.0e-3, warmup_steps: 2}
 YAML
 done
 sed 's/n_kv_head: 2/n_kv_head: 4/' mesh_llama.yaml >mesh_llama_kv4.yaml
+# Four layers, so pp 4 has one per stage (and pp 2 two).
+for family in gpt2 llama; do sed 's/n_layer: 2/n_layer: 4/' mesh_$family.yaml >mesh_${family}_l4.yaml; done
