@@ -1,0 +1,87 @@
+// Mixture-of-experts routing ops: router scores and top-k selection, the
+// per-expert dispatch plan (a permutation of token-expert assignments grouped
+// by expert, with optional capacity dropping), gathering tokens into that
+// order and the weighted combine back, with their backwards.
+//
+// Layout: N tokens, E experts, K = top_k. An assignment a = n * K + k is
+// token n's k-th choice. The plan puts the kept assignments in S = N * K slots
+// ordered by expert, then by token: slot_src[s] = a (or -1 past the kept
+// ones) and assign_slot[a] = s (or -1 when dropped). Integer tensors are i32.
+#pragma once
+
+#include "kernels/dispatch.h"
+
+namespace trainer {
+
+#define TRAINER_OPS(NS)                                                                      \
+  namespace NS {                                                                             \
+  /* probs (N, E) = softmax or sigmoid of logits (N, E), written. topk_idx (N, K) written: */ \
+  /* the K largest probs + select_bias (E; may be empty), ties to the lower index, best    */ \
+  /* first. topk_weight (N, K) written: the chosen probs, divided by their sum when        */ \
+  /* normalize (the bias only selects; it never enters a weight).                         */ \
+  void moe_route_forward(Context& ctx, Tensor probs, Tensor topk_idx, Tensor topk_weight,    \
+                         Tensor logits, Tensor select_bias, bool sigmoid, bool normalize);   \
+  /* dlogits (N, E) written from dtopk_weight (N, K), plus per_expert_dprob (E; may be     */ \
+  /* empty) added to d probs[n, e] of every token (the balance loss), plus the gradient of */ \
+  /* z_grad * sum_n logsumexp(logits[n])^2 (the router z-loss; 0 = none).                  */ \
+  void moe_route_backward(Context& ctx, Tensor dlogits, Tensor dtopk_weight, Tensor logits,  \
+                          Tensor probs, Tensor topk_idx, Tensor per_expert_dprob,            \
+                          float z_grad, bool sigmoid, bool normalize);                       \
+  /* The dispatch plan from topk_idx (N, K): slot_src (N*K), assign_slot (N*K), load (E) =  */ \
+  /* assignments per expert before dropping, kept (E) = after; all written. capacity <= 0  */ \
+  /* keeps everything; otherwise each expert keeps its first `capacity` assignments in     */ \
+  /* token order.                                                                         */ \
+  void moe_plan(Context& ctx, Tensor slot_src, Tensor assign_slot, Tensor load, Tensor kept,  \
+                Tensor topk_idx, int64_t capacity);                                          \
+  /* out (S, C): row s = inp (N, C) row slot_src[s] / K, or zeros for an unused slot;      */ \
+  /* written                                                                              */ \
+  void moe_gather(Context& ctx, Tensor out, Tensor inp, Tensor slot_src, int64_t top_k);      \
+  /* dinp (N, C) += the rows of dout (S, C) of each token's kept slots; accumulated        */ \
+  void moe_gather_backward(Context& ctx, Tensor dinp, Tensor dout, Tensor assign_slot);       \
+  /* out (N, C) += sum over token n's kept slots s of topk_weight[a] * expert_out[s];      */ \
+  /* accumulated (dropped assignments contribute nothing)                                  */ \
+  void moe_combine(Context& ctx, Tensor out, Tensor expert_out, Tensor assign_slot,           \
+                   Tensor topk_weight);                                                      \
+  /* dexpert_out (S, C) written: topk_weight[a] * dout[n] for a kept slot, zeros otherwise; */ \
+  /* dtopk_weight (N, K) written: dout[n] . expert_out[slot of a], 0 when dropped          */ \
+  void moe_combine_backward(Context& ctx, Tensor dexpert_out, Tensor dtopk_weight,           \
+                            Tensor dout, Tensor expert_out, Tensor assign_slot,              \
+                            Tensor slot_src, Tensor topk_weight);                            \
+  }
+TRAINER_OPS(cpu)
+TRAINER_OPS(cuda)
+#undef TRAINER_OPS
+
+inline void moe_route_forward(Context& ctx, Tensor probs, Tensor topk_idx, Tensor topk_weight,
+                              Tensor logits, Tensor select_bias, bool sigmoid, bool normalize) {
+  TRAINER_DISPATCH(ctx, moe_route_forward, probs, topk_idx, topk_weight, logits, select_bias,
+                   sigmoid, normalize);
+}
+inline void moe_route_backward(Context& ctx, Tensor dlogits, Tensor dtopk_weight, Tensor logits,
+                               Tensor probs, Tensor topk_idx, Tensor per_expert_dprob,
+                               float z_grad, bool sigmoid, bool normalize) {
+  TRAINER_DISPATCH(ctx, moe_route_backward, dlogits, dtopk_weight, logits, probs, topk_idx,
+                   per_expert_dprob, z_grad, sigmoid, normalize);
+}
+inline void moe_plan(Context& ctx, Tensor slot_src, Tensor assign_slot, Tensor load, Tensor kept,
+                     Tensor topk_idx, int64_t capacity) {
+  TRAINER_DISPATCH(ctx, moe_plan, slot_src, assign_slot, load, kept, topk_idx, capacity);
+}
+inline void moe_gather(Context& ctx, Tensor out, Tensor inp, Tensor slot_src, int64_t top_k) {
+  TRAINER_DISPATCH(ctx, moe_gather, out, inp, slot_src, top_k);
+}
+inline void moe_gather_backward(Context& ctx, Tensor dinp, Tensor dout, Tensor assign_slot) {
+  TRAINER_DISPATCH(ctx, moe_gather_backward, dinp, dout, assign_slot);
+}
+inline void moe_combine(Context& ctx, Tensor out, Tensor expert_out, Tensor assign_slot,
+                        Tensor topk_weight) {
+  TRAINER_DISPATCH(ctx, moe_combine, out, expert_out, assign_slot, topk_weight);
+}
+inline void moe_combine_backward(Context& ctx, Tensor dexpert_out, Tensor dtopk_weight,
+                                 Tensor dout, Tensor expert_out, Tensor assign_slot,
+                                 Tensor slot_src, Tensor topk_weight) {
+  TRAINER_DISPATCH(ctx, moe_combine_backward, dexpert_out, dtopk_weight, dout, expert_out,
+                   assign_slot, slot_src, topk_weight);
+}
+
+}  // namespace trainer

@@ -1,0 +1,288 @@
+// Mixture-of-experts layer over kernels/moe_routing.h and kernels/linear.h.
+#include "model/moe_layer.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "kernels/elementwise.h"
+#include "kernels/gelu.h"
+#include "kernels/linear.h"
+#include "kernels/memory.h"
+#include "kernels/moe_routing.h"
+#include "kernels/swiglu.h"
+
+namespace trainer::model {
+
+void Moe::declare(Buffers& buf, const std::string& prefix, const ModelConfig& cfg,
+                  const MoeConfig& moe, const BatchShape& batch) {
+  TRAINER_CHECK(cfg.tp == 1 && !cfg.sequence_parallel,
+                "{}: the MoE layer has no tensor or sequence parallelism yet (tp {})", prefix,
+                cfg.tp);
+  TRAINER_CHECK(moe.n_experts >= 1 && moe.top_k >= 1 && moe.top_k <= moe.n_experts &&
+                    moe.d_ff_expert >= 1 && moe.n_shared_experts >= 0,
+                "{}: bad MoE shape: {} experts, top_k {}, d_ff_expert {}, {} shared", prefix,
+                moe.n_experts, moe.top_k, moe.d_ff_expert, moe.n_shared_experts);
+  moe_ = moe;
+  swiglu_ = cfg.is_llama();
+  N_ = batch.tokens(), C_ = cfg.d_model, E_ = moe.n_experts, K_ = moe.top_k;
+  F_ = moe.d_ff_expert, Fs_ = int64_t{moe.n_shared_experts} * moe.d_ff_expert;
+  const int64_t S = N_ * K_;
+  capacity_ = moe.capacity_factor > 0
+                  ? static_cast<int64_t>(std::ceil(moe.capacity_factor * S / double(E_)))
+                  : 0;
+  const float out_std = cfg.init_std / std::sqrt(2.0f * cfg.n_layer);
+  const std::string p = prefix + ".block_sparse_moe.";
+
+  router_ = buf.add_param({.name = p + "gate.weight", .global_shape = {E_, C_},
+                           .std = cfg.init_std},
+                          {E_, C_});
+  if (moe.balance == MoeBalance::aux_free)
+    // Not trained by the optimizer's gradient (it stays zero) but saved with
+    // the model, as DeepSeek-V3 checkpoints carry it.
+    bias_ = buf.add_param({.name = p + "gate.e_score_correction_bias", .global_shape = {E_},
+                           .init = Init::zeros, .weight_decay = false},
+                          {E_});
+  auto mlp = [&](const std::string& name, int64_t F, bool expert) {
+    Mlp3 m;
+    m.w1 = buf.add_param({.name = name + "w1.weight", .global_shape = {F, C_},
+                          .std = cfg.init_std, .expert = expert},
+                         {F, C_});
+    if (swiglu_)
+      m.w3 = buf.add_param({.name = name + "w3.weight", .global_shape = {F, C_},
+                            .std = cfg.init_std, .expert = expert},
+                           {F, C_});
+    m.w2 = buf.add_param({.name = name + "w2.weight", .global_shape = {C_, F},
+                          .std = out_std, .expert = expert},
+                         {C_, F});
+    return m;
+  };
+  experts_.clear();
+  for (int64_t e = 0; e < E_; ++e)
+    experts_.push_back(mlp(p + "experts." + std::to_string(e) + ".", F_, true));
+  if (Fs_ > 0) shared_ = mlp(p + "shared_experts.", Fs_, false);
+
+  const auto A = Category::activations, G = Category::scratch;
+  logits_ = buf.add(A, p + "router_logits", {N_, E_});
+  probs_ = buf.add(A, p + "router_probs", {N_, E_});
+  topk_idx_ = buf.add(A, p + "topk_idx", {N_, K_}, DType::i32);
+  topk_w_ = buf.add(A, p + "topk_weight", {N_, K_});
+  slot_src_ = buf.add(A, p + "slot_src", {S}, DType::i32);
+  assign_slot_ = buf.add(A, p + "assign_slot", {S}, DType::i32);
+  counts_ = buf.add(A, p + "counts", {2, E_}, DType::i32);
+  xs_ = buf.add(A, p + "dispatched", {S, C_});
+  ys_ = buf.add(A, p + "expert_out", {S, C_});
+  h1_ = buf.add(A, p + "w1_out", {S, F_});
+  if (swiglu_) h3_ = buf.add(A, p + "w3_out", {S, F_});
+  act_ = buf.add(A, p + "activation", {S, F_});
+  losses_ = buf.add(A, p + "aux_losses", {2});
+  step_ = buf.add(A, p + "step_counts", {2, E_});
+  dys_ = buf.add(G, p + "d_expert_out", {S, C_});
+  dxs_ = buf.add(G, p + "d_dispatched", {S, C_});
+  dh1_ = buf.add(G, p + "d_w1_out", {S, F_});
+  if (swiglu_) dh3_ = buf.add(G, p + "d_w3_out", {S, F_});
+  dact_ = buf.add(G, p + "d_activation", {S, F_});
+  dtopk_ = buf.add(G, p + "d_topk_weight", {N_, K_});
+  dlogits_ = buf.add(G, p + "d_router_logits", {N_, E_});
+  dtmp_ = buf.add(G, p + "d_input_tmp", {N_, C_});
+  dprob_ = buf.add(G, p + "d_prob_per_expert", {E_});
+  if (Fs_ > 0) {
+    sh1_ = buf.add(A, p + "shared_w1_out", {N_, Fs_});
+    if (swiglu_) sh3_ = buf.add(A, p + "shared_w3_out", {N_, Fs_});
+    sact_ = buf.add(A, p + "shared_activation", {N_, Fs_});
+    dsh1_ = buf.add(G, p + "d_shared_w1_out", {N_, Fs_});
+    if (swiglu_) dsh3_ = buf.add(G, p + "d_shared_w3_out", {N_, Fs_});
+    dsact_ = buf.add(G, p + "d_shared_activation", {N_, Fs_});
+  }
+}
+
+void Moe::mlp_forward(Context& ctx, const Buffers& b, const Mlp3& w, Tensor out, Tensor x,
+                      const Acts& a) const {
+  linear_forward(ctx, a.h1, x, b.param(w.w1), {});
+  if (swiglu_) {
+    linear_forward(ctx, a.h3, x, b.param(w.w3), {});
+    swiglu_forward(ctx, a.act, a.h1, a.h3);
+  } else {
+    gelu_forward(ctx, a.act, a.h1);
+  }
+  linear_forward(ctx, out, a.act, b.param(w.w2), {});
+}
+
+// dx written (tmp: scratch of dx's shape, may alias dy, which is dead after the
+// first GEMM); weight gradients accumulated.
+void Moe::mlp_backward(Context& ctx, const Buffers& b, const Mlp3& w, Tensor dx, Tensor dy,
+                       Tensor x, const Acts& a, const Acts& d, Tensor tmp) const {
+  linear_backward(ctx, d.act, b.grad(w.w2), {}, dy, a.act, b.param(w.w2));
+  if (swiglu_) {
+    swiglu_backward(ctx, d.h1, d.h3, d.act, a.h1, a.h3);
+    linear_backward(ctx, dx, b.grad(w.w1), {}, d.h1, x, b.param(w.w1));
+    linear_backward(ctx, tmp, b.grad(w.w3), {}, d.h3, x, b.param(w.w3));
+    accumulate(ctx, dx, tmp);
+  } else {
+    gelu_backward(ctx, d.h1, d.act, a.h1);
+    linear_backward(ctx, dx, b.grad(w.w1), {}, d.h1, x, b.param(w.w1));
+  }
+}
+
+std::vector<int32_t> Moe::kept_counts(const Buffers& b) const {
+  std::vector<int32_t> counts(2 * E_);
+  copy_to_host(counts.data(), b.get(counts_));
+  return std::vector<int32_t>(counts.begin() + E_, counts.end());
+}
+
+namespace {
+
+Tensor rows(const Tensor& t, int64_t begin, int64_t end) {
+  return t.empty() ? t : t.slice(begin, end);
+}
+
+}  // namespace
+
+void Moe::forward(const LayerEnv& env, Tensor out, Tensor in) const {
+  Context& ctx = env.ctx;
+  const Buffers& b = env.buf;
+  Tensor logits = b.get(logits_), probs = b.get(probs_), idx = b.get(topk_idx_);
+  Tensor w = b.get(topk_w_), counts = b.get(counts_);
+  linear_forward(ctx, logits, in, b.param(router_), {});
+  Tensor bias = bias_.index >= 0 ? b.param(bias_) : Tensor{};
+  moe_route_forward(ctx, probs, idx, w, logits, bias, moe_.sigmoid, moe_.normalize_topk);
+  moe_plan(ctx, b.get(slot_src_), b.get(assign_slot_), counts.slice(0, 1).view({E_}),
+           counts.slice(1, 2).view({E_}), idx, capacity_);
+  Tensor xs = b.get(xs_), ys = b.get(ys_);
+  moe_gather(ctx, xs, in, b.get(slot_src_), K_);
+  const std::vector<int32_t> kept = kept_counts(b);
+  Tensor h1 = b.get(h1_), h3 = swiglu_ ? b.get(h3_) : Tensor{}, act = b.get(act_);
+  int64_t s0 = 0;
+  for (int64_t e = 0; e < E_; ++e) {
+    const int64_t s1 = s0 + kept[e];
+    if (s1 > s0)
+      mlp_forward(ctx, b, experts_[e], ys.slice(s0, s1), xs.slice(s0, s1),
+                  {rows(h1, s0, s1), rows(h3, s0, s1), rows(act, s0, s1)});
+    s0 = s1;
+  }
+  if (Fs_ > 0)
+    mlp_forward(ctx, b, shared_, out, in,
+                {b.get(sh1_), swiglu_ ? b.get(sh3_) : Tensor{}, b.get(sact_)});
+  else
+    fill(ctx, out, 0.0f);
+  moe_combine(ctx, out, ys, b.get(assign_slot_), w);
+
+  // Balance loss E/(N K) sum_e load_e P_e (1 when balanced), z-loss, step
+  // counters: E- and N-sized reductions done on the host.
+  std::vector<int32_t> cnt(2 * E_);
+  copy_to_host(cnt.data(), counts);
+  std::vector<float> pr(N_ * E_), lg(N_ * E_);
+  copy_to_host(pr.data(), probs);
+  copy_to_host(lg.data(), logits);
+  double balance = 0, z = 0;
+  for (int64_t e = 0; e < E_; ++e) {
+    double P = 0;
+    for (int64_t n = 0; n < N_; ++n) P += pr[n * E_ + e];
+    balance += cnt[e] * (P / N_);
+  }
+  balance *= double(E_) / double(N_ * K_);
+  for (int64_t n = 0; n < N_; ++n) {
+    const float* l = lg.data() + n * E_;
+    const double m = *std::max_element(l, l + E_);
+    double sum = 0;
+    for (int64_t e = 0; e < E_; ++e) sum += std::exp(l[e] - m);
+    const double lse = m + std::log(sum);
+    z += lse * lse;
+  }
+  const float losses[2] = {static_cast<float>(balance), static_cast<float>(z / N_)};
+  copy_from_host(b.get(losses_), losses);
+  std::vector<float> step(2 * E_);
+  copy_to_host(step.data(), b.get(step_));
+  for (int64_t i = 0; i < 2 * E_; ++i) step[i] += static_cast<float>(cnt[i]);
+  copy_from_host(b.get(step_), step.data());
+}
+
+void Moe::backward(const LayerEnv& env, Tensor dinp, Tensor dout, Tensor in, float dloss) const {
+  Context& ctx = env.ctx;
+  const Buffers& b = env.buf;
+  Tensor dys = b.get(dys_), dxs = b.get(dxs_), ys = b.get(ys_), xs = b.get(xs_);
+  Tensor dtopk = b.get(dtopk_), dtmp = b.get(dtmp_);
+  moe_combine_backward(ctx, dys, dtopk, dout, ys, b.get(assign_slot_), b.get(slot_src_),
+                       b.get(topk_w_));
+  const std::vector<int32_t> kept = kept_counts(b);
+  Tensor h1 = b.get(h1_), h3 = swiglu_ ? b.get(h3_) : Tensor{}, act = b.get(act_);
+  Tensor dh1 = b.get(dh1_), dh3 = swiglu_ ? b.get(dh3_) : Tensor{}, dact = b.get(dact_);
+  int64_t s0 = 0;
+  for (int64_t e = 0; e < E_; ++e) {
+    const int64_t s1 = s0 + kept[e];
+    if (s1 > s0) {
+      Tensor dy = dys.slice(s0, s1);
+      mlp_backward(ctx, b, experts_[e], dxs.slice(s0, s1), dy, xs.slice(s0, s1),
+                   {rows(h1, s0, s1), rows(h3, s0, s1), rows(act, s0, s1)},
+                   {rows(dh1, s0, s1), rows(dh3, s0, s1), rows(dact, s0, s1)}, dy);
+    }
+    s0 = s1;
+  }
+  if (Fs_ > 0)
+    mlp_backward(ctx, b, shared_, dinp, dout, in,
+                 {b.get(sh1_), swiglu_ ? b.get(sh3_) : Tensor{}, b.get(sact_)},
+                 {b.get(dsh1_), swiglu_ ? b.get(dsh3_) : Tensor{}, b.get(dsact_)}, dtmp);
+  else
+    fill(ctx, dinp, 0.0f);
+  moe_gather_backward(ctx, dinp, dxs, b.get(assign_slot_));
+
+  // Router: combine weights, balance loss (d/dprobs[n, e] = coeff E load_e / (N K N)), z-loss.
+  Tensor dprob;
+  if (moe_.balance == MoeBalance::aux_loss && moe_.aux_loss_coeff != 0.0f) {
+    std::vector<int32_t> cnt(2 * E_);
+    copy_to_host(cnt.data(), b.get(counts_));
+    std::vector<float> g(E_);
+    const double f = double(dloss) * moe_.aux_loss_coeff * E_ / (double(N_) * K_ * N_);
+    for (int64_t e = 0; e < E_; ++e) g[e] = static_cast<float>(f * cnt[e]);
+    dprob = b.get(dprob_);
+    copy_from_host(dprob, g.data());
+  }
+  const float z_grad = dloss * moe_.z_loss_coeff / static_cast<float>(N_);
+  moe_route_backward(ctx, b.get(dlogits_), dtopk, b.get(logits_), b.get(probs_),
+                     b.get(topk_idx_), dprob, z_grad, moe_.sigmoid, moe_.normalize_topk);
+  linear_backward(ctx, dtmp, b.grad(router_), {}, b.get(dlogits_), in, b.param(router_));
+  accumulate(ctx, dinp, dtmp);
+}
+
+float Moe::aux_loss(const Buffers& buf) const {
+  float l[2];
+  copy_to_host(l, buf.get(losses_));
+  const float balance = moe_.balance == MoeBalance::aux_loss ? moe_.aux_loss_coeff * l[0] : 0.0f;
+  return balance + moe_.z_loss_coeff * l[1];
+}
+
+void Moe::reset_step_stats(Context& ctx, const Buffers& buf) const {
+  fill(ctx, buf.get(step_), 0.0f);
+}
+
+MoeStats Moe::stats(const Buffers& buf) const {
+  std::vector<float> step(2 * E_);
+  copy_to_host(step.data(), buf.get(step_));
+  MoeStats s;
+  int64_t max_load = 0;
+  for (int64_t e = 0; e < E_; ++e) {
+    const auto load = static_cast<int64_t>(step[e]), kept = static_cast<int64_t>(step[E_ + e]);
+    s.load.push_back(load);
+    s.assignments += load;
+    s.dropped += load - kept;
+    max_load = std::max(max_load, load);
+  }
+  s.imbalance = s.assignments > 0 ? double(max_load) * E_ / double(s.assignments) : 0.0;
+  return s;
+}
+
+void Moe::update_bias(Context&, const Buffers& buf, float rate) const {
+  if (bias_.index < 0) return;
+  std::vector<float> step(2 * E_), bias(E_);
+  copy_to_host(step.data(), buf.get(step_));
+  copy_to_host(bias.data(), buf.param(bias_));
+  double mean = 0;
+  for (int64_t e = 0; e < E_; ++e) mean += step[e];
+  mean /= double(E_);
+  for (int64_t e = 0; e < E_; ++e) {
+    const double err = mean - step[e];
+    bias[e] += rate * static_cast<float>((err > 0) - (err < 0));
+  }
+  copy_from_host(buf.param(bias_), bias.data());
+}
+
+}  // namespace trainer::model

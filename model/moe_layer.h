@@ -1,0 +1,111 @@
+// Mixture-of-experts layer (replaces the dense MLP of a block): a router
+// (linear C -> E, softmax or sigmoid scores, top-k, renormalised combine
+// weights), E routed experts (SwiGLU or GELU MLPs of d_ff_expert, no biases),
+// optional shared experts every token passes through, dropless dispatch by a
+// permutation that groups each expert's tokens into one contiguous block (or
+// capacity-limited, with drops counted), the Switch/GShard balance loss, an
+// optional router z-loss, and DeepSeek-V3's aux-loss-free selection bias.
+//
+// Parameter names follow Mixtral (HF MixtralForCausalLM):
+//   {prefix}.block_sparse_moe.gate.weight                 (E, C)   router
+//   {prefix}.block_sparse_moe.experts.{e}.w1.weight       (Fe, C)  gate (SwiGLU) / fc (GELU)
+//   {prefix}.block_sparse_moe.experts.{e}.w3.weight       (Fe, C)  up (SwiGLU only)
+//   {prefix}.block_sparse_moe.experts.{e}.w2.weight       (C, Fe)  down / proj
+// plus, outside Mixtral's set, the same w1/w2/w3 under
+// {prefix}.block_sparse_moe.shared_experts (one MLP of n_shared * Fe columns,
+// DeepSeek's fused form) and DeepSeek-V3's
+// {prefix}.block_sparse_moe.gate.e_score_correction_bias (E) for aux_free.
+// Routed expert weights carry ParamSpec::expert. No tensor parallelism yet:
+// the layer refuses tp > 1 and sequence parallelism.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "model/layer_env.h"
+
+namespace trainer::model {
+
+enum class MoeBalance { aux_loss, aux_free, none };
+
+struct MoeConfig {
+  int n_experts = 8;
+  int top_k = 2;
+  int n_shared_experts = 0;
+  int d_ff_expert = 512;
+  MoeBalance balance = MoeBalance::aux_loss;
+  float aux_loss_coeff = 0.01f;   // used when balance == aux_loss
+  float z_loss_coeff = 0.0f;      // router z-loss: coeff * mean_n logsumexp(logits_n)^2; 0 = off
+  float capacity_factor = 0.0f;   // <= 0: dropless; else capacity = ceil(cf * N * K / E)
+  bool sigmoid = false;           // DeepSeek-V3 scores; softmax otherwise
+  bool normalize_topk = true;     // combine weights = chosen scores / their sum
+};
+
+// Counters summed over the forwards since reset_step_stats.
+struct MoeStats {
+  double imbalance = 0;     // max / mean assignments per expert (1 = balanced)
+  int64_t assignments = 0;  // token-expert assignments routed (tokens * top_k)
+  int64_t dropped = 0;      // of those, dropped by the capacity limit
+  std::vector<int64_t> load;  // per expert, before dropping
+};
+
+class Moe {
+ public:
+  // `family` picks the experts' activation: llama -> SwiGLU, gpt2 -> GELU.
+  void declare(Buffers& buf, const std::string& prefix, const ModelConfig& cfg,
+               const MoeConfig& moe, const BatchShape& batch);
+  // out (N, C) = moe(in (N, C)); written. Saves what backward needs, stores
+  // this micro-batch's balance and z-loss, and adds its counts to the step stats.
+  void forward(const LayerEnv& env, Tensor out, Tensor in) const;
+  // dinp (N, C) written; parameter gradients accumulated. `dloss` is the
+  // gradient of the trained objective w.r.t. this micro-batch's aux_loss()
+  // (its coefficients are applied inside), e.g. 1 / micro-batches per step.
+  void backward(const LayerEnv& env, Tensor dinp, Tensor dout, Tensor in, float dloss) const;
+
+  // The last forward's auxiliary loss: aux_loss_coeff * balance (aux_loss
+  // only) + z_loss_coeff * z. Add it to the reported loss.
+  float aux_loss(const Buffers& buf) const;
+  // The step counters: (2, E) f32, row 0 the load before dropping, row 1 after.
+  // Sum it over the data-parallel group before stats() / update_bias().
+  Tensor step_counts(const Buffers& buf) const { return buf.get(step_); }
+  void reset_step_stats(Context& ctx, const Buffers& buf) const;
+  MoeStats stats(const Buffers& buf) const;
+  // aux_free only (no-op otherwise): bias_e += rate * sign(mean load - load_e),
+  // from the step counters. Call once per optimizer step, after the backward.
+  void update_bias(Context& ctx, const Buffers& buf, float rate) const;
+
+  const MoeConfig& config() const { return moe_; }
+  ParamId selection_bias() const { return bias_; }
+
+ private:
+  struct Mlp3 {
+    ParamId w1, w3, w2;
+  };
+  struct Acts {  // an MLP's saved activations (rows of its block)
+    Tensor h1, h3, act;
+  };
+  void mlp_forward(Context& ctx, const Buffers& b, const Mlp3& w, Tensor out, Tensor x,
+                   const Acts& a) const;
+  void mlp_backward(Context& ctx, const Buffers& b, const Mlp3& w, Tensor dx, Tensor dy,
+                    Tensor x, const Acts& a, const Acts& d, Tensor tmp) const;
+  std::vector<int32_t> kept_counts(const Buffers& b) const;
+
+  MoeConfig moe_;
+  bool swiglu_ = false;
+  int64_t N_ = 0, C_ = 0, E_ = 0, K_ = 0, F_ = 0, Fs_ = 0, capacity_ = 0;
+  ParamId router_, bias_;
+  std::vector<Mlp3> experts_;
+  Mlp3 shared_;
+  // Activations.
+  BufferId logits_ = -1, probs_ = -1, topk_idx_ = -1, topk_w_ = -1;   // (N, E) (N, K)
+  BufferId slot_src_ = -1, assign_slot_ = -1, counts_ = -1;           // (N*K) (N*K) (2, E) i32
+  BufferId xs_ = -1, ys_ = -1, h1_ = -1, h3_ = -1, act_ = -1;         // (S, C) (S, Fe)
+  BufferId sh1_ = -1, sh3_ = -1, sact_ = -1;                          // (N, Fs)
+  BufferId losses_ = -1, step_ = -1;  // (2): raw balance, z; (2, E) step counters
+  // Scratch (live within backward).
+  BufferId dys_ = -1, dxs_ = -1, dh1_ = -1, dh3_ = -1, dact_ = -1;   // (S, C) (S, Fe)
+  BufferId dsh1_ = -1, dsh3_ = -1, dsact_ = -1;                       // (N, Fs)
+  BufferId dtopk_ = -1, dlogits_ = -1, dtmp_ = -1, dprob_ = -1;       // (N, K) (N, E) (N, C) (E)
+};
+
+}  // namespace trainer::model

@@ -1,0 +1,220 @@
+// The MoE layer: its whole gradient (router through the combine weights, the
+// balance loss and z-loss, routed and shared experts, the input) against
+// central finite differences of the layer itself; capacity dropping in the
+// step stats; aux-loss-free balancing; determinism.
+#include <catch2/catch.hpp>
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "moe_harness.h"
+
+using namespace trainer;
+using namespace trainer::model;
+using trainer::test::MoeHarness;
+
+namespace {
+
+Tensor buffer_named(const Buffers& b, const std::string& suffix) {
+  for (size_t i = 0; i < b.buffers().size(); ++i) {
+    const std::string& n = b.buffers()[i].name;
+    if (n.size() >= suffix.size() && n.compare(n.size() - suffix.size(), suffix.size(), suffix) == 0)
+      return b.get(static_cast<BufferId>(i));
+  }
+  FAIL("no buffer " << suffix);
+  return {};
+}
+
+std::vector<int32_t> routing(const Buffers& b) {
+  std::vector<int32_t> r;
+  for (const char* name : {"topk_idx", "assign_slot"}) {
+    Tensor t = buffer_named(b, name);
+    r.insert(r.end(), t.ptr<int32_t>(), t.ptr<int32_t>() + t.numel());
+  }
+  return r;
+}
+
+// Checks every parameter and input element. The layer is float, so the
+// difference quotient of eps = 1e-2 carries about 1e-4 of rounding and
+// truncation error: tolerance 2e-3 + 2e-2 |numeric|. Coordinates whose
+// perturbation changes the routing (top-k is piecewise) are skipped.
+void gradcheck(Family family, MoeConfig mc, bool aux_only) {
+  MoeHarness h(family, mc, 6, 8, 21);
+  if (aux_only) std::fill(h.dout.begin(), h.dout.end(), 0.0f);
+  if (mc.balance == MoeBalance::aux_free) {
+    Tensor bias = h.buf.param(h.moe.selection_bias());
+    for (int64_t e = 0; e < bias.numel(); ++e) bias.ptr<float>()[e] = 0.03f * float(e % 3);
+  }
+  h.zero_grads();
+  h.forward();
+  const std::vector<int32_t> base = routing(h.buf);
+  h.backward();
+
+  int checked = 0, skipped = 0;
+  auto check = [&](float* x, float analytic, const std::string& what) {
+    const float orig = *x;
+    const float eps = 1e-2f;
+    *x = orig + eps;
+    const double up = h.objective();
+    const bool same_up = routing(h.buf) == base;
+    *x = orig - eps;
+    const double down = h.objective();
+    const bool same_down = routing(h.buf) == base;
+    *x = orig;
+    if (!same_up || !same_down) {
+      ++skipped;
+      return;
+    }
+    const double numeric = (up - down) / (2.0 * eps);
+    INFO(what << " analytic " << analytic << " numeric " << numeric);
+    CHECK(std::fabs(analytic - numeric) <= 2e-3 + 2e-2 * std::fabs(numeric));
+    ++checked;
+  };
+  double router_grad = 0;
+  for (const auto& p : h.buf.params()) {
+    Tensor w = h.buf.get(p.value), g = h.buf.get(p.grad);
+    for (int64_t i = 0; i < w.numel(); ++i) {
+      if (p.spec.name.find("gate.weight") != std::string::npos)
+        router_grad += std::fabs(g.ptr<float>()[i]);
+      check(w.ptr<float>() + i, g.ptr<float>()[i], p.spec.name + "[" + std::to_string(i) + "]");
+    }
+  }
+  for (int64_t i = 0; i < h.N * h.C; ++i)
+    check(&h.in[i], h.dinp[i], "input[" + std::to_string(i) + "]");
+  INFO("checked " << checked << " skipped " << skipped);
+  CHECK(skipped * 10 < checked);
+  CHECK(router_grad > 1e-2);  // the router gradient is exercised, not vacuously zero
+}
+
+}  // namespace
+
+TEST_CASE("moe layer gradient: SwiGLU experts, softmax, shared expert, balance + z-loss",
+          "[cpu][moe]") {
+  MoeConfig mc{.n_experts = 4, .top_k = 2, .n_shared_experts = 1, .d_ff_expert = 6,
+               .balance = MoeBalance::aux_loss, .aux_loss_coeff = 0.5f, .z_loss_coeff = 0.05f};
+  SECTION("output and aux") { gradcheck(Family::llama, mc, false); }
+  SECTION("aux losses only") { gradcheck(Family::llama, mc, true); }
+}
+
+TEST_CASE("moe layer gradient: GELU experts, sigmoid, capacity dropping", "[cpu][moe]") {
+  MoeConfig mc{.n_experts = 4, .top_k = 2, .d_ff_expert = 6, .balance = MoeBalance::aux_loss,
+               .aux_loss_coeff = 0.5f, .capacity_factor = 1.0f, .sigmoid = true};
+  SECTION("output and aux") { gradcheck(Family::gpt2, mc, false); }
+  SECTION("aux losses only") { gradcheck(Family::gpt2, mc, true); }
+}
+
+TEST_CASE("moe layer gradient: GELU experts, aux-free bias, two shared experts, top-1",
+          "[cpu][moe]") {
+  MoeConfig mc{.n_experts = 3, .top_k = 1, .n_shared_experts = 2, .d_ff_expert = 5,
+               .balance = MoeBalance::aux_free, .normalize_topk = false};
+  gradcheck(Family::gpt2, mc, false);
+}
+
+TEST_CASE("moe layer: balance loss is 1 when perfectly balanced and grows with skew",
+          "[cpu][moe]") {
+  MoeConfig mc{.n_experts = 4, .top_k = 1, .d_ff_expert = 4, .aux_loss_coeff = 1.0f};
+  MoeHarness h(Family::gpt2, mc, 8, 4, 3);
+  // Router weight 0: uniform probabilities, ties to expert 0: every token there.
+  // E/(N K) * sum_e load_e * P_e = 4/8 * 8 * 1/4 = 1 regardless of the skew
+  // of the load when P is uniform.
+  Tensor router = h.buf.param(ParamId{0});
+  std::fill(router.ptr<float>(), router.ptr<float>() + router.numel(), 0.0f);
+  h.forward();
+  CHECK(h.moe.aux_loss(h.buf) == Approx(1.0));
+  // All probability and all load on expert 0: E * 1 * 1 = 4.
+  for (int64_t c = 0; c < 4; ++c) router.ptr<float>()[c] = 0.0f;
+  for (int64_t i = 0; i < h.N * h.C; ++i) h.in[i] = 1.0f;
+  router.ptr<float>()[0] = 50.0f;
+  h.forward();
+  CHECK(h.moe.aux_loss(h.buf) == Approx(4.0).epsilon(1e-4));
+}
+
+TEST_CASE("moe layer: capacity drops are counted and dropped tokens get no expert output",
+          "[cpu][moe]") {
+  MoeConfig mc{.n_experts = 4, .top_k = 1, .d_ff_expert = 4, .balance = MoeBalance::none,
+               .capacity_factor = 1.0f};
+  MoeHarness h(Family::llama, mc, 16, 4, 5);
+  // Skew: expert 0's router row aligned with a shared input component.
+  Tensor router = h.buf.param(ParamId{0});
+  for (int64_t c = 0; c < 4; ++c) router.ptr<float>()[c] = 3.0f;
+  for (int64_t i = 0; i < h.N * h.C; ++i) h.in[i] = 0.1f * h.in[i] + 1.0f;
+  h.forward();
+  const MoeStats s = h.moe.stats(h.buf);
+  Tensor idx = buffer_named(h.buf, "topk_idx");
+  std::vector<int64_t> load(4, 0);
+  for (int64_t n = 0; n < h.N; ++n) ++load[idx.ptr<int32_t>()[n]];
+  int64_t dropped = 0;
+  for (int64_t e = 0; e < 4; ++e) dropped += std::max<int64_t>(0, load[e] - 4);  // capacity 16/4
+  REQUIRE(load[0] > 4);
+  CHECK(s.dropped == dropped);
+  CHECK(s.assignments == 16);
+  CHECK(s.imbalance == Approx(double(*std::max_element(load.begin(), load.end())) / 4.0));
+  std::vector<int64_t> seen(4, 0);
+  for (int64_t n = 0; n < h.N; ++n) {
+    const bool kept = seen[idx.ptr<int32_t>()[n]]++ < 4;
+    double norm = 0;
+    for (int64_t c = 0; c < h.C; ++c) norm += std::fabs(h.out[n * h.C + c]);
+    if (kept)
+      CHECK(norm > 0);
+    else
+      CHECK(norm == 0);
+  }
+}
+
+TEST_CASE("moe layer: aux-free bias updates lower the imbalance of a skewed input",
+          "[cpu][moe]") {
+  MoeConfig mc{.n_experts = 8, .top_k = 2, .d_ff_expert = 4, .balance = MoeBalance::aux_free};
+  MoeHarness h(Family::llama, mc, 64, 8, 9);
+  Tensor router = h.buf.param(ParamId{0});
+  for (int64_t c = 0; c < 8; ++c) router.ptr<float>()[c] += 0.3f;      // expert 0
+  for (int64_t c = 0; c < 8; ++c) router.ptr<float>()[8 + c] += 0.2f;  // expert 1
+  for (int64_t i = 0; i < h.N * h.C; ++i) h.in[i] = 0.5f * h.in[i] + 1.0f;
+  std::vector<double> imbalance;
+  for (int step = 0; step < 40; ++step) {
+    h.moe.reset_step_stats(h.ctx, h.buf);
+    h.forward();
+    imbalance.push_back(h.moe.stats(h.buf).imbalance);
+    h.moe.update_bias(h.ctx, h.buf, 0.01f);
+  }
+  for (double x : imbalance) UNSCOPED_INFO(x);
+  // A fixed-rate sign update ends oscillating around balance (near-identical
+  // tokens move together), so the check is on the mean of the last updates.
+  CHECK(imbalance.front() > 3.0);
+  double tail = 0;
+  for (size_t i = imbalance.size() - 10; i < imbalance.size(); ++i) tail += imbalance[i] / 10;
+  CHECK(tail < 0.7 * imbalance.front());
+  CHECK(*std::max_element(imbalance.begin() + 10, imbalance.end()) < imbalance.front());
+  // Combine weights never see the bias: they still sum to 1 per token.
+  Tensor w = buffer_named(h.buf, "topk_weight");
+  for (int64_t n = 0; n < h.N; ++n)
+    CHECK(w.ptr<float>()[2 * n] + w.ptr<float>()[2 * n + 1] == Approx(1.0f));
+}
+
+TEST_CASE("moe layer: forward and backward are bitwise deterministic across thread counts",
+          "[cpu][moe]") {
+  MoeConfig mc{.n_experts = 6, .top_k = 2, .n_shared_experts = 1, .d_ff_expert = 8,
+               .aux_loss_coeff = 0.1f, .z_loss_coeff = 0.01f};
+  auto run = [&](int threads) {
+    const int saved = omp_get_max_threads();
+    omp_set_num_threads(threads);
+    MoeHarness h(Family::llama, mc, 40, 16, 13);
+    h.zero_grads();
+    h.forward();
+    h.backward();
+    omp_set_num_threads(saved);
+    std::vector<float> all = h.out;
+    all.insert(all.end(), h.dinp.begin(), h.dinp.end());
+    for (const auto& p : h.buf.params()) {
+      Tensor g = h.buf.get(p.grad);
+      all.insert(all.end(), g.ptr<float>(), g.ptr<float>() + g.numel());
+    }
+    return all;
+  };
+  const std::vector<float> a = run(2), b = run(2), c = run(1);
+  CHECK(a == b);
+  CHECK(a == c);
+}
