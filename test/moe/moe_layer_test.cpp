@@ -52,6 +52,7 @@ void gradcheck(Family family, MoeConfig mc, bool aux_only) {
   h.zero_grads();
   h.forward();
   const std::vector<int32_t> base = routing(h.buf);
+  if (mc.capacity_factor > 0) REQUIRE(h.moe.stats(h.buf).dropped > 0);  // the drop path is checked
   h.backward();
 
   int checked = 0, skipped = 0;
