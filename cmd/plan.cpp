@@ -30,6 +30,11 @@ Registrar reg("plan", "validate a job and print its per-rank memory plan", [](CL
     engine::JobSpec spec = engine::load_job_spec(args->job, args->overrides);
     parallel::MeshShape shape = engine::resolve_job_mesh(spec, args->world);
     const int micro_batches = spec.train.global_batch / (spec.train.micro_batch * shape.dp);
+    // What `train` refuses (Trainer::setup), plan refuses too.
+    TRAINER_INPUT_CHECK(shape.virtual_stages == 1,
+                        "{}: parallel.virtual_stages: {}: the interleaved pipeline schedule is not "
+                        "wired into the training loop yet (1F1B, virtual_stages 1, works)",
+                        spec.source_path, shape.virtual_stages);
     // One plan per pipeline stage (one in all without pp), by the same
     // arithmetic as Trainer::setup, for dp rank 0 and tp rank 0.
     for (int stage = 0; stage < shape.pp; ++stage) {
