@@ -8,6 +8,7 @@
 #include "engine/memory_plan.h"
 #include "engine/model_from_spec.h"
 #include "engine/mesh_from_spec.h"
+#include "engine/supported.h"
 #include "engine/pipeline_runner.h"
 #include "model/model.h"
 #include "parallel/grad_sync.h"
@@ -28,6 +29,7 @@ Registrar reg("plan", "validate a job and print its per-rank memory plan", [](CL
   sub.add_option("--world", args->world, "number of ranks to plan for")->check(CLI::PositiveNumber);
   return std::function<int()>([args] {
     engine::JobSpec spec = engine::load_job_spec(args->job, args->overrides);
+    engine::check_supported(spec);
     parallel::MeshShape shape = engine::resolve_job_mesh(spec, args->world);
     const int micro_batches = spec.train.global_batch / (spec.train.micro_batch * shape.dp);
     // What `train` refuses (Trainer::setup), plan refuses too.

@@ -19,6 +19,7 @@
 #include "engine/model_from_spec.h"
 #include "engine/peak_flops.h"
 #include "engine/stop_signal.h"
+#include "engine/supported.h"
 #include "kernels/elementwise.h"
 #include "kernels/memory.h"
 #include "kernels/norm.h"
@@ -49,6 +50,7 @@ Trainer::Trainer(const JobSpec& spec, parallel::Mesh& mesh, TrainerOptions optio
 
 void Trainer::setup() {
   const JobSpec& spec = spec_;
+  check_supported(spec);
   const parallel::MeshShape& shape = mesh_->shape();
   Device device = mesh_->device();
   TRAINER_INPUT_CHECK(device == Device::cpu || shape.world == 1,
