@@ -29,7 +29,8 @@ Registrar reg("plan", "validate a job and print its per-rank memory plan", [](CL
   sub.add_option("--world", args->world, "number of ranks to plan for")->check(CLI::PositiveNumber);
   return std::function<int()>([args] {
     engine::JobSpec spec = engine::load_job_spec(args->job, args->overrides);
-    engine::check_supported(spec);
+    std::string note = engine::check_plannable(spec);
+    if (!note.empty()) fmt::print("{}\n", note);
     parallel::MeshShape shape = engine::resolve_job_mesh(spec, args->world);
     const int micro_batches = spec.train.global_batch / (spec.train.micro_batch * shape.dp);
     // What `train` refuses (Trainer::setup), plan refuses too.

@@ -3,11 +3,16 @@
 // with one line naming the key, so no job silently trains something else.
 #pragma once
 
+#include <string>
+
 #include "engine/config/job_spec.h"
 
 namespace trainer::engine {
 
 // Throws InputError for the first requested feature that is not implemented.
 void check_supported(const JobSpec& spec);
+// For `trainer plan`: the same, except that a compute dtype other than fp32
+// is returned as a note (the plan is then computed with fp32 buffers).
+std::string check_plannable(const JobSpec& spec);
 
 }  // namespace trainer::engine
