@@ -14,9 +14,11 @@ void check_model(const JobSpec& spec) {
                       "{}: model.moe: mixture-of-experts layers are not wired into the model yet "
                       "(remove the moe: block for a dense model)",
                       f);
-  TRAINER_INPUT_CHECK(spec.parallel.recompute == Recompute::none,
-                      "{}: parallel.recompute: {} is not implemented yet (none only)", f,
-                      to_string(spec.parallel.recompute));
+  // selective (Megatron: recompute the attention core) is what attention
+  // always does here: it keeps only the log-sum-exp and recomputes the
+  // probabilities in backward, so none and selective are the same plan.
+  TRAINER_INPUT_CHECK(spec.parallel.recompute != Recompute::full,
+                      "{}: parallel.recompute: full is not implemented yet (none or selective)", f);
 }
 }  // namespace
 
