@@ -21,6 +21,18 @@ model::ModelConfig model_config(const JobSpec& spec) {
   c.seed = spec.run.seed;
   c.tp = spec.parallel.tp;
   c.sequence_parallel = spec.parallel.sequence_parallel;
+  const MoESpec& e = m.moe;
+  c.moe_enabled = e.enabled;
+  c.moe_every = e.every;
+  c.moe.n_experts = e.n_experts;
+  c.moe.top_k = e.top_k;
+  c.moe.n_shared_experts = e.n_shared_experts;
+  c.moe.d_ff_expert = e.d_ff_expert;
+  c.moe.balance = e.balance == Balance::aux_free   ? model::MoeBalance::aux_free
+                  : e.balance == Balance::aux_loss ? model::MoeBalance::aux_loss
+                                                   : model::MoeBalance::none;
+  c.moe.aux_loss_coeff = static_cast<float>(e.aux_loss_coeff);
+  c.moe.capacity_factor = e.capacity_factor ? static_cast<float>(*e.capacity_factor) : 0.0f;
   return c;
 }
 

@@ -255,7 +255,8 @@ StepRecord Trainer::train_step(int step) {
   const double tokens = double(G) * T;
   const int64_t rank_first = int64_t(step - 1) * G + int64_t(dp_rank_) * (G / dp_size_);
   model_->zero_grads(ctx_);
-  double loss_sum = 0;
+  model_->reset_moe_stats(ctx_);
+  double loss_sum = 0, aux_sum = 0;
   // Gradients are averaged over dp, so each rank scales by its share of the tokens.
   const float dloss = static_cast<float>(dp_size_ / tokens);
   if (pipeline_) {
@@ -268,6 +269,7 @@ StepRecord Trainer::train_step(int step) {
       load_micro_batch(train_data_.get(), rank_first + int64_t(m) * B);
       model_->forward(ctx_);
       loss_sum += micro_batch_loss_sum();
+      aux_sum += model_->aux_loss();
       model_->backward(ctx_, dloss);
     }
   }
@@ -278,6 +280,7 @@ StepRecord Trainer::train_step(int step) {
   r.step = step;
   r.loss = parallel::group_sum(mesh_->comm(parallel::Axis::dp), loss_sum) / tokens;
   if (pipeline_) r.loss = parallel::group_sum(mesh_->comm(parallel::Axis::pp), r.loss);
+  finish_moe_step(r, aux_sum);
   r.grad_norm = grad_norm();
   double clip = spec_.optimizer.grad_clip;
   float grad_scale = 1.0f;
@@ -294,6 +297,24 @@ StepRecord Trainer::train_step(int step) {
   r.mfu = peak_flops_ > 0 ? flops / (peak_flops_ * mesh_->shape().world) : 0.0;
   history_.push_back(r);
   return r;
+}
+
+void Trainer::finish_moe_step(StepRecord& r, double aux_sum) {
+  std::vector<const model::Moe*> layers = model_->moe_layers();
+  if (layers.empty()) return;
+  parallel::Communicator& dp = mesh_->comm(parallel::Axis::dp);
+  r.moe_aux_loss = parallel::group_sum(dp, aux_sum) / (spec_.train.global_batch / spec_.train.micro_batch);
+  r.moe_imbalance = 0;
+  for (const model::Moe* m : layers) {
+    // Expert loads summed over dp, so every replica sees (and biases by) the same numbers.
+    Tensor counts = m->step_counts(model_->buffers());
+    if (dp.size() > 1) dp.all_reduce(counts, parallel::ReduceOp::sum);
+    model::MoeStats st = m->stats(model_->buffers());
+    r.moe_imbalance = std::max(r.moe_imbalance, st.imbalance);
+    r.moe_dropped += static_cast<double>(st.dropped);
+    // DeepSeek-V3's bias update speed (gamma = 0.001).
+    m->update_bias(ctx_, model_->buffers(), 1e-3f);
+  }
 }
 
 double Trainer::evaluate_pipeline() {
@@ -332,18 +353,26 @@ double Trainer::evaluate() {
 void Trainer::log_step(const StepRecord& r) {
   if (options_.log && (r.step % spec_.train.log_every == 0 || r.step == 1 ||
                        r.step == spec_.train.steps)) {
+    std::string moe;
+    if (!std::isnan(r.moe_imbalance))
+      moe = fmt::format(" | moe aux {:.4f} imbalance {:.2f} dropped {:.0f}", r.moe_aux_loss,
+                        r.moe_imbalance, r.moe_dropped);
     fmt::print(options_.log,
                "step {:>5}/{} | loss {:.4f} | lr {:.3e} | grad norm {:.4f} | {:.0f} tok/s | "
-               "{:.2f} GFLOP/s | mfu {:.1f}% | {:.0f} ms\n",
+               "{:.2f} GFLOP/s | mfu {:.1f}% | {:.0f} ms{}\n",
                r.step, spec_.train.steps, r.loss, r.lr, r.grad_norm, r.tokens_per_s,
-               r.tflops * 1e3, r.mfu * 100, r.seconds * 1e3);
+               r.tflops * 1e3, r.mfu * 100, r.seconds * 1e3, moe);
     std::fflush(options_.log);
   }
   if (metrics_) {
+    std::string moe;
+    if (!std::isnan(r.moe_imbalance))
+      moe = fmt::format(", \"moe_aux_loss\": {:.9g}, \"moe_imbalance\": {:.6g}, \"moe_dropped\": {:.0f}",
+                        r.moe_aux_loss, r.moe_imbalance, r.moe_dropped);
     fmt::print(metrics_,
                "{{\"step\": {}, \"loss\": {:.9g}, \"lr\": {:.9g}, \"grad_norm\": {:.9g}, "
-               "\"tokens_per_s\": {:.6g}, \"tflops\": {:.6g}, \"mfu\": {:.6g}}}\n",
-               r.step, r.loss, r.lr, r.grad_norm, r.tokens_per_s, r.tflops, r.mfu);
+               "\"tokens_per_s\": {:.6g}, \"tflops\": {:.6g}, \"mfu\": {:.6g}{}}}\n",
+               r.step, r.loss, r.lr, r.grad_norm, r.tokens_per_s, r.tflops, r.mfu, moe);
     std::fflush(metrics_);
   }
 }

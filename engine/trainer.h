@@ -3,6 +3,7 @@
 // gradient accumulation, clipping, LR schedule, evaluation and logging.
 #pragma once
 
+#include <cmath>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -30,6 +31,9 @@ struct StepRecord {
   int step = 0;
   double loss = 0, lr = 0, grad_norm = 0, tokens_per_s = 0, tflops = 0, mfu = 0;
   double seconds = 0;
+  // MoE only (NaN for a dense model): mean auxiliary loss per micro-batch,
+  // the worst layer's load imbalance (max / mean tokens per expert), drops.
+  double moe_aux_loss = std::nan(""), moe_imbalance = std::nan(""), moe_dropped = 0;
 };
 
 struct TrainerOptions {
@@ -66,6 +70,7 @@ class Trainer {
  private:
   void setup();
   void synchronize_gradients();
+  void finish_moe_step(StepRecord& r, double aux_sum);
   void sync_tied_table();
   double evaluate_pipeline();
   void load_micro_batch(const data::SampleSource* source, int64_t first_sample);

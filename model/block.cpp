@@ -15,7 +15,11 @@ void Block::declare(Buffers& buf, int layer, const ModelConfig& cfg, const Batch
   norm1_.declare(buf, p + (cfg.is_llama() ? ".input_layernorm" : ".ln_1"), cfg, N);
   attn_.declare(buf, p, cfg, batch);
   norm2_.declare(buf, p + (cfg.is_llama() ? ".post_attention_layernorm" : ".ln_2"), cfg, N);
-  mlp_.declare(buf, p, cfg, batch);
+  is_moe_ = cfg.is_moe_layer(layer);
+  if (is_moe_)
+    moe_.declare(buf, p, cfg, cfg.moe, batch);
+  else
+    mlp_.declare(buf, p, cfg, batch);
   mid_ = buf.add(Category::activations, p + ".residual_mid", {N, C});
   out_ = buf.add(Category::activations, p + ".residual_out", {N, C});
 }
@@ -26,13 +30,20 @@ void Block::forward(const LayerEnv& env, const Scratch& s, Tensor in) const {
   attn_.forward(env, s, mid, norm1_.out(env));
   accumulate(env.ctx, mid, in);
   norm2_.forward(env, mid);
-  mlp_.forward(env, s, out, norm2_.out(env));
+  if (is_moe_)
+    moe_.forward(env, out, norm2_.out(env));
+  else
+    mlp_.forward(env, s, out, norm2_.out(env));
   accumulate(env.ctx, out, mid);
 }
 
-void Block::backward(const LayerEnv& env, const Scratch& s, Tensor dres, Tensor in) const {
+void Block::backward(const LayerEnv& env, const Scratch& s, Tensor dres, Tensor in,
+                     float aux_dloss) const {
   Tensor dln = env.buf.get(s.dln), dtmp = env.buf.get(s.dtmp);
-  mlp_.backward(env, s, dln, dres, norm2_.out(env));
+  if (is_moe_)
+    moe_.backward(env, dln, dres, norm2_.out(env), aux_dloss);
+  else
+    mlp_.backward(env, s, dln, dres, norm2_.out(env));
   norm2_.backward(env, dtmp, dln, env.buf.get(mid_));
   accumulate(env.ctx, dres, dtmp);
   attn_.backward(env, s, dln, dres, norm1_.out(env));

@@ -6,6 +6,7 @@
 
 #include "model/attention_layer.h"
 #include "model/mlp_layer.h"
+#include "model/moe_layer.h"
 #include "model/norm_layer.h"
 
 namespace trainer::model {
@@ -15,14 +16,19 @@ class Block {
   void declare(Buffers& buf, int layer, const ModelConfig& cfg, const BatchShape& batch);
   // out() (R, C) written from in (R, C); R = residual_rows()
   void forward(const LayerEnv& env, const Scratch& s, Tensor in) const;
-  // dres (R, C): on entry d(out), on return d(in), updated in place
-  void backward(const LayerEnv& env, const Scratch& s, Tensor dres, Tensor in) const;
+  // dres (R, C): on entry d(out), on return d(in), updated in place;
+  // aux_dloss: the gradient of the objective w.r.t. an MoE layer's aux loss
+  void backward(const LayerEnv& env, const Scratch& s, Tensor dres, Tensor in,
+                float aux_dloss = 0.0f) const;
+  const Moe* moe() const { return is_moe_ ? &moe_ : nullptr; }
   Tensor out(const LayerEnv& env) const { return env.buf.get(out_); }
 
  private:
   Norm norm1_, norm2_;
   Attention attn_;
   Mlp mlp_;
+  Moe moe_;
+  bool is_moe_ = false;
   BufferId mid_ = -1, out_ = -1;
 };
 

@@ -126,9 +126,27 @@ void Model::backward(Context& ctx, float dloss) {
     copy(ctx, dres, stage_output_grad());
   for (int l = static_cast<int>(blocks_.size()) - 1; l >= 0; --l) {
     Tensor in = l == 0 ? stage_in(env) : blocks_[l - 1].out(env);
-    blocks_[l].backward(env, scratch_, dres, in);
+    // An MoE aux loss counts once per micro-batch, as the token losses do in sum.
+    blocks_[l].backward(env, scratch_, dres, in, dloss * float(batch_.tokens()));
   }
   if (cfg_.first_stage) embedding_.backward(env, scratch_, dres, input_ids());
+}
+
+std::vector<const Moe*> Model::moe_layers() const {
+  std::vector<const Moe*> out;
+  for (const Block& b : blocks_)
+    if (b.moe()) out.push_back(b.moe());
+  return out;
+}
+
+double Model::aux_loss() const {
+  double sum = 0;
+  for (const Moe* m : moe_layers()) sum += m->aux_loss(buf_);
+  return sum;
+}
+
+void Model::reset_moe_stats(Context& ctx) {
+  for (const Moe* m : moe_layers()) m->reset_step_stats(ctx, buf_);
 }
 
 double Model::flops_per_token() const {
@@ -138,7 +156,13 @@ double Model::flops_per_token() const {
   double attn_proj = C * H * D * 2 + C * Hkv * D * 2;
   double attn_core = 2.0 * T * H * D;  // QK^T and PV per token
   double per_layer = 2.0 * (mlp + attn_proj) + 2.0 * attn_core;
-  double forward = cfg_.n_layer * per_layer + 2.0 * C * V;
+  // An MoE layer: the router plus top_k routed and the shared experts' GEMMs.
+  const MoeConfig& moe = cfg_.moe;
+  double moe_mlp = (cfg_.is_llama() ? 3.0 : 2.0) * C * moe.d_ff_expert *
+                       (moe.top_k + moe.n_shared_experts) + C * moe.n_experts;
+  double forward = 2.0 * C * V;
+  for (int l = 0; l < cfg_.n_layer; ++l)
+    forward += per_layer + (cfg_.is_moe_layer(l) ? 2.0 * (moe_mlp - mlp) : 0.0);
   return 3.0 * forward;  // backward costs twice the forward
 }
 

@@ -54,6 +54,12 @@ class Model {
   // rank holds only partially (norms under sequence parallelism).
   void finish_gradients(Context& ctx);
 
+  // The mixture-of-experts layers of this stage (empty for a dense model).
+  std::vector<const Moe*> moe_layers() const;
+  // Sum of the MoE layers' auxiliary losses of the last forward.
+  double aux_loss() const;
+  void reset_moe_stats(Context& ctx);
+
   // Model FLOPs per token for forward + backward (GEMMs and attention, as in
   // the PaLM/Megatron MFU convention, causal attention counted in full).
   double flops_per_token() const;

@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "kernels/tensor.h"
+#include "model/moe_config.h"
 
 namespace trainer::model {
 
@@ -36,6 +37,12 @@ struct ModelConfig {
   // the final norm and LM head when last_stage.
   int layer_begin = 0, layer_end = -1;
   bool first_stage = true, last_stage = true;
+
+  // Mixture of experts: the MLP of every `moe_every`-th layer (1-based) is an MoE.
+  bool moe_enabled = false;
+  int moe_every = 1;
+  MoeConfig moe;
+  bool is_moe_layer(int layer) const { return moe_enabled && (layer + 1) % moe_every == 0; }
 
   int head_dim() const { return d_model / n_head; }
   int local_heads() const { return n_head / tp; }

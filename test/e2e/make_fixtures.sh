@@ -65,3 +65,23 @@ done
 sed 's/n_kv_head: 2/n_kv_head: 4/' mesh_llama.yaml >mesh_llama_kv4.yaml
 # Four layers, so pp 4 has one per stage (and pp 2 two).
 for family in gpt2 llama; do sed 's/n_layer: 2/n_layer: 4/' mesh_$family.yaml >mesh_${family}_l4.yaml; done
+
+# Mixture-of-experts jobs: GPT-2 with the balance loss, Llama with aux-loss-free
+# balancing, a shared expert and MoE in every second layer.
+cat >mesh_moe.yaml <<YAML
+run: {name: mesh, dir: runs/mesh, device: cpu, seed: 7}
+model: {family: gpt2, n_layer: 2, d_model: 32, n_head: 4, d_ff: 64, vocab_size: 1000, max_seq_len: 16,
+        moe: {n_experts: 4, top_k: 2, d_ff_expert: 32}}
+data: {train: data/random.bin}
+train: {seq_len: 16, micro_batch: 1, global_batch: 8, steps: 20, eval_every: 0}
+optimizer: {lr: 3.0e-3, warmup_steps: 2}
+YAML
+cat >mesh_moe_llama.yaml <<YAML
+run: {name: mesh, dir: runs/mesh, device: cpu, seed: 7}
+model: {family: llama, n_layer: 2, d_model: 32, n_head: 4, n_kv_head: 2, d_ff: 64, vocab_size: 1000,
+        max_seq_len: 16, moe: {n_experts: 4, top_k: 2, d_ff_expert: 32, n_shared_experts: 1, every: 2,
+        balance: aux_free}}
+data: {train: data/random.bin}
+train: {seq_len: 16, micro_batch: 1, global_batch: 8, steps: 20, eval_every: 0}
+optimizer: {lr: 3.0e-3, warmup_steps: 2}
+YAML

@@ -1,0 +1,22 @@
+// MoeConfig: the shape and balancing of a mixture-of-experts layer (kept
+// apart from moe_layer.h so ModelConfig can carry one).
+#pragma once
+
+namespace trainer::model {
+
+enum class MoeBalance { aux_loss, aux_free, none };
+
+struct MoeConfig {
+  int n_experts = 8;
+  int top_k = 2;
+  int n_shared_experts = 0;
+  int d_ff_expert = 512;
+  MoeBalance balance = MoeBalance::aux_loss;
+  float aux_loss_coeff = 0.01f;   // used when balance == aux_loss
+  float z_loss_coeff = 0.0f;      // router z-loss: coeff * mean_n logsumexp(logits_n)^2; 0 = off
+  float capacity_factor = 0.0f;   // <= 0: dropless; else capacity = ceil(cf * N * K / E)
+  bool sigmoid = false;           // DeepSeek-V3 scores; softmax otherwise
+  bool normalize_topk = true;     // combine weights = chosen scores / their sum
+};
+
+}  // namespace trainer::model
