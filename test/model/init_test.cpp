@@ -8,6 +8,7 @@
 
 #include "model/model.h"
 #include "model/rng.h"
+#include "test/common/host_arenas.h"
 
 using namespace trainer;
 using namespace trainer::model;
@@ -39,13 +40,7 @@ TEST_CASE("parameter init follows the specs", "[cpu][model]") {
   cfg.max_seq_len = 8;
   Model m(cfg, BatchShape{1, 4});
   Buffers& b = m.buffers();
-  std::vector<std::vector<char>> arenas;
-  for (int c = 0; c < kNumCategories; ++c) {
-    arenas.emplace_back(b.category_bytes(static_cast<Category>(c)) + 256, 0);
-    char* base = arenas.back().data();
-    base += (256 - reinterpret_cast<uintptr_t>(base) % 256) % 256;
-    b.bind(static_cast<Category>(c), base, Device::cpu);
-  }
+  testing::HostArenas arenas(b);
   Context ctx;
   m.init_parameters(ctx);
   for (const auto& p : b.params()) {

@@ -9,6 +9,7 @@
 
 #include "kernels/memory.h"
 #include "model/model.h"
+#include "test/common/host_arenas.h"
 
 using namespace trainer;
 using namespace trainer::model;
@@ -18,16 +19,9 @@ namespace {
 struct Harness {
   Context ctx;
   Model model;
-  std::vector<std::vector<char>> arenas;
+  testing::HostArenas arenas;
 
-  Harness(const ModelConfig& cfg, BatchShape batch) : model(cfg, batch) {
-    Buffers& b = model.buffers();
-    for (int c = 0; c < kNumCategories; ++c) {
-      arenas.emplace_back(b.category_bytes(static_cast<Category>(c)) + 256, 0);
-      char* base = arenas.back().data();
-      base += (256 - reinterpret_cast<uintptr_t>(base) % 256) % 256;
-      b.bind(static_cast<Category>(c), base, Device::cpu);
-    }
+  Harness(const ModelConfig& cfg, BatchShape batch) : model(cfg, batch), arenas(model.buffers()) {
     model.init_parameters(ctx);
     std::mt19937 rng(7);
     const int64_t N = batch.B * batch.T;

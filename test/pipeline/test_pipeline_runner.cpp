@@ -13,6 +13,7 @@
 #include "engine/pipeline_runner.h"
 #include "kernels/memory.h"
 #include "model/model.h"
+#include "test/common/host_arenas.h"
 
 using namespace trainer;
 using namespace trainer::model;
@@ -32,16 +33,9 @@ namespace {
 struct Run {
   Context ctx;
   Model model;
-  std::vector<std::vector<char>> arenas;
+  testing::HostArenas arenas;
 
-  Run(const ModelConfig& cfg, BatchShape batch) : model(cfg, batch) {
-    Buffers& b = model.buffers();
-    for (int c = 0; c < kNumCategories; ++c) {
-      arenas.emplace_back(b.category_bytes(static_cast<Category>(c)) + 256, 0);
-      char* base = arenas.back().data();
-      base += (256 - reinterpret_cast<uintptr_t>(base) % 256) % 256;
-      b.bind(static_cast<Category>(c), base, Device::cpu);
-    }
+  Run(const ModelConfig& cfg, BatchShape batch) : model(cfg, batch), arenas(model.buffers()) {
     model.init_parameters(ctx);
     model.zero_grads(ctx);
   }
