@@ -312,8 +312,7 @@ void Trainer::finish_moe_step(StepRecord& r, double aux_sum) {
     model::MoeStats st = m->stats(model_->buffers());
     r.moe_imbalance = std::max(r.moe_imbalance, st.imbalance);
     r.moe_dropped += static_cast<double>(st.dropped);
-    // DeepSeek-V3's bias update speed (gamma = 0.001).
-    m->update_bias(ctx_, model_->buffers(), 1e-3f);
+    m->update_bias(ctx_, model_->buffers(), static_cast<float>(spec_.model.moe.bias_update_rate));
   }
 }
 

@@ -37,6 +37,8 @@ struct MoESpec {
   int every = 1;                  // MoE in layers where (layer + 1) % every == 0
   Balance balance = Balance::aux_loss;
   double aux_loss_coeff = 0.01;   // >= 0
+  double z_loss_coeff = 0.0;      // >= 0: router z-loss weight (0 = off)
+  double bias_update_rate = 1e-3; // >= 0: aux_free expert-bias step per optimizer step
   std::optional<double> capacity_factor;  // null = dropless; else > 0
   bool operator==(const MoESpec&) const = default;
 };

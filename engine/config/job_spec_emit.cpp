@@ -99,9 +99,11 @@ std::string job_spec_to_yaml(const JobSpec& spec) {
   if (m.moe.enabled) {
     y += fmt::format(
         "  moe:\n    n_experts: {}\n    top_k: {}\n    n_shared_experts: {}\n    d_ff_expert: {}\n"
-        "    every: {}\n    balance: {}\n    aux_loss_coeff: {}\n    capacity_factor: {}\n",
+        "    every: {}\n    balance: {}\n    aux_loss_coeff: {}\n    z_loss_coeff: {}\n"
+        "    bias_update_rate: {}\n    capacity_factor: {}\n",
         m.moe.n_experts, m.moe.top_k, m.moe.n_shared_experts, m.moe.d_ff_expert, m.moe.every,
-        to_string(m.moe.balance), num(m.moe.aux_loss_coeff),
+        to_string(m.moe.balance), num(m.moe.aux_loss_coeff), num(m.moe.z_loss_coeff),
+        num(m.moe.bias_update_rate),
         m.moe.capacity_factor ? num(*m.moe.capacity_factor) : "null");
   } else {
     y += "  moe: null\n";

@@ -31,7 +31,8 @@ KeyNode build_key_tree() {
                                    "vocab_size", "max_seq_len", "tie_embeddings", "rope_theta",
                                    "norm_eps", "init_std", "init_from"});
   model.children.push_back(leaves("moe", {"n_experts", "top_k", "n_shared_experts", "d_ff_expert",
-                                          "every", "balance", "aux_loss_coeff", "capacity_factor"}));
+                                          "every", "balance", "aux_loss_coeff", "z_loss_coeff",
+                                          "bias_update_rate", "capacity_factor"}));
   return KeyNode{
       "",
       {leaves("run", {"name", "dir", "seed", "device"}),

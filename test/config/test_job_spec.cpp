@@ -104,7 +104,8 @@ model:
   init_std: 0.01
   init_from: hf/model.safetensors
   moe: {n_experts: 16, top_k: 4, n_shared_experts: 1, d_ff_expert: 64, every: 2,
-        balance: aux_free, aux_loss_coeff: 0.001, capacity_factor: 1.25}
+        balance: aux_free, aux_loss_coeff: 0.001, z_loss_coeff: 0.002, bias_update_rate: 0.005,
+        capacity_factor: 1.25}
 data: {train: a.bin, val: [b.bin, c.bin], format: megatron, shuffle: false}
 train: {seq_len: 100, micro_batch: 3, global_batch: 12, steps: 7, eval_every: 0, eval_batches: 2, log_every: 5}
 optimizer: {name: adamw, lr: 0.002, min_lr: 0, warmup_steps: 0, schedule: wsd, decay_steps: 3,
@@ -141,6 +142,8 @@ log: {metrics: none}
   CHECK(s.model.moe.every == 2);
   CHECK(s.model.moe.balance == Balance::aux_free);
   CHECK(s.model.moe.aux_loss_coeff == 0.001);
+  CHECK(s.model.moe.z_loss_coeff == 0.002);
+  CHECK(s.model.moe.bias_update_rate == 0.005);
   CHECK(s.model.moe.capacity_factor == 1.25);
   CHECK(s.data.train == std::vector<DataSource>{{"a.bin", 1.0}});
   CHECK(s.data.val == std::vector<DataSource>{{"b.bin", 1.0}, {"c.bin", 1.0}});
