@@ -294,18 +294,15 @@ sbatch_extra=(--time=1 --signal=B:TERM@50)
 idt=$(submit slurmtest-timelimit 100000 "$runt" --set train.global_batch=64) || fail "sbatch refused the time-limit job"
 sbatch_extra=()
 outt=$work/log/slurmtest-timelimit-$idt.out
+# Only the restart count is waited for: on the way the job passes through
+# short-lived states (SIGNALING, COMPLETING, REQUEUED) whose order races the
+# script's own `scontrol requeue`, so states are reported, not judged.
 for _ in $(seq 300); do
   [ "$(job_field "$idt" Restarts)" = 1 ] && break
-  state=$(job_field "$idt" JobState)
-  # COMPLETING and the REQUEUE states are passing ones: the script's own
-  # `scontrol requeue` can race the end of the batch step.
-  case "$state" in
-    RUNNING | PENDING | COMPLETING | CONFIGURING | REQUEUED | REQUEUE_FED | REQUEUE_HOLD) ;;
-    *) cat "$outt"; fail "time-limit job $idt ended $state before it was requeued" ;;
-  esac
   sleep 0.25
 done
-[ "$(job_field "$idt" Restarts)" = 1 ] || { cat "$outt"; fail "time-limit job $idt was not requeued within 75 s"; }
+[ "$(job_field "$idt" Restarts)" = 1 ] ||
+  { cat "$outt"; fail "time-limit job $idt was not requeued within 75 s (state $(job_field "$idt" JobState))"; }
 # A requeued job waits (BeginTime) before it may start again; cancel it there.
 scancel "$idt"
 grep -q '^stopped after step [0-9]* on signal 15$' "$outt" && grep -q '^time left [0-9:]*: requeueing job' "$outt" &&
