@@ -39,9 +39,9 @@ Registrar reg("bench", "benchmark training steps: tokens/s, FLOP/s, MFU", [](CLI
     options.write_run_dir = false;
     options.log = nullptr;
     // Under mpirun/srun the same mesh as `train` (data-parallel scaling figures).
-    parallel::LaunchEnv env = parallel::detect_launch_env();
-    parallel::Mesh mesh(env, engine::resolve_job_mesh(spec, env.world), engine::resolve_device(spec),
-                        spec.parallel.timeout_s);
+    std::unique_ptr<parallel::Mesh> mesh_ptr =
+        engine::make_job_mesh(spec, parallel::detect_launch_env());
+    parallel::Mesh& mesh = *mesh_ptr;
     engine::Trainer trainer(spec, mesh, options);
     double peak = engine::peak_flops(trainer.context(), spec.precision.compute, 2048);
     trainer.train_step(1);  // warm-up: first touch of every arena page

@@ -25,9 +25,9 @@ Registrar reg("train", "train a model from a YAML job spec", [](CLI::App& sub) {
   sub.add_option("--set", args->overrides, "override a key: key.path=value (repeatable)");
   return std::function<int()>([args] {
     engine::JobSpec spec = engine::load_job_spec(args->job, args->overrides);
-    parallel::LaunchEnv env = parallel::detect_launch_env();
-    parallel::MeshShape shape = engine::resolve_job_mesh(spec, env.world);
-    parallel::Mesh mesh(env, shape, engine::resolve_device(spec), spec.parallel.timeout_s);
+    std::unique_ptr<parallel::Mesh> mesh_ptr =
+        engine::make_job_mesh(spec, parallel::detect_launch_env());
+    parallel::Mesh& mesh = *mesh_ptr;
     error_rank() = mesh.rank();
     try {
       engine::Trainer trainer(spec, mesh);

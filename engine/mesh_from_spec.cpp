@@ -1,6 +1,7 @@
 // JobSpec -> MeshRequest -> MeshShape (all mesh rules live in resolve_mesh).
 #include "engine/mesh_from_spec.h"
 
+#include "engine/device.h"
 #include "kernels/error.h"
 
 namespace trainer::engine {
@@ -40,6 +41,11 @@ parallel::MeshShape resolve_job_mesh(const JobSpec& spec, int world) {
                       "replicating KV heads across tp ranks is not implemented yet",
                       spec.source_path, kv_heads, shape.tp);
   return shape;
+}
+
+std::unique_ptr<parallel::Mesh> make_job_mesh(const JobSpec& spec, const parallel::LaunchEnv& env) {
+  return std::make_unique<parallel::Mesh>(env, resolve_job_mesh(spec, env.world),
+                                          resolve_device(spec), spec.parallel.timeout_s);
 }
 
 }  // namespace trainer::engine

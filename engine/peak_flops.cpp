@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <map>
 #include <vector>
 
 #include "kernels/linear.h"
@@ -37,7 +38,13 @@ double measure_gemm_flops(Context& ctx, int size, int repeats) {
 }
 
 double peak_flops(Context& ctx, ComputeDtype dtype, int gemm_size) {
-  if (ctx.device == Device::cpu) return measure_gemm_flops(ctx, gemm_size);
+  if (ctx.device == Device::cpu) {
+    // Measured once per size per process: every Trainer asks (tests build many).
+    static std::map<int, double> measured;
+    auto it = measured.find(gemm_size);
+    if (it == measured.end()) it = measured.emplace(gemm_size, measure_gemm_flops(ctx, gemm_size)).first;
+    return it->second;
+  }
   // H100/H200 SXM dense: 989.4 TFLOP/s bf16/fp16, 1978.9 fp8, 494.7 tf32.
   switch (dtype) {
     case ComputeDtype::fp8: return 1978.9e12;

@@ -29,16 +29,8 @@ namespace trainer::engine {
 
 namespace fs = std::filesystem;
 
-namespace {
-std::unique_ptr<parallel::Mesh> single_rank_mesh(const JobSpec& spec) {
-  parallel::LaunchEnv env;  // one rank, no launcher
-  return std::make_unique<parallel::Mesh>(env, resolve_job_mesh(spec, 1), resolve_device(spec),
-                                          spec.parallel.timeout_s);
-}
-}  // namespace
-
 Trainer::Trainer(const JobSpec& spec, TrainerOptions options)
-    : spec_(spec), options_(options), owned_mesh_(single_rank_mesh(spec)) {
+    : spec_(spec), options_(options), owned_mesh_(make_job_mesh(spec)) {
   mesh_ = owned_mesh_.get();
   setup();
 }
@@ -181,10 +173,9 @@ void Trainer::load_micro_batch(const data::SampleSource* source, int64_t first_s
     if (source) {
       source->get(first_sample + b, host_tokens_.data());
     } else {  // synthetic: tokens are a pure function of (seed, sample, position)
-      for (int t = 0; t <= T; ++t) {
-        uint64_t h = model::hash_name(fmt::format("{}:{}:{}", spec_.run.seed, first_sample + b, t));
-        host_tokens_[t] = static_cast<int32_t>(h % V);
-      }
+      for (int t = 0; t <= T; ++t)
+        host_tokens_[t] = static_cast<int32_t>(
+            model::counter_bits(spec_.run.seed, uint64_t(first_sample + b), uint64_t(t)) % V);
     }
     std::copy(host_tokens_.begin(), host_tokens_.begin() + T, host_ids_.begin() + b * T);
     std::copy(host_tokens_.begin() + 1, host_tokens_.end(), host_targets_.begin() + b * T);

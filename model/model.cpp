@@ -60,9 +60,12 @@ void Model::init_parameters(Context& ctx) {
       // the value depends only on the global index, so every layout agrees.
       int64_t rows = t.ndim == 2 ? t.size(0) : 1, cols = t.size(-1);
       int64_t gcols = s.global_shape.size() == 2 ? s.global_shape[1] : s.global_shape[0];
-      int64_t row0 = s.tp_dim == 0 ? rows * cfg_.tp_rank : 0;
-      int64_t col0 = s.tp_dim == 1 || (s.tp_dim == 0 && t.ndim == 1) ? cols * cfg_.tp_rank : 0;
-      if (s.tp_dim == 0 && t.ndim == 1) row0 = 0;
+      // A tp shard is a block of rows (tp_dim 0 of a matrix) or of columns
+      // (tp_dim 1, or the only dim of a vector).
+      bool splits_rows = s.tp_dim == 0 && t.ndim == 2;
+      bool splits_cols = s.tp_dim == 1 || (s.tp_dim == 0 && t.ndim == 1);
+      int64_t row0 = splits_rows ? rows * cfg_.tp_rank : 0;
+      int64_t col0 = splits_cols ? cols * cfg_.tp_rank : 0;
       int64_t valid_rows = s.valid_rows < 0 ? INT64_MAX : s.valid_rows;
       uint64_t key = hash_name(s.name);
 #pragma omp parallel for schedule(static)

@@ -26,10 +26,13 @@ uint64_t hash_name(std::string_view name) {
   return h;
 }
 
+uint64_t counter_bits(uint64_t seed, uint64_t key, uint64_t index) {
+  return splitmix64(splitmix64(seed ^ splitmix64(key)) + index);
+}
+
 float normal_at(uint64_t seed, uint64_t key, uint64_t index) {
-  uint64_t base = splitmix64(seed ^ splitmix64(key));
-  double u1 = uniform(splitmix64(base + 2 * index));
-  double u2 = uniform(splitmix64(base + 2 * index + 1));
+  double u1 = uniform(counter_bits(seed, key, 2 * index));
+  double u2 = uniform(counter_bits(seed, key, 2 * index + 1));
   return static_cast<float>(std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2));
 }
 

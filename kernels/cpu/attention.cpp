@@ -84,24 +84,39 @@ TRAINER_CPU_CLONES void softmax_grad_block(float* p, float* dp, int64_t rows, in
   }
 }
 
+// The checks and views both directions share: (B, T, H, D) queries and
+// outputs, (B, T, Hkv, D) keys and values, lse (B, H, T).
+struct Problem {
+  int64_t B, T, H, D, Hkv, group;
+  float scale;
+  Heads Q, K, V, O;
+  Problem(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+          const Tensor& lse) {
+    TRAINER_CHECK(q.ndim == 4 && k.ndim == 4, "{}: q {} and k {} must be (B, T, H, D)", op,
+                  q.str(), k.str());
+    B = q.size(0), T = q.size(1), H = q.size(2), D = q.size(3), Hkv = k.size(2);
+    TRAINER_CHECK(D > 0, "{}: head dim of {} must be positive", op, q.str());
+    TRAINER_CHECK(Hkv > 0 && H % Hkv == 0, "{}: {} query heads are not a multiple of {} KV heads",
+                  op, H, Hkv);
+    Q = heads(q, B, T, H, D, op, "attention q");
+    K = heads(k, B, T, Hkv, D, op, "attention k");
+    V = heads(v, B, T, Hkv, D, op, "attention v");
+    O = heads(out, B, T, H, D, op, "attention out");
+    check_shape(lse, {B, H, T}, "attention lse");
+    group = H / Hkv;
+    scale = 1.0f / std::sqrt(static_cast<float>(D));
+  }
+};
+
 }  // namespace
 
 void attention_forward(Context& ctx, Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v) {
   const char* op = "attention_forward";
-  TRAINER_CHECK(q.ndim == 4 && k.ndim == 4, "{}: q {} and k {} must be (B, T, H, D)", op,
-                q.str(), k.str());
-  const int64_t B = q.size(0), T = q.size(1), H = q.size(2), D = q.size(3), Hkv = k.size(2);
-  TRAINER_CHECK(D > 0, "{}: head dim of {} must be positive", op, q.str());
-  TRAINER_CHECK(Hkv > 0 && H % Hkv == 0, "{}: {} query heads are not a multiple of {} KV heads",
-                op, H, Hkv);
-  const Heads Q = heads(q, B, T, H, D, op, "attention q");
-  const Heads K = heads(k, B, T, Hkv, D, op, "attention k");
-  const Heads V = heads(v, B, T, Hkv, D, op, "attention v");
-  const Heads O = heads(out, B, T, H, D, op, "attention out");
-  check_shape(lse, {B, H, T}, "attention lse");
+  const Problem P(op, q, k, v, out, lse);
+  const int64_t B = P.B, T = P.T, H = P.H, D = P.D, group = P.group;
+  const Heads &Q = P.Q, &K = P.K, &V = P.V, &O = P.O;
   float* L = f32(lse, op, "lse");
-  const int64_t group = H / Hkv;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  const float scale = P.scale;
   blas_single_threaded();
 #pragma omp parallel
   {
@@ -130,24 +145,15 @@ void attention_forward(Context& ctx, Tensor out, Tensor lse, Tensor q, Tensor k,
 void attention_backward(Context& ctx, Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor q,
                         Tensor k, Tensor v, Tensor out, Tensor lse) {
   const char* op = "attention_backward";
-  TRAINER_CHECK(q.ndim == 4 && k.ndim == 4, "{}: q {} and k {} must be (B, T, H, D)", op,
-                q.str(), k.str());
-  const int64_t B = q.size(0), T = q.size(1), H = q.size(2), D = q.size(3), Hkv = k.size(2);
-  TRAINER_CHECK(D > 0, "{}: head dim of {} must be positive", op, q.str());
-  TRAINER_CHECK(Hkv > 0 && H % Hkv == 0, "{}: {} query heads are not a multiple of {} KV heads",
-                op, H, Hkv);
-  const Heads Q = heads(q, B, T, H, D, op, "attention q");
-  const Heads K = heads(k, B, T, Hkv, D, op, "attention k");
-  const Heads V = heads(v, B, T, Hkv, D, op, "attention v");
-  const Heads O = heads(out, B, T, H, D, op, "attention out");
+  const Problem P(op, q, k, v, out, lse);
+  const int64_t B = P.B, T = P.T, H = P.H, D = P.D, Hkv = P.Hkv, group = P.group;
+  const Heads &Q = P.Q, &K = P.K, &V = P.V, &O = P.O;
   const Heads dO = heads(dout, B, T, H, D, op, "attention dout");
   const Heads dQ = heads(dq, B, T, H, D, op, "attention dq");
   const Heads dK = heads(dk, B, T, Hkv, D, op, "attention dk");
   const Heads dV = heads(dv, B, T, Hkv, D, op, "attention dv");
-  check_shape(lse, {B, H, T}, "attention lse");
   const float* L = f32(lse, op, "lse");
-  const int64_t group = H / Hkv;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  const float scale = P.scale;
   blas_single_threaded();
   // One task per KV head: the query heads sharing it accumulate into its dk, dv
   // in a fixed order, so no two threads write the same rows.

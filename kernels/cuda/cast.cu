@@ -5,6 +5,7 @@
 // max is order-free, so the result is deterministic.
 #include "kernels/cast.h"
 #include "kernels/cuda/common.cuh"
+#include "kernels/float_formats.h"
 #include "kernels/numeric.h"
 
 namespace trainer::cuda {
@@ -12,45 +13,7 @@ namespace {
 
 constexpr int kThreads = 256;
 
-struct F32 {
-  using T = float;
-  static __device__ float load(T v) { return v; }
-  static __device__ T store(float x) { return x; }
-};
-struct BF16 {
-  using T = uint16_t;
-  static __device__ float load(T v) { return bf16_to_f32(v); }
-  static __device__ T store(float x) { return f32_to_bf16(x); }
-};
-struct F16 {
-  using T = uint16_t;
-  static __device__ float load(T v) { return f16_to_f32(v); }
-  static __device__ T store(float x) { return f32_to_f16(x); }
-};
-struct E4M3 {
-  using T = uint8_t;
-  static __device__ float load(T v) { return e4m3_to_f32(v); }
-  static __device__ T store(float x) { return f32_to_e4m3(x); }
-};
-struct E5M2 {
-  using T = uint8_t;
-  static __device__ float load(T v) { return e5m2_to_f32(v); }
-  static __device__ T store(float x) { return f32_to_e5m2(x); }
-};
-
-template <class F>
-void with_format(DType d, const char* op, const char* name, F&& f) {
-  switch (d) {
-    case DType::f32: f(F32{}); return;
-    case DType::bf16: f(BF16{}); return;
-    case DType::f16: f(F16{}); return;
-    case DType::e4m3: f(E4M3{}); return;
-    case DType::e5m2: f(E5M2{}); return;
-    default: break;
-  }
-  TRAINER_CHECK(false, "{}: {} has dtype {}, expected fp32, bf16, fp16, e4m3 or e5m2", op, name,
-                dtype_name(d));
-}
+using namespace float_format;
 
 // A view padded to 4 dims on the left: flat index (row-major over shape) -> offset.
 struct View4 {
