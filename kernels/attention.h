@@ -2,6 +2,7 @@
 // KV head h / (H / Hkv); scale 1/sqrt(D). Forward saves only the log-sum-exp of
 // each row, so memory is O(T) per head; backward recomputes the probabilities
 // (as FlashAttention does).
+// Float tensors: f32, bf16 or f16 on the CPU backend, each independently; fp32 math.
 #pragma once
 
 #include "kernels/dispatch.h"

@@ -4,6 +4,7 @@
 // ignored; a target < 0 is ignored (loss 0, gradient 0). Between the passes the
 // caller max-reduces maxv and sum-reduces sumexp and target_logit over the group;
 // loss = log(sumexp) + maxv - target_logit. No rank ever holds full-vocab logits.
+// Float tensors: f32, bf16 or f16 on the CPU backend, each independently; fp32 math.
 #pragma once
 
 #include "kernels/dispatch.h"

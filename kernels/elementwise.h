@@ -1,4 +1,5 @@
 // Small elementwise ops the layers and the loop need (residual adds, zeroing, scaling).
+// Float tensors: f32, bf16 or f16 on the CPU backend, each independently; fp32 math.
 #pragma once
 
 #include "kernels/dispatch.h"
@@ -13,7 +14,7 @@ namespace trainer {
   void accumulate(Context& ctx, Tensor out, Tensor a);                                       \
   /* out *= s                                                                              */ \
   void scale(Context& ctx, Tensor out, float s);                                             \
-  /* out = value (value 0 zeroes any dtype; other values fp32 only)                        */ \
+  /* out = value (value 0 zeroes any dtype; other values: f32, and bf16/f16 on the CPU)    */ \
   void fill(Context& ctx, Tensor out, float value);                                          \
   /* dst = src, same numel; converts when the dtypes differ (round to nearest even)        */ \
   void copy(Context& ctx, Tensor dst, Tensor src);                                           \

@@ -1,5 +1,6 @@
 // Token (and learned position) embedding lookup; vocab-parallel ready: a rank holds
 // rows [vocab_start, vocab_start + V_local) of the table and ids outside give zero rows.
+// Float tensors: f32, bf16 or f16 on the CPU backend, each independently; fp32 math.
 #pragma once
 
 #include "kernels/dispatch.h"

@@ -1,4 +1,5 @@
 // GELU, tanh approximation as GPT-2 defines it: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+// Float tensors: f32, bf16 or f16 on the CPU backend, each independently; fp32 math.
 #pragma once
 
 #include "kernels/dispatch.h"

@@ -1,4 +1,5 @@
 // LayerNorm over the last dim (GPT-2). mean and rstd are saved for backward.
+// Float tensors: f32, bf16 or f16 on the CPU backend, each independently; fp32 math.
 #pragma once
 
 #include "kernels/dispatch.h"

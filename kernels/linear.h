@@ -1,5 +1,6 @@
 // Linear layer: the three GEMMs of a fully connected layer, weights stored (out, in)
 // as PyTorch and Hugging Face store them. Leading dims of inp/out are flattened (M rows).
+// Float tensors: f32, bf16 or f16 on the CPU backend, each independently; fp32 math.
 #pragma once
 
 #include "kernels/dispatch.h"

@@ -7,6 +7,7 @@
 // token n's k-th choice. The plan puts the kept assignments in S = N * K slots
 // ordered by expert, then by token: slot_src[s] = a (or -1 past the kept
 // ones) and assign_slot[a] = s (or -1 when dropped). Integer tensors are i32.
+// Float tensors: f32, bf16 or f16 on the CPU backend, each independently; fp32 math.
 #pragma once
 
 #include "kernels/dispatch.h"

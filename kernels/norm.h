@@ -1,5 +1,6 @@
 // Squared L2 norm of a tensor, the building block of the global gradient norm
 // (shards add their partial sums, then one all-reduce).
+// Float tensors: f32, bf16 or f16 on the CPU backend, each independently; fp32 math.
 #pragma once
 
 #include "kernels/dispatch.h"

@@ -1,4 +1,5 @@
 // RMSNorm over the last dim (Llama): no mean, no bias. rstd is saved for backward.
+// Float tensors: f32, bf16 or f16 on the CPU backend, each independently; fp32 math.
 #pragma once
 
 #include "kernels/dispatch.h"

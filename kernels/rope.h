@@ -1,5 +1,6 @@
 // Rotary position embedding in Hugging Face's rotate-half layout: dim i pairs with
 // i + D/2, angle = (pos_offset + t) * theta^(-2i/D). Backward is the inverse rotation.
+// Float tensors: f32, bf16 or f16 on the CPU backend, each independently; fp32 math.
 #pragma once
 
 #include "kernels/dispatch.h"

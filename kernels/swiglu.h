@@ -1,4 +1,5 @@
 // SwiGLU gate of the Llama MLP: silu(gate) * up, with gate and up from separate linears.
+// Float tensors: f32, bf16 or f16 on the CPU backend, each independently; fp32 math.
 #pragma once
 
 #include "kernels/dispatch.h"

@@ -3,7 +3,8 @@
 // only the keys it can see (the upper triangle is skipped), with the softmax
 // between them. Forward keeps only the log-sum-exp; backward recomputes the
 // probabilities. Scratch: two (64, T) fp32 buffers per OpenMP thread, kept
-// across calls (thread_scratch slots 0 and 1).
+// across calls (thread_scratch slots 0 and 1). bf16/fp16 q, k, v, ... are staged
+// into contiguous fp32 copies (staging.h); fp32 views are used with their strides.
 #include "kernels/attention.h"
 
 #include <cblas.h>
@@ -12,6 +13,7 @@
 #include <limits>
 
 #include "kernels/cpu/cpu_common.h"
+#include "kernels/cpu/staging.h"
 
 namespace trainer::cpu {
 
@@ -27,14 +29,13 @@ struct Heads {
   float* at(int64_t b, int64_t h) const { return data + b * stride_b + h * stride_h; }
 };
 
-Heads heads(const Tensor& t, int64_t B, int64_t T, int64_t H, int64_t D, const char* op,
-            const char* name) {
-  TRAINER_CHECK(t.device == Device::cpu && t.dtype == DType::f32,
-                "{}: {} is {}; the CPU backend computes in fp32 only", op, name, t.str());
+Heads heads(Staging& st, const Tensor& t, int64_t B, int64_t T, int64_t H, int64_t D,
+            const char* op, const char* name, bool write) {
   check_shape(t, {B, T, H, D}, name);
   TRAINER_CHECK(t.stride[3] == 1 || D == 1, "{}: {} {} needs a contiguous head dim", op, name,
                 t.str());
-  return Heads{static_cast<float*>(t.data), t.stride[0], t.stride[1], t.stride[2]};
+  const StagedView v = st.view(t, name, !write, write);
+  return Heads{v.data, v.stride[0], v.stride[1], v.stride[2]};
 }
 
 // Rows r of s (rows, ld) belong to query i0 + r and see keys [0, i0 + r].
@@ -85,24 +86,27 @@ TRAINER_CPU_CLONES void softmax_grad_block(float* p, float* dp, int64_t rows, in
 }
 
 // The checks and views both directions share: (B, T, H, D) queries and
-// outputs, (B, T, Hkv, D) keys and values, lse (B, H, T).
+// outputs, (B, T, Hkv, D) keys and values, lse (B, H, T). out and lse are
+// written forward, read backward.
 struct Problem {
   int64_t B, T, H, D, Hkv, group;
   float scale;
   Heads Q, K, V, O;
-  Problem(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-          const Tensor& lse) {
+  float* L;
+  Problem(const char* op, Staging& st, const Tensor& q, const Tensor& k, const Tensor& v,
+          const Tensor& out, const Tensor& lse, bool forward) {
     TRAINER_CHECK(q.ndim == 4 && k.ndim == 4, "{}: q {} and k {} must be (B, T, H, D)", op,
                   q.str(), k.str());
     B = q.size(0), T = q.size(1), H = q.size(2), D = q.size(3), Hkv = k.size(2);
     TRAINER_CHECK(D > 0, "{}: head dim of {} must be positive", op, q.str());
     TRAINER_CHECK(Hkv > 0 && H % Hkv == 0, "{}: {} query heads are not a multiple of {} KV heads",
                   op, H, Hkv);
-    Q = heads(q, B, T, H, D, op, "attention q");
-    K = heads(k, B, T, Hkv, D, op, "attention k");
-    V = heads(v, B, T, Hkv, D, op, "attention v");
-    O = heads(out, B, T, H, D, op, "attention out");
+    Q = heads(st, q, B, T, H, D, op, "attention q", false);
+    K = heads(st, k, B, T, Hkv, D, op, "attention k", false);
+    V = heads(st, v, B, T, Hkv, D, op, "attention v", false);
+    O = heads(st, out, B, T, H, D, op, "attention out", forward);
     check_shape(lse, {B, H, T}, "attention lse");
+    L = forward ? st.out(lse, "lse") : const_cast<float*>(st.in(lse, "lse"));
     group = H / Hkv;
     scale = 1.0f / std::sqrt(static_cast<float>(D));
   }
@@ -112,10 +116,11 @@ struct Problem {
 
 void attention_forward(Context& ctx, Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v) {
   const char* op = "attention_forward";
-  const Problem P(op, q, k, v, out, lse);
+  Staging st(op);
+  const Problem P(op, st, q, k, v, out, lse, true);
   const int64_t B = P.B, T = P.T, H = P.H, D = P.D, group = P.group;
   const Heads &Q = P.Q, &K = P.K, &V = P.V, &O = P.O;
-  float* L = f32(lse, op, "lse");
+  float* L = P.L;
   const float scale = P.scale;
   blas_single_threaded();
 #pragma omp parallel
@@ -140,19 +145,21 @@ void attention_forward(Context& ctx, Tensor out, Tensor lse, Tensor q, Tensor k,
       }
     }
   }
+  st.commit();
 }
 
 void attention_backward(Context& ctx, Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor q,
                         Tensor k, Tensor v, Tensor out, Tensor lse) {
   const char* op = "attention_backward";
-  const Problem P(op, q, k, v, out, lse);
+  Staging st(op);
+  const Problem P(op, st, q, k, v, out, lse, false);
   const int64_t B = P.B, T = P.T, H = P.H, D = P.D, Hkv = P.Hkv, group = P.group;
   const Heads &Q = P.Q, &K = P.K, &V = P.V, &O = P.O;
-  const Heads dO = heads(dout, B, T, H, D, op, "attention dout");
-  const Heads dQ = heads(dq, B, T, H, D, op, "attention dq");
-  const Heads dK = heads(dk, B, T, Hkv, D, op, "attention dk");
-  const Heads dV = heads(dv, B, T, Hkv, D, op, "attention dv");
-  const float* L = f32(lse, op, "lse");
+  const Heads dO = heads(st, dout, B, T, H, D, op, "attention dout", false);
+  const Heads dQ = heads(st, dq, B, T, H, D, op, "attention dq", true);
+  const Heads dK = heads(st, dk, B, T, Hkv, D, op, "attention dk", true);
+  const Heads dV = heads(st, dv, B, T, Hkv, D, op, "attention dv", true);
+  const float* L = P.L;
   const float scale = P.scale;
   blas_single_threaded();
   // One task per KV head: the query heads sharing it accumulate into its dk, dv
@@ -207,6 +214,7 @@ void attention_backward(Context& ctx, Tensor dq, Tensor dk, Tensor dv, Tensor do
       }
     }
   }
+  st.commit();
 }
 
 }  // namespace trainer::cpu

@@ -30,12 +30,12 @@
 
 namespace trainer::cpu {
 
-// An fp32 tensor on the CPU, contiguous (the CPU ops take no strided views
-// except attention's q/k/v/out, which check their own strides).
+// An fp32 tensor on the CPU, contiguous: for arguments that are fp32 by contract
+// (AdamW's parameters, gradients and state). Float arguments that may also be bf16
+// or fp16 go through Staging (staging.h).
 inline float* f32(const Tensor& t, const char* op, const char* name) {
   TRAINER_CHECK(t.device == Device::cpu, "{}: {} is {}, expected a CPU tensor", op, name, t.str());
-  TRAINER_CHECK(t.dtype == DType::f32, "{}: {} is {}; the CPU backend computes in fp32 only", op,
-                name, t.str());
+  TRAINER_CHECK(t.dtype == DType::f32, "{}: {} is {}, expected fp32", op, name, t.str());
   TRAINER_CHECK(t.contiguous(), "{}: {} {} must be contiguous", op, name, t.str());
   return static_cast<float*>(t.data);
 }

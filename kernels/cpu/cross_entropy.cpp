@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "kernels/cpu/cpu_common.h"
+#include "kernels/cpu/staging.h"
 
 namespace trainer::cpu {
 
@@ -50,11 +51,13 @@ void cross_entropy_max(Context& ctx, Tensor maxv, Tensor logits, int64_t vocab_s
   const int64_t N = logits.size(0), Vp = logits.size(-1);
   check_shape(logits, {N, Vp}, "cross_entropy_max logits");
   check_shape(maxv, {N}, "cross_entropy_max maxv");
-  float* mx = f32(maxv, op, "maxv");
-  const float* x = f32(logits, op, "logits");
+  Staging st(op);
+  float* mx = st.out(maxv, "maxv");
+  const float* x = st.in(logits, "logits");
   const int64_t V = valid_columns(Vp, vocab_start, vocab_size);
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; ++n) mx[n] = row_max(x + n * Vp, V);
+  st.commit();
 }
 
 void cross_entropy_sumexp(Context& ctx, Tensor sumexp, Tensor target_logit, Tensor logits,
@@ -66,10 +69,11 @@ void cross_entropy_sumexp(Context& ctx, Tensor sumexp, Tensor target_logit, Tens
   check_shape(sumexp, {N}, "cross_entropy_sumexp sumexp");
   check_shape(target_logit, {N}, "cross_entropy_sumexp target_logit");
   check_shape(targets, {N}, "cross_entropy_sumexp targets");
-  float* se = f32(sumexp, op, "sumexp");
-  float* tl = f32(target_logit, op, "target_logit");
-  const float* x = f32(logits, op, "logits");
-  const float* mx = f32(maxv, op, "maxv");
+  Staging st(op);
+  float* se = st.out(sumexp, "sumexp");
+  float* tl = st.out(target_logit, "target_logit");
+  const float* x = st.in(logits, "logits");
+  const float* mx = st.in(maxv, "maxv");
   const int32_t* tg = i32(targets, op, "targets");
   check_targets(op, tg, N, vocab_size);
   const int64_t V = valid_columns(Vp, vocab_start, vocab_size);
@@ -80,6 +84,7 @@ void cross_entropy_sumexp(Context& ctx, Tensor sumexp, Tensor target_logit, Tens
     const int64_t local = static_cast<int64_t>(tg[n]) - vocab_start;
     tl[n] = (tg[n] >= 0 && local >= 0 && local < V) ? row[local] : 0.0f;
   }
+  st.commit();
 }
 
 void cross_entropy_loss(Context& ctx, Tensor losses, Tensor maxv, Tensor sumexp,
@@ -91,12 +96,14 @@ void cross_entropy_loss(Context& ctx, Tensor losses, Tensor maxv, Tensor sumexp,
   check_shape(sumexp, {N}, "cross_entropy_loss sumexp");
   check_shape(target_logit, {N}, "cross_entropy_loss target_logit");
   check_shape(targets, {N}, "cross_entropy_loss targets");
-  float* l = f32(losses, op, "losses");
-  const float* mx = f32(maxv, op, "maxv");
-  const float* se = f32(sumexp, op, "sumexp");
-  const float* tl = f32(target_logit, op, "target_logit");
+  Staging st(op);
+  float* l = st.out(losses, "losses");
+  const float* mx = st.in(maxv, "maxv");
+  const float* se = st.in(sumexp, "sumexp");
+  const float* tl = st.in(target_logit, "target_logit");
   const int32_t* tg = i32(targets, op, "targets");
   for (int64_t n = 0; n < N; ++n) l[n] = tg[n] < 0 ? 0.0f : std::log(se[n]) + mx[n] - tl[n];
+  st.commit();
 }
 
 void cross_entropy_backward(Context& ctx, Tensor dlogits, Tensor logits, Tensor maxv,
@@ -110,11 +117,12 @@ void cross_entropy_backward(Context& ctx, Tensor dlogits, Tensor logits, Tensor 
   check_shape(sumexp, {N}, "cross_entropy_backward sumexp");
   check_shape(targets, {N}, "cross_entropy_backward targets");
   check_shape(dloss, {N}, "cross_entropy_backward dloss");
-  float* dx = f32(dlogits, op, "dlogits");
-  const float* x = f32(logits, op, "logits");
-  const float* mx = f32(maxv, op, "maxv");
-  const float* se = f32(sumexp, op, "sumexp");
-  const float* dl = f32(dloss, op, "dloss");
+  Staging st(op);
+  float* dx = st.out(dlogits, "dlogits");
+  const float* x = st.in(logits, "logits");
+  const float* mx = st.in(maxv, "maxv");
+  const float* se = st.in(sumexp, "sumexp");
+  const float* dl = st.in(dloss, "dloss");
   const int32_t* tg = i32(targets, op, "targets");
   check_targets(op, tg, N, vocab_size);
   const int64_t V = valid_columns(Vp, vocab_start, vocab_size);
@@ -130,6 +138,7 @@ void cross_entropy_backward(Context& ctx, Tensor dlogits, Tensor logits, Tensor 
     const int64_t local = static_cast<int64_t>(tg[n]) - vocab_start;
     if (local >= 0 && local < V) drow[local] -= dl[n];
   }
+  st.commit();
 }
 
 }  // namespace trainer::cpu

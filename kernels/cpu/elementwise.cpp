@@ -1,7 +1,10 @@
-// CPU elementwise ops: residual adds, accumulation, scaling, fill and same-dtype copy.
+// CPU elementwise ops: residual adds, accumulation, scaling, fill and copy.
 #include "kernels/elementwise.h"
 
+#include "kernels/cast.h"
 #include "kernels/cpu/cpu_common.h"
+#include "kernels/cpu/staging.h"
+#include "kernels/numeric.h"
 
 namespace trainer::cpu {
 
@@ -16,28 +19,34 @@ void check_numel(const Tensor& a, const Tensor& b, const char* op) {
 void add(Context& ctx, Tensor out, Tensor a, Tensor b) {
   check_numel(out, a, "add");
   check_numel(out, b, "add");
-  float* o = f32(out, "add", "out");
-  const float* x = f32(a, "add", "a");
-  const float* y = f32(b, "add", "b");
+  Staging st("add");
+  float* o = st.out(out, "out");
+  const float* x = st.in(a, "a");
+  const float* y = st.in(b, "b");
   const int64_t n = out.numel();
 #pragma omp parallel for simd schedule(static)
   for (int64_t i = 0; i < n; ++i) o[i] = x[i] + y[i];
+  st.commit();
 }
 
 void accumulate(Context& ctx, Tensor out, Tensor a) {
   check_numel(out, a, "accumulate");
-  float* o = f32(out, "accumulate", "out");
-  const float* x = f32(a, "accumulate", "a");
+  Staging st("accumulate");
+  float* o = st.inout(out, "out");
+  const float* x = st.in(a, "a");
   const int64_t n = out.numel();
 #pragma omp parallel for simd schedule(static)
   for (int64_t i = 0; i < n; ++i) o[i] += x[i];
+  st.commit();
 }
 
 void scale(Context& ctx, Tensor out, float s) {
-  float* o = f32(out, "scale", "out");
+  Staging st("scale");
+  float* o = st.inout(out, "out");
   const int64_t n = out.numel();
 #pragma omp parallel for simd schedule(static)
   for (int64_t i = 0; i < n; ++i) o[i] *= s;
+  st.commit();
 }
 
 void fill(Context& ctx, Tensor out, float value) {
@@ -55,7 +64,17 @@ void fill(Context& ctx, Tensor out, float value) {
     }
     return;
   }
-  float* o = f32(out, "fill", "out");
+  if (out.dtype == DType::bf16 || out.dtype == DType::f16) {
+    // The value rounded once into the dtype, as a staged fp32 fill would store it.
+    const uint16_t bits = out.dtype == DType::bf16 ? f32_to_bf16(value) : f32_to_f16(value);
+    uint16_t* o = static_cast<uint16_t*>(out.data);
+#pragma omp parallel for simd schedule(static)
+    for (int64_t i = 0; i < n; ++i) o[i] = bits;
+    return;
+  }
+  TRAINER_CHECK(out.dtype == DType::f32, "fill: {} must be f32, bf16 or f16 for the value {}",
+                out.str(), value);
+  float* o = static_cast<float*>(out.data);
 #pragma omp parallel for simd schedule(static)
   for (int64_t i = 0; i < n; ++i) o[i] = value;
 }
@@ -63,12 +82,20 @@ void fill(Context& ctx, Tensor out, float value) {
 void copy(Context& ctx, Tensor dst, Tensor src) {
   TRAINER_CHECK(dst.device == Device::cpu && src.device == Device::cpu,
                 "copy: {} <- {} must both be CPU tensors", dst.str(), src.str());
-  TRAINER_CHECK(dst.dtype == src.dtype,
-                "copy: {} <- {}: dtypes differ; conversions go through cast() (kernels/cast.h)",
-                dst.str(), src.str());
   check_numel(dst, src, "copy");
   TRAINER_CHECK(dst.contiguous() && src.contiguous(), "copy: {} <- {} must be contiguous",
                 dst.str(), src.str());
+  if (dst.dtype != src.dtype) {
+    // One rounding into dst's dtype, the conversion of cast() (which refuses non-float
+    // dtypes); flat views, since only the numels agree.
+    const int64_t n = dst.numel();
+    Tensor d = dst, s = src;
+    d.ndim = s.ndim = 1;
+    d.shape = s.shape = {n, 0, 0, 0};
+    d.stride = s.stride = {1, 0, 0, 0};
+    cpu::cast(ctx, d, s, Tensor{});
+    return;
+  }
   if (dst.data == src.data) return;
   char* d = static_cast<char*>(dst.data);
   const char* s = static_cast<const char*>(src.data);

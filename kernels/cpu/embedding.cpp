@@ -3,6 +3,7 @@
 #include "kernels/embedding.h"
 
 #include "kernels/cpu/cpu_common.h"
+#include "kernels/cpu/staging.h"
 
 namespace trainer::cpu {
 
@@ -40,10 +41,11 @@ void embedding_forward(Context& ctx, Tensor out, Tensor ids, Tensor wte, Tensor 
                        int64_t pos_offset, int64_t vocab_start) {
   const char* op = "embedding_forward";
   const EmbeddingShape s = check_embedding(op, out, ids, wte, wpe, T, pos_offset);
-  float* o = f32(out, op, "out");
+  Staging st(op);
+  float* o = st.out(out, "out");
   const int32_t* id = i32(ids, op, "ids");
-  const float* te = f32(wte, op, "wte");
-  const float* pe = wpe.empty() ? nullptr : f32(wpe, op, "wpe");
+  const float* te = st.in(wte, "wte");
+  const float* pe = wpe.empty() ? nullptr : st.in(wpe, "wpe");
   const int64_t C = s.C;
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < s.N; ++n) {
@@ -62,16 +64,18 @@ void embedding_forward(Context& ctx, Tensor out, Tensor ids, Tensor wte, Tensor 
       std::memset(row, 0, sizeof(float) * C);
     }
   }
+  st.commit();
 }
 
 void embedding_backward(Context& ctx, Tensor dwte, Tensor dwpe, Tensor dout, Tensor ids,
                         int64_t T, int64_t pos_offset, int64_t vocab_start) {
   const char* op = "embedding_backward";
   const EmbeddingShape s = check_embedding(op, dout, ids, dwte, dwpe, T, pos_offset);
-  const float* dy = f32(dout, op, "dout");
+  Staging st(op);
+  const float* dy = st.in(dout, "dout");
   const int32_t* id = i32(ids, op, "ids");
-  float* dte = f32(dwte, op, "dwte");
-  float* dpe = dwpe.empty() ? nullptr : f32(dwpe, op, "dwpe");
+  float* dte = st.inout(dwte, "dwte");
+  float* dpe = dwpe.empty() ? nullptr : st.inout(dwpe, "dwpe");
   const int64_t C = s.C;
 #pragma omp parallel
   {
@@ -94,6 +98,7 @@ void embedding_backward(Context& ctx, Tensor dwte, Tensor dwpe, Tensor dout, Ten
       }
     }
   }
+  st.commit();
 }
 
 }  // namespace trainer::cpu

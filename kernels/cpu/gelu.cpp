@@ -2,6 +2,7 @@
 #include "kernels/gelu.h"
 
 #include "kernels/cpu/cpu_common.h"
+#include "kernels/cpu/staging.h"
 
 namespace trainer::cpu {
 
@@ -38,8 +39,9 @@ TRAINER_CPU_CLONES void gelu_backward_range(float* dinp, const float* dout, cons
 
 void gelu_forward(Context& ctx, Tensor out, Tensor inp) {
   TRAINER_CHECK(out.numel() == inp.numel(), "gelu_forward: out {} vs inp {}", out.str(), inp.str());
-  float* o = f32(out, "gelu_forward", "out");
-  const float* x = f32(inp, "gelu_forward", "inp");
+  Staging st("gelu_forward");
+  float* o = st.out(out, "out");
+  const float* x = st.in(inp, "inp");
   const int64_t n = inp.numel();
 #pragma omp parallel
   {
@@ -47,14 +49,16 @@ void gelu_forward(Context& ctx, Tensor out, Tensor inp) {
     split_range(n, omp_get_thread_num(), omp_get_num_threads(), &b, &e);
     if (e > b) gelu_forward_range(o + b, x + b, e - b);
   }
+  st.commit();
 }
 
 void gelu_backward(Context& ctx, Tensor dinp, Tensor dout, Tensor inp) {
   TRAINER_CHECK(dinp.numel() == inp.numel() && dout.numel() == inp.numel(),
                 "gelu_backward: dinp {}, dout {}, inp {} differ", dinp.str(), dout.str(), inp.str());
-  float* dx = f32(dinp, "gelu_backward", "dinp");
-  const float* dy = f32(dout, "gelu_backward", "dout");
-  const float* x = f32(inp, "gelu_backward", "inp");
+  Staging st("gelu_backward");
+  float* dx = st.out(dinp, "dinp");
+  const float* dy = st.in(dout, "dout");
+  const float* x = st.in(inp, "inp");
   const int64_t n = inp.numel();
 #pragma omp parallel
   {
@@ -62,6 +66,7 @@ void gelu_backward(Context& ctx, Tensor dinp, Tensor dout, Tensor inp) {
     split_range(n, omp_get_thread_num(), omp_get_num_threads(), &b, &e);
     if (e > b) gelu_backward_range(dx + b, dy + b, x + b, e - b);
   }
+  st.commit();
 }
 
 }  // namespace trainer::cpu

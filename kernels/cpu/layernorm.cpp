@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "kernels/cpu/cpu_common.h"
+#include "kernels/cpu/staging.h"
 
 namespace trainer::cpu {
 
@@ -62,14 +63,16 @@ void layernorm_forward(Context& ctx, Tensor out, Tensor mean, Tensor rstd, Tenso
   check_shape(rstd, {N}, "layernorm_forward rstd");
   check_shape(weight, {C}, "layernorm_forward weight");
   check_shape(bias, {C}, "layernorm_forward bias");
-  float* o = f32(out, op, "out");
-  float* mu = f32(mean, op, "mean");
-  float* rs = f32(rstd, op, "rstd");
-  const float* x = f32(inp, op, "inp");
-  const float* w = f32(weight, op, "weight");
-  const float* b = f32(bias, op, "bias");
+  Staging st(op);
+  float* o = st.out(out, "out");
+  float* mu = st.out(mean, "mean");
+  float* rs = st.out(rstd, "rstd");
+  const float* x = st.in(inp, "inp");
+  const float* w = st.in(weight, "weight");
+  const float* b = st.in(bias, "bias");
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; ++n) layernorm_row(o + n * C, mu + n, rs + n, x + n * C, w, b, C, eps);
+  st.commit();
 }
 
 void layernorm_backward(Context& ctx, Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout,
@@ -84,14 +87,15 @@ void layernorm_backward(Context& ctx, Tensor dinp, Tensor dweight, Tensor dbias,
   check_shape(weight, {C}, "layernorm_backward weight");
   check_shape(dweight, {C}, "layernorm_backward dweight");
   check_shape(dbias, {C}, "layernorm_backward dbias");
-  float* dx = f32(dinp, op, "dinp");
-  float* dw = f32(dweight, op, "dweight");
-  float* db = f32(dbias, op, "dbias");
-  const float* dy = f32(dout, op, "dout");
-  const float* x = f32(inp, op, "inp");
-  const float* w = f32(weight, op, "weight");
-  const float* mu = f32(mean, op, "mean");
-  const float* rs = f32(rstd, op, "rstd");
+  Staging st(op);
+  float* dx = st.out(dinp, "dinp");
+  float* dw = st.inout(dweight, "dweight");
+  float* db = st.inout(dbias, "dbias");
+  const float* dy = st.in(dout, "dout");
+  const float* x = st.in(inp, "inp");
+  const float* w = st.in(weight, "weight");
+  const float* mu = st.in(mean, "mean");
+  const float* rs = st.in(rstd, "rstd");
   const int num_threads = omp_get_max_threads();
   float* partial = thread_scratch(1, static_cast<size_t>(num_threads) * 2 * C);
 #pragma omp parallel num_threads(num_threads)
@@ -115,6 +119,7 @@ void layernorm_backward(Context& ctx, Tensor dinp, Tensor dweight, Tensor dbias,
       }
     }
   }
+  st.commit();
 }
 
 }  // namespace trainer::cpu

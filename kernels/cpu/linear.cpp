@@ -9,6 +9,7 @@
 #include <string>
 
 #include "kernels/cpu/cpu_common.h"
+#include "kernels/cpu/staging.h"
 
 namespace trainer::cpu {
 
@@ -95,13 +96,14 @@ void linear_forward(Context& ctx, Tensor out, Tensor inp, Tensor weight, Tensor 
   const int64_t M = leading_rows(inp, K, op, "inp");
   leading_rows(out, N, op, "out");
   check_same_leading(out, inp, op);
-  float* o = f32(out, op, "out");
-  const float* x = f32(inp, op, "inp");
-  const float* w = f32(weight, op, "weight");
+  Staging st(op);
+  float* o = st.out(out, "out");
+  const float* x = st.in(inp, "inp");
+  const float* w = st.in(weight, "weight");
   const float* b = nullptr;
   if (!bias.empty()) {
     check_shape(bias, {N}, "linear_forward bias");
-    b = f32(bias, op, "bias");
+    b = st.in(bias, "bias");
   }
   blas_single_threaded();
   // The larger of M and N is split so each thread's GEMM stays large (the LM
@@ -123,6 +125,7 @@ void linear_forward(Context& ctx, Tensor out, Tensor inp, Tensor weight, Tensor 
                     x + m0 * K, K, w + n0 * K, K, 1.0f, o + m0 * N + n0, N);
     }
   }
+  st.commit();
 }
 
 void linear_backward(Context& ctx, Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout,
@@ -134,20 +137,21 @@ void linear_backward(Context& ctx, Tensor dinp, Tensor dweight, Tensor dbias, Te
   const int64_t M = leading_rows(inp, K, op, "inp");
   leading_rows(dout, N, op, "dout");
   check_same_leading(dout, inp, op);
-  const float* dy = f32(dout, op, "dout");
-  const float* x = f32(inp, op, "inp");
-  const float* w = f32(weight, op, "weight");
-  float* dw = f32(dweight, op, "dweight");
+  Staging st(op);
+  const float* dy = st.in(dout, "dout");
+  const float* x = st.in(inp, "inp");
+  const float* w = st.in(weight, "weight");
+  float* dw = st.inout(dweight, "dweight");
   float* dx = nullptr;
   if (!dinp.empty()) {
     leading_rows(dinp, K, op, "dinp");
     check_same_leading(dinp, inp, op);
-    dx = f32(dinp, op, "dinp");
+    dx = st.out(dinp, "dinp");
   }
   float* db = nullptr;
   if (!dbias.empty()) {
     check_shape(dbias, {N}, "linear_backward dbias");
-    db = f32(dbias, op, "dbias");
+    db = st.inout(dbias, "dbias");
   }
   blas_single_threaded();
 #pragma omp parallel
@@ -176,6 +180,7 @@ void linear_backward(Context& ctx, Tensor dinp, Tensor dweight, Tensor dbias, Te
       }
     }
   }
+  st.commit();
 }
 
 }  // namespace trainer::cpu

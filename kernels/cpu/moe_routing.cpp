@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "kernels/cpu/cpu_common.h"
+#include "kernels/cpu/staging.h"
 
 namespace trainer::cpu {
 
@@ -40,14 +41,15 @@ void moe_route_forward(Context&, Tensor probs, Tensor topk_idx, Tensor topk_weig
   check_shape(topk_idx, {N, K}, "moe_route_forward topk_idx");
   check_shape(topk_weight, {N, K}, "moe_route_forward topk_weight");
   TRAINER_CHECK(K >= 1 && K <= E, "{}: top_k {} must be in 1..{}", op, K, E);
-  const float* l = f32(logits, op, "logits");
-  float* p = f32(probs, op, "probs");
+  Staging st(op);
+  const float* l = st.in(logits, "logits");
+  float* p = st.out(probs, "probs");
   int32_t* idx = i32w(topk_idx, op, "topk_idx");
-  float* w = f32(topk_weight, op, "topk_weight");
+  float* w = st.out(topk_weight, "topk_weight");
   const float* bias = nullptr;
   if (!select_bias.empty()) {
     check_shape(select_bias, {E}, "moe_route_forward select_bias");
-    bias = f32(select_bias, op, "select_bias");
+    bias = st.in(select_bias, "select_bias");
   }
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; ++n) {
@@ -75,6 +77,7 @@ void moe_route_forward(Context&, Tensor probs, Tensor topk_idx, Tensor topk_weig
       for (int64_t k = 0; k < K; ++k) wn[k] *= inv;
     }
   }
+  st.commit();
 }
 
 void moe_route_backward(Context&, Tensor dlogits, Tensor dtopk_weight, Tensor logits,
@@ -87,15 +90,16 @@ void moe_route_backward(Context&, Tensor dlogits, Tensor dtopk_weight, Tensor lo
   check_shape(dlogits, {N, E}, "moe_route_backward dlogits");
   check_shape(topk_idx, {N, K}, "moe_route_backward topk_idx");
   check_shape(dtopk_weight, {N, K}, "moe_route_backward dtopk_weight");
-  float* dl = f32(dlogits, op, "dlogits");
-  const float* l = f32(logits, op, "logits");
-  const float* p = f32(probs, op, "probs");
+  Staging st(op);
+  float* dl = st.out(dlogits, "dlogits");
+  const float* l = st.in(logits, "logits");
+  const float* p = st.in(probs, "probs");
   const int32_t* idx = i32(topk_idx, op, "topk_idx");
-  const float* dw = f32(dtopk_weight, op, "dtopk_weight");
+  const float* dw = st.in(dtopk_weight, "dtopk_weight");
   const float* aux = nullptr;
   if (!per_expert_dprob.empty()) {
     check_shape(per_expert_dprob, {E}, "moe_route_backward per_expert_dprob");
-    aux = f32(per_expert_dprob, op, "per_expert_dprob");
+    aux = st.in(per_expert_dprob, "per_expert_dprob");
   }
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; ++n) {
@@ -133,6 +137,7 @@ void moe_route_backward(Context&, Tensor dlogits, Tensor dtopk_weight, Tensor lo
         dln[e] += static_cast<float>(2.0 * z_grad * lse * std::exp(ln[e] - lse));
     }
   }
+  st.commit();
 }
 
 void moe_plan(Context&, Tensor slot_src, Tensor assign_slot, Tensor load, Tensor kept,
@@ -180,8 +185,9 @@ void moe_gather(Context&, Tensor out, Tensor inp, Tensor slot_src, int64_t top_k
   check_shape(out, {S, C}, "moe_gather out");
   check_shape(inp, {N, C}, "moe_gather inp");
   check_shape(slot_src, {S}, "moe_gather slot_src");
-  float* o = f32(out, op, "out");
-  const float* x = f32(inp, op, "inp");
+  Staging st(op);
+  float* o = st.out(out, "out");
+  const float* x = st.in(inp, "inp");
   const int32_t* src = i32(slot_src, op, "slot_src");
 #pragma omp parallel for schedule(static)
   for (int64_t s = 0; s < S; ++s) {
@@ -190,6 +196,7 @@ void moe_gather(Context&, Tensor out, Tensor inp, Tensor slot_src, int64_t top_k
     else
       std::memcpy(o + s * C, x + (src[s] / top_k) * C, C * sizeof(float));
   }
+  st.commit();
 }
 
 void moe_gather_backward(Context&, Tensor dinp, Tensor dout, Tensor assign_slot) {
@@ -198,8 +205,9 @@ void moe_gather_backward(Context&, Tensor dinp, Tensor dout, Tensor assign_slot)
   check_shape(dinp, {N, C}, "moe_gather_backward dinp");
   check_shape(dout, {N * K, C}, "moe_gather_backward dout");
   check_shape(assign_slot, {N * K}, "moe_gather_backward assign_slot");
-  float* dx = f32(dinp, op, "dinp");
-  const float* dy = f32(dout, op, "dout");
+  Staging st(op);
+  float* dx = st.inout(dinp, "dinp");
+  const float* dy = st.in(dout, "dout");
   const int32_t* slot = i32(assign_slot, op, "assign_slot");
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; ++n)
@@ -208,6 +216,7 @@ void moe_gather_backward(Context&, Tensor dinp, Tensor dout, Tensor assign_slot)
       if (s < 0) continue;
       for (int64_t c = 0; c < C; ++c) dx[n * C + c] += dy[s * C + c];
     }
+  st.commit();
 }
 
 void moe_combine(Context&, Tensor out, Tensor expert_out, Tensor assign_slot,
@@ -218,10 +227,11 @@ void moe_combine(Context&, Tensor out, Tensor expert_out, Tensor assign_slot,
   check_shape(expert_out, {N * K, C}, "moe_combine expert_out");
   check_shape(assign_slot, {N * K}, "moe_combine assign_slot");
   check_shape(topk_weight, {N, K}, "moe_combine topk_weight");
-  float* o = f32(out, op, "out");
-  const float* y = f32(expert_out, op, "expert_out");
+  Staging st(op);
+  float* o = st.inout(out, "out");
+  const float* y = st.in(expert_out, "expert_out");
   const int32_t* slot = i32(assign_slot, op, "assign_slot");
-  const float* w = f32(topk_weight, op, "topk_weight");
+  const float* w = st.in(topk_weight, "topk_weight");
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; ++n)
     for (int64_t k = 0; k < K; ++k) {
@@ -230,6 +240,7 @@ void moe_combine(Context&, Tensor out, Tensor expert_out, Tensor assign_slot,
       const float wk = w[n * K + k];
       for (int64_t c = 0; c < C; ++c) o[n * C + c] += wk * y[s * C + c];
     }
+  st.commit();
 }
 
 void moe_combine_backward(Context&, Tensor dexpert_out, Tensor dtopk_weight, Tensor dout,
@@ -244,13 +255,14 @@ void moe_combine_backward(Context&, Tensor dexpert_out, Tensor dtopk_weight, Ten
   check_shape(assign_slot, {N * K}, "moe_combine_backward assign_slot");
   check_shape(slot_src, {N * K}, "moe_combine_backward slot_src");
   check_shape(topk_weight, {N, K}, "moe_combine_backward topk_weight");
-  float* dy = f32(dexpert_out, op, "dexpert_out");
-  float* dw = f32(dtopk_weight, op, "dtopk_weight");
-  const float* g = f32(dout, op, "dout");
-  const float* y = f32(expert_out, op, "expert_out");
+  Staging st(op);
+  float* dy = st.out(dexpert_out, "dexpert_out");
+  float* dw = st.out(dtopk_weight, "dtopk_weight");
+  const float* g = st.in(dout, "dout");
+  const float* y = st.in(expert_out, "expert_out");
   const int32_t* slot = i32(assign_slot, op, "assign_slot");
   const int32_t* src = i32(slot_src, op, "slot_src");
-  const float* w = f32(topk_weight, op, "topk_weight");
+  const float* w = st.in(topk_weight, "topk_weight");
 #pragma omp parallel for schedule(static)
   for (int64_t s = 0; s < N * K; ++s) {
     float* d = dy + s * C;
@@ -271,6 +283,7 @@ void moe_combine_backward(Context&, Tensor dexpert_out, Tensor dtopk_weight, Ten
         dot += static_cast<double>(g[(a / K) * C + c]) * y[s * C + c];
     dw[a] = static_cast<float>(dot);
   }
+  st.commit();
 }
 
 }  // namespace trainer::cpu

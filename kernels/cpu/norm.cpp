@@ -3,6 +3,7 @@
 #include "kernels/norm.h"
 
 #include "kernels/cpu/cpu_common.h"
+#include "kernels/cpu/staging.h"
 
 namespace trainer::cpu {
 
@@ -19,8 +20,9 @@ TRAINER_CPU_CLONES double sum_squares_range(const float* x, int64_t n) {
 
 void sum_of_squares(Context& ctx, Tensor out, Tensor x) {
   check_shape(out, {1}, "sum_of_squares out");
-  float* o = f32(out, "sum_of_squares", "out");
-  const float* p = f32(x, "sum_of_squares", "x");
+  Staging st("sum_of_squares");
+  float* o = st.inout(out, "out");
+  const float* p = st.in(x, "x");
   const int64_t n = x.numel();
   // Fixed-size chunks summed in index order: the same bits for any thread count.
   constexpr int64_t kChunk = 1 << 14;
@@ -32,6 +34,7 @@ void sum_of_squares(Context& ctx, Tensor out, Tensor x) {
   double total = 0.0;
   for (int64_t c = 0; c < num_chunks; ++c) total += partial[c];
   o[0] = static_cast<float>(static_cast<double>(o[0]) + total);
+  st.commit();
 }
 
 }  // namespace trainer::cpu

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "kernels/cpu/cpu_common.h"
+#include "kernels/cpu/staging.h"
 
 namespace trainer::cpu {
 
@@ -44,12 +45,14 @@ void rmsnorm_forward(Context& ctx, Tensor out, Tensor rstd, Tensor inp, Tensor w
   check_shape(out, {N, C}, "rmsnorm_forward out");
   check_shape(rstd, {N}, "rmsnorm_forward rstd");
   check_shape(weight, {C}, "rmsnorm_forward weight");
-  float* o = f32(out, op, "out");
-  float* rs = f32(rstd, op, "rstd");
-  const float* x = f32(inp, op, "inp");
-  const float* w = f32(weight, op, "weight");
+  Staging st(op);
+  float* o = st.out(out, "out");
+  float* rs = st.out(rstd, "rstd");
+  const float* x = st.in(inp, "inp");
+  const float* w = st.in(weight, "weight");
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; ++n) rmsnorm_row(o + n * C, rs + n, x + n * C, w, C, eps);
+  st.commit();
 }
 
 void rmsnorm_backward(Context& ctx, Tensor dinp, Tensor dweight, Tensor dout, Tensor inp,
@@ -62,12 +65,13 @@ void rmsnorm_backward(Context& ctx, Tensor dinp, Tensor dweight, Tensor dout, Te
   check_shape(rstd, {N}, "rmsnorm_backward rstd");
   check_shape(weight, {C}, "rmsnorm_backward weight");
   check_shape(dweight, {C}, "rmsnorm_backward dweight");
-  float* dx = f32(dinp, op, "dinp");
-  float* dw = f32(dweight, op, "dweight");
-  const float* dy = f32(dout, op, "dout");
-  const float* x = f32(inp, op, "inp");
-  const float* w = f32(weight, op, "weight");
-  const float* rs = f32(rstd, op, "rstd");
+  Staging st(op);
+  float* dx = st.out(dinp, "dinp");
+  float* dw = st.inout(dweight, "dweight");
+  const float* dy = st.in(dout, "dout");
+  const float* x = st.in(inp, "inp");
+  const float* w = st.in(weight, "weight");
+  const float* rs = st.in(rstd, "rstd");
   const int num_threads = omp_get_max_threads();
   float* partial = thread_scratch(1, static_cast<size_t>(num_threads) * C);
 #pragma omp parallel num_threads(num_threads)
@@ -85,6 +89,7 @@ void rmsnorm_backward(Context& ctx, Tensor dinp, Tensor dweight, Tensor dout, Te
     for (int u = 0; u < omp_get_num_threads(); ++u)
       for (int64_t c = c0; c < c1; ++c) dw[c] += partial[static_cast<int64_t>(u) * C + c];
   }
+  st.commit();
 }
 
 }  // namespace trainer::cpu

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "kernels/cpu/cpu_common.h"
+#include "kernels/cpu/staging.h"
 
 namespace trainer::cpu {
 
@@ -19,8 +20,9 @@ void rope_apply(const char* op, Tensor out, Tensor inp, float theta, int64_t pos
   TRAINER_CHECK(D % 2 == 0, "{}: head dim {} must be even", op, D);
   TRAINER_CHECK(theta > 0.0f && pos_offset >= 0, "{}: theta {} and pos_offset {}", op, theta,
                 pos_offset);
-  float* o = f32(out, op, "out");
-  const float* x = f32(inp, op, "inp");
+  Staging st(op);
+  float* o = st.out(out, "out");
+  const float* x = st.in(inp, "inp");
   const int64_t half = D / 2;
 #pragma omp parallel
   {
@@ -49,6 +51,7 @@ void rope_apply(const char* op, Tensor out, Tensor inp, float theta, int64_t pos
       }
     }
   }
+  st.commit();
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 #include "kernels/swiglu.h"
 
 #include "kernels/cpu/cpu_common.h"
+#include "kernels/cpu/staging.h"
 
 namespace trainer::cpu {
 
@@ -37,9 +38,10 @@ void swiglu_forward(Context& ctx, Tensor out, Tensor gate, Tensor up) {
   check_shape(gate, {N, F}, "swiglu_forward gate");
   check_shape(up, {N, F}, "swiglu_forward up");
   check_shape(out, {N, F}, "swiglu_forward out");
-  float* o = f32(out, op, "out");
-  const float* g = f32(gate, op, "gate");
-  const float* u = f32(up, op, "up");
+  Staging st(op);
+  float* o = st.out(out, "out");
+  const float* g = st.in(gate, "gate");
+  const float* u = st.in(up, "up");
   const int64_t n = N * F;
 #pragma omp parallel
   {
@@ -47,6 +49,7 @@ void swiglu_forward(Context& ctx, Tensor out, Tensor gate, Tensor up) {
     split_range(n, omp_get_thread_num(), omp_get_num_threads(), &b, &e);
     if (e > b) swiglu_forward_range(o + b, g + b, u + b, e - b);
   }
+  st.commit();
 }
 
 void swiglu_backward(Context& ctx, Tensor dgate, Tensor dup, Tensor dout, Tensor gate,
@@ -58,11 +61,12 @@ void swiglu_backward(Context& ctx, Tensor dgate, Tensor dup, Tensor dout, Tensor
   check_shape(dout, {N, F}, "swiglu_backward dout");
   check_shape(dgate, {N, F}, "swiglu_backward dgate");
   check_shape(dup, {N, F}, "swiglu_backward dup");
-  float* dg = f32(dgate, op, "dgate");
-  float* du = f32(dup, op, "dup");
-  const float* dy = f32(dout, op, "dout");
-  const float* g = f32(gate, op, "gate");
-  const float* u = f32(up, op, "up");
+  Staging st(op);
+  float* dg = st.out(dgate, "dgate");
+  float* du = st.out(dup, "dup");
+  const float* dy = st.in(dout, "dout");
+  const float* g = st.in(gate, "gate");
+  const float* u = st.in(up, "up");
   const int64_t n = N * F;
 #pragma omp parallel
   {
@@ -70,6 +74,7 @@ void swiglu_backward(Context& ctx, Tensor dgate, Tensor dup, Tensor dout, Tensor
     split_range(n, omp_get_thread_num(), omp_get_num_threads(), &b, &e);
     if (e > b) swiglu_backward_range(dg + b, du + b, dy + b, g + b, u + b, e - b);
   }
+  st.commit();
 }
 
 }  // namespace trainer::cpu
