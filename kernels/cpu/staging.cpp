@@ -5,14 +5,35 @@
 #include <deque>
 #include <limits>
 
-#include "kernels/float_formats.h"
+#include "kernels/cpu/half_convert.h"
+#include "kernels/numeric.h"
 
 namespace trainer::cpu {
 
 namespace {
 
-using float_format::BF16;
-using float_format::F16;
+// bf16 <-> fp32 as numeric.h converts, written with selects instead of branches
+// so the loops vectorise in every clone. fp16 uses half_convert.h.
+TRAINER_CPU_INLINE float bf16_load(uint16_t h) {
+  return std::bit_cast<float>(static_cast<uint32_t>(h) << 16);
+}
+
+TRAINER_CPU_INLINE uint16_t bf16_store(float x) {
+  const uint32_t u = std::bit_cast<uint32_t>(x);
+  const uint32_t rounded = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
+  const uint32_t nan = 0u - static_cast<uint32_t>((u & 0x7FFFFFFFu) > 0x7F800000u);
+  return static_cast<uint16_t>((rounded & ~nan) | (kBF16NaN & nan));
+}
+
+TRAINER_CPU_CLONES void bf16_to_f32_n(const uint16_t* src, float* dst, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) dst[i] = bf16_load(src[i]);
+}
+
+TRAINER_CPU_CLONES void f32_to_bf16_n(const float* src, uint16_t* dst, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) dst[i] = bf16_store(src[i]);
+}
 
 // Below this many elements a conversion stays on the calling thread.
 constexpr int64_t kParallelMin = 1 << 15;
@@ -74,45 +95,51 @@ struct Rows {
 };
 
 // Tensor t (bf16 or fp16, any strides) -> contiguous fp32 dst, exactly.
-template <class Fmt>
 void load(float* dst, const Tensor& t) {
-  const auto* src = static_cast<const typename Fmt::T*>(t.data);
+  const auto* src = static_cast<const uint16_t*>(t.data);
+  const auto convert = t.dtype == DType::bf16 ? bf16_to_f32_n : f16_to_f32_n;
   if (t.contiguous()) {
-    parallel_ranges(t.numel(), [&](int64_t b, int64_t e) {
-#pragma omp simd
-      for (int64_t i = b; i < e; ++i) dst[i] = Fmt::load(src[i]);
-    });
+    parallel_ranges(t.numel(), [&](int64_t b, int64_t e) { convert(src + b, dst + b, e - b); });
     return;
   }
   const Rows rows(t);
   const int64_t cols = rows.cols(), cs = rows.stride[3];
   parallel_ranges(rows.num_rows() * cols, [&](int64_t b, int64_t e) {
     for (int64_t r = b / cols; r * cols < e; ++r) {
-      const typename Fmt::T* s = src + rows.row_offset(r);
+      const uint16_t* s = src + rows.row_offset(r);
       const int64_t c0 = std::max(b - r * cols, int64_t{0}), c1 = std::min(e - r * cols, cols);
-      for (int64_t c = c0; c < c1; ++c) dst[r * cols + c] = Fmt::load(s[c * cs]);
+      if (cs == 1) {
+        convert(s + c0, dst + r * cols + c0, c1 - c0);
+      } else {
+        for (int64_t c = c0; c < c1; ++c)
+          dst[r * cols + c] =
+              t.dtype == DType::bf16 ? bf16_to_f32(s[c * cs]) : f16_to_f32(s[c * cs]);
+      }
     }
   });
 }
 
 // Contiguous fp32 src -> tensor t (bf16 or fp16, any strides), one rounding each.
-template <class Fmt>
 void store(const Tensor& t, const float* src) {
-  auto* dst = static_cast<typename Fmt::T*>(t.data);
+  auto* dst = static_cast<uint16_t*>(t.data);
+  const auto convert = t.dtype == DType::bf16 ? f32_to_bf16_n : f32_to_f16_n;
   if (t.contiguous()) {
-    parallel_ranges(t.numel(), [&](int64_t b, int64_t e) {
-#pragma omp simd
-      for (int64_t i = b; i < e; ++i) dst[i] = Fmt::store(src[i]);
-    });
+    parallel_ranges(t.numel(), [&](int64_t b, int64_t e) { convert(src + b, dst + b, e - b); });
     return;
   }
   const Rows rows(t);
   const int64_t cols = rows.cols(), cs = rows.stride[3];
   parallel_ranges(rows.num_rows() * cols, [&](int64_t b, int64_t e) {
     for (int64_t r = b / cols; r * cols < e; ++r) {
-      typename Fmt::T* d = dst + rows.row_offset(r);
+      uint16_t* d = dst + rows.row_offset(r);
       const int64_t c0 = std::max(b - r * cols, int64_t{0}), c1 = std::min(e - r * cols, cols);
-      for (int64_t c = c0; c < c1; ++c) d[c * cs] = Fmt::store(src[r * cols + c]);
+      if (cs == 1) {
+        convert(src + r * cols + c0, d + c0, c1 - c0);
+      } else {
+        for (int64_t c = c0; c < c1; ++c)
+          d[c * cs] = t.dtype == DType::bf16 ? f32_to_bf16(src[r * cols + c])
+                                             : f32_to_f16(src[r * cols + c]);
+      }
     }
   });
 }
@@ -166,8 +193,7 @@ StagedView Staging::stage(const Tensor& t, const char* name, bool read, bool wri
     Entry& e = entries_[i];
     if (same_view(e.tensor, t)) {
       if (read && !e.loaded) {
-        if (t.dtype == DType::bf16) load<BF16>(e.buffer, t);
-        else load<F16>(e.buffer, t);
+        load(e.buffer, t);
         e.loaded = true;
       }
       e.written = e.written || write;
@@ -187,10 +213,7 @@ StagedView Staging::stage(const Tensor& t, const char* name, bool read, bool wri
   if (pool_base_ == kNoPool) pool_base_ = thread_pool().used;
   Entry& e = entries_[num_entries_++];
   e = Entry{t, name, acquire(static_cast<size_t>(t.numel())), read, write};
-  if (read) {
-    if (t.dtype == DType::bf16) load<BF16>(e.buffer, t);
-    else load<F16>(e.buffer, t);
-  }
+  if (read) load(e.buffer, t);
   return StagedView{e.buffer, fresh.stride};
 }
 
@@ -198,8 +221,7 @@ void Staging::commit() {
   for (int i = 0; i < num_entries_; ++i) {
     const Entry& e = entries_[i];
     if (!e.written) continue;
-    if (e.tensor.dtype == DType::bf16) store<BF16>(e.tensor, e.buffer);
-    else store<F16>(e.tensor, e.buffer);
+    store(e.tensor, e.buffer);
   }
 }
 

@@ -513,3 +513,52 @@ TEST_CASE("mixed dtype: bad float arguments are refused", "[cpu][mixed_dtype]") 
   CHECK_NOTHROW(cpu::gelu_forward(ctx, as(a, DType::bf16, {8}, 8), as(a, DType::bf16, {8})));
   CHECK_NOTHROW(cpu::gelu_forward(ctx, as(b, DType::f16, {4, 4}), as(b, DType::f16, {16})));
 }
+
+TEST_CASE("mixed dtype: staged conversions are numeric.h's, bit for bit", "[cpu][mixed_dtype]") {
+  Context ctx;
+  for (DType d : {DType::bf16, DType::f16}) {
+    INFO(dtype_name(d));
+    // Every 16-bit code through load and store (scale by 1 is exact): unchanged,
+    // except that NaNs come back as the canonical NaN.
+    std::vector<uint16_t> codes(65536);
+    for (uint32_t c = 0; c < 65536; ++c) codes[c] = static_cast<uint16_t>(c);
+    cpu::scale(ctx, Tensor(codes.data(), {256, 256}, d), 1.0f);
+    int64_t wrong = 0, first = -1;
+    for (uint32_t c = 0; c < 65536; ++c) {
+      const float x = d == DType::bf16 ? bf16_to_f32(static_cast<uint16_t>(c))
+                                       : f16_to_f32(static_cast<uint16_t>(c));
+      const uint16_t want = d == DType::bf16 ? f32_to_bf16(x) : f32_to_f16(x);
+      if (codes[c] != want && wrong++ == 0) first = c;
+    }
+    INFO("first wrong code " << first << " came back as " << (first < 0 ? 0 : codes[first]));
+    CHECK(wrong == 0);
+
+    // fp32 patterns through store: out = a + (-0) is a for every a, then rounded once.
+    // Every high half with the low halves around each rounding tie, random patterns,
+    // and the fp16 subnormal ties (k + 1/2) 2^-24 with their neighbours.
+    std::vector<uint32_t> bits;
+    for (uint32_t hi = 0; hi < 65536; ++hi)
+      for (uint32_t lo : {0x0000u, 0x0001u, 0x0FFFu, 0x1000u, 0x1001u, 0x2FFFu, 0x3000u, 0x3001u,
+                          0x7FFFu, 0x8000u, 0x8001u, 0xFFFFu})
+        bits.push_back(hi << 16 | lo);
+    std::mt19937 rng(5);
+    for (int i = 0; i < (1 << 20); ++i) bits.push_back(static_cast<uint32_t>(rng()));
+    for (int k = 0; k < 4096; ++k) {
+      const uint32_t tie = f32_bits((k + 0.5f) * 5.9604644775390625e-8f);
+      for (uint32_t b : {tie - 1, tie, tie + 1, tie | 0x80000000u}) bits.push_back(b);
+    }
+    const int64_t n = static_cast<int64_t>(bits.size());
+    std::vector<float> a(n), minus_zero(n, -0.0f);
+    for (int64_t i = 0; i < n; ++i) a[i] = f32_from_bits(bits[i]);
+    std::vector<uint16_t> out(n);
+    cpu::add(ctx, Tensor(out.data(), {n}, d), view(a, {n}), view(minus_zero, {n}));
+    wrong = 0, first = -1;
+    for (int64_t i = 0; i < n; ++i) {
+      const uint16_t want = d == DType::bf16 ? f32_to_bf16(a[i]) : f32_to_f16(a[i]);
+      if (out[i] != want && wrong++ == 0) first = i;
+    }
+    INFO("first wrong fp32 pattern " << std::hex << (first < 0 ? 0 : bits[first]) << " stored as "
+                                      << (first < 0 ? 0 : out[first]));
+    CHECK(wrong == 0);
+  }
+}
