@@ -178,10 +178,8 @@ Staging::~Staging() {
   if (pool_base_ != kNoPool) thread_pool().used = pool_base_;
 }
 
-StagedView Staging::stage(const Tensor& t, const char* name, bool read, bool write,
-                          bool strided) {
-  TRAINER_CHECK(t.device == Device::cpu, "{}: {} is {}, expected a CPU tensor", op_, name,
-                t.str());
+StagedView Staging::stage(const Tensor& t, const char* name, bool read, bool write, bool strided) {
+  TRAINER_CHECK(t.device == Device::cpu, "{}: {} is {}, expected a CPU tensor", op_, name, t.str());
   TRAINER_CHECK(strided || t.contiguous(), "{}: {} {} must be contiguous", op_, name, t.str());
   if (t.dtype == DType::f32) return StagedView{static_cast<float*>(t.data), t.stride};
   TRAINER_CHECK(t.dtype == DType::bf16 || t.dtype == DType::f16,
@@ -201,9 +199,8 @@ StagedView Staging::stage(const Tensor& t, const char* name, bool read, bool wri
     }
     // Views into one buffer at different offsets (q, k, v of a fused QKV) are
     // fine when strided; contiguous ones must be disjoint if either is written.
-    TRAINER_CHECK(e.tensor.data != t.data,
-                  "{}: {} {} and {} {} view the same memory differently", op_, name, t.str(),
-                  e.name, e.tensor.str());
+    TRAINER_CHECK(e.tensor.data != t.data, "{}: {} {} and {} {} view the same memory differently",
+                  op_, name, t.str(), e.name, e.tensor.str());
     TRAINER_CHECK(!(write || e.written) || !e.tensor.contiguous() || !t.contiguous() ||
                       !bytes_overlap(e.tensor, t),
                   "{}: {} {} overlaps {} {}, and one of them is written", op_, name, t.str(),

@@ -35,7 +35,9 @@ class Staging {
   Staging& operator=(const Staging&) = delete;
 
   // Contiguous tensors.
-  const float* in(const Tensor& t, const char* name) { return stage(t, name, true, false, false).data; }
+  const float* in(const Tensor& t, const char* name) {
+    return stage(t, name, true, false, false).data;
+  }
   float* out(const Tensor& t, const char* name) { return stage(t, name, false, true, false).data; }
   float* inout(const Tensor& t, const char* name) { return stage(t, name, true, true, false).data; }
   // Any strides (attention's q/k/v views into a fused buffer): the caller indexes

@@ -124,7 +124,8 @@ class Case {
       }
       // The narrow run: each storage in its dtype.
       std::vector<std::vector<uint8_t>> narrow;
-      for (size_t i = 0; i < storages_.size(); ++i) narrow.push_back(bytes_of(i, dtypes[i], values[i]));
+      for (size_t i = 0; i < storages_.size(); ++i)
+        narrow.push_back(bytes_of(i, dtypes[i], values[i]));
       run(ops, narrow, dtypes, nullptr);
       // The reference: the same values in fp32, then every storage rounded into its dtype.
       std::vector<DType> f32s(dtypes.size(), DType::f32);
@@ -142,8 +143,8 @@ class Case {
           for (float& x : v) x = round_to(dtypes[i], x);
           want = encode(dtypes[i], v);
         }
-        INFO("storage " << i << " (" << dtype_name(dtypes[i]) << "): " << first_difference(
-                 narrow[i], want, dtypes[i]));
+        INFO("storage " << i << " (" << dtype_name(dtypes[i])
+                        << "): " << first_difference(narrow[i], want, dtypes[i]));
         const bool identical = narrow[i] == want;
         CHECK(identical);
       }
@@ -221,7 +222,9 @@ class Case {
   std::vector<View> views_;
 };
 
-std::string name(const char* op, int64_t rows) { return std::string(op) + ", rows " + std::to_string(rows); }
+std::string name(const char* op, int64_t rows) {
+  return std::string(op) + ", rows " + std::to_string(rows);
+}
 
 std::vector<int32_t> random_ints(size_t n, int32_t lo, int32_t hi, uint32_t seed) {
   std::mt19937 rng(seed);
@@ -253,7 +256,8 @@ TEST_CASE("mixed dtype: linear forward and backward", "[cpu][mixed_dtype]") {
     const int db = g.tensor(Role::param, {N}), dy = g.tensor(Role::act, {M, N});
     const int x2 = g.tensor(Role::act, {M, K}), w2 = g.tensor(Role::param, {N, K});
     g.check({
-        OP(cpu::linear_backward(ctx, t[dx], t[dw], t[db], t[dy], t[x2], t[w2])),  // accumulates dw, db
+        // Accumulates dw and db.
+        OP(cpu::linear_backward(ctx, t[dx], t[dw], t[db], t[dy], t[x2], t[w2])),
         OP(cpu::linear_backward(ctx, Tensor{}, t[dw], Tensor{}, t[dy], t[x2], t[w2])),
     });
   }
@@ -297,7 +301,8 @@ TEST_CASE("mixed dtype: layernorm and rmsnorm", "[cpu][mixed_dtype]") {
     const int x2 = g.tensor(Role::act, {N, C}), w2 = g.tensor(Role::param, {C});
     const int mean2 = g.tensor(Role::stat, {N}), rstd2 = g.tensor(Role::stat, {N}, 0.5f, 2.0f);
     g.check({
-        OP(cpu::layernorm_backward(ctx, t[dx], t[dw], t[db], t[dy], t[x2], t[w2], t[mean2], t[rstd2])),
+        OP(cpu::layernorm_backward(ctx, t[dx], t[dw], t[db], t[dy], t[x2], t[w2], t[mean2],
+                                   t[rstd2])),
     });
 
     Case r(name("rmsnorm_forward", N));
@@ -346,8 +351,9 @@ TEST_CASE("mixed dtype: gelu and swiglu, in place too", "[cpu][mixed_dtype]") {
     const int pg = p.tensor(Role::act, {N, F}, -4.0f, 4.0f), pu = p.tensor(Role::act, {N, F});
     const int pdy = p.tensor(Role::act, {N, F});
     p.check({
-        OP(cpu::swiglu_backward(ctx, t[pg], t[pu], t[pdy], t[pg], t[pu])),  // dgate = gate, dup = up
-        OP(cpu::swiglu_forward(ctx, t[pdy], t[pg], t[pdy])),  // out = up
+        // dgate = gate and dup = up, then out = up.
+        OP(cpu::swiglu_backward(ctx, t[pg], t[pu], t[pdy], t[pg], t[pu])),
+        OP(cpu::swiglu_forward(ctx, t[pdy], t[pg], t[pdy])),
     });
   }
 }
@@ -389,7 +395,8 @@ TEST_CASE("mixed dtype: attention on fused QKV views", "[cpu][mixed_dtype]") {
     const int dout = f.tensor(Role::act, {B, T, H, D});
     f.check({
         OP(cpu::attention_forward(ctx, t[out], t[lse], t[q], t[k], t[v])),
-        OP(cpu::attention_backward(ctx, t[dq], t[dk], t[dv], t[dout], t[q], t[k], t[v], t[out], t[lse])),
+        OP(cpu::attention_backward(ctx, t[dq], t[dk], t[dv], t[dout], t[q], t[k], t[v], t[out],
+                                   t[lse])),
     });
   }
 }
@@ -409,12 +416,15 @@ TEST_CASE("mixed dtype: cross-entropy passes, backward in place", "[cpu][mixed_d
       const int dloss = f.tensor(Role::stat, {N}, 0.1f, 1.0f);
       const int dlogits = f.tensor(Role::act, {N, Vp});
       f.check({
-           OP(cpu::cross_entropy_max(ctx, t[maxv], t[logits], vocab_start, vocab_size)),
-           OP(cpu::cross_entropy_sumexp(ctx, t[sumexp], t[tlogit], t[logits], t[maxv], t[tg], vocab_start, vocab_size)),
-           OP(cpu::cross_entropy_loss(ctx, t[losses], t[maxv], t[sumexp], t[tlogit], t[tg])),
-           OP(cpu::cross_entropy_backward(ctx, t[dlogits], t[logits], t[maxv], t[sumexp], t[tg], t[dloss], vocab_start, vocab_size)),
-           // In place, as the LM head calls it: the logits buffer becomes dlogits.
-           OP(cpu::cross_entropy_backward(ctx, t[logits], t[logits], t[maxv], t[sumexp], t[tg], t[dloss], vocab_start, vocab_size)),
+          OP(cpu::cross_entropy_max(ctx, t[maxv], t[logits], vocab_start, vocab_size)),
+          OP(cpu::cross_entropy_sumexp(ctx, t[sumexp], t[tlogit], t[logits], t[maxv], t[tg],
+                                       vocab_start, vocab_size)),
+          OP(cpu::cross_entropy_loss(ctx, t[losses], t[maxv], t[sumexp], t[tlogit], t[tg])),
+          OP(cpu::cross_entropy_backward(ctx, t[dlogits], t[logits], t[maxv], t[sumexp], t[tg],
+                                         t[dloss], vocab_start, vocab_size)),
+          // In place, as the LM head calls it: the logits buffer becomes dlogits.
+          OP(cpu::cross_entropy_backward(ctx, t[logits], t[logits], t[maxv], t[sumexp], t[tg],
+                                         t[dloss], vocab_start, vocab_size)),
       });
     }
   }
@@ -460,10 +470,14 @@ TEST_CASE("mixed dtype: MoE routing, gather and combine", "[cpu][mixed_dtype]") 
       const int dlogits = f.tensor(Role::act, {N, E}), dw = f.tensor(Role::stat, {N, K});
       const int aux = f.tensor(Role::param, {E});
       f.check({
-           OP(cpu::moe_route_forward(ctx, t[probs], t[idx], t[w], t[logits], t[bias], sigmoid, true)),
-           OP(cpu::moe_route_backward(ctx, t[dlogits], t[dw], t[logits], t[probs], t[idx], t[aux], 0.01f, sigmoid, true)),
-           OP(cpu::moe_route_forward(ctx, t[probs], t[idx], t[w], t[logits], Tensor{}, sigmoid, false)),
-           OP(cpu::moe_route_backward(ctx, t[dlogits], t[dw], t[logits], t[probs], t[idx], Tensor{}, 0.0f, sigmoid, false)),
+          OP(cpu::moe_route_forward(ctx, t[probs], t[idx], t[w], t[logits], t[bias], sigmoid,
+                                    true)),
+          OP(cpu::moe_route_backward(ctx, t[dlogits], t[dw], t[logits], t[probs], t[idx], t[aux],
+                                     0.01f, sigmoid, true)),
+          OP(cpu::moe_route_forward(ctx, t[probs], t[idx], t[w], t[logits], Tensor{}, sigmoid,
+                                    false)),
+          OP(cpu::moe_route_backward(ctx, t[dlogits], t[dw], t[logits], t[probs], t[idx], Tensor{},
+                                     0.0f, sigmoid, false)),
       });
     }
     // A plan with drops (capacity 5 of up to N * K / E assignments per expert).
@@ -486,7 +500,7 @@ TEST_CASE("mixed dtype: MoE routing, gather and combine", "[cpu][mixed_dtype]") 
     g.check({
         OP(cpu::moe_gather(ctx, t[xs], t[x], t[src], K)),
         OP(cpu::moe_gather_backward(ctx, t[dx], t[dxs], t[slot])),  // accumulates
-        OP(cpu::moe_combine(ctx, t[out], t[ys], t[slot], t[w])),  // accumulates
+        OP(cpu::moe_combine(ctx, t[out], t[ys], t[slot], t[w])),    // accumulates
         OP(cpu::moe_combine_backward(ctx, t[dys], t[dw], t[dout], t[ys], t[slot], t[src], t[w])),
     });
   }
@@ -505,9 +519,9 @@ TEST_CASE("mixed dtype: bad float arguments are refused", "[cpu][mixed_dtype]") 
   // Overlapping but not the same view: in-place semantics would be ambiguous.
   CHECK_THROWS_AS(cpu::gelu_forward(ctx, as(a, DType::bf16, {8}, 1), as(a, DType::bf16, {8})),
                   Error);
-  CHECK_THROWS_AS(cpu::swiglu_backward(ctx, as(a, DType::bf16, {1, 8}), as(a, DType::bf16, {1, 8}, 4),
-                                       as(b, DType::bf16, {1, 8}), as(b, DType::bf16, {1, 8}),
-                                       as(b, DType::bf16, {1, 8}, 8)),
+  CHECK_THROWS_AS(cpu::swiglu_backward(ctx, as(a, DType::bf16, {1, 8}),
+                                       as(a, DType::bf16, {1, 8}, 4), as(b, DType::bf16, {1, 8}),
+                                       as(b, DType::bf16, {1, 8}), as(b, DType::bf16, {1, 8}, 8)),
                   Error);
   // Disjoint halves of one buffer, and the same view twice, are fine.
   CHECK_NOTHROW(cpu::gelu_forward(ctx, as(a, DType::bf16, {8}, 8), as(a, DType::bf16, {8})));
@@ -558,7 +572,7 @@ TEST_CASE("mixed dtype: staged conversions are numeric.h's, bit for bit", "[cpu]
       if (out[i] != want && wrong++ == 0) first = i;
     }
     INFO("first wrong fp32 pattern " << std::hex << (first < 0 ? 0 : bits[first]) << " stored as "
-                                      << (first < 0 ? 0 : out[first]));
+                                     << (first < 0 ? 0 : out[first]));
     CHECK(wrong == 0);
   }
 }
