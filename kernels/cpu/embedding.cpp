@@ -44,24 +44,39 @@ void embedding_forward(Context& ctx, Tensor out, Tensor ids, Tensor wte, Tensor 
   Staging st(op);
   float* o = st.out(out, "out");
   const int32_t* id = i32(ids, op, "ids");
-  const float* te = st.in(wte, "wte");
+  // A bf16/fp16 table is not staged whole: the lookup converts only the rows it reads.
+  check_float_arg(wte, op, "wte");
+  const bool narrow = wte.dtype != DType::f32;
+  const float* te = narrow ? nullptr : st.in(wte, "wte");
   const float* pe = wpe.empty() ? nullptr : st.in(wpe, "wpe");
   const int64_t C = s.C;
-#pragma omp parallel for schedule(static)
-  for (int64_t n = 0; n < s.N; ++n) {
-    float* row = o + n * C;
-    const int64_t local = static_cast<int64_t>(id[n]) - vocab_start;
-    const float* tok = (local >= 0 && local < s.V_local) ? te + local * C : nullptr;
-    const float* pos = pe ? pe + (pos_offset + n % T) * C : nullptr;
-    if (tok && pos) {
+#pragma omp parallel
+  {
+    float* converted = narrow ? thread_scratch(0, C) : nullptr;
+#pragma omp for schedule(static)
+    for (int64_t n = 0; n < s.N; ++n) {
+      float* row = o + n * C;
+      const int64_t local = static_cast<int64_t>(id[n]) - vocab_start;
+      const float* tok = nullptr;
+      if (local >= 0 && local < s.V_local) {
+        if (narrow) {
+          load_f32(wte.dtype, static_cast<const char*>(wte.data) + local * C * 2, converted, C);
+          tok = converted;
+        } else {
+          tok = te + local * C;
+        }
+      }
+      const float* pos = pe ? pe + (pos_offset + n % T) * C : nullptr;
+      if (tok && pos) {
 #pragma omp simd
-      for (int64_t c = 0; c < C; ++c) row[c] = tok[c] + pos[c];
-    } else if (tok) {
-      std::memcpy(row, tok, sizeof(float) * C);
-    } else if (pos) {
-      std::memcpy(row, pos, sizeof(float) * C);
-    } else {
-      std::memset(row, 0, sizeof(float) * C);
+        for (int64_t c = 0; c < C; ++c) row[c] = tok[c] + pos[c];
+      } else if (tok) {
+        std::memcpy(row, tok, sizeof(float) * C);
+      } else if (pos) {
+        std::memcpy(row, pos, sizeof(float) * C);
+      } else {
+        std::memset(row, 0, sizeof(float) * C);
+      }
     }
   }
   st.commit();

@@ -172,6 +172,20 @@ bool bytes_overlap(const Tensor& a, const Tensor& b) {
 
 }  // namespace
 
+void check_float_arg(const Tensor& t, const char* op, const char* name) {
+  TRAINER_CHECK(t.device == Device::cpu, "{}: {} is {}, expected a CPU tensor", op, name, t.str());
+  TRAINER_CHECK(t.contiguous(), "{}: {} {} must be contiguous", op, name, t.str());
+  TRAINER_CHECK(t.dtype == DType::f32 || t.dtype == DType::bf16 || t.dtype == DType::f16,
+                "{}: {} is {}; the CPU backend takes f32, bf16 or f16 float tensors", op, name,
+                t.str());
+}
+
+void load_f32(DType dtype, const void* src, float* dst, int64_t n) {
+  const auto* s = static_cast<const uint16_t*>(src);
+  if (dtype == DType::bf16) bf16_to_f32_n(s, dst, n);
+  else f16_to_f32_n(s, dst, n);
+}
+
 Staging::Staging(const char* op) : op_(op), pool_base_(kNoPool) {}
 
 Staging::~Staging() {
