@@ -35,11 +35,6 @@ parallel::MeshShape resolve_job_mesh(const JobSpec& spec, int world) {
   } catch (const InputError& e) {
     throw InputError(spec.source_path + ": " + e.what());
   }
-  int kv_heads = spec.model.n_kv_head > 0 ? spec.model.n_kv_head : spec.model.n_head;
-  TRAINER_INPUT_CHECK(kv_heads % shape.tp == 0,
-                      "{}: model.n_kv_head: {} KV heads cannot be split over parallel.tp {}; "
-                      "replicating KV heads across tp ranks is not implemented yet",
-                      spec.source_path, kv_heads, shape.tp);
   return shape;
 }
 

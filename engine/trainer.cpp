@@ -24,6 +24,7 @@
 #include "kernels/memory.h"
 #include "kernels/norm.h"
 #include "model/rng.h"
+#include "parallel/kv_replicas.h"
 
 namespace trainer::engine {
 
@@ -72,6 +73,7 @@ void Trainer::setup() {
     pipeline_ = std::make_unique<PipelineRunner>(mesh_->comm(parallel::Axis::pp), accum_steps_);
   model_ = std::make_unique<model::Model>(cfg, micro_batch_shape(spec));
   model_->set_tp_group(&mesh_->comm(parallel::Axis::tp));
+  model_->set_kv_group(parallel::make_kv_replica_group(*mesh_, model_->config().kv_replicas()));
   model::Buffers& buf = model_->buffers();
   // ZeRO >= 1 shards the optimizer over dp; the arenas are padded so every
   // shard has the same aligned size. zero 0 keeps the whole state everywhere.
@@ -202,6 +204,8 @@ double Trainer::grad_norm() {
   const model::Buffers& buf = model_->buffers();
   for (const auto& p : buf.params()) {
     if (p.spec.tied_copy) continue;  // counted on the first stage
+    // A replicated KV head (its gradient summed over its replicas): its first replica counts it.
+    if (model_->config().tp_rank % p.spec.tp_replicas != 0) continue;
     const model::BufferInfo& info = buf.buffers()[p.grad];
     int64_t first = static_cast<int64_t>(info.offset / 4), n = static_cast<int64_t>(info.bytes / 4);
     int64_t a = std::max(first, lo), b = std::min(first + n, hi);

@@ -26,8 +26,12 @@ void Attention::declare(Buffers& buf, const std::string& prefix, const ModelConf
   std::string p = prefix + (cfg.is_llama() ? ".self_attn." : ".attn.");
   io_.declare(buf, p + "input", cfg, batch);
   q_proj_.declare(buf, p + "q_proj", C, Hg * D_, bias, cfg.init_std, Split::column, cfg);
-  k_proj_.declare(buf, p + "k_proj", C, Hkvg * D_, bias, cfg.init_std, Split::column, cfg);
-  v_proj_.declare(buf, p + "v_proj", C, Hkvg * D_, bias, cfg.init_std, Split::column, cfg);
+  // n_kv_head < tp: tp rank r holds KV head r / kv_replicas, the one its own
+  // query heads (h / (Hg / Hkvg), kernels/attention.h) read.
+  k_proj_.declare(buf, p + "k_proj", C, Hkvg * D_, bias, cfg.init_std, Split::column, cfg,
+                  cfg.kv_replicas());
+  v_proj_.declare(buf, p + "v_proj", C, Hkvg * D_, bias, cfg.init_std, Split::column, cfg,
+                  cfg.kv_replicas());
   o_proj_.declare(buf, p + (cfg.is_llama() ? "o_proj" : "c_proj"), Hg * D_, C, bias, out_std,
                   Split::row, cfg);
   q_ = buf.add(Category::activations, p + "q", {N, H_ * D_});

@@ -28,6 +28,9 @@ struct ParamSpec {
   float std = 0.02f;
   int64_t valid_rows = -1;            // rows >= this are padding, initialised to 0 (padded vocab)
   int tp_dim = -1;
+  int tp_replicas = 1;                // consecutive tp ranks holding the same tp_dim shard
+                                      // (KV heads when n_kv_head < tp): shard tp_rank /
+                                      // tp_replicas; their gradients are summed over them
   bool weight_decay = true;           // false for norms, biases, position embeddings
   bool sp_partial = false;            // replicated, but each rank's gradient covers only its
                                       // token block (norms under sequence parallelism)

@@ -6,8 +6,12 @@
 namespace trainer::model {
 
 void Linear::declare(Buffers& buf, const std::string& name, int64_t in, int64_t out,
-                     bool has_bias, float std, Split split, const ModelConfig& cfg) {
-  int64_t tp = split == Split::none ? 1 : cfg.tp;
+                     bool has_bias, float std, Split split, const ModelConfig& cfg,
+                     int tp_replicas) {
+  TRAINER_CHECK(tp_replicas == 1 || (split == Split::column && cfg.tp % tp_replicas == 0),
+                "{}: {} tp replicas of a {} split over tp {}", name, tp_replicas,
+                split == Split::column ? "column" : "non-column", cfg.tp);
+  int64_t tp = split == Split::none ? 1 : cfg.tp / tp_replicas;
   int64_t out_local = split == Split::column ? out / tp : out;
   int64_t in_local = split == Split::row ? in / tp : in;
   TRAINER_CHECK(out_local * (split == Split::column ? tp : 1) == out &&
@@ -15,7 +19,11 @@ void Linear::declare(Buffers& buf, const std::string& name, int64_t in, int64_t 
                 "{}: ({}, {}) does not split over tp {}", name, out, in, tp);
   int tp_dim = split == Split::column ? 0 : split == Split::row ? 1 : -1;
   weight = buf.add_param(
-      {.name = name + ".weight", .global_shape = {out, in}, .std = std, .tp_dim = tp_dim},
+      {.name = name + ".weight",
+       .global_shape = {out, in},
+       .std = std,
+       .tp_dim = tp_dim,
+       .tp_replicas = tp_replicas},
       {out_local, in_local});
   adds_bias_ = split != Split::row || cfg.tp_rank == 0;
   if (has_bias)
@@ -23,6 +31,7 @@ void Linear::declare(Buffers& buf, const std::string& name, int64_t in, int64_t 
                           .global_shape = {out},
                           .init = Init::zeros,
                           .tp_dim = split == Split::column ? 0 : -1,
+                          .tp_replicas = tp_replicas,
                           .weight_decay = false,
                           .sp_partial = false},
                          {out_local});

@@ -13,7 +13,8 @@ namespace trainer::model {
 Model::Model(const ModelConfig& cfg, const BatchShape& batch) : cfg_(cfg), batch_(batch) {
   TRAINER_CHECK(cfg.d_model % cfg.n_head == 0 && cfg.n_head % cfg.n_kv_head == 0,
                 "inconsistent model config");
-  TRAINER_CHECK(cfg.n_head % cfg.tp == 0 && cfg.n_kv_head % cfg.tp == 0 && cfg.d_ff % cfg.tp == 0 &&
+  TRAINER_CHECK(cfg.n_head % cfg.tp == 0 &&
+                    (cfg.n_kv_head % cfg.tp == 0 || cfg.tp % cfg.n_kv_head == 0) && cfg.d_ff % cfg.tp == 0 &&
                     (!cfg.sequence_parallel || batch.tokens() % cfg.tp == 0),
                 "model does not split over tp {}", cfg.tp);
   single_tp_ = parallel::make_single_communicator("tp");
@@ -64,8 +65,9 @@ void Model::init_parameters(Context& ctx) {
       // (tp_dim 1, or the only dim of a vector).
       bool splits_rows = s.tp_dim == 0 && t.ndim == 2;
       bool splits_cols = s.tp_dim == 1 || (s.tp_dim == 0 && t.ndim == 1);
-      int64_t row0 = splits_rows ? rows * cfg_.tp_rank : 0;
-      int64_t col0 = splits_cols ? cols * cfg_.tp_rank : 0;
+      int64_t shard = cfg_.tp_rank / s.tp_replicas;
+      int64_t row0 = splits_rows ? rows * shard : 0;
+      int64_t col0 = splits_cols ? cols * shard : 0;
       int64_t valid_rows = s.valid_rows < 0 ? INT64_MAX : s.valid_rows;
       uint64_t key = hash_name(s.name);
 #pragma omp parallel for schedule(static)
@@ -80,10 +82,27 @@ void Model::init_parameters(Context& ctx) {
   }
 }
 
+void Model::set_kv_group(std::unique_ptr<parallel::Communicator> kv) { kv_ = std::move(kv); }
+
 void Model::finish_gradients(Context& ctx) {
   if (tp_->size() == 1) return;
-  for (const auto& p : buf_.params())
+  for (const auto& p : buf_.params()) {
     if (p.spec.sp_partial) parallel::copy_to_tp_backward(*tp_, buf_.get(p.grad));
+    // A replicated KV head's gradient on each replica covers only that
+    // replica's query heads: the sum over its replicas is the whole gradient.
+    if (p.spec.tp_replicas > 1) {
+      parallel::Communicator& group = p.spec.tp_replicas == tp_->size() ? *tp_ : *kv_group();
+      TRAINER_CHECK(group.size() == p.spec.tp_replicas, "{}: KV replica group of {} ranks, expected {}",
+                    p.spec.name, group.size(), p.spec.tp_replicas);
+      group.all_reduce(buf_.get(p.grad), parallel::ReduceOp::sum);
+    }
+  }
+}
+
+parallel::Communicator* Model::kv_group() const {
+  TRAINER_CHECK(kv_ != nullptr, "KV heads are replicated over {} of {} tp ranks but no KV replica "
+                "group was set (Model::set_kv_group)", cfg_.kv_replicas(), tp_->size());
+  return kv_.get();
 }
 
 void Model::zero_grads(Context& ctx) {

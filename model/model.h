@@ -50,8 +50,12 @@ class Model {
 
   // The tensor-parallel group the layers' region ops use (default: one rank).
   void set_tp_group(parallel::Communicator* tp);
+  // n_kv_head < tp with kv_replicas() < tp: the tp ranks holding this rank's
+  // KV head (parallel/kv_replicas.h); with kv_replicas() == tp the tp group is used.
+  void set_kv_group(std::unique_ptr<parallel::Communicator> kv);
   // After the last micro-batch's backward: sums over tp the gradients each
-  // rank holds only partially (norms under sequence parallelism).
+  // rank holds only partially (norms under sequence parallelism), and over
+  // the KV replica group those of replicated KV heads.
   void finish_gradients(Context& ctx);
 
   // The mixture-of-experts layers of this stage (empty for a dense model).
@@ -77,6 +81,8 @@ class Model {
   Tensor stage_in(const LayerEnv& env) const;  // what the first local block reads
   std::unique_ptr<parallel::Communicator> single_tp_;
   parallel::Communicator* tp_ = nullptr;
+  std::unique_ptr<parallel::Communicator> kv_;
+  parallel::Communicator* kv_group() const;
   LayerEnv env(Context& ctx) const { return LayerEnv{ctx, buf_, *tp_}; }
 };
 

@@ -46,7 +46,10 @@ struct ModelConfig {
 
   int head_dim() const { return d_model / n_head; }
   int local_heads() const { return n_head / tp; }
-  int local_kv_heads() const { return n_kv_head / tp; }
+  // Fewer KV heads than tp ranks: each rank holds one KV head, shared by
+  // kv_replicas() consecutive tp ranks (the one its query heads read).
+  int local_kv_heads() const { return n_kv_head >= tp ? n_kv_head / tp : 1; }
+  int kv_replicas() const { return n_kv_head >= tp ? 1 : tp / n_kv_head; }
   int local_ff() const { return d_ff / tp; }
   int64_t local_vocab() const { return padded_vocab() / tp; }
   int64_t vocab_start() const { return local_vocab() * tp_rank; }

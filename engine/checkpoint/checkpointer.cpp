@@ -155,6 +155,8 @@ void Checkpointer::save(int step, const model::Buffers& buffers, const AdamW& op
       // A parameter replicated over tp (norms, biases of row-parallel layers,
       // positions) is identical on every tp rank, state included: tp rank 0 writes it.
       if (p.spec.tp_dim < 0 && position_.tp_rank != 0) continue;
+      // A shard held by several tp ranks (replicated KV heads): its first holder writes it.
+      if (position_.tp_rank % p.spec.tp_replicas != 0) continue;
       if (p.spec.tied_copy) continue;  // the first pipeline stage writes the tied table
       const model::BufferInfo& info = buffers.buffers()[p.value];
       Slice slice = local_slice(p.spec, info.shape, position_);

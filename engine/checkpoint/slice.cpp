@@ -90,7 +90,8 @@ Slice local_slice(const model::ParamSpec& spec, const std::vector<int64_t>& loca
   TRAINER_CHECK(local_shape.size() == spec.global_shape.size(), "{}: local rank {} vs global rank {}",
                 spec.name, local_shape.size(), spec.global_shape.size());
   if (spec.tp_dim >= 0 && local_shape[spec.tp_dim] != spec.global_shape[spec.tp_dim])
-    s.offset[spec.tp_dim] = static_cast<int64_t>(pos.tp_rank) * local_shape[spec.tp_dim];
+    s.offset[spec.tp_dim] =
+        static_cast<int64_t>(pos.tp_rank / spec.tp_replicas) * local_shape[spec.tp_dim];
   return s;
 }
 

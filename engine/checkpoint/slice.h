@@ -31,7 +31,8 @@ struct Slice {
 };
 
 // Where this rank's copy of each parameter sits in the global tensor: TP
-// splits tp_dim evenly, so shard `tp_rank` starts at tp_rank * local size.
+// splits tp_dim evenly, so shard `tp_rank` starts at tp_rank * local size
+// (tp_rank / tp_replicas * local size for a shard held by several tp ranks).
 struct ShardPosition {
   int tp_rank = 0;
   // False on data-parallel replicas whose parameters another rank writes
