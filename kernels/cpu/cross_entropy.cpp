@@ -1,5 +1,7 @@
 // CPU vocab-parallel softmax cross-entropy: the three passes and the backward,
 // rows in parallel, each row a vectorised loop over the valid local columns.
+// bf16/fp16 logits, the largest tensor of a step, are converted a row at a time
+// into per-thread scratch (thread_scratch slots 0 and 1), not staged whole.
 #include "kernels/cross_entropy.h"
 
 #include <cmath>
@@ -21,6 +23,15 @@ void check_targets(const char* op, const int32_t* targets, int64_t N, int64_t vo
   for (int64_t n = 0; n < N; ++n)
     TRAINER_CHECK(targets[n] < vocab_size, "{}: target {} at row {} is outside the vocabulary of {}",
                   op, targets[n], n, vocab_size);
+}
+
+// Row n of logits as fp32: in place when fp32, else its first `cols` columns
+// converted into `scratch`.
+const float* logits_row(const Tensor& logits, int64_t n, int64_t cols, float* scratch) {
+  const int64_t Vp = logits.size(-1);
+  if (logits.dtype == DType::f32) return static_cast<const float*>(logits.data) + n * Vp;
+  to_f32(logits.dtype, static_cast<const uint16_t*>(logits.data) + n * Vp, scratch, cols);
+  return scratch;
 }
 
 TRAINER_CPU_CLONES float row_max(const float* x, int64_t n) {
@@ -53,10 +64,14 @@ void cross_entropy_max(Context& ctx, Tensor maxv, Tensor logits, int64_t vocab_s
   check_shape(maxv, {N}, "cross_entropy_max maxv");
   Staging st(op);
   float* mx = st.out(maxv, "maxv");
-  const float* x = st.in(logits, "logits");
+  check_float_arg(logits, op, "logits");
   const int64_t V = valid_columns(Vp, vocab_start, vocab_size);
-#pragma omp parallel for schedule(static)
-  for (int64_t n = 0; n < N; ++n) mx[n] = row_max(x + n * Vp, V);
+#pragma omp parallel
+  {
+    float* scratch = logits.dtype == DType::f32 ? nullptr : thread_scratch(0, Vp);
+#pragma omp for schedule(static)
+    for (int64_t n = 0; n < N; ++n) mx[n] = row_max(logits_row(logits, n, V, scratch), V);
+  }
   st.commit();
 }
 
@@ -72,17 +87,21 @@ void cross_entropy_sumexp(Context& ctx, Tensor sumexp, Tensor target_logit, Tens
   Staging st(op);
   float* se = st.out(sumexp, "sumexp");
   float* tl = st.out(target_logit, "target_logit");
-  const float* x = st.in(logits, "logits");
+  check_float_arg(logits, op, "logits");
   const float* mx = st.in(maxv, "maxv");
   const int32_t* tg = i32(targets, op, "targets");
   check_targets(op, tg, N, vocab_size);
   const int64_t V = valid_columns(Vp, vocab_start, vocab_size);
-#pragma omp parallel for schedule(static)
-  for (int64_t n = 0; n < N; ++n) {
-    const float* row = x + n * Vp;
-    se[n] = row_sumexp(row, V, mx[n]);
-    const int64_t local = static_cast<int64_t>(tg[n]) - vocab_start;
-    tl[n] = (tg[n] >= 0 && local >= 0 && local < V) ? row[local] : 0.0f;
+#pragma omp parallel
+  {
+    float* scratch = logits.dtype == DType::f32 ? nullptr : thread_scratch(0, Vp);
+#pragma omp for schedule(static)
+    for (int64_t n = 0; n < N; ++n) {
+      const float* row = logits_row(logits, n, V, scratch);
+      se[n] = row_sumexp(row, V, mx[n]);
+      const int64_t local = static_cast<int64_t>(tg[n]) - vocab_start;
+      tl[n] = (tg[n] >= 0 && local >= 0 && local < V) ? row[local] : 0.0f;
+    }
   }
   st.commit();
 }
@@ -118,25 +137,41 @@ void cross_entropy_backward(Context& ctx, Tensor dlogits, Tensor logits, Tensor 
   check_shape(targets, {N}, "cross_entropy_backward targets");
   check_shape(dloss, {N}, "cross_entropy_backward dloss");
   Staging st(op);
-  float* dx = st.out(dlogits, "dlogits");
-  const float* x = st.in(logits, "logits");
+  check_float_arg(dlogits, op, "dlogits");
+  check_float_arg(logits, op, "logits");
   const float* mx = st.in(maxv, "maxv");
   const float* se = st.in(sumexp, "sumexp");
   const float* dl = st.in(dloss, "dloss");
   const int32_t* tg = i32(targets, op, "targets");
   check_targets(op, tg, N, vocab_size);
   const int64_t V = valid_columns(Vp, vocab_start, vocab_size);
-#pragma omp parallel for schedule(static)
-  for (int64_t n = 0; n < N; ++n) {
-    float* drow = dx + n * Vp;
-    if (tg[n] < 0) {
-      std::memset(drow, 0, sizeof(float) * Vp);
-      continue;
+  // In place (the LM head turns its logits into dlogits) or disjoint. In place and
+  // narrow, a row is converted, rewritten and stored back through one scratch row.
+  const bool in_place = dlogits.data == logits.data;
+  const char* d0 = static_cast<const char*>(dlogits.data);
+  const char* x0 = static_cast<const char*>(logits.data);
+  TRAINER_CHECK(in_place ? dlogits.dtype == logits.dtype
+                         : d0 + dlogits.nbytes() <= x0 || x0 + logits.nbytes() <= d0,
+                "{}: dlogits {} and logits {} must be the same tensor or disjoint", op,
+                dlogits.str(), logits.str());
+  const bool narrow_x = logits.dtype != DType::f32, narrow_d = dlogits.dtype != DType::f32;
+#pragma omp parallel
+  {
+    float* x_scratch = narrow_x ? thread_scratch(0, Vp) : nullptr;
+    float* d_scratch = !narrow_d ? nullptr : in_place ? x_scratch : thread_scratch(1, Vp);
+#pragma omp for schedule(static)
+    for (int64_t n = 0; n < N; ++n) {
+      float* drow = narrow_d ? d_scratch : static_cast<float*>(dlogits.data) + n * Vp;
+      if (tg[n] < 0) {
+        std::memset(drow, 0, sizeof(float) * Vp);
+      } else {
+        row_softmax_scaled(drow, logits_row(logits, n, V, x_scratch), V, mx[n], dl[n] / se[n]);
+        if (V < Vp) std::memset(drow + V, 0, sizeof(float) * (Vp - V));
+        const int64_t local = static_cast<int64_t>(tg[n]) - vocab_start;
+        if (local >= 0 && local < V) drow[local] -= dl[n];
+      }
+      if (narrow_d) from_f32(dlogits.dtype, drow, static_cast<uint16_t*>(dlogits.data) + n * Vp, Vp);
     }
-    row_softmax_scaled(drow, x + n * Vp, V, mx[n], dl[n] / se[n]);
-    if (V < Vp) std::memset(drow + V, 0, sizeof(float) * (Vp - V));
-    const int64_t local = static_cast<int64_t>(tg[n]) - vocab_start;
-    if (local >= 0 && local < V) drow[local] -= dl[n];
   }
   st.commit();
 }

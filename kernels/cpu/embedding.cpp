@@ -60,7 +60,7 @@ void embedding_forward(Context& ctx, Tensor out, Tensor ids, Tensor wte, Tensor 
       const float* tok = nullptr;
       if (local >= 0 && local < s.V_local) {
         if (narrow) {
-          load_f32(wte.dtype, static_cast<const char*>(wte.data) + local * C * 2, converted, C);
+          to_f32(wte.dtype, static_cast<const char*>(wte.data) + local * C * 2, converted, C);
           tok = converted;
         } else {
           tok = te + local * C;

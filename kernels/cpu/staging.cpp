@@ -180,10 +180,16 @@ void check_float_arg(const Tensor& t, const char* op, const char* name) {
                 t.str());
 }
 
-void load_f32(DType dtype, const void* src, float* dst, int64_t n) {
+void to_f32(DType dtype, const void* src, float* dst, int64_t n) {
   const auto* s = static_cast<const uint16_t*>(src);
   if (dtype == DType::bf16) bf16_to_f32_n(s, dst, n);
   else f16_to_f32_n(s, dst, n);
+}
+
+void from_f32(DType dtype, const float* src, void* dst, int64_t n) {
+  auto* d = static_cast<uint16_t*>(dst);
+  if (dtype == DType::bf16) f32_to_bf16_n(src, d, n);
+  else f32_to_f16_n(src, d, n);
 }
 
 Staging::Staging(const char* op) : op_(op), pool_base_(kNoPool) {}
