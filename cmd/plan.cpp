@@ -33,26 +33,21 @@ Registrar reg("plan", "validate a job and print its per-rank memory plan", [](CL
     if (!note.empty()) fmt::print("{}\n", note);
     parallel::MeshShape shape = engine::resolve_job_mesh(spec, args->world);
     const int micro_batches = spec.train.global_batch / (spec.train.micro_batch * shape.dp);
-    // What `train` refuses (Trainer::setup), plan refuses too.
-    TRAINER_INPUT_CHECK(shape.virtual_stages == 1,
-                        "{}: parallel.virtual_stages: {}: the interleaved pipeline schedule is not "
-                        "wired into the training loop yet (1F1B, virtual_stages 1, works)",
-                        spec.source_path, shape.virtual_stages);
     // One plan per pipeline stage (one in all without pp), by the same
     // arithmetic as Trainer::setup, for dp rank 0 and tp rank 0.
     for (int stage = 0; stage < shape.pp; ++stage) {
       model::ModelConfig cfg = engine::model_config(spec);
-      engine::apply_pipeline_stage(cfg, shape.pp, stage);
+      engine::apply_pipeline_stage(cfg, shape.pp, stage, shape.virtual_stages);
       model::Model model(cfg, engine::micro_batch_shape(spec));
       int64_t arena = int64_t(model.buffers().category_bytes(model::Category::parameters) / 4);
       bool sharded = spec.parallel.zero >= 1 && shape.dp > 1;
       parallel::ZeroShard shard = parallel::zero_shard(arena, sharded ? shape.dp : 1, 0);
       engine::AdamW optimizer(spec.optimizer, model.buffers(), shard.begin, shard.end());
-      int slots = 1;
+      std::vector<std::pair<int, size_t>> slots;  // per model chunk
       if (shape.pp > 1)
-        slots = engine::activation_slots(parallel::schedule_1f1b(shape.pp, stage, micro_batches));
-      engine::MemoryPlan plan =
-          engine::plan_memory(model.buffers(), optimizer, shard.padded, slots);
+        slots = engine::activation_slot_plan(
+            parallel::pipeline_schedule(shape.pp, stage, micro_batches, shape.virtual_stages), model);
+      engine::MemoryPlan plan = engine::plan_memory(model.buffers(), optimizer, shard.padded, 1, slots);
       if (stage == 0) {
         fmt::print("job {}: {} model, {} layers, d_model {}, {} heads ({} kv), vocab {} (padded {})\n",
                    spec.source_path, engine::to_string(spec.model.family), spec.model.n_layer,
@@ -68,9 +63,13 @@ Registrar reg("plan", "validate a job and print its per-rank memory plan", [](CL
       if (shape.pp == 1) {
         fmt::print("per-rank memory (dp rank 0)\n{}", plan.describe());
       } else {
-        fmt::print("pipeline stage {} (layers {}-{}{}{}), per-rank memory (dp rank 0)\n{}", stage,
-                   cfg.layer_begin, cfg.stage_layer_end() - 1, cfg.first_stage ? ", embedding" : "",
-                   cfg.last_stage ? ", head" : "", plan.describe());
+        // Interleaved: the rank's chunks, e.g. "layers 0-1 and 4-5".
+        std::string layers = fmt::format("{}-{}", cfg.layer_begin, cfg.stage_layer_end() - 1);
+        for (size_t c = 1; c < cfg.chunk_layers.size(); ++c)
+          layers += fmt::format(" and {}-{}", cfg.chunk_layers[c].first, cfg.chunk_layers[c].second - 1);
+        fmt::print("pipeline stage {} (layers {}{}{}), per-rank memory (dp rank 0)\n{}", stage,
+                   layers, cfg.first_stage ? ", embedding" : "", cfg.last_stage ? ", head" : "",
+                   plan.describe());
       }
     }
     return 0;

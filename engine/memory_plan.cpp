@@ -2,6 +2,7 @@
 #include "engine/memory_plan.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 
@@ -28,6 +29,16 @@ std::string format_bytes(double bytes) {
   return fmt::format("{:.2f} {}", bytes, units[u]);
 }
 
+namespace {
+std::vector<std::string> describe_chunk_slots(const std::vector<std::pair<int, size_t>>& slots) {
+  std::vector<std::string> out;
+  for (size_t c = 0; c < slots.size(); ++c)
+    out.push_back(fmt::format("chunk {}: {} x {}", c, slots[c].first,
+                              format_bytes(double(slots[c].second))));
+  return out;
+}
+}  // namespace
+
 std::string MemoryPlan::describe() const {
   std::string s = fmt::format("  parameters   {:>12} elements\n", num_params);
   auto line = [&](const char* name, size_t b) {
@@ -41,18 +52,33 @@ std::string MemoryPlan::describe() const {
   line("optimizer", optimizer);
   line("total", total());
   if (activation_slots > 1)
-    s += fmt::format("  * {} micro-batches in flight x {} each\n", activation_slots,
-                     format_bytes(double(activation_slot_bytes())));
+    s += chunk_slots.size() > 1
+             ? fmt::format("  * micro-batches in flight per model chunk: {}\n",
+                           fmt::join(describe_chunk_slots(chunk_slots), ", "))
+             : fmt::format("  * {} micro-batches in flight x {} each\n", activation_slots,
+                           format_bytes(double(activation_slot_bytes())));
   return s;
 }
 
 MemoryPlan plan_memory(const model::Buffers& buffers, const AdamW& optimizer,
-                       int64_t arena_elems, int activation_slots) {
+                       int64_t arena_elems, int activation_slots,
+                       std::vector<std::pair<int, size_t>> chunk_slots) {
   MemoryPlan plan;
   for (int c = 0; c < model::kNumCategories; ++c)
     plan.category[c] = buffers.category_bytes(static_cast<Category>(c));
   plan.activation_slots = std::max(activation_slots, 1);
-  plan.category[static_cast<int>(Category::activations)] *= plan.activation_slots;
+  size_t& activations = plan.category[static_cast<int>(Category::activations)];
+  activations *= plan.activation_slots;
+  if (!chunk_slots.empty()) {
+    plan.activation_slots = 0;
+    activations = 0;
+    for (auto [n, bytes] : chunk_slots) {
+      plan.activation_slots += n;
+      activations += size_t(n) * bytes;
+    }
+    plan.activation_slots = std::max(plan.activation_slots, 1);
+    plan.chunk_slots = std::move(chunk_slots);
+  }
   for (Category c : {Category::parameters, Category::gradients})
     plan.category[static_cast<int>(c)] = std::max(
         plan.category[static_cast<int>(c)], static_cast<size_t>(arena_elems) * sizeof(float));
@@ -62,7 +88,7 @@ MemoryPlan plan_memory(const model::Buffers& buffers, const AdamW& optimizer,
 }
 
 Arenas::Arenas(const MemoryPlan& plan, model::Buffers& buffers, AdamW& optimizer, Context& ctx)
-    : device_(ctx.device), slot_bytes_(plan.activation_slot_bytes()) {
+    : device_(ctx.device), slot_bytes_(plan.activation_slot_bytes()), plan_(plan) {
   for (int c = 0; c < model::kNumCategories; ++c) {
     blocks_[c] = take(plan.category[c], ctx);
     buffers.bind(static_cast<Category>(c), blocks_[c], device_);
@@ -73,6 +99,21 @@ Arenas::Arenas(const MemoryPlan& plan, model::Buffers& buffers, AdamW& optimizer
 
 void* Arenas::activation_slot(int k) const {
   return static_cast<char*>(blocks_[static_cast<int>(Category::activations)]) + k * slot_bytes_;
+}
+
+size_t MemoryPlan::activation_slot_offset(int chunk, int k) const {
+  if (chunk_slots.empty()) return size_t(k) * activation_slot_bytes();
+  TRAINER_CHECK(chunk >= 0 && chunk < static_cast<int>(chunk_slots.size()) &&
+                    k < chunk_slots[chunk].first,
+                "activation slot {} of model chunk {}: not in the plan", k, chunk);
+  size_t offset = 0;
+  for (int c = 0; c < chunk; ++c) offset += size_t(chunk_slots[c].first) * chunk_slots[c].second;
+  return offset + size_t(k) * chunk_slots[chunk].second;
+}
+
+void* Arenas::activation_slot(int chunk, int k) const {
+  return static_cast<char*>(blocks_[static_cast<int>(Category::activations)]) +
+         plan_.activation_slot_offset(chunk, k);
 }
 
 void* Arenas::take(size_t bytes, Context& ctx) {

@@ -5,6 +5,8 @@
 
 #include <array>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "engine/optimizer.h"
 #include "model/buffers.h"
@@ -18,15 +20,23 @@ struct MemoryPlan {
   // Copies of the activations one micro-batch needs: a pipeline stage holds
   // that many micro-batches in flight (category[activations] counts them all).
   int activation_slots = 1;
+  // Pipelines: (slots, bytes per slot) of each model chunk, the chunks' slot
+  // pools back to back; empty = activation_slots copies of all activations.
+  std::vector<std::pair<int, size_t>> chunk_slots;
   size_t activation_slot_bytes() const { return category[2] / activation_slots; }
+  // Byte offset of slot k of `chunk` in the activations arena.
+  size_t activation_slot_offset(int chunk, int k) const;
   size_t total() const;
   std::string describe() const;  // the table `trainer plan` prints
 };
 
 // arena_elems: the parameter and gradient arenas' size in fp32 elements when
-// ZeRO pads them to a multiple of the dp size (0 = as declared).
+// ZeRO pads them to a multiple of the dp size (0 = as declared); chunk_slots:
+// a pipeline stage's slot pools (MemoryPlan::chunk_slots; then activation_slots
+// is their sum and is ignored).
 MemoryPlan plan_memory(const model::Buffers& buffers, const AdamW& optimizer,
-                       int64_t arena_elems = 0, int activation_slots = 1);
+                       int64_t arena_elems = 0, int activation_slots = 1,
+                       std::vector<std::pair<int, size_t>> chunk_slots = {});
 
 // One allocation per arena of the plan, zeroed, bound to the buffers and the optimizer.
 class Arenas {
@@ -39,11 +49,14 @@ class Arenas {
   size_t allocated_bytes() const { return allocated_; }
   // Activation slot k of plan.activation_slots (slot 0 is bound at construction).
   void* activation_slot(int k) const;
+  // Slot k of model chunk `chunk`'s pool (MemoryPlan::chunk_slots).
+  void* activation_slot(int chunk, int k) const;
 
  private:
   void* take(size_t bytes, Context& ctx);
   Device device_;
   size_t slot_bytes_ = 0;
+  MemoryPlan plan_;
   std::array<void*, model::kNumCategories + 1> blocks_{};
   size_t allocated_ = 0;
 };

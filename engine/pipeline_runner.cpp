@@ -36,78 +36,133 @@ struct SlotTable {
 };
 }  // namespace
 
-void apply_pipeline_stage(model::ModelConfig& cfg, int pp_size, int pp_rank) {
+void apply_pipeline_stage(model::ModelConfig& cfg, int pp_size, int pp_rank, int virtual_stages) {
+  TRAINER_CHECK(pp_size > 1 || virtual_stages == 1, "virtual stages {} without pipeline ranks",
+                virtual_stages);
   if (pp_size == 1) return;
-  parallel::LayerRange r = parallel::stage_layers(cfg.n_layer, pp_size, 1, pp_rank, 0);
+  parallel::LayerRange r = parallel::stage_layers(cfg.n_layer, pp_size, virtual_stages, pp_rank, 0);
   cfg.layer_begin = r.begin;
   cfg.layer_end = r.end;
+  cfg.chunk_layers.clear();
+  if (virtual_stages > 1)
+    for (int c = 0; c < virtual_stages; ++c) {
+      r = parallel::stage_layers(cfg.n_layer, pp_size, virtual_stages, pp_rank, c);
+      cfg.chunk_layers.emplace_back(r.begin, r.end);
+    }
   cfg.first_stage = pp_rank == 0;
   cfg.last_stage = pp_rank == pp_size - 1;
 }
 
 int activation_slots(const parallel::Schedule& table) {
+  int chunks = 1;
+  for (const Action& a : table) chunks = std::max(chunks, a.chunk + 1);
   SlotTable s;
   for (const Action& a : table) {
-    TRAINER_CHECK(a.chunk == 0, "pipeline runner: interleaved tables are not supported");
     if (a.kind == ActionKind::send_backward) continue;  // sends dres (scratch): no slot needed
-    s.take(a.micro_batch);
-    if (a.kind == ActionKind::backward) s.release(a.micro_batch);
+    int key = a.micro_batch * chunks + a.chunk;
+    s.take(key);
+    if (a.kind == ActionKind::backward) s.release(key);
   }
   return std::max(s.used, 1);
 }
 
-PipelineRunner::PipelineRunner(parallel::Communicator& pp, int num_micro_batches)
-    : pp_(pp), table_(parallel::schedule_1f1b(pp.size(), pp.rank(), num_micro_batches)) {
-  slots_ = activation_slots(table_);
+std::vector<int> chunk_slots(const parallel::Schedule& table, int chunks) {
+  std::vector<SlotTable> s(chunks);
+  for (const Action& a : table) {
+    TRAINER_CHECK(a.chunk >= 0 && a.chunk < chunks, "pipeline table: chunk {} of {}", a.chunk,
+                  chunks);
+    if (a.kind == ActionKind::send_backward) continue;
+    s[a.chunk].take(a.micro_batch);
+    if (a.kind == ActionKind::backward) s[a.chunk].release(a.micro_batch);
+  }
+  std::vector<int> out;
+  for (const SlotTable& t : s) out.push_back(std::max(t.used, 1));
+  return out;
 }
+
+std::vector<std::pair<int, size_t>> activation_slot_plan(const parallel::Schedule& table,
+                                                         const model::Model& model) {
+  std::vector<int> n = chunk_slots(table, model.num_chunks());
+  std::vector<std::pair<int, size_t>> out;
+  for (int c = 0; c < model.num_chunks(); ++c) out.emplace_back(n[c], model.chunk_activation_bytes(c));
+  return out;
+}
+
+PipelineRunner::PipelineRunner(parallel::Communicator& pp, int num_micro_batches, int virtual_stages)
+    : pp_(pp),
+      table_(parallel::pipeline_schedule(pp.size(), pp.rank(), num_micro_batches, virtual_stages)),
+      chunks_(virtual_stages),
+      slots_(chunk_slots(table_, virtual_stages)) {}
 
 double PipelineRunner::run_step(model::Model& model, Context& ctx, const Arenas& arenas,
                                 const std::function<void(int mb)>& load,
                                 const std::function<double()>& loss_sum, float dloss) {
-  model::Buffers& buf = model.buffers();
-  SlotTable slots;
-  auto bind = [&](int mb) {
-    int k = slots.take(mb);
-    TRAINER_CHECK(k < slots_, "pipeline runner: micro-batch {} needs slot {} of {}", mb, k, slots_);
-    buf.bind(model::Category::activations, arenas.activation_slot(k), ctx.device);
+  TRAINER_CHECK(model.num_chunks() == chunks_, "pipeline runner: {} model chunks, table for {}",
+                model.num_chunks(), chunks_);
+  std::vector<SlotTable> slots(chunks_);  // one pool per chunk, as chunk_slots() counts them
+  auto key = [&](const Action& a) { return a.micro_batch * chunks_ + a.chunk; };
+  auto bind = [&](const Action& a) {
+    int k = slots[a.chunk].take(a.micro_batch);
+    TRAINER_CHECK(k < slots_[a.chunk], "pipeline runner: micro-batch {} needs slot {} of {} of chunk {}",
+                  a.micro_batch, k, slots_[a.chunk], a.chunk);
+    model.bind_chunk(a.chunk, arenas.activation_slot(a.chunk, k), ctx.device);
   };
   double loss = 0;
   parallel::StageOps ops;
   ops.recv_forward = [&](const Action& a) {
-    bind(a.micro_batch);
-    pp_.recv(model.stage_input(), a.peer);
+    bind(a);
+    pp_.recv(model.stage_input(a.chunk), a.peer);
   };
   ops.forward = [&](const Action& a) {
-    bind(a.micro_batch);
-    load(a.micro_batch);
-    model.forward(ctx);
-    if (model.config().last_stage) loss += loss_sum();
+    bind(a);
+    if (model.has_embedding(a.chunk) || model.has_head(a.chunk)) load(a.micro_batch);
+    model.forward(ctx, a.chunk);
+    if (model.has_head(a.chunk)) loss += loss_sum();
   };
   ops.send_forward = [&](const Action& a) {
-    bind(a.micro_batch);
-    pp_.isend(model.stage_output(ctx), a.peer);
+    bind(a);
+    pp_.isend(model.stage_output(ctx, a.chunk), a.peer);
   };
   ops.recv_backward = [&](const Action& a) {
-    bind(a.micro_batch);
-    pp_.recv(model.stage_output_grad(), a.peer);
+    bind(a);
+    pp_.recv(model.stage_output_grad(a.chunk), a.peer);
   };
   int last_backward = -1;
   ops.backward = [&](const Action& a) {
-    bind(a.micro_batch);
-    model.backward(ctx, dloss);
-    slots.release(a.micro_batch);
-    last_backward = a.micro_batch;
+    bind(a);
+    model.backward(ctx, dloss, a.chunk);
+    slots[a.chunk].release(a.micro_batch);
+    last_backward = key(a);
   };
   // The input gradient is in scratch (dres) until the next backward: isend copies it.
   ops.send_backward = [&](const Action& a) {
-    TRAINER_CHECK(a.micro_batch == last_backward,
-                  "pipeline runner: send_backward of micro-batch {} after backward of {}",
-                  a.micro_batch, last_backward);
+    TRAINER_CHECK(key(a) == last_backward,
+                  "pipeline runner: send_backward of micro-batch {} chunk {} after another backward",
+                  a.micro_batch, a.chunk);
     pp_.isend(model.stage_input_grad(), a.peer);
   };
   parallel::execute_schedule(table_, ops);
   pp_.wait_sends();
-  buf.bind(model::Category::activations, arenas.activation_slot(0), ctx.device);
+  model.bind_chunk(0, arenas.activation_slot(0, 0), ctx.device);
+  return loss;
+}
+
+double PipelineRunner::run_forward(model::Model& model, Context& ctx, const Arenas& arenas,
+                                   const std::function<void()>& load,
+                                   const std::function<double()>& loss_sum) {
+  const int p = pp_.size(), prev = (pp_.rank() + p - 1) % p, next = (pp_.rank() + 1) % p;
+  double loss = 0;
+  for (int c = 0; c < model.num_chunks(); ++c) {
+    model.bind_chunk(c, arenas.activation_slot(c, 0), ctx.device);
+    if (model.has_embedding(c) || model.has_head(c)) load();
+    if (!model.has_embedding(c)) pp_.recv(model.stage_input(c), prev);
+    model.forward(ctx, c);
+    if (model.has_head(c))
+      loss += loss_sum();
+    else
+      pp_.send(model.stage_output(ctx, c), next);
+  }
+  model.bind_chunk(0, arenas.activation_slot(0, 0), ctx.device);
   return loss;
 }
 

@@ -1,9 +1,11 @@
 // PipelineRunner: one training step of this rank's pipeline stage, run by the
-// 1F1B table of parallel/pipeline_schedule.h over the model's stage I/O, with
-// one activation slot (a copy of the activations arena) per micro-batch in flight.
+// 1F1B or interleaved 1F1B table of parallel/pipeline_schedule.h over the
+// model's stage I/O, with one activation slot (room for one model chunk's
+// activations) per (micro-batch, chunk) in flight.
 #pragma once
 
 #include <functional>
+#include <utility>
 #include <vector>
 
 #include "engine/memory_plan.h"
@@ -13,34 +15,55 @@
 
 namespace trainer::engine {
 
-// Sets cfg's stage fields for pp rank `pp_rank` of `pp_size` (1F1B: one
-// contiguous block of layers per rank; the first holds the embedding, the last the head).
-void apply_pipeline_stage(model::ModelConfig& cfg, int pp_size, int pp_rank);
+// Sets cfg's stage fields for pp rank `pp_rank` of `pp_size`: one contiguous
+// block of layers per rank (virtual_stages 1), or virtual_stages chunks, chunk
+// c = global stage c * pp_size + pp_rank of pp_size * virtual_stages (Megatron's
+// interleaved layout). Rank 0 holds the embedding (on chunk 0), the last rank
+// the head (on its last chunk).
+void apply_pipeline_stage(model::ModelConfig& cfg, int pp_size, int pp_rank,
+                          int virtual_stages = 1);
 
-// Activation slots a table needs when a micro-batch takes one at its first
-// action (receive or forward) and frees it after its backward.
+// Activation slots a table needs when a (micro-batch, chunk) takes one at its
+// first action (receive or forward) and frees it after its backward: in all
+// (activation_slots), and per model chunk, each chunk drawing on its own pool
+// (chunk_slots, `chunks` entries).
 int activation_slots(const parallel::Schedule& table);
+std::vector<int> chunk_slots(const parallel::Schedule& table, int chunks);
+
+// The memory plan's slot pools for `model` run by `table`: (slots, bytes) per
+// model chunk (MemoryPlan::chunk_slots).
+std::vector<std::pair<int, size_t>> activation_slot_plan(const parallel::Schedule& table,
+                                                         const model::Model& model);
 
 class PipelineRunner {
  public:
-  // The 1F1B table of pp rank `pp.rank()` for num_micro_batches micro-batches.
-  PipelineRunner(parallel::Communicator& pp, int num_micro_batches);
+  // The table of pp rank `pp.rank()` for num_micro_batches micro-batches:
+  // 1F1B, or interleaved over virtual_stages model chunks.
+  PipelineRunner(parallel::Communicator& pp, int num_micro_batches, int virtual_stages = 1);
 
   const parallel::Schedule& table() const { return table_; }
-  int slots() const { return slots_; }
 
   // Runs the table once. load(mb) fills the micro-batch's ids/targets (called
-  // just before its forward, with its slot bound); each backward scales the
-  // loss by dloss. Returns the summed token losses (non-zero on the last
-  // stage only). Leaves slot 0 bound.
+  // just before the forward of the chunk with the embedding or the head, with
+  // its slot bound); each backward scales the loss by dloss. Returns the
+  // summed token losses (non-zero on the last stage only). Leaves chunk 0
+  // bound to slot 0.
   double run_step(model::Model& model, Context& ctx, const Arenas& arenas,
                   const std::function<void(int mb)>& load,
                   const std::function<double()>& loss_sum, float dloss);
 
+  // Forward only (evaluation): one micro-batch through every global stage in
+  // order, each chunk in its first activation slot; load() as for run_step. Blocking
+  // point-to-point is safe: one transfer is in flight at a time. Returns the
+  // summed token losses (non-zero on the last stage only).
+  double run_forward(model::Model& model, Context& ctx, const Arenas& arenas,
+                     const std::function<void()>& load, const std::function<double()>& loss_sum);
+
  private:
   parallel::Communicator& pp_;
   parallel::Schedule table_;
-  int slots_ = 1;
+  int chunks_ = 1;
+  std::vector<int> slots_;  // per model chunk
 };
 
 }  // namespace trainer::engine

@@ -1,6 +1,11 @@
 // Model assembly, initialisation and the forward/backward walk over the layers.
 #include "model/model.h"
 
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/elementwise.h"
@@ -20,29 +25,48 @@ Model::Model(const ModelConfig& cfg, const BatchShape& batch) : cfg_(cfg), batch
   single_tp_ = parallel::make_single_communicator("tp");
   tp_ = single_tp_.get();
   int64_t N = batch.B * batch.T;
-  const int begin = cfg.layer_begin, end = cfg.stage_layer_end();
-  TRAINER_CHECK(0 <= begin && begin <= end && end <= cfg.n_layer &&
-                    (begin < end || (cfg.first_stage && cfg.last_stage)),
-                "bad pipeline stage: layers [{}, {}) of {}", begin, end, cfg.n_layer);
-  if (cfg.first_stage) {
-    ids_ = buf_.add(Category::activations, "input_ids", {N}, DType::i32);
-    embedding_.declare(buf_, cfg_, batch_);
-  } else {
-    stage_in_ = buf_.add(Category::activations, "pipeline.input", {residual_rows(cfg, batch), cfg.d_model});
+  std::vector<std::pair<int, int>> ranges = cfg.chunk_layers;
+  if (ranges.empty()) ranges.emplace_back(cfg.layer_begin, cfg.stage_layer_end());
+  const int num_chunks = static_cast<int>(ranges.size());
+  int blocks = 0;
+  for (auto [begin, end] : ranges) {
+    TRAINER_CHECK(0 <= begin && begin <= end && end <= cfg.n_layer &&
+                      (begin < end || (cfg.first_stage && cfg.last_stage && num_chunks == 1)),
+                  "bad pipeline stage: layers [{}, {}) of {}", begin, end, cfg.n_layer);
+    blocks += end - begin;
   }
-  if (cfg.last_stage) targets_ = buf_.add(Category::activations, "targets", {N}, DType::i32);
-  blocks_.resize(end - begin);
-  for (int l = begin; l < end; ++l) blocks_[l - begin].declare(buf_, l, cfg_, batch_);
-  if (cfg.last_stage) {
-    // A last stage without the embedding keeps its own copy of a tied table
-    // (same name and init); the trainer sums the two copies' gradients.
-    ParamId table = cfg.first_stage ? embedding_.token_table()
-                    : cfg.tie_embeddings ? Embedding::declare_token_table(buf_, cfg_, true)
-                                         : ParamId{};
-    head_.declare(buf_, cfg_, batch_, table);
-  } else {
-    stage_dout_ = buf_.add(Category::activations, "pipeline.output_grad",
-                           {residual_rows(cfg, batch), cfg.d_model});
+  blocks_.resize(blocks);
+  chunks_.resize(num_chunks);
+  // Chunk by chunk, so each chunk's activations are one region of the arena
+  // (its parameters follow the same order in the flat parameter arena).
+  const int64_t R = residual_rows(cfg, batch);
+  for (int c = 0; c < num_chunks; ++c) {
+    Chunk& ch = chunks_[c];
+    ch.act_begin = buf_.category_bytes(Category::activations);
+    // Chunk 0 keeps the names of a one-chunk stage; the others say their chunk.
+    std::string io = c == 0 ? "pipeline" : fmt::format("pipeline.chunk{}", c);
+    if (has_embedding(c)) {
+      ids_ = buf_.add(Category::activations, "input_ids", {N}, DType::i32);
+      embedding_.declare(buf_, cfg_, batch_);
+    } else {
+      ch.stage_in = buf_.add(Category::activations, io + ".input", {R, cfg.d_model});
+    }
+    if (has_head(c)) targets_ = buf_.add(Category::activations, "targets", {N}, DType::i32);
+    ch.block_begin = c == 0 ? 0 : chunks_[c - 1].block_end;
+    ch.block_end = ch.block_begin + (ranges[c].second - ranges[c].first);
+    for (int l = ranges[c].first; l < ranges[c].second; ++l)
+      blocks_[ch.block_begin + l - ranges[c].first].declare(buf_, l, cfg_, batch_);
+    if (has_head(c)) {
+      // A last stage without the embedding keeps its own copy of a tied table
+      // (same name and init); the trainer sums the two copies' gradients.
+      ParamId table = has_embedding(c)       ? embedding_.token_table()
+                      : cfg.tie_embeddings ? Embedding::declare_token_table(buf_, cfg_, true)
+                                           : ParamId{};
+      head_.declare(buf_, cfg_, batch_, table);
+    } else {
+      ch.stage_dout = buf_.add(Category::activations, io + ".output_grad", {R, cfg.d_model});
+    }
+    ch.act_end = buf_.category_bytes(Category::activations);
   }
   scratch_.declare(buf_, cfg_, batch_);
 }
@@ -117,41 +141,68 @@ Tensor Model::tied_table_grad() const {
   return Tensor{};
 }
 
-Tensor Model::stage_in(const LayerEnv& env) const {
-  return cfg_.first_stage ? embedding_.out(env) : buf_.get(stage_in_);
+const Model::Chunk& Model::chunk(int c) const {
+  TRAINER_CHECK(c >= 0 && c < num_chunks(), "model chunk {} of {}", c, num_chunks());
+  TRAINER_CHECK(bound_chunk_ < 0 || bound_chunk_ == c,
+                "model chunk {} used while chunk {}'s activations are bound", c, bound_chunk_);
+  return chunks_[c];
 }
 
-Tensor Model::stage_output(Context& ctx) {
-  LayerEnv env = this->env(ctx);
-  return blocks_.empty() ? stage_in(env) : blocks_.back().out(env);
+size_t Model::chunk_activation_bytes(int c) const {
+  TRAINER_CHECK(c >= 0 && c < num_chunks(), "model chunk {} of {}", c, num_chunks());
+  return chunks_[c].act_end - chunks_[c].act_begin;
 }
 
-void Model::forward(Context& ctx) {
+void Model::bind_chunk(int c, void* slot, Device device) {
+  TRAINER_CHECK(c >= 0 && c < num_chunks(), "model chunk {} of {}", c, num_chunks());
+  // The arena base that puts chunk c's region at `slot`; the other chunks'
+  // buffers then point elsewhere, so chunk() refuses them until rebound.
+  auto base = reinterpret_cast<uintptr_t>(slot) - chunks_[c].act_begin;
+  buf_.bind(Category::activations, reinterpret_cast<void*>(base), device);
+  bound_chunk_ = num_chunks() == 1 ? -1 : c;
+}
+
+Tensor Model::stage_in(const LayerEnv& env, int c) const {
+  return has_embedding(c) ? embedding_.out(env) : buf_.get(chunk(c).stage_in);
+}
+
+Tensor Model::stage_input(int c) const { return buf_.get(chunk(c).stage_in); }
+Tensor Model::stage_output_grad(int c) const { return buf_.get(chunk(c).stage_dout); }
+
+Tensor Model::stage_output(Context& ctx, int c) {
   LayerEnv env = this->env(ctx);
-  if (cfg_.first_stage) embedding_.forward(env, scratch_, input_ids());
-  Tensor x = stage_in(env);
-  for (const Block& b : blocks_) {
-    b.forward(env, scratch_, x);
-    x = b.out(env);
+  const Chunk& ch = chunk(c);
+  return ch.block_begin == ch.block_end ? stage_in(env, c) : blocks_[ch.block_end - 1].out(env);
+}
+
+void Model::forward(Context& ctx, int c) {
+  LayerEnv env = this->env(ctx);
+  const Chunk& ch = chunk(c);
+  if (has_embedding(c)) embedding_.forward(env, scratch_, input_ids());
+  Tensor x = stage_in(env, c);
+  for (int l = ch.block_begin; l < ch.block_end; ++l) {
+    blocks_[l].forward(env, scratch_, x);
+    x = blocks_[l].out(env);
   }
-  if (cfg_.last_stage) head_.forward(env, x, targets());
+  if (has_head(c)) head_.forward(env, x, targets());
 }
 
 Tensor Model::losses(Context& ctx) { return head_.losses(env(ctx)); }
 
-void Model::backward(Context& ctx, float dloss) {
+void Model::backward(Context& ctx, float dloss, int c) {
   LayerEnv env = this->env(ctx);
+  const Chunk& ch = chunk(c);
   Tensor dres = buf_.get(scratch_.dres);
-  if (cfg_.last_stage)
-    head_.backward(env, scratch_, dres, stage_output(ctx), targets(), dloss);
+  if (has_head(c))
+    head_.backward(env, scratch_, dres, stage_output(ctx, c), targets(), dloss);
   else
-    copy(ctx, dres, stage_output_grad());
-  for (int l = static_cast<int>(blocks_.size()) - 1; l >= 0; --l) {
-    Tensor in = l == 0 ? stage_in(env) : blocks_[l - 1].out(env);
+    copy(ctx, dres, stage_output_grad(c));
+  for (int l = ch.block_end - 1; l >= ch.block_begin; --l) {
+    Tensor in = l == ch.block_begin ? stage_in(env, c) : blocks_[l - 1].out(env);
     // An MoE aux loss counts once per micro-batch, as the token losses do in sum.
     blocks_[l].backward(env, scratch_, dres, in, dloss * float(batch_.tokens()));
   }
-  if (cfg_.first_stage) embedding_.backward(env, scratch_, dres, input_ids());
+  if (has_embedding(c)) embedding_.backward(env, scratch_, dres, input_ids());
 }
 
 std::vector<const Moe*> Model::moe_layers() const {

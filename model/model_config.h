@@ -3,6 +3,8 @@
 #pragma once
 
 #include <cstdint>
+#include <utility>
+#include <vector>
 
 #include "kernels/tensor.h"
 #include "model/moe_config.h"
@@ -37,6 +39,11 @@ struct ModelConfig {
   // the final norm and LM head when last_stage.
   int layer_begin = 0, layer_end = -1;
   bool first_stage = true, last_stage = true;
+  // Interleaved pipelines (virtual stages): the rank holds several chunks of
+  // layers, chunk c = global layers [chunk_layers[c].first, .second); empty =
+  // one chunk, [layer_begin, layer_end). The embedding is on chunk 0 (when
+  // first_stage), the head on the last chunk (when last_stage).
+  std::vector<std::pair<int, int>> chunk_layers;
 
   // Mixture of experts: the MLP of every `moe_every`-th layer (1-based) is an MoE.
   bool moe_enabled = false;

@@ -121,6 +121,13 @@ MeshShape resolve_mesh(const MeshRequest& r) {
                         "train.global_batch: {} is not divisible by train.micro_batch {} * dp {} "
                         "= {}",
                         r.global_batch, r.micro_batch, dp, static_cast<long>(r.micro_batch) * dp);
+    // Megatron's interleaved schedule runs micro-batches in groups of pp.
+    const long micro_batches = r.global_batch / (static_cast<long>(r.micro_batch) * dp);
+    TRAINER_INPUT_CHECK(r.virtual_stages == 1 || micro_batches % r.pp == 0,
+                        "train.global_batch: {} gives {} micro-batches per step (global_batch / "
+                        "(micro_batch {} * dp {})); the interleaved pipeline schedule "
+                        "(parallel.virtual_stages {}) needs a multiple of parallel.pp {}",
+                        r.global_batch, micro_batches, r.micro_batch, dp, r.virtual_stages, r.pp);
   }
   // Sequence parallelism shards activations over the tp group; with tp 1 it
   // would silently do nothing, so the job is refused rather than misread.

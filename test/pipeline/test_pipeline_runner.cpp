@@ -1,6 +1,8 @@
-// Pipeline stages of the real model: activation slots per 1F1B rank, and a
-// model cut into stages (run one after another, stage I/O copied by hand)
-// reproducing the whole model's losses, parameters and gradients.
+// Pipeline stages of the real model: activation slots per 1F1B and
+// interleaved rank, and a model cut into stages, or into interleaved chunks
+// (run one global stage after another, each chunk bound to its own activation
+// slot, stage I/O copied by hand), reproducing the whole model's losses,
+// parameters and gradients.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -10,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/memory_plan.h"
 #include "engine/pipeline_runner.h"
 #include "kernels/memory.h"
 #include "model/model.h"
@@ -34,10 +37,22 @@ struct Run {
   Context ctx;
   Model model;
   testing::HostArenas arenas;
+  // One activation slot per chunk, in reverse chunk order, so a chunk's
+  // buffers work only through bind_chunk (never at their declared place).
+  std::vector<std::vector<char>> slot_mem;
 
   Run(const ModelConfig& cfg, BatchShape batch) : model(cfg, batch), arenas(model.buffers()) {
     model.init_parameters(ctx);
     model.zero_grads(ctx);
+    for (int c = model.num_chunks() - 1; c >= 0; --c)
+      slot_mem.emplace_back(model.chunk_activation_bytes(c) + 256, 0);
+  }
+  void bind(int chunk) {
+    std::vector<char>& m = slot_mem[model.num_chunks() - 1 - chunk];
+    REQUIRE(m.size() == model.chunk_activation_bytes(chunk) + 256);
+    char* p = m.data();
+    p += (256 - reinterpret_cast<uintptr_t>(p) % 256) % 256;
+    model.bind_chunk(chunk, p, Device::cpu);
   }
   std::vector<float> host(Tensor t) {
     std::vector<float> v(t.numel());
@@ -51,7 +66,9 @@ void fill_tokens(Tensor t, int vocab, unsigned seed) {
   for (int64_t i = 0; i < t.numel(); ++i) t.ptr<int32_t>()[i] = static_cast<int32_t>(rng() % vocab);
 }
 
-void check_stages_match_whole(ModelConfig cfg, int pp) {
+// Runs the pp ranks' models (virtual_stages chunks each) one global stage
+// after another, stage I/O copied by hand, and compares with the whole model.
+void check_stages_match_whole(ModelConfig cfg, int pp, int virtual_stages = 1) {
   const BatchShape batch{2, 5};
   Run whole(cfg, batch);
   fill_tokens(whole.model.input_ids(), cfg.vocab_size, 1);
@@ -63,23 +80,39 @@ void check_stages_match_whole(ModelConfig cfg, int pp) {
   std::vector<std::unique_ptr<Run>> stages;
   for (int s = 0; s < pp; ++s) {
     ModelConfig c = cfg;
-    engine::apply_pipeline_stage(c, pp, s);
+    engine::apply_pipeline_stage(c, pp, s, virtual_stages);
     stages.push_back(std::make_unique<Run>(c, batch));
+    REQUIRE(stages.back()->model.num_chunks() == virtual_stages);
   }
-  fill_tokens(stages.front()->model.input_ids(), cfg.vocab_size, 1);
-  fill_tokens(stages.back()->model.targets(), cfg.vocab_size, 2);
-  for (int s = 0; s < pp; ++s) {
-    Run& r = *stages[s];
-    if (s > 0) copy_from_host(r.model.stage_input(), stages[s - 1]->host(stages[s - 1]->model.stage_output(stages[s - 1]->ctx)).data());
-    r.model.forward(r.ctx);
+  Run& first = *stages.front();
+  Run& last = *stages.back();
+  first.bind(0);
+  fill_tokens(first.model.input_ids(), cfg.vocab_size, 1);
+  last.bind(virtual_stages - 1);
+  fill_tokens(last.model.targets(), cfg.vocab_size, 2);
+  // Global stage g is chunk g / pp of rank g % pp.
+  const int S = pp * virtual_stages;
+  std::vector<float> carry;
+  for (int g = 0; g < S; ++g) {
+    Run& r = *stages[g % pp];
+    const int c = g / pp;
+    r.bind(c);
+    CHECK(r.model.has_embedding(c) == (g == 0));
+    CHECK(r.model.has_head(c) == (g == S - 1));
+    if (g > 0) copy_from_host(r.model.stage_input(c), carry.data());
+    r.model.forward(r.ctx, c);
+    if (g < S - 1) carry = r.host(r.model.stage_output(r.ctx, c));
   }
-  std::vector<float> got_loss = stages.back()->host(stages.back()->model.losses(stages.back()->ctx));
+  std::vector<float> got_loss = last.host(last.model.losses(last.ctx));
   REQUIRE(got_loss.size() == want_loss.size());
   for (size_t i = 0; i < got_loss.size(); ++i) CHECK(got_loss[i] == Approx(want_loss[i]).epsilon(1e-6));
-  for (int s = pp - 1; s >= 0; --s) {
-    Run& r = *stages[s];
-    if (s < pp - 1) copy_from_host(r.model.stage_output_grad(), stages[s + 1]->host(stages[s + 1]->model.stage_input_grad()).data());
-    r.model.backward(r.ctx, 0.5f);
+  for (int g = S - 1; g >= 0; --g) {
+    Run& r = *stages[g % pp];
+    const int c = g / pp;
+    r.bind(c);
+    if (g < S - 1) copy_from_host(r.model.stage_output_grad(c), carry.data());
+    r.model.backward(r.ctx, 0.5f, c);
+    carry = r.host(r.model.stage_input_grad());
   }
 
   // Every parameter of the whole model is on exactly one stage (plus the
@@ -146,4 +179,101 @@ TEST_CASE("llama cut into pipeline stages computes the whole model", "[cpu][pipe
   check_stages_match_whole(cfg, 3);
   cfg.tie_embeddings = true;
   check_stages_match_whole(cfg, 2);
+}
+
+TEST_CASE("interleaved: a rank's chunks hold the layers of global stages chunk * pp + rank",
+          "[cpu][pipeline]") {
+  ModelConfig cfg = small(Family::gpt2);
+  cfg.n_layer = 8;
+  for (int r = 0; r < 2; ++r) {
+    ModelConfig c = cfg;
+    engine::apply_pipeline_stage(c, 2, r, 2);
+    // 8 layers in 4 global stages of 2: rank 0 holds stages 0 and 2, rank 1 stages 1 and 3.
+    REQUIRE(c.chunk_layers.size() == 2);
+    CHECK(c.chunk_layers[0] == std::pair{2 * r, 2 * r + 2});
+    CHECK(c.chunk_layers[1] == std::pair{4 + 2 * r, 4 + 2 * r + 2});
+    CHECK(c.first_stage == (r == 0));
+    CHECK(c.last_stage == (r == 1));
+    Model m(c, BatchShape{2, 5});
+    std::vector<std::string> blocks;
+    for (const auto& p : m.buffers().params())
+      if (p.spec.name.ends_with(".ln_1.weight")) blocks.push_back(p.spec.name);
+    std::vector<std::string> want;
+    for (int l : {2 * r, 2 * r + 1, 4 + 2 * r, 5 + 2 * r})
+      want.push_back("transformer.h." + std::to_string(l) + ".ln_1.weight");
+    CHECK(blocks == want);
+    // The chunks' regions tile the activations: a slot holds one chunk.
+    CHECK(m.chunk_activation_bytes(0) + m.chunk_activation_bytes(1) ==
+          m.buffers().category_bytes(Category::activations));
+    CHECK(m.chunk_activation_bytes(0) > 0);
+    CHECK(m.chunk_activation_bytes(1) > 0);
+  }
+  Model one(small(Family::gpt2), BatchShape{2, 5});
+  CHECK(one.num_chunks() == 1);
+  CHECK(one.chunk_activation_bytes(0) == one.buffers().category_bytes(Category::activations));
+}
+
+TEST_CASE("interleaved: a chunk's buffers are refused while another chunk is bound", "[cpu][pipeline]") {
+  ModelConfig cfg = small(Family::llama);
+  engine::apply_pipeline_stage(cfg, 2, 1, 2);
+  Run r(cfg, BatchShape{2, 5});
+  r.bind(1);
+  CHECK_NOTHROW(r.model.stage_input(1));
+  CHECK_THROWS_AS(r.model.stage_input(0), Error);
+  CHECK_THROWS_AS(r.model.forward(r.ctx, 0), Error);
+  r.bind(0);
+  CHECK_NOTHROW(r.model.stage_output_grad(0));
+}
+
+TEST_CASE("interleaved activation slots: one per (micro-batch, chunk) the schedule holds",
+          "[cpu][pipeline]") {
+  for (int p : {2, 3, 4})
+    for (int v : {2, 3})
+      for (int m : {p, 2 * p, 4 * p})
+        for (int r = 0; r < p; ++r) {
+          INFO("pp " << p << " v " << v << " rank " << r << " micro-batches " << m);
+          parallel::Schedule t = parallel::schedule_interleaved(p, r, m, v);
+          // No receive runs ahead of the compute that frees a slot: the slots
+          // are exactly the (micro-batch, chunk) pairs between forward and backward.
+          CHECK(engine::activation_slots(t) == parallel::peak_in_flight(t));
+          // Per chunk: the most of its micro-batches forwarded and not yet backwarded.
+          std::vector<int> live(v, 0), peak(v, 0);
+          for (const parallel::Action& a : t) {
+            if (a.kind == parallel::ActionKind::forward)
+              peak[a.chunk] = std::max(peak[a.chunk], ++live[a.chunk]);
+            if (a.kind == parallel::ActionKind::backward) --live[a.chunk];
+          }
+          CHECK(engine::chunk_slots(t, v) == peak);
+        }
+}
+
+TEST_CASE("gpt2 cut into interleaved chunks computes the whole model", "[cpu][pipeline]") {
+  ModelConfig cfg = small(Family::gpt2);
+  check_stages_match_whole(cfg, 2, 2);
+  cfg.n_layer = 6;
+  check_stages_match_whole(cfg, 3, 2);
+  check_stages_match_whole(cfg, 2, 3);
+}
+
+TEST_CASE("llama cut into interleaved chunks computes the whole model", "[cpu][pipeline]") {
+  ModelConfig cfg = small(Family::llama);
+  check_stages_match_whole(cfg, 2, 2);
+  cfg.tie_embeddings = true;
+  cfg.n_layer = 8;
+  check_stages_match_whole(cfg, 2, 4);
+}
+
+TEST_CASE("memory plan: each chunk's slot pool follows the previous one", "[cpu][pipeline]") {
+  engine::MemoryPlan plan;
+  plan.chunk_slots = {{3, 512}, {2, 256}};
+  CHECK(plan.activation_slot_offset(0, 0) == 0);
+  CHECK(plan.activation_slot_offset(0, 2) == 1024);
+  CHECK(plan.activation_slot_offset(1, 0) == 1536);
+  CHECK(plan.activation_slot_offset(1, 1) == 1792);
+  CHECK_THROWS_AS(plan.activation_slot_offset(1, 2), Error);
+  for (int p : {2, 4})
+    for (int r = 0; r < p; ++r) {
+      parallel::Schedule t = parallel::schedule_1f1b(p, r, 8);
+      CHECK(engine::chunk_slots(t, 1) == std::vector<int>{engine::activation_slots(t)});
+    }
 }
