@@ -52,10 +52,14 @@ void Trainer::setup() {
                       spec.source_path, shape.world);
   device_ = std::make_unique<DeviceContext>(device, mesh_->env().local_rank);
   ctx_ = device_->context();
-  TRAINER_INPUT_CHECK(shape.cp == 1 && shape.ep == 1,
-                      "{}: parallel: {}: context and expert parallelism are not "
-                      "implemented yet (cp = ep = 1; tp, pp and dp work)",
+  TRAINER_INPUT_CHECK(shape.cp == 1,
+                      "{}: parallel: {}: context parallelism is not implemented yet (cp = 1; "
+                      "tp, pp, dp and ep work)",
                       spec.source_path, shape.str());
+  TRAINER_INPUT_CHECK(shape.virtual_stages == 1,
+                      "{}: parallel.virtual_stages: {}: the interleaved pipeline schedule is not "
+                      "wired into the training loop yet (1F1B, virtual_stages 1, works)",
+                      spec.source_path, shape.virtual_stages);
   if (!mesh_->logs()) options_.log = nullptr;
   dp_size_ = shape.dp;
   dp_rank_ = mesh_->coords().dp;
@@ -64,29 +68,34 @@ void Trainer::setup() {
 
   model::ModelConfig cfg = model_config(spec);
   cfg.tp_rank = mesh_->coords().tp;
-  apply_pipeline_stage(cfg, shape.pp, mesh_->coords().pp, shape.virtual_stages);
+  cfg.moe.ep = shape.ep;
+  cfg.moe.ep_rank = mesh_->coords().ep;
+  apply_pipeline_stage(cfg, shape.pp, mesh_->coords().pp);
   if (shape.pp > 1)
-    pipeline_ = std::make_unique<PipelineRunner>(mesh_->comm(parallel::Axis::pp), accum_steps_,
-                                                 shape.virtual_stages);
+    pipeline_ = std::make_unique<PipelineRunner>(mesh_->comm(parallel::Axis::pp), accum_steps_);
   model_ = std::make_unique<model::Model>(cfg, micro_batch_shape(spec));
   model_->set_tp_group(&mesh_->comm(parallel::Axis::tp));
+  model_->set_ep_group(&mesh_->comm(parallel::Axis::ep));
   model_->set_kv_group(parallel::make_kv_replica_group(*mesh_, model_->config().kv_replicas()));
   model::Buffers& buf = model_->buffers();
   // ZeRO >= 1 shards the optimizer over dp; the arenas are padded so every
   // shard has the same aligned size. zero 0 keeps the whole state everywhere.
   int64_t arena = static_cast<int64_t>(buf.category_bytes(model::Category::parameters) / 4);
-  bool sharded = spec.parallel.zero >= 1 && dp_size_ > 1;
-  shard_ = parallel::zero_shard(arena, sharded ? dp_size_ : 1, sharded ? dp_rank_ : 0);
+  // With ep > 1 it shards over edp instead: every member of an edp group holds
+  // the same experts at the same offsets, so a shard means the same elements.
+  zero_axis_ = shape.ep > 1 ? parallel::Axis::edp : parallel::Axis::dp;
+  const int zero_size = shape.size(zero_axis_), zero_rank = mesh_->coords().along(zero_axis_);
+  bool sharded = spec.parallel.zero >= 1 && zero_size > 1;
+  shard_ = parallel::zero_shard(arena, sharded ? zero_size : 1, sharded ? zero_rank : 0);
   optimizer_ = std::make_unique<AdamW>(spec.optimizer, buf, shard_.begin, shard_.end());
-  std::vector<std::pair<int, size_t>> slots;  // a pipeline stage's activation slots per chunk
-  if (pipeline_) slots = activation_slot_plan(pipeline_->table(), *model_);
-  plan_ = plan_memory(buf, *optimizer_, shard_.padded, 1, slots);
+  plan_ = plan_memory(buf, *optimizer_, shard_.padded, pipeline_ ? pipeline_->slots() : 1);
   arenas_ = std::make_unique<Arenas>(plan_, buf, *optimizer_, ctx_);
   model_->init_parameters(ctx_);
   if (options_.write_run_dir) {
     const parallel::Coords& c = mesh_->coords();
     checkpoint::ShardPosition pos = checkpoint::shard_position(
-        {.tp = c.tp, .dp = c.dp, .cp = c.cp, .dp_size = shape.dp, .zero = spec.parallel.zero});
+        {.tp = c.tp, .dp = c.dp, .cp = c.cp, .dp_size = shape.dp, .zero = spec.parallel.zero,
+         .ep = c.ep, .ep_size = shape.ep, .edp = c.edp});
     checkpointer_ = std::make_unique<checkpoint::Checkpointer>(
         spec, mesh_->comm(parallel::Axis::world), ctx_.device, pos, mesh_->logs() ? stderr : nullptr);
     start_step_ = checkpointer_->resume(buf, *optimizer_);
@@ -94,14 +103,26 @@ void Trainer::setup() {
       checkpoint::load_hf_weights(spec.model.init_from, model_->config(), buf, ctx_, pos);
   }
   norm_mem_ = device_alloc(ctx_.device, kArenaAlignment);
-  norm_out_ = Tensor(norm_mem_, {2}, DType::f32, ctx_.device);
+  // Partial norms (tp-split, replicated, a flag, routed experts).
+  norm_out_ = Tensor(norm_mem_, {4}, DType::f32, ctx_.device);
   if (shape.pp > 1 && cfg.tie_embeddings && !cfg.first_stage && !cfg.last_stage) {
     int64_t rows = cfg.local_vocab(), cols = cfg.d_model;
     tied_zeros_mem_ = device_alloc(ctx_.device, size_t(rows * cols) * sizeof(float));
     tied_zeros_ = Tensor(tied_zeros_mem_, {rows, cols}, DType::f32, ctx_.device);
   }
 
-  if (dp_size_ > 1 && spec.parallel.zero < 2) {
+  if (shape.ep > 1) {
+    // Dense gradients over dp, routed experts over edp (parallel/expert_grad_sync.h).
+    std::vector<parallel::KindedRange> ranges;
+    for (const auto& p : buf.params()) {
+      const model::BufferInfo& info = buf.buffers()[p.grad];
+      ranges.push_back({{static_cast<int64_t>(info.offset / 4), static_cast<int64_t>(info.bytes / 4)},
+                        p.spec.expert});
+    }
+    expert_reducer_ = std::make_unique<parallel::ExpertGradReducer>(
+        mesh_->comm(parallel::Axis::dp), mesh_->comm(parallel::Axis::edp), shape.ep,
+        flat_arena(model::Category::gradients), std::move(ranges));
+  } else if (dp_size_ > 1 && spec.parallel.zero < 2) {
     // Buckets in the order backward finishes gradients: last parameter first.
     std::vector<parallel::GradRange> ranges;
     for (auto it = buf.params().rbegin(); it != buf.params().rend(); ++it) {
@@ -143,7 +164,7 @@ void Trainer::setup() {
                device_name(ctx_.device));
     fmt::print(options_.log, "memory plan (per rank):\n{}", plan_.describe());
     if (pipeline_)
-      fmt::print(options_.log, "{}\n", parallel::describe_schedule(shape.pp, accum_steps_, shape.virtual_stages));
+      fmt::print(options_.log, "{}\n", parallel::describe_schedule(shape.pp, accum_steps_, 1));
     if (train_data_) fmt::print(options_.log, "train data: {}\n", train_data_->describe());
     if (val_data_) fmt::print(options_.log, "val data: {}\n", val_data_->describe());
     if (start_step_ > 0)
@@ -195,10 +216,12 @@ double Trainer::micro_batch_loss_sum() {
 
 double Trainer::grad_norm() {
   // zero 2 holds only its shard of the averaged gradient; the others hold all of it.
-  bool shard_only = spec_.parallel.zero >= 2 && dp_size_ > 1;
+  // With ep every rank holds the whole reduced gradient (expert_reducer_).
+  bool shard_only = spec_.parallel.zero >= 2 && dp_size_ > 1 && !expert_reducer_;
   int64_t lo = shard_only ? shard_.begin : 0, hi = shard_only ? shard_.end() : INT64_MAX;
-  // Two partial sums: parameters split over tp (each rank holds other
-  // elements) and replicated ones (each tp rank holds the same values).
+  // Partial sums: parameters split over tp (each rank holds other elements),
+  // replicated ones (each tp rank holds the same values) and, in slot 3,
+  // routed experts (each ep rank holds other experts).
   fill(ctx_, norm_out_, 0.0f);
   const model::Buffers& buf = model_->buffers();
   for (const auto& p : buf.params()) {
@@ -210,12 +233,14 @@ double Trainer::grad_norm() {
     int64_t a = std::max(first, lo), b = std::min(first + n, hi);
     if (a >= b) continue;
     Tensor g = buf.get(p.grad).view({n}).slice(a - first, b - first);
-    int k = p.spec.tp_dim >= 0 ? 0 : 1;
+    // Routed experts under ep: each ep rank holds other experts (slot 3).
+    int k = p.spec.expert ? 3 : p.spec.tp_dim >= 0 ? 0 : 1;
     sum_of_squares(ctx_, norm_out_.slice(k, k + 1), g);
   }
-  float sq[2] = {0, 0};
+  float sq[4] = {0, 0, 0, 0};
   copy_to_host(sq, norm_out_);
-  double total = parallel::group_sum(mesh_->comm(parallel::Axis::tp), sq[0]) + sq[1];
+  double total = parallel::group_sum(mesh_->comm(parallel::Axis::tp), sq[0]) + sq[1] +
+                 parallel::group_sum(mesh_->comm(parallel::Axis::ep), sq[3]);
   if (shard_only) total = parallel::group_sum(mesh_->comm(parallel::Axis::dp), total);
   if (pipeline_) total = parallel::group_sum(mesh_->comm(parallel::Axis::pp), total);
   return std::sqrt(total);
@@ -236,7 +261,9 @@ void Trainer::sync_tied_table() {
 
 void Trainer::synchronize_gradients() {
   if (dp_size_ == 1) return;
-  if (reducer_)
+  if (expert_reducer_)
+    expert_reducer_->reduce_all(ctx_);
+  else if (reducer_)
     reducer_->reduce_all();
   else
     parallel::zero_reduce_scatter(mesh_->comm(parallel::Axis::dp),
@@ -282,7 +309,7 @@ StepRecord Trainer::train_step(int step) {
   r.lr = learning_rate(spec_.optimizer, spec_.train.steps, step);
   optimizer_->step(ctx_, step, static_cast<float>(r.lr), grad_scale);
   if (shard_.shard != shard_.padded)  // sharded update: every rank needs all parameters back
-    parallel::zero_all_gather(mesh_->comm(parallel::Axis::dp),
+    parallel::zero_all_gather(mesh_->comm(zero_axis_),
                               flat_arena(model::Category::parameters), shard_);
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   r.tokens_per_s = tokens / r.seconds;
@@ -311,14 +338,19 @@ void Trainer::finish_moe_step(StepRecord& r, double aux_sum) {
 }
 
 double Trainer::evaluate_pipeline() {
-  // Forward only, one micro-batch at a time down the stages.
+  // Forward only, one micro-batch at a time down the stages (blocking
+  // point-to-point is safe: every transfer goes one way).
   const int B = spec_.train.micro_batch, T = spec_.train.seq_len;
   parallel::Communicator& pp = mesh_->comm(parallel::Axis::pp);
+  const model::ModelConfig& cfg = model_->config();
   double sum = 0;
-  for (int i = dp_rank_; i < spec_.train.eval_batches; i += dp_size_)
-    sum += pipeline_->run_forward(
-        *model_, ctx_, *arenas_, [&] { load_micro_batch(val_data_.get(), int64_t(i) * B); },
-        [&] { return micro_batch_loss_sum(); });
+  for (int i = dp_rank_; i < spec_.train.eval_batches; i += dp_size_) {
+    load_micro_batch(val_data_.get(), int64_t(i) * B);
+    if (!cfg.first_stage) pp.recv(model_->stage_input(), pp.rank() - 1);
+    model_->forward(ctx_);
+    if (!cfg.last_stage) pp.send(model_->stage_output(ctx_), pp.rank() + 1);
+    if (cfg.last_stage) sum += micro_batch_loss_sum();
+  }
   sum = parallel::group_sum(mesh_->comm(parallel::Axis::dp), sum);
   sum = parallel::group_sum(pp, sum);
   return sum / (double(spec_.train.eval_batches) * B * T);

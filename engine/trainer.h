@@ -15,6 +15,7 @@
 #include "engine/optimizer.h"
 #include "engine/pipeline_runner.h"
 #include "model/model.h"
+#include "parallel/expert_grad_sync.h"
 #include "parallel/grad_sync.h"
 #include "parallel/mesh.h"
 
@@ -85,7 +86,9 @@ class Trainer {
   std::unique_ptr<parallel::Mesh> owned_mesh_;
   parallel::Mesh* mesh_ = nullptr;
   parallel::ZeroShard shard_;  // this rank's range of the flat parameter arena
+  parallel::Axis zero_axis_ = parallel::Axis::dp;  // what shard_ splits over (edp with ep > 1)
   std::unique_ptr<parallel::GradReducer> reducer_;
+  std::unique_ptr<parallel::ExpertGradReducer> expert_reducer_;  // ep > 1
   int dp_size_ = 1, dp_rank_ = 0;
   std::unique_ptr<PipelineRunner> pipeline_;  // pp > 1 only
   Tensor tied_zeros_;                          // middle stages' share of the tied-table all-reduce

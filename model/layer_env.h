@@ -13,6 +13,7 @@ struct LayerEnv {
   Context& ctx;
   const Buffers& buf;
   parallel::Communicator& tp;  // the tensor-parallel group (one rank when tp = 1)
+  parallel::Communicator* ep = nullptr;  // the expert-parallel group (MoE with ep > 1 only)
 };
 
 }  // namespace trainer::model

@@ -17,6 +17,14 @@ struct MoeConfig {
   float capacity_factor = 0.0f;   // <= 0: dropless; else capacity = ceil(cf * N * K / E)
   bool sigmoid = false;           // DeepSeek-V3 scores; softmax otherwise
   bool normalize_topk = true;     // combine weights = chosen scores / their sum
+
+  // Expert parallelism: the routed experts are spread over `ep` ranks, rank
+  // `ep_rank` holding experts [ep_rank * E/ep, (ep_rank + 1) * E/ep) (router,
+  // shared experts and everything else are replicated). Set from the mesh.
+  int ep = 1;
+  int ep_rank = 0;
+  int local_experts() const { return n_experts / ep; }
+  int first_expert() const { return ep_rank * local_experts(); }
 };
 
 }  // namespace trainer::model

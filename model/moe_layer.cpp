@@ -10,6 +10,7 @@
 #include "kernels/memory.h"
 #include "kernels/moe_routing.h"
 #include "kernels/swiglu.h"
+#include "parallel/expert_dispatch.h"
 
 namespace trainer::model {
 
@@ -22,6 +23,10 @@ void Moe::declare(Buffers& buf, const std::string& prefix, const ModelConfig& cf
                     moe.d_ff_expert >= 1 && moe.n_shared_experts >= 0,
                 "{}: bad MoE shape: {} experts, top_k {}, d_ff_expert {}, {} shared", prefix,
                 moe.n_experts, moe.top_k, moe.d_ff_expert, moe.n_shared_experts);
+  TRAINER_CHECK(moe.ep >= 1 && moe.n_experts % moe.ep == 0 && moe.ep_rank >= 0 &&
+                    moe.ep_rank < moe.ep,
+                "{}: {} experts do not split over ep {} (rank {})", prefix, moe.n_experts, moe.ep,
+                moe.ep_rank);
   moe_ = moe;
   swiglu_ = cfg.is_llama();
   N_ = batch.tokens(), C_ = cfg.d_model, E_ = moe.n_experts, K_ = moe.top_k;
@@ -32,6 +37,13 @@ void Moe::declare(Buffers& buf, const std::string& prefix, const ModelConfig& cf
                   : 0;
   const float out_std = cfg.init_std / std::sqrt(2.0f * cfg.n_layer);
   const std::string p = prefix + ".block_sparse_moe.";
+  ep_ = moe.ep, El_ = moe.local_experts();
+  // Rows this rank's experts may receive: each peer keeps at most
+  // min(K, El) of a token's assignments for them (top-k picks distinct
+  // experts), or at most `capacity` per expert.
+  int64_t per_peer = N_ * std::min(K_, El_);
+  if (capacity_ > 0) per_peer = std::min(per_peer, El_ * capacity_);
+  R_ = ep_ == 1 ? S : ep_ * per_peer;
 
   router_ = buf.add_param({.name = p + "gate.weight", .global_shape = {E_, C_},
                            .std = cfg.init_std},
@@ -57,7 +69,7 @@ void Moe::declare(Buffers& buf, const std::string& prefix, const ModelConfig& cf
     return m;
   };
   experts_.clear();
-  for (int64_t e = 0; e < E_; ++e)
+  for (int64_t e = moe.first_expert(); e < moe.first_expert() + El_; ++e)
     experts_.push_back(mlp(p + "experts." + std::to_string(e) + ".", F_, true));
   if (Fs_ > 0) shared_ = mlp(p + "shared_experts.", Fs_, false);
 
@@ -71,16 +83,25 @@ void Moe::declare(Buffers& buf, const std::string& prefix, const ModelConfig& cf
   counts_ = buf.add(A, p + "counts", {2, E_}, DType::i32);
   xs_ = buf.add(A, p + "dispatched", {S, C_});
   ys_ = buf.add(A, p + "expert_out", {S, C_});
-  h1_ = buf.add(A, p + "w1_out", {S, F_});
-  if (swiglu_) h3_ = buf.add(A, p + "w3_out", {S, F_});
-  act_ = buf.add(A, p + "activation", {S, F_});
+  if (ep_ > 1) {
+    xr_ = buf.add(A, p + "ep_received", {R_, C_});
+    yr_ = buf.add(A, p + "ep_expert_out", {R_, C_});
+    recv_counts_ = buf.add(A, p + "ep_recv_counts", {E_}, DType::i32);
+  }
+  h1_ = buf.add(A, p + "w1_out", {R_, F_});
+  if (swiglu_) h3_ = buf.add(A, p + "w3_out", {R_, F_});
+  act_ = buf.add(A, p + "activation", {R_, F_});
   losses_ = buf.add(A, p + "aux_losses", {2});
   step_ = buf.add(A, p + "step_counts", {2, E_});
   dys_ = buf.add(G, p + "d_expert_out", {S, C_});
   dxs_ = buf.add(G, p + "d_dispatched", {S, C_});
-  dh1_ = buf.add(G, p + "d_w1_out", {S, F_});
-  if (swiglu_) dh3_ = buf.add(G, p + "d_w3_out", {S, F_});
-  dact_ = buf.add(G, p + "d_activation", {S, F_});
+  if (ep_ > 1) {
+    dyr_ = buf.add(G, p + "d_ep_expert_out", {R_, C_});
+    dxr_ = buf.add(G, p + "d_ep_received", {R_, C_});
+  }
+  dh1_ = buf.add(G, p + "d_w1_out", {R_, F_});
+  if (swiglu_) dh3_ = buf.add(G, p + "d_w3_out", {R_, F_});
+  dact_ = buf.add(G, p + "d_activation", {R_, F_});
   dtopk_ = buf.add(G, p + "d_topk_weight", {N_, K_});
   dlogits_ = buf.add(G, p + "d_router_logits", {N_, E_});
   dtmp_ = buf.add(G, p + "d_input_tmp", {N_, C_});
@@ -129,6 +150,34 @@ std::vector<int32_t> Moe::kept_counts(const Buffers& b) const {
   return std::vector<int32_t>(counts.begin() + E_, counts.end());
 }
 
+std::vector<Moe::RowBlock> Moe::row_blocks(const Buffers& b) const {
+  std::vector<RowBlock> blocks;
+  int64_t s0 = 0;
+  auto add = [&](int64_t expert, int64_t n) {
+    if (n > 0) blocks.push_back({expert, s0, s0 + n});
+    s0 += n;
+  };
+  if (ep_ == 1) {
+    const std::vector<int32_t> kept = kept_counts(b);
+    for (int64_t e = 0; e < E_; ++e) add(e, kept[e]);
+  } else {
+    // Received rows come grouped by source peer, then by local expert.
+    std::vector<int32_t> recv(E_);
+    copy_to_host(recv.data(), b.get(recv_counts_));
+    for (int64_t q = 0; q < ep_; ++q)
+      for (int64_t l = 0; l < El_; ++l) add(l, recv[q * El_ + l]);
+  }
+  TRAINER_CHECK(s0 <= R_, "MoE: {} expert rows exceed the {} planned", s0, R_);
+  return blocks;
+}
+
+parallel::Communicator& Moe::ep_group(const LayerEnv& env) const {
+  TRAINER_CHECK(env.ep != nullptr && env.ep->size() == ep_,
+                "MoE layer split over ep {} but the layer environment's ep group has {} ranks",
+                ep_, env.ep ? env.ep->size() : 1);
+  return *env.ep;
+}
+
 namespace {
 
 Tensor rows(const Tensor& t, int64_t begin, int64_t end) {
@@ -149,16 +198,22 @@ void Moe::forward(const LayerEnv& env, Tensor out, Tensor in) const {
            counts.slice(1, 2).view({E_}), idx, capacity_);
   Tensor xs = b.get(xs_), ys = b.get(ys_);
   moe_gather(ctx, xs, in, b.get(slot_src_), K_);
-  const std::vector<int32_t> kept = kept_counts(b);
-  Tensor h1 = b.get(h1_), h3 = swiglu_ ? b.get(h3_) : Tensor{}, act = b.get(act_);
-  int64_t s0 = 0;
-  for (int64_t e = 0; e < E_; ++e) {
-    const int64_t s1 = s0 + kept[e];
-    if (s1 > s0)
-      mlp_forward(ctx, b, experts_[e], ys.slice(s0, s1), xs.slice(s0, s1),
-                  {rows(h1, s0, s1), rows(h3, s0, s1), rows(act, s0, s1)});
-    s0 = s1;
+  // The experts run on xs/ys, or with ep on the rows received from the group.
+  Tensor xe = xs, ye = ys;
+  parallel::EpRoute route;
+  if (ep_ > 1) {
+    parallel::Communicator& ep = ep_group(env);
+    route = parallel::ep_exchange_counts(ep, counts.slice(1, 2).view({E_}), b.get(recv_counts_));
+    xe = b.get(xr_), ye = b.get(yr_);
+    parallel::ep_dispatch(ep, route, xs, xe);
   }
+  Tensor h1 = b.get(h1_), h3 = swiglu_ ? b.get(h3_) : Tensor{}, act = b.get(act_);
+  for (const RowBlock& r : row_blocks(b)) {
+    const int64_t s0 = r.begin, s1 = r.end;
+    mlp_forward(ctx, b, experts_[r.expert], ye.slice(s0, s1), xe.slice(s0, s1),
+                {rows(h1, s0, s1), rows(h3, s0, s1), rows(act, s0, s1)});
+  }
+  if (ep_ > 1) parallel::ep_combine(ep_group(env), route, ye, ys);
   if (Fs_ > 0)
     mlp_forward(ctx, b, shared_, out, in,
                 {b.get(sh1_), swiglu_ ? b.get(sh3_) : Tensor{}, b.get(sact_)});
@@ -203,20 +258,24 @@ void Moe::backward(const LayerEnv& env, Tensor dinp, Tensor dout, Tensor in, flo
   Tensor dtopk = b.get(dtopk_), dtmp = b.get(dtmp_);
   moe_combine_backward(ctx, dys, dtopk, dout, ys, b.get(assign_slot_), b.get(slot_src_),
                        b.get(topk_w_));
-  const std::vector<int32_t> kept = kept_counts(b);
+  Tensor xe = xs, dye = dys, dxe = dxs;
+  parallel::EpRoute route;
+  if (ep_ > 1) {
+    route = parallel::ep_route(static_cast<int>(ep_), b.get(counts_).slice(1, 2).view({E_}),
+                               b.get(recv_counts_));
+    xe = b.get(xr_), dye = b.get(dyr_), dxe = b.get(dxr_);
+    parallel::ep_combine_backward(ep_group(env), route, dys, dye);
+  }
   Tensor h1 = b.get(h1_), h3 = swiglu_ ? b.get(h3_) : Tensor{}, act = b.get(act_);
   Tensor dh1 = b.get(dh1_), dh3 = swiglu_ ? b.get(dh3_) : Tensor{}, dact = b.get(dact_);
-  int64_t s0 = 0;
-  for (int64_t e = 0; e < E_; ++e) {
-    const int64_t s1 = s0 + kept[e];
-    if (s1 > s0) {
-      Tensor dy = dys.slice(s0, s1);
-      mlp_backward(ctx, b, experts_[e], dxs.slice(s0, s1), dy, xs.slice(s0, s1),
-                   {rows(h1, s0, s1), rows(h3, s0, s1), rows(act, s0, s1)},
-                   {rows(dh1, s0, s1), rows(dh3, s0, s1), rows(dact, s0, s1)}, dy);
-    }
-    s0 = s1;
+  for (const RowBlock& r : row_blocks(b)) {
+    const int64_t s0 = r.begin, s1 = r.end;
+    Tensor dy = dye.slice(s0, s1);
+    mlp_backward(ctx, b, experts_[r.expert], dxe.slice(s0, s1), dy, xe.slice(s0, s1),
+                 {rows(h1, s0, s1), rows(h3, s0, s1), rows(act, s0, s1)},
+                 {rows(dh1, s0, s1), rows(dh3, s0, s1), rows(dact, s0, s1)}, dy);
   }
+  if (ep_ > 1) parallel::ep_dispatch_backward(ep_group(env), route, dxe, dxs);
   if (Fs_ > 0)
     mlp_backward(ctx, b, shared_, dinp, dout, in,
                  {b.get(sh1_), swiglu_ ? b.get(sh3_) : Tensor{}, b.get(sact_)},

@@ -17,6 +17,14 @@
 // {prefix}.block_sparse_moe.gate.e_score_correction_bias (E) for aux_free.
 // Routed expert weights carry ParamSpec::expert. No tensor parallelism yet:
 // the layer refuses tp > 1 and sequence parallelism.
+//
+// Expert parallelism (MoeConfig::ep > 1): this rank declares only its E / ep
+// experts (under their global names) and moves the kept rows to their
+// owners and back with parallel/expert_dispatch.h over LayerEnv::ep. Every
+// rank routes its own tokens over all E experts, so the aux losses and step
+// counters stay per rank as with dp. Received rows are bounded by the worst
+// case (every peer's tokens on this rank's experts, or the capacity), and the
+// expert activations are planned for that many rows.
 #pragma once
 
 #include <string>
@@ -75,21 +83,31 @@ class Moe {
   void mlp_backward(Context& ctx, const Buffers& b, const Mlp3& w, Tensor dx, Tensor dy,
                     Tensor x, const Acts& a, const Acts& d, Tensor tmp) const;
   std::vector<int32_t> kept_counts(const Buffers& b) const;
+  // The routed experts' row blocks in the buffer they run on: {local expert,
+  // first row, end row}, in buffer order.
+  struct RowBlock {
+    int64_t expert, begin, end;
+  };
+  std::vector<RowBlock> row_blocks(const Buffers& b) const;
+  parallel::Communicator& ep_group(const LayerEnv& env) const;
 
   MoeConfig moe_;
   bool swiglu_ = false;
   int64_t N_ = 0, C_ = 0, E_ = 0, K_ = 0, F_ = 0, Fs_ = 0, capacity_ = 0;
+  int64_t ep_ = 1, El_ = 0, R_ = 0;  // ep group size, local experts, expert rows planned
   ParamId router_, bias_;
   std::vector<Mlp3> experts_;
   Mlp3 shared_;
   // Activations.
   BufferId logits_ = -1, probs_ = -1, topk_idx_ = -1, topk_w_ = -1;   // (N, E) (N, K)
   BufferId slot_src_ = -1, assign_slot_ = -1, counts_ = -1;           // (N*K) (N*K) (2, E) i32
-  BufferId xs_ = -1, ys_ = -1, h1_ = -1, h3_ = -1, act_ = -1;         // (S, C) (S, Fe)
+  BufferId xs_ = -1, ys_ = -1, h1_ = -1, h3_ = -1, act_ = -1;         // (S, C) (R, Fe)
+  BufferId xr_ = -1, yr_ = -1, recv_counts_ = -1;  // ep > 1: (R, C) received rows, (E) i32
   BufferId sh1_ = -1, sh3_ = -1, sact_ = -1;                          // (N, Fs)
   BufferId losses_ = -1, step_ = -1;  // (2): raw balance, z; (2, E) step counters
   // Scratch (live within backward).
-  BufferId dys_ = -1, dxs_ = -1, dh1_ = -1, dh3_ = -1, dact_ = -1;   // (S, C) (S, Fe)
+  BufferId dys_ = -1, dxs_ = -1, dh1_ = -1, dh3_ = -1, dact_ = -1;   // (S, C) (R, Fe)
+  BufferId dyr_ = -1, dxr_ = -1;                                      // ep > 1: (R, C)
   BufferId dsh1_ = -1, dsh3_ = -1, dsact_ = -1;                       // (N, Fs)
   BufferId dtopk_ = -1, dlogits_ = -1, dtmp_ = -1, dprob_ = -1;       // (N, K) (N, E) (N, C) (E)
 };

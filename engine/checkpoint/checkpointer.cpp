@@ -143,7 +143,7 @@ void Checkpointer::save(int step, const model::Buffers& buffers, const AdamW& op
 
   // Every writing rank: its shard, streamed tensor by tensor from the device.
   FileDigest digest;
-  const bool writes = position_.write_params || position_.write_optimizer;
+  const bool writes = position_.writes_anything();
   if (writes) {
     SafetensorsWriter w;
     w.set_metadata("format", "trainer-shard");
@@ -160,13 +160,13 @@ void Checkpointer::save(int step, const model::Buffers& buffers, const AdamW& op
       if (p.spec.tied_copy) continue;  // the first pipeline stage writes the tied table
       const model::BufferInfo& info = buffers.buffers()[p.value];
       Slice slice = local_slice(p.spec, info.shape, position_);
-      if (position_.write_params) {
+      if (position_.writes_params(p.spec)) {
         Tensor value = buffers.get(p.value);
         w.add_lazy(p.spec.name, "F32", info.shape, [value](void* dst) { copy_to_host(dst, value); });
         w.set_metadata("slice." + p.spec.name, slice.to_json().dump());
       }
       StateRange st = state_range(slice, info, optimizer);
-      if (!position_.write_optimizer || st.empty()) continue;
+      if (!position_.writes_optimizer(p.spec) || st.empty()) continue;
       std::string sj = st.slice.to_json().dump();
       for (auto [suffix, flat] : {std::pair{".exp_avg", m}, std::pair{".exp_avg_sq", v}}) {
         Tensor t = st.view(flat);

@@ -74,8 +74,19 @@ ShardPosition shard_position(const MeshPlace& place) {
   ShardPosition pos;
   pos.tp_rank = place.tp;
   pos.write_params = place.dp == 0 && place.cp == 0;
-  bool zero_sharded = place.zero >= 1 && place.dp_size > 1;
-  pos.write_optimizer = place.cp == 0 && (place.dp == 0 || zero_sharded);
+  if (place.ep_size <= 1) {
+    bool zero_sharded = place.zero >= 1 && place.dp_size > 1;
+    pos.write_optimizer = place.cp == 0 && (place.dp == 0 || zero_sharded);
+    pos.write_expert_params = pos.write_params;
+    pos.write_expert_optimizer = pos.write_optimizer;
+    return pos;
+  }
+  // ZeRO over edp: ranks of one edp index hold the same dense shard (ep = 0
+  // writes it); each ep rank's experts are sharded over its edp group.
+  bool zero_sharded = place.zero >= 1 && place.dp_size / place.ep_size > 1;
+  pos.write_optimizer = place.cp == 0 && place.ep == 0 && (place.edp == 0 || zero_sharded);
+  pos.write_expert_params = place.cp == 0 && place.edp == 0;
+  pos.write_expert_optimizer = place.cp == 0 && (place.edp == 0 || zero_sharded);
   return pos;
 }
 

@@ -41,14 +41,33 @@ struct ShardPosition {
   // False on replicas whose whole optimizer state another rank writes (zero 0
   // with dp > 1); true for every rank holding a ZeRO shard of it.
   bool write_optimizer = true;
+  // The same two for routed experts, which expert parallelism spreads over
+  // the ep ranks (each holds E / ep of them under their global names
+  // experts.{e}): the first replica of each expert (edp index 0) writes them.
+  bool write_expert_params = true;
+  bool write_expert_optimizer = true;
+  bool writes_params(const model::ParamSpec& spec) const {
+    return spec.expert ? write_expert_params : write_params;
+  }
+  bool writes_optimizer(const model::ParamSpec& spec) const {
+    return spec.expert ? write_expert_optimizer : write_optimizer;
+  }
+  bool writes_anything() const {
+    return write_params || write_optimizer || write_expert_params || write_expert_optimizer;
+  }
 };
 
 // This rank's position on a mesh: tp rank; parameters written by dp = cp = 0;
 // optimizer state also by the other dp ranks when ZeRO shards it over dp.
+// With expert parallelism (ep_size > 1) ZeRO shards over edp instead (see
+// Trainer::setup): routed experts are written by edp = 0, their state also
+// by the other edp ranks when sharded; the dense state's shards by ep = 0.
 struct MeshPlace {
   int tp = 0, dp = 0, cp = 0;
   int dp_size = 1;
   int zero = 0;
+  int ep = 0, ep_size = 1;  // this rank's ep index and the ep group size
+  int edp = 0;              // its expert-data-parallel index (ep_size > 1 only)
 };
 ShardPosition shard_position(const MeshPlace& place);
 

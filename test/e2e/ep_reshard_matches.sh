@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# ep_reshard_matches.sh FIXTURES TRAINER MPIEXEC: checkpoints of the MoE
+# Llama (aux-free bias, shared expert) move between expert-parallel and
+# single-rank layouts: a one-rank checkpoint resumes on ep 2, and an ep 2
+# checkpoint (each rank writes its own experts under their global names)
+# resumes on one rank and on ep 4; each continues with the one-rank run's
+# losses within 1e-5 relative.
+set -euo pipefail
+fx=$1 trainer=$2 mpiexec=$3
+cd "$fx"
+export OMP_NUM_THREADS=1
+job=(mesh_moe_llama.yaml --set train.steps=20 --set checkpoint.every=10)
+rm -rf runs/epreshard_*
+run() {  # run NP DIR [ARGS...]
+  local np=$1 dir=$2
+  shift 2
+  "$mpiexec" --allow-run-as-root --oversubscribe -np "$np" "$trainer" train "${job[@]}" \
+    --set run.dir="$dir" "$@" >/dev/null
+}
+"$trainer" train "${job[@]}" --set run.dir=runs/epreshard_one >/dev/null
+run 2 runs/epreshard_ep2 --set parallel.ep=2
+losses() { grep '"loss"' "$1/metrics.jsonl" | sed 's/.*"step": \([0-9]*\), "loss": \([^,]*\),.*/\1 \2/'; }
+status=0
+for layout in "one 2 --set parallel.ep=2" "ep2 1" "ep2 4 --set parallel.ep=4"; do
+  read -r from np extra <<<"$layout"
+  dst=runs/epreshard_${from}_to_np${np}_$(echo "$extra" | tr -c 'a-z0-9' '_')
+  # shellcheck disable=SC2086
+  run "$np" "$dst" --set checkpoint.resume="runs/epreshard_$from/checkpoints/step_000010" $extra
+  awk -v name="$from -> np $np $extra" 'NR == FNR { ref[$1] = $2; next }
+    ($1 in ref) { n++; d = ref[$1] - $2; if (d < 0) d = -d; r = d / ref[$1]; if (r > w) w = r; if (r > 1e-5) bad++ }
+    END { printf "%s: steps 11-20 compared %d, worst relative difference %.3g\n", name, n, w;
+          exit !(n == 10 && bad == 0) }' <(losses runs/epreshard_one) <(losses "$dst") || status=1
+done
+exit $status
