@@ -56,10 +56,6 @@ void Trainer::setup() {
                       "{}: parallel: {}: context parallelism is not implemented yet (cp = 1; "
                       "tp, pp, dp and ep work)",
                       spec.source_path, shape.str());
-  TRAINER_INPUT_CHECK(shape.virtual_stages == 1,
-                      "{}: parallel.virtual_stages: {}: the interleaved pipeline schedule is not "
-                      "wired into the training loop yet (1F1B, virtual_stages 1, works)",
-                      spec.source_path, shape.virtual_stages);
   if (!mesh_->logs()) options_.log = nullptr;
   dp_size_ = shape.dp;
   dp_rank_ = mesh_->coords().dp;
@@ -70,9 +66,10 @@ void Trainer::setup() {
   cfg.tp_rank = mesh_->coords().tp;
   cfg.moe.ep = shape.ep;
   cfg.moe.ep_rank = mesh_->coords().ep;
-  apply_pipeline_stage(cfg, shape.pp, mesh_->coords().pp);
+  apply_pipeline_stage(cfg, shape.pp, mesh_->coords().pp, shape.virtual_stages);
   if (shape.pp > 1)
-    pipeline_ = std::make_unique<PipelineRunner>(mesh_->comm(parallel::Axis::pp), accum_steps_);
+    pipeline_ = std::make_unique<PipelineRunner>(mesh_->comm(parallel::Axis::pp), accum_steps_,
+                                                 shape.virtual_stages);
   model_ = std::make_unique<model::Model>(cfg, micro_batch_shape(spec));
   model_->set_tp_group(&mesh_->comm(parallel::Axis::tp));
   model_->set_ep_group(&mesh_->comm(parallel::Axis::ep));
@@ -88,7 +85,9 @@ void Trainer::setup() {
   bool sharded = spec.parallel.zero >= 1 && zero_size > 1;
   shard_ = parallel::zero_shard(arena, sharded ? zero_size : 1, sharded ? zero_rank : 0);
   optimizer_ = std::make_unique<AdamW>(spec.optimizer, buf, shard_.begin, shard_.end());
-  plan_ = plan_memory(buf, *optimizer_, shard_.padded, pipeline_ ? pipeline_->slots() : 1);
+  std::vector<std::pair<int, size_t>> slots;  // a pipeline stage's activation slots per chunk
+  if (pipeline_) slots = activation_slot_plan(pipeline_->table(), *model_);
+  plan_ = plan_memory(buf, *optimizer_, shard_.padded, 1, slots);
   arenas_ = std::make_unique<Arenas>(plan_, buf, *optimizer_, ctx_);
   model_->init_parameters(ctx_);
   if (options_.write_run_dir) {
@@ -164,7 +163,7 @@ void Trainer::setup() {
                device_name(ctx_.device));
     fmt::print(options_.log, "memory plan (per rank):\n{}", plan_.describe());
     if (pipeline_)
-      fmt::print(options_.log, "{}\n", parallel::describe_schedule(shape.pp, accum_steps_, 1));
+      fmt::print(options_.log, "{}\n", parallel::describe_schedule(shape.pp, accum_steps_, shape.virtual_stages));
     if (train_data_) fmt::print(options_.log, "train data: {}\n", train_data_->describe());
     if (val_data_) fmt::print(options_.log, "val data: {}\n", val_data_->describe());
     if (start_step_ > 0)
@@ -338,19 +337,14 @@ void Trainer::finish_moe_step(StepRecord& r, double aux_sum) {
 }
 
 double Trainer::evaluate_pipeline() {
-  // Forward only, one micro-batch at a time down the stages (blocking
-  // point-to-point is safe: every transfer goes one way).
+  // Forward only, one micro-batch at a time down the stages.
   const int B = spec_.train.micro_batch, T = spec_.train.seq_len;
   parallel::Communicator& pp = mesh_->comm(parallel::Axis::pp);
-  const model::ModelConfig& cfg = model_->config();
   double sum = 0;
-  for (int i = dp_rank_; i < spec_.train.eval_batches; i += dp_size_) {
-    load_micro_batch(val_data_.get(), int64_t(i) * B);
-    if (!cfg.first_stage) pp.recv(model_->stage_input(), pp.rank() - 1);
-    model_->forward(ctx_);
-    if (!cfg.last_stage) pp.send(model_->stage_output(ctx_), pp.rank() + 1);
-    if (cfg.last_stage) sum += micro_batch_loss_sum();
-  }
+  for (int i = dp_rank_; i < spec_.train.eval_batches; i += dp_size_)
+    sum += pipeline_->run_forward(
+        *model_, ctx_, *arenas_, [&] { load_micro_batch(val_data_.get(), int64_t(i) * B); },
+        [&] { return micro_batch_loss_sum(); });
   sum = parallel::group_sum(mesh_->comm(parallel::Axis::dp), sum);
   sum = parallel::group_sum(pp, sum);
   return sum / (double(spec_.train.eval_batches) * B * T);

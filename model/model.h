@@ -29,24 +29,40 @@ class Model {
   Tensor input_ids() const { return buf_.get(ids_); }  // (N) int32, the caller fills it
   Tensor targets() const { return buf_.get(targets_); }  // (N) int32, < 0 = ignored
 
-  // Pipeline stage I/O (R, C), all in the activations arena: the input a
-  // non-first stage receives, the output a non-last stage sends, the output
-  // gradient a non-last stage receives, and (after backward) the input
-  // gradient a non-first stage sends. first/last: config().first_stage/last_stage.
-  Tensor stage_input() const { return buf_.get(stage_in_); }
-  Tensor stage_output(Context& ctx);
-  Tensor stage_output_grad() const { return buf_.get(stage_dout_); }
+  // Pipeline stage I/O (R, C) of model chunk `chunk`, all in the activations
+  // arena: the input a chunk without the embedding receives, the output a
+  // chunk without the head sends, the output gradient such a chunk receives,
+  // and (after its backward) the input gradient it sends. Without virtual
+  // stages there is one chunk: the embedding is on it when
+  // config().first_stage, the head when config().last_stage.
+  Tensor stage_input(int chunk = 0) const;
+  Tensor stage_output(Context& ctx, int chunk = 0);
+  Tensor stage_output_grad(int chunk = 0) const;
   Tensor stage_input_grad() const { return buf_.get(scratch_.dres); }
+
+  // Model chunks (config().chunk_layers; 1 without virtual stages). Each
+  // chunk's activations are one contiguous region of the activations arena,
+  // chunk_activation_bytes(c) long, so one micro-batch's activations of one
+  // chunk fit a slot of that size and bind_chunk() points the chunk's buffers
+  // at any such slot (aligned as the arena). Without bind_chunk, the arena
+  // bound with buffers().bind holds every chunk at its declared place.
+  int num_chunks() const { return static_cast<int>(chunks_.size()); }
+  bool has_embedding(int chunk) const { return cfg_.first_stage && chunk == 0; }
+  bool has_head(int chunk) const { return cfg_.last_stage && chunk == num_chunks() - 1; }
+  size_t chunk_activation_bytes(int chunk) const;
+  void bind_chunk(int chunk, void* slot, Device device);
   // Tied embeddings cut over pipeline stages: the gradient of this stage's
   // copy of the token table (the embedding's on the first stage, the head's
   // copy on the last); empty on other stages and when nothing is split.
   Tensor tied_table_grad() const;
 
-  // Per-token losses of the micro-batch in input_ids()/targets().
-  void forward(Context& ctx);
+  // Per-token losses of the micro-batch in input_ids()/targets() (forward
+  // of the chunk with the head), or the chunk's stage output.
+  void forward(Context& ctx, int chunk = 0);
   Tensor losses(Context& ctx);
-  // Accumulates into the gradients d(sum_n dloss * loss_n) / d(params).
-  void backward(Context& ctx, float dloss);
+  // Accumulates into the gradients d(sum_n dloss * loss_n) / d(params) of
+  // the chunk, from the loss (head) or its stage output gradient.
+  void backward(Context& ctx, float dloss, int chunk = 0);
 
   // The tensor-parallel group the layers' region ops use (default: one rank).
   void set_tp_group(parallel::Communicator* tp);
@@ -79,8 +95,15 @@ class Model {
   std::vector<Block> blocks_;
   LmHead head_;
   BufferId ids_ = -1, targets_ = -1;
-  BufferId stage_in_ = -1, stage_dout_ = -1;
-  Tensor stage_in(const LayerEnv& env) const;  // what the first local block reads
+  struct Chunk {
+    int block_begin = 0, block_end = 0;       // into blocks_
+    BufferId stage_in = -1, stage_dout = -1;  // pipeline I/O (no embedding / no head)
+    size_t act_begin = 0, act_end = 0;        // its bytes of the activations arena
+  };
+  std::vector<Chunk> chunks_;
+  int bound_chunk_ = -1;  // the chunk bind_chunk() last bound; -1: the whole arena
+  const Chunk& chunk(int c) const;  // checks c is usable under the current binding
+  Tensor stage_in(const LayerEnv& env, int c) const;  // what the chunk's first block reads
   std::unique_ptr<parallel::Communicator> single_tp_;
   parallel::Communicator* tp_ = nullptr;
   std::unique_ptr<parallel::Communicator> kv_;
