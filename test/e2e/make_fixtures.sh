@@ -71,6 +71,8 @@ sed 's/n_kv_head: 2/n_kv_head: 1/' mesh_llama_clip.yaml >mesh_llama_kv1.yaml
 sed 's/d_model: 32, n_head: 4, n_kv_head: 2/d_model: 48, n_head: 6, n_kv_head: 3/' mesh_llama.yaml >mesh_llama_kv3.yaml
 # Four layers, so pp 4 has one per stage (and pp 2 two).
 for family in gpt2 llama; do sed 's/n_layer: 2/n_layer: 4/' mesh_$family.yaml >mesh_${family}_l4.yaml; done
+# Eight layers: interleaved pp 4 x virtual_stages 2 (one layer per chunk).
+sed 's/n_layer: 2/n_layer: 8/' mesh_gpt2.yaml >mesh_gpt2_l8.yaml
 
 # Mixture-of-experts jobs: GPT-2 with the balance loss, Llama with aux-loss-free
 # balancing, a shared expert and MoE in every second layer.
