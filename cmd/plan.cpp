@@ -38,10 +38,13 @@ Registrar reg("plan", "validate a job and print its per-rank memory plan", [](CL
     for (int stage = 0; stage < shape.pp; ++stage) {
       model::ModelConfig cfg = engine::model_config(spec);
       engine::apply_pipeline_stage(cfg, shape.pp, stage, shape.virtual_stages);
+      cfg.moe.ep = shape.ep;  // each rank holds n_experts / ep routed experts
       model::Model model(cfg, engine::micro_batch_shape(spec));
       int64_t arena = int64_t(model.buffers().category_bytes(model::Category::parameters) / 4);
-      bool sharded = spec.parallel.zero >= 1 && shape.dp > 1;
-      parallel::ZeroShard shard = parallel::zero_shard(arena, sharded ? shape.dp : 1, 0);
+      // ZeRO shards over dp, or over edp with expert parallelism (Trainer::setup).
+      const int zero_size = shape.ep > 1 ? shape.edp() : shape.dp;
+      bool sharded = spec.parallel.zero >= 1 && zero_size > 1;
+      parallel::ZeroShard shard = parallel::zero_shard(arena, sharded ? zero_size : 1, 0);
       engine::AdamW optimizer(spec.optimizer, model.buffers(), shard.begin, shard.end());
       std::vector<std::pair<int, size_t>> slots;  // per model chunk
       if (shape.pp > 1)
@@ -57,6 +60,11 @@ Registrar reg("plan", "validate a job and print its per-rank memory plan", [](CL
                    spec.train.micro_batch, spec.train.seq_len, spec.train.global_batch,
                    micro_batches);
         fmt::print("mesh: {}, zero {}\n", shape.str(), spec.parallel.zero);
+        if (spec.model.moe.enabled)
+          fmt::print("experts: {} routed per MoE layer over ep {}: {} on each rank; ZeRO shards "
+                     "over {}\n",
+                     spec.model.moe.n_experts, shape.ep, spec.model.moe.n_experts / shape.ep,
+                     shape.ep > 1 ? "edp" : "dp");
         if (shape.pp > 1)
           fmt::print("{}\n", parallel::describe_schedule(shape.pp, micro_batches, shape.virtual_stages));
       }
@@ -70,6 +78,13 @@ Registrar reg("plan", "validate a job and print its per-rank memory plan", [](CL
         fmt::print("pipeline stage {} (layers {}{}{}), per-rank memory (dp rank 0)\n{}", stage,
                    layers, cfg.first_stage ? ", embedding" : "", cfg.last_stage ? ", head" : "",
                    plan.describe());
+      }
+      if (spec.model.moe.enabled) {
+        int64_t expert = 0;
+        for (const auto& p : model.buffers().params())
+          if (p.spec.expert) expert += int64_t(model.buffers().buffers()[p.value].bytes / 4);
+        fmt::print("  of the parameters, routed experts {} ({} of {} per MoE layer)\n", expert,
+                   spec.model.moe.n_experts / shape.ep, spec.model.moe.n_experts);
       }
     }
     return 0;

@@ -12,14 +12,8 @@ void check_model(const JobSpec& spec) {
   const std::string& f = spec.source_path;
   TRAINER_INPUT_CHECK(!spec.model.moe.enabled || spec.parallel.tp == 1,
                       "{}: model.moe with parallel.tp {}: MoE layers are not split over tensor "
-                      "parallelism yet (tp 1; dp and pp work)",
+                      "parallelism yet (tp 1; dp, ep and pp work)",
                       f, spec.parallel.tp);
-  // The MoE step counters live with the activations, which a pipeline keeps
-  // one copy of per micro-batch in flight.
-  TRAINER_INPUT_CHECK(!spec.model.moe.enabled || spec.parallel.pp == 1,
-                      "{}: model.moe with parallel.pp {}: MoE layers are not wired into pipeline "
-                      "stages yet (pp 1; dp works)",
-                      f, spec.parallel.pp);
   // selective (Megatron: recompute the attention core) is what attention
   // always does here: it keeps only the log-sum-exp and recomputes the
   // probabilities in backward, so none and selective are the same plan.

@@ -320,20 +320,34 @@ StepRecord Trainer::train_step(int step) {
 }
 
 void Trainer::finish_moe_step(StepRecord& r, double aux_sum) {
+  // Every pipeline stage takes part (one may hold no MoE layer).
+  if (!model_->config().moe_enabled) return;
   std::vector<const model::Moe*> layers = model_->moe_layers();
-  if (layers.empty()) return;
   parallel::Communicator& dp = mesh_->comm(parallel::Axis::dp);
-  r.moe_aux_loss = parallel::group_sum(dp, aux_sum) / (spec_.train.global_batch / spec_.train.micro_batch);
-  r.moe_imbalance = 0;
+  // A pipeline runner does not return each micro-batch's aux loss: the layers summed it.
+  if (pipeline_) {
+    aux_sum = 0;
+    for (const model::Moe* m : layers) aux_sum += m->step_aux_loss(model_->buffers());
+  }
+  double imbalance = 0, dropped = 0;
   for (const model::Moe* m : layers) {
     // Expert loads summed over dp, so every replica sees (and biases by) the same numbers.
     Tensor counts = m->step_counts(model_->buffers());
     if (dp.size() > 1) dp.all_reduce(counts, parallel::ReduceOp::sum);
     model::MoeStats st = m->stats(model_->buffers());
-    r.moe_imbalance = std::max(r.moe_imbalance, st.imbalance);
-    r.moe_dropped += static_cast<double>(st.dropped);
+    imbalance = std::max(imbalance, st.imbalance);
+    dropped += static_cast<double>(st.dropped);
     m->update_bias(ctx_, model_->buffers(), static_cast<float>(spec_.model.moe.bias_update_rate));
   }
+  if (pipeline_) {  // the logging rank holds the first stage's layers only
+    parallel::Communicator& pp = mesh_->comm(parallel::Axis::pp);
+    aux_sum = parallel::group_sum(pp, aux_sum);
+    dropped = parallel::group_sum(pp, dropped);
+    pp.all_reduce(Tensor(&imbalance, {1}, DType::f64), parallel::ReduceOp::max);
+  }
+  r.moe_aux_loss = parallel::group_sum(dp, aux_sum) / (spec_.train.global_batch / spec_.train.micro_batch);
+  r.moe_imbalance = imbalance;
+  r.moe_dropped = dropped;
 }
 
 double Trainer::evaluate_pipeline() {

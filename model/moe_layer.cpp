@@ -37,13 +37,18 @@ void Moe::declare(Buffers& buf, const std::string& prefix, const ModelConfig& cf
                   : 0;
   const float out_std = cfg.init_std / std::sqrt(2.0f * cfg.n_layer);
   const std::string p = prefix + ".block_sparse_moe.";
+  name_ = prefix;
   ep_ = moe.ep, El_ = moe.local_experts();
   // Rows this rank's experts may receive: each peer keeps at most
   // min(K, El) of a token's assignments for them (top-k picks distinct
-  // experts), or at most `capacity` per expert.
+  // experts), or at most `capacity` per expert. Dropless, that worst case
+  // grows with ep (every peer's tokens on one rank), so the plan takes
+  // kEpRecvHeadroom times the balanced load (S) when that is smaller, and a
+  // micro-batch routed more unevenly is refused (see forward).
   int64_t per_peer = N_ * std::min(K_, El_);
   if (capacity_ > 0) per_peer = std::min(per_peer, El_ * capacity_);
   R_ = ep_ == 1 ? S : ep_ * per_peer;
+  if (capacity_ == 0) R_ = std::min(R_, kEpRecvHeadroom * S);
 
   router_ = buf.add_param({.name = p + "gate.weight", .global_shape = {E_, C_},
                            .std = cfg.init_std},
@@ -86,13 +91,17 @@ void Moe::declare(Buffers& buf, const std::string& prefix, const ModelConfig& cf
   if (ep_ > 1) {
     xr_ = buf.add(A, p + "ep_received", {R_, C_});
     yr_ = buf.add(A, p + "ep_expert_out", {R_, C_});
-    recv_counts_ = buf.add(A, p + "ep_recv_counts", {E_}, DType::i32);
+    all_counts_ = buf.add(A, p + "ep_counts", {ep_, E_}, DType::i32);
   }
   h1_ = buf.add(A, p + "w1_out", {R_, F_});
   if (swiglu_) h3_ = buf.add(A, p + "w3_out", {R_, F_});
   act_ = buf.add(A, p + "activation", {R_, F_});
   losses_ = buf.add(A, p + "aux_losses", {2});
-  step_ = buf.add(A, p + "step_counts", {2, E_});
+  // The step counters sum over every micro-batch of a step, so they live in
+  // the scratch arena (one copy), not with the activations a pipeline keeps
+  // one copy of per micro-batch in flight.
+  step_ = buf.add(G, p + "step_counts", {2, E_});
+  step_aux_ = buf.add(G, p + "step_aux_loss", {1});
   dys_ = buf.add(G, p + "d_expert_out", {S, C_});
   dxs_ = buf.add(G, p + "d_dispatched", {S, C_});
   if (ep_ > 1) {
@@ -161,11 +170,12 @@ std::vector<Moe::RowBlock> Moe::row_blocks(const Buffers& b) const {
     const std::vector<int32_t> kept = kept_counts(b);
     for (int64_t e = 0; e < E_; ++e) add(e, kept[e]);
   } else {
-    // Received rows come grouped by source peer, then by local expert.
-    std::vector<int32_t> recv(E_);
-    copy_to_host(recv.data(), b.get(recv_counts_));
+    // Received rows come grouped by source peer, then by local expert:
+    // peer q's count for expert first + l is all_counts[q][first + l].
+    std::vector<int32_t> all(ep_ * E_);
+    copy_to_host(all.data(), b.get(all_counts_));
     for (int64_t q = 0; q < ep_; ++q)
-      for (int64_t l = 0; l < El_; ++l) add(l, recv[q * El_ + l]);
+      for (int64_t l = 0; l < El_; ++l) add(l, all[q * E_ + moe_.first_expert() + l]);
   }
   TRAINER_CHECK(s0 <= R_, "MoE: {} expert rows exceed the {} planned", s0, R_);
   return blocks;
@@ -203,7 +213,13 @@ void Moe::forward(const LayerEnv& env, Tensor out, Tensor in) const {
   parallel::EpRoute route;
   if (ep_ > 1) {
     parallel::Communicator& ep = ep_group(env);
-    route = parallel::ep_exchange_counts(ep, counts.slice(1, 2).view({E_}), b.get(recv_counts_));
+    route = parallel::ep_exchange_counts(ep, counts.slice(1, 2).view({E_}), b.get(all_counts_));
+    // Every rank sees every rank's total, so all refuse together (no hang).
+    TRAINER_CHECK(route.max_recv <= R_,
+                  "{}: expert parallelism: a rank's {} experts were routed {} rows in one "
+                  "micro-batch, more than the {} planned ({}x the balanced load); a router this "
+                  "unbalanced needs model.moe.capacity_factor (or a smaller parallel.ep)",
+                  name_, El_, route.max_recv, R_, kEpRecvHeadroom);
     xe = b.get(xr_), ye = b.get(yr_);
     parallel::ep_dispatch(ep, route, xs, xe);
   }
@@ -249,6 +265,10 @@ void Moe::forward(const LayerEnv& env, Tensor out, Tensor in) const {
   copy_to_host(step.data(), b.get(step_));
   for (int64_t i = 0; i < 2 * E_; ++i) step[i] += static_cast<float>(cnt[i]);
   copy_from_host(b.get(step_), step.data());
+  float step_aux = 0;
+  copy_to_host(&step_aux, b.get(step_aux_));
+  step_aux += aux_loss(b);
+  copy_from_host(b.get(step_aux_), &step_aux);
 }
 
 void Moe::backward(const LayerEnv& env, Tensor dinp, Tensor dout, Tensor in, float dloss) const {
@@ -261,8 +281,7 @@ void Moe::backward(const LayerEnv& env, Tensor dinp, Tensor dout, Tensor in, flo
   Tensor xe = xs, dye = dys, dxe = dxs;
   parallel::EpRoute route;
   if (ep_ > 1) {
-    route = parallel::ep_route(static_cast<int>(ep_), b.get(counts_).slice(1, 2).view({E_}),
-                               b.get(recv_counts_));
+    route = parallel::ep_route(static_cast<int>(ep_), moe_.ep_rank, b.get(all_counts_));
     xe = b.get(xr_), dye = b.get(dyr_), dxe = b.get(dxr_);
     parallel::ep_combine_backward(ep_group(env), route, dys, dye);
   }
@@ -311,6 +330,13 @@ float Moe::aux_loss(const Buffers& buf) const {
 
 void Moe::reset_step_stats(Context& ctx, const Buffers& buf) const {
   fill(ctx, buf.get(step_), 0.0f);
+  fill(ctx, buf.get(step_aux_), 0.0f);
+}
+
+double Moe::step_aux_loss(const Buffers& buf) const {
+  float v = 0;
+  copy_to_host(&v, buf.get(step_aux_));
+  return v;
 }
 
 MoeStats Moe::stats(const Buffers& buf) const {

@@ -22,9 +22,11 @@
 // experts (under their global names) and moves the kept rows to their
 // owners and back with parallel/expert_dispatch.h over LayerEnv::ep. Every
 // rank routes its own tokens over all E experts, so the aux losses and step
-// counters stay per rank as with dp. Received rows are bounded by the worst
-// case (every peer's tokens on this rank's experts, or the capacity), and the
-// expert activations are planned for that many rows.
+// counters stay per rank as with dp. The expert activations are planned for
+// the rows a rank can receive: the capacity bound with capacity_factor;
+// dropless, the worst case (every peer's tokens on this rank's experts) or
+// twice the balanced load when smaller, a micro-batch beyond that being
+// refused on every rank of the group at once (set capacity_factor then).
 #pragma once
 
 #include <string>
@@ -63,6 +65,9 @@ class Moe {
   // Sum it over the data-parallel group before stats() / update_bias().
   Tensor step_counts(const Buffers& buf) const { return buf.get(step_); }
   void reset_step_stats(Context& ctx, const Buffers& buf) const;
+  // Sum of aux_loss() over the forwards since reset_step_stats (what a
+  // pipeline, whose runner does not see each micro-batch's, reports).
+  double step_aux_loss(const Buffers& buf) const;
   MoeStats stats(const Buffers& buf) const;
   // aux_free only (no-op otherwise): bias_e += rate * sign(mean load - load_e),
   // from the step counters. Call once per optimizer step, after the backward.
@@ -95,6 +100,8 @@ class Moe {
   bool swiglu_ = false;
   int64_t N_ = 0, C_ = 0, E_ = 0, K_ = 0, F_ = 0, Fs_ = 0, capacity_ = 0;
   int64_t ep_ = 1, El_ = 0, R_ = 0;  // ep group size, local experts, expert rows planned
+  static constexpr int64_t kEpRecvHeadroom = 2;  // dropless ep: rows planned / balanced load
+  std::string name_;
   ParamId router_, bias_;
   std::vector<Mlp3> experts_;
   Mlp3 shared_;
@@ -102,9 +109,10 @@ class Moe {
   BufferId logits_ = -1, probs_ = -1, topk_idx_ = -1, topk_w_ = -1;   // (N, E) (N, K)
   BufferId slot_src_ = -1, assign_slot_ = -1, counts_ = -1;           // (N*K) (N*K) (2, E) i32
   BufferId xs_ = -1, ys_ = -1, h1_ = -1, h3_ = -1, act_ = -1;         // (S, C) (R, Fe)
-  BufferId xr_ = -1, yr_ = -1, recv_counts_ = -1;  // ep > 1: (R, C) received rows, (E) i32
+  BufferId xr_ = -1, yr_ = -1, all_counts_ = -1;  // ep > 1: (R, C) received rows, (ep, E) i32
   BufferId sh1_ = -1, sh3_ = -1, sact_ = -1;                          // (N, Fs)
-  BufferId losses_ = -1, step_ = -1;  // (2): raw balance, z; (2, E) step counters
+  BufferId losses_ = -1;                  // (2): raw balance, z
+  BufferId step_ = -1, step_aux_ = -1;   // scratch: (2, E) step counters, (1) summed aux loss
   // Scratch (live within backward).
   BufferId dys_ = -1, dxs_ = -1, dh1_ = -1, dh3_ = -1, dact_ = -1;   // (S, C) (R, Fe)
   BufferId dyr_ = -1, dxr_ = -1;                                      // ep > 1: (R, C)

@@ -1,6 +1,7 @@
 // Expert-parallel dispatch and combine over all_to_allv (see expert_dispatch.h).
 #include "parallel/expert_dispatch.h"
 
+#include <algorithm>
 #include <numeric>
 
 #include "kernels/error.h"
@@ -15,42 +16,45 @@ int64_t EpRoute::total_recv() const {
   return std::accumulate(recv_rows.begin(), recv_rows.end(), int64_t{0});
 }
 
-EpRoute ep_route(int ep_size, Tensor kept, Tensor recv_counts) {
-  TRAINER_CHECK(ep_size >= 1 && kept.dtype == DType::i32 && recv_counts.dtype == DType::i32 &&
-                    kept.numel() == recv_counts.numel() && kept.numel() % ep_size == 0,
-                "ep_route: kept {} and recv_counts {} must be i32 of E elements, E divisible "
-                "by ep {}",
-                kept.str(), recv_counts.str(), ep_size);
-  const int64_t E = kept.numel();
-  std::vector<int32_t> k(E), r(E);
-  copy_to_host(k.data(), kept);
-  copy_to_host(r.data(), recv_counts);
+EpRoute ep_route(int ep_size, int rank, Tensor all_counts) {
+  TRAINER_CHECK(ep_size >= 1 && rank >= 0 && rank < ep_size && all_counts.dtype == DType::i32 &&
+                    all_counts.numel() % (int64_t{ep_size} * ep_size) == 0,
+                "ep_route: all_counts {} must be i32 (ep, E) with E divisible by ep {}",
+                all_counts.str(), ep_size);
+  const int64_t E = all_counts.numel() / ep_size, El = E / ep_size;
+  std::vector<int32_t> c(all_counts.numel());
+  copy_to_host(c.data(), all_counts);
   EpRoute route;
   route.ep = ep_size;
-  route.local_experts = static_cast<int>(E / ep_size);
+  route.local_experts = static_cast<int>(El);
   route.send_rows.assign(ep_size, 0);
   route.recv_rows.assign(ep_size, 0);
   route.recv_expert_rows.assign(E, 0);
-  for (int64_t e = 0; e < E; ++e) {
-    const int peer = static_cast<int>(e / route.local_experts);
-    route.send_rows[peer] += k[e];
-    route.recv_rows[peer] += r[e];
-    route.recv_expert_rows[e] = r[e];
+  for (int64_t e = 0; e < E; ++e) route.send_rows[e / El] += c[rank * E + e];
+  for (int q = 0; q < ep_size; ++q) {
+    for (int64_t l = 0; l < El; ++l) {
+      const int64_t n = c[q * E + rank * El + l];
+      route.recv_rows[q] += n;
+      route.recv_expert_rows[q * El + l] = n;
+    }
+  }
+  for (int r = 0; r < ep_size; ++r) {
+    int64_t total = 0;
+    for (int q = 0; q < ep_size; ++q)
+      for (int64_t l = 0; l < El; ++l) total += c[q * E + r * El + l];
+    route.max_recv = std::max(route.max_recv, total);
   }
   return route;
 }
 
-EpRoute ep_exchange_counts(Communicator& ep, Tensor kept, Tensor recv_counts) {
+EpRoute ep_exchange_counts(Communicator& ep, Tensor kept, Tensor all_counts) {
   const int64_t E = kept.numel();
-  TRAINER_CHECK(E % ep.size() == 0 && recv_counts.numel() == E,
-                "ep_exchange_counts on axis {}: {} experts over {} ranks, recv_counts {}",
-                ep.name(), E, ep.size(), recv_counts.str());
-  // Each peer gets the counts of the experts it owns: one all_to_allv of El
-  // integers per peer.
-  std::vector<int64_t> per_peer(ep.size(), E / ep.size());
-  ep.all_to_allv(kept.view({E}), per_peer, recv_counts.view({E}), per_peer);
+  TRAINER_CHECK(E % ep.size() == 0 && all_counts.numel() == E * ep.size(),
+                "ep_exchange_counts on axis {}: {} experts over {} ranks, all_counts {}",
+                ep.name(), E, ep.size(), all_counts.str());
+  ep.all_gather(kept.view({E}), all_counts.view({E * ep.size()}));
   ep.synchronize();
-  return ep_route(ep.size(), kept, recv_counts);
+  return ep_route(ep.size(), ep.rank(), all_counts);
 }
 
 namespace {

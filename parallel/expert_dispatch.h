@@ -28,17 +28,19 @@ struct EpRoute {
   std::vector<int64_t> send_rows;        // (ep) rows this rank sends to each peer
   std::vector<int64_t> recv_rows;        // (ep) rows it receives from each peer
   std::vector<int64_t> recv_expert_rows; // (ep * El) rows from peer q for local expert l, at q*El + l
+  int64_t max_recv = 0;                  // the most rows any rank of the group receives
   int64_t total_send() const;
   int64_t total_recv() const;
 };
 
 // Exchanges the counts (before any rows move): kept (E) i32, this rank's
-// kept assignments per global expert -> recv_counts (E) i32 written, where
-// recv_counts[q*El + l] is what peer q keeps for this rank's local expert l.
+// kept assignments per global expert -> all_counts (ep, E) i32 written, row
+// p = rank p's kept counts (an all-gather, so every rank also knows what
+// every other receives: a receive-buffer overflow is seen by all at once).
 // Both live on the communicator's device; returns the route read back.
-EpRoute ep_exchange_counts(Communicator& ep, Tensor kept, Tensor recv_counts);
-// The same route rebuilt from counts saved by the forward (no communication).
-EpRoute ep_route(int ep_size, Tensor kept, Tensor recv_counts);
+EpRoute ep_exchange_counts(Communicator& ep, Tensor kept, Tensor all_counts);
+// The same route rebuilt from the counts saved by the forward (no communication).
+EpRoute ep_route(int ep_size, int rank, Tensor all_counts);
 
 // tokens (>= total_send, C) -> received (>= total_recv, C): rows [0, total_recv) written.
 void ep_dispatch(Communicator& ep, const EpRoute& route, Tensor tokens, Tensor received);

@@ -3,7 +3,8 @@
 # (one rank against NP ranks, 20 steps, 1e-5 relative), comparing the
 # gradient norm of every step as well as the loss: AdamW hides a wrongly
 # scaled expert gradient from the loss, not from the norm (which also checks
-# that each expert element is counted once over the ep group).
+# that each expert element is counted once over the ep group); and the MoE
+# aux loss, load imbalance and drops the step line reports (global numbers).
 set -euo pipefail
 fx=$1 trainer=$2 mpiexec=$3 np=$4 job=$5
 shift 5
@@ -14,10 +15,16 @@ rm -rf "$ref" "$mesh"
 OMP_NUM_THREADS=1 "$trainer" train "$job" --set run.dir="$ref" >/dev/null
 OMP_NUM_THREADS=1 "$mpiexec" --allow-run-as-root --oversubscribe -np "$np" \
   "$trainer" train "$job" --set run.dir="$mesh" "$@" >/dev/null
-pick() { grep '"loss"' "$1/metrics.jsonl" | sed 's/.*"loss": \([^,]*\),.*"grad_norm": \([^,]*\),.*/\1 \2/'; }
+pick() {
+  grep '"loss"' "$1/metrics.jsonl" |
+    sed 's/.*"loss": \([^,]*\),.*"grad_norm": \([^,]*\),.*"moe_aux_loss": \([^,]*\), "moe_imbalance": \([^,]*\), "moe_dropped": \([^,}]*\).*/\1 \2 \3 \4 \5/'
+}
 paste <(pick "$ref") <(pick "$mesh") | awk '
   function rel(a, b,   d) { d = a - b; if (d < 0) d = -d; return d / (a < 0 ? -a : a) }
-  { n++; r = rel($1, $3); g = rel($2, $4); if (r > worst) worst = r; if (g > gworst) gworst = g;
-    if (r > 1e-5 || g > 1e-5) { bad++; print "step " n ": loss " $1 " vs " $3 ", grad norm " $2 " vs " $4 } }
+  function abs(a) { return a < 0 ? -a : a }
+  { n++; r = rel($1, $6); g = rel($2, $7); if (r > worst) worst = r; if (g > gworst) gworst = g;
+    if (r > 1e-5 || g > 1e-5) { bad++; print "step " n ": loss " $1 " vs " $6 ", grad norm " $2 " vs " $7 }
+    if (NF != 10 || abs($3 - $8) > 1e-5 * abs($3) + 1e-9 || $4 != $9 || $5 != $10) {
+      bad++; print "step " n ": moe aux/imbalance/dropped " $3 " " $4 " " $5 " vs " $8 " " $9 " " $10 } }
   END { printf "%d steps compared, worst relative difference: loss %.3g, grad norm %.3g\n", n, worst, gworst;
         exit !(n == 20 && bad == 0) }'

@@ -93,3 +93,13 @@ data: {train: data/random.bin}
 train: {seq_len: 16, micro_batch: 1, global_batch: 8, steps: 20, eval_every: 0}
 optimizer: {lr: 3.0e-3, warmup_steps: 2}
 YAML
+# The MoE GPT-2 with capacity dropping and a router z-loss (expert-parallel
+# drop counts and z-loss gradients against one rank).
+cat >mesh_moe_capacity.yaml <<YAML
+run: {name: mesh, dir: runs/mesh, device: cpu, seed: 7}
+model: {family: gpt2, n_layer: 2, d_model: 32, n_head: 4, d_ff: 64, vocab_size: 1000, max_seq_len: 16,
+        moe: {n_experts: 4, top_k: 2, d_ff_expert: 32, capacity_factor: 1.0, z_loss_coeff: 0.001}}
+data: {train: data/random.bin}
+train: {seq_len: 16, micro_batch: 1, global_batch: 8, steps: 20, eval_every: 0}
+optimizer: {lr: 3.0e-3, warmup_steps: 2}
+YAML

@@ -104,6 +104,36 @@ void check_case(parallel::Communicator& ep, model::Family family, model::MoeConf
   MPI_TEST_CHECK(split.moe.stats(split.buf).load == whole.moe.stats(whole.buf).load, me);
 }
 
+// Every token's top-2 forced onto experts 0 and 1 (the selection bias): with
+// ep 4 (2 experts a rank) rank 0 receives all 4 * 2N rows, beyond the 2x
+// balanced load planned for dropless routing, and every rank must refuse the
+// micro-batch with the same error (none may wait in the exchange); with ep 2
+// the worst case fits the plan and the layer equals the whole one.
+void check_overflow(parallel::Communicator& ep) {
+  model::MoeConfig mc;
+  mc.n_experts = 8, mc.top_k = 2, mc.d_ff_expert = 12, mc.balance = model::MoeBalance::aux_free;
+  mc.ep = ep.size(), mc.ep_rank = ep.rank();
+  MoeHarness split(model::Family::gpt2, mc, kTokens, kC, 1);
+  init_by_name(split);
+  init_io(split, ep.rank());
+  Tensor bias = split.buf.param(split.moe.selection_bias());
+  for (int64_t e = 0; e < bias.numel(); ++e) bias.ptr<float>()[e] = e < 2 ? 100.0f : 0.0f;
+  model::LayerEnv env{split.ctx, split.buf, *split.tp, &ep};
+  std::string error;
+  try {
+    split.moe.forward(env, split.t(split.out), split.t(split.in));
+  } catch (const Error& e) {
+    error = e.what();
+  }
+  if (ep.size() > 2) {
+    MPI_TEST_CHECK(error.find("expert parallelism") != std::string::npos &&
+                       error.find("192 rows") != std::string::npos,
+                   ep.rank());
+  } else {
+    MPI_TEST_CHECK(error.empty(), ep.rank());
+  }
+}
+
 }  // namespace
 
 int main() {
@@ -121,6 +151,7 @@ int main() {
     model::MoeConfig sigmoid = gelu;
     sigmoid.sigmoid = true, sigmoid.balance = model::MoeBalance::aux_free;
     check_case(*world, model::Family::llama, sigmoid, "swiglu sigmoid aux_free");
+    check_overflow(*world);
     if (world->rank() == 0) std::printf("ep %d: split MoE layer equals the whole one\n", world->size());
   });
 }
