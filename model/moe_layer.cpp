@@ -16,9 +16,12 @@ namespace trainer::model {
 
 void Moe::declare(Buffers& buf, const std::string& prefix, const ModelConfig& cfg,
                   const MoeConfig& moe, const BatchShape& batch) {
-  TRAINER_CHECK(cfg.tp == 1 && !cfg.sequence_parallel,
-                "{}: the MoE layer has no tensor or sequence parallelism yet (tp {})", prefix,
-                cfg.tp);
+  // With tp the layer is replicated: every tp rank holds the whole residual
+  // stream, routes all its tokens and computes the same outputs and
+  // gradients, so nothing crosses the tp group. Sequence parallelism would
+  // give each tp rank a block of tokens (and a different balance loss).
+  TRAINER_CHECK(!cfg.sequence_parallel,
+                "{}: the MoE layer has no sequence parallelism yet (tp {})", prefix, cfg.tp);
   TRAINER_CHECK(moe.n_experts >= 1 && moe.top_k >= 1 && moe.top_k <= moe.n_experts &&
                     moe.d_ff_expert >= 1 && moe.n_shared_experts >= 0,
                 "{}: bad MoE shape: {} experts, top_k {}, d_ff_expert {}, {} shared", prefix,

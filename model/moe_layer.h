@@ -15,8 +15,9 @@
 // {prefix}.block_sparse_moe.shared_experts (one MLP of n_shared * Fe columns,
 // DeepSeek's fused form) and DeepSeek-V3's
 // {prefix}.block_sparse_moe.gate.e_score_correction_bias (E) for aux_free.
-// Routed expert weights carry ParamSpec::expert. No tensor parallelism yet:
-// the layer refuses tp > 1 and sequence parallelism.
+// Routed expert weights carry ParamSpec::expert. Under tensor parallelism the
+// layer is replicated on every tp rank (tp_dim -1 throughout, no region ops);
+// sequence parallelism is refused.
 //
 // Expert parallelism (MoeConfig::ep > 1): this rank declares only its E / ep
 // experts (under their global names) and moves the kept rows to their

@@ -103,3 +103,35 @@ TEST_CASE("slices: which ranks write parameters and optimizer state", "[cpu][che
   CHECK(!d.write_params);
   CHECK(!d.write_optimizer);
 }
+
+TEST_CASE("slices: expert parallelism writes each expert once, ZeRO shards over edp",
+          "[cpu][checkpoint]") {
+  // dp 4 = ep 2 x edp 2 (dp index = edp * 2 + ep). Zero 0: dense by dp 0, the
+  // experts of each ep rank by its edp 0 replica (dp 0 and dp 1).
+  auto at = [](int dp, int zero) {
+    return shard_position({.dp = dp, .dp_size = 4, .zero = zero, .ep = dp % 2, .ep_size = 2,
+                           .edp = dp / 2});
+  };
+  for (int dp = 0; dp < 4; ++dp) {
+    ShardPosition p = at(dp, 0);
+    CHECK(p.write_params == (dp == 0));
+    CHECK(p.write_optimizer == (dp == 0));
+    CHECK(p.write_expert_params == (dp < 2));
+    CHECK(p.write_expert_optimizer == (dp < 2));
+  }
+  // ZeRO 1 over edp: every edp shard of the dense state once (ep 0: dp 0, 2),
+  // every rank its shard of its own experts' state.
+  for (int dp = 0; dp < 4; ++dp) {
+    ShardPosition p = at(dp, 1);
+    CHECK(p.write_params == (dp == 0));
+    CHECK(p.write_optimizer == (dp % 2 == 0));
+    CHECK(p.write_expert_params == (dp < 2));
+    CHECK(p.write_expert_optimizer);
+  }
+  model::ParamSpec expert{.name = "e", .expert = true}, dense{.name = "d"};
+  ShardPosition q = at(1, 0);
+  CHECK(q.writes_params(expert));
+  CHECK(!q.writes_params(dense));
+  CHECK(q.writes_anything());
+  CHECK(!at(3, 0).writes_anything());
+}
