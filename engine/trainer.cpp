@@ -355,10 +355,15 @@ double Trainer::evaluate_pipeline() {
   const int B = spec_.train.micro_batch, T = spec_.train.seq_len;
   parallel::Communicator& pp = mesh_->comm(parallel::Axis::pp);
   double sum = 0;
-  for (int i = dp_rank_; i < spec_.train.eval_batches; i += dp_size_)
-    sum += pipeline_->run_forward(
-        *model_, ctx_, *arenas_, [&] { load_micro_batch(val_data_.get(), int64_t(i) * B); },
+  const int E = spec_.train.eval_batches, rounds = (E + dp_size_ - 1) / dp_size_;
+  for (int k = 0; k < rounds; ++k) {
+    const int i = dp_rank_ + k * dp_size_;  // see evaluate()
+    if (i >= E && mesh_->shape().ep == 1) break;
+    const double s = pipeline_->run_forward(
+        *model_, ctx_, *arenas_, [&] { load_micro_batch(val_data_.get(), int64_t(i % E) * B); },
         [&] { return micro_batch_loss_sum(); });
+    if (i < E) sum += s;
+  }
   sum = parallel::group_sum(mesh_->comm(parallel::Axis::dp), sum);
   sum = parallel::group_sum(pp, sum);
   return sum / (double(spec_.train.eval_batches) * B * T);
@@ -369,10 +374,16 @@ double Trainer::evaluate() {
   if (pipeline_) return evaluate_pipeline();
   const int B = spec_.train.micro_batch, T = spec_.train.seq_len;
   double sum = 0;
-  for (int i = dp_rank_; i < spec_.train.eval_batches; i += dp_size_) {
-    load_micro_batch(val_data_.get(), int64_t(i) * B);
+  // With ep the ranks of an ep group exchange tokens in every MoE forward, so
+  // all run the same number of forwards: a rank past the last batch repeats
+  // one and does not count it.
+  const int E = spec_.train.eval_batches, rounds = (E + dp_size_ - 1) / dp_size_;
+  for (int k = 0; k < rounds; ++k) {
+    const int i = dp_rank_ + k * dp_size_;
+    if (i >= E && mesh_->shape().ep == 1) break;
+    load_micro_batch(val_data_.get(), int64_t(i % E) * B);
     model_->forward(ctx_);
-    sum += micro_batch_loss_sum();
+    if (i < E) sum += micro_batch_loss_sum();
   }
   sum = parallel::group_sum(mesh_->comm(parallel::Axis::dp), sum);
   return sum / (double(spec_.train.eval_batches) * B * T);

@@ -28,3 +28,8 @@ paste <(pick "$ref") <(pick "$mesh") | awk '
       bad++; print "step " n ": moe aux/imbalance/dropped " $3 " " $4 " " $5 " vs " $8 " " $9 " " $10 } }
   END { printf "%d steps compared, worst relative difference: loss %.3g, grad norm %.3g\n", n, worst, gworst;
         exit !(n == 20 && bad == 0) }'
+# Evaluations, when the job has them: the same validation losses.
+val() { grep '"val_loss"' "$1/metrics.jsonl" | sed 's/.*"val_loss": \([^}]*\)}.*/\1/' || true; }
+paste <(val "$ref") <(val "$mesh") | awk '
+  { n++; d = $1 - $2; if (d < 0) d = -d; if (NF != 2 || d > 1e-5 * $1) { bad++; print "eval " n ": " $1 " vs " $2 } }
+  END { if (n) printf "%d evaluations compared\n", n; exit bad > 0 }'

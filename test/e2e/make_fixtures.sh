@@ -103,3 +103,7 @@ data: {train: data/random.bin}
 train: {seq_len: 16, micro_batch: 1, global_batch: 8, steps: 20, eval_every: 0}
 optimizer: {lr: 3.0e-3, warmup_steps: 2}
 YAML
+# Evaluation with ep: 3 batches over dp 4, so one rank of an ep group has none
+# (it must still take part in its group's token exchanges).
+sed 's|data: {train: data/random.bin}|data: {train: data/random.bin, val: data/random.bin}|; s|eval_every: 0|eval_every: 5, eval_batches: 3|' \
+  mesh_moe.yaml >mesh_moe_eval.yaml
