@@ -48,6 +48,17 @@ LossScaler::LossScaler(const LossScalerOptions& options) : options_(options) {
   scale_ = o.initial_scale;
 }
 
+void LossScaler::set_state(float scale, int64_t good, int64_t skipped, int64_t consecutive,
+                           const std::string& source) {
+  TRAINER_INPUT_CHECK(finite_positive(scale) && good >= 0 && skipped >= 0 && consecutive >= 0,
+                      "{}: loss scale state (scale {}, counts {}, {}, {}) is invalid", source, scale,
+                      good, skipped, consecutive);
+  if (options_.dynamic) scale_ = scale;
+  good_steps_ = good;
+  skipped_steps_ = skipped;
+  consecutive_skips_ = consecutive;
+}
+
 bool LossScaler::update(bool found_nonfinite) {
   if (found_nonfinite) {
     ++skipped_steps_;

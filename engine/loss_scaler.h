@@ -57,6 +57,10 @@ class LossScaler {
   // the job's); bad bytes: InputError naming `source`.
   std::string serialize() const;
   void restore(std::string_view bytes, const std::string& source);
+  // The same state from checkpoint scalars; the scale is taken only in
+  // dynamic mode, as restore() does. InputError naming `source` when invalid.
+  void set_state(float scale, int64_t good, int64_t skipped, int64_t consecutive,
+                 const std::string& source);
 
  private:
   LossScalerOptions options_;

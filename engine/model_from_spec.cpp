@@ -21,6 +21,14 @@ model::ModelConfig model_config(const JobSpec& spec) {
   c.seed = spec.run.seed;
   c.tp = spec.parallel.tp;
   c.sequence_parallel = spec.parallel.sequence_parallel;
+  const PrecisionSpec& pr = spec.precision;
+  c.act_dtype = pr.compute == ComputeDtype::fp16   ? DType::f16
+                : pr.compute == ComputeDtype::fp32 ? DType::f32
+                                                   : DType::bf16;  // bf16, and fp8's non-GEMM parts
+  c.fp8 = pr.compute == ComputeDtype::fp8;
+  c.fp8_first_last_bf16 = pr.fp8_first_last_bf16;
+  c.fp8_amax_history = pr.fp8_amax_history;
+  c.fp8_margin = pr.fp8_margin;
   const MoESpec& e = m.moe;
   c.moe_enabled = e.enabled;
   c.moe_every = e.every;

@@ -25,19 +25,12 @@ void check_model(const JobSpec& spec) {
 }  // namespace
 
 void check_supported(const JobSpec& spec) {
-  TRAINER_INPUT_CHECK(spec.precision.compute == ComputeDtype::fp32,
-                      "{}: precision.compute: {} is not wired into training yet (fp32 only; the "
-                      "bf16/fp16/fp8 formats and scalers exist but the layers do not use them)",
-                      spec.source_path, to_string(spec.precision.compute));
   check_model(spec);
 }
 
 std::string check_plannable(const JobSpec& spec) {
   check_model(spec);
-  if (spec.precision.compute == ComputeDtype::fp32) return "";
-  return fmt::format("note: precision.compute {} is not wired into training yet; this plan sizes "
-                     "every buffer in fp32",
-                     to_string(spec.precision.compute));
+  return "";
 }
 
 }  // namespace trainer::engine

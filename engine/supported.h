@@ -11,8 +11,7 @@ namespace trainer::engine {
 
 // Throws InputError for the first requested feature that is not implemented.
 void check_supported(const JobSpec& spec);
-// For `trainer plan`: the same, except that a compute dtype other than fp32
-// is returned as a note (the plan is then computed with fp32 buffers).
+// For `trainer plan`: the same checks; returns a note to print (empty when none).
 std::string check_plannable(const JobSpec& spec);
 
 }  // namespace trainer::engine

@@ -50,6 +50,11 @@ void Trainer::setup() {
                       "{}: run.device: cuda with {} ranks: multi-GPU training is not wired into "
                       "the loop yet (one GPU, or CPU ranks)",
                       spec.source_path, shape.world);
+  TRAINER_INPUT_CHECK(device == Device::cpu || spec.precision.compute == ComputeDtype::fp32,
+                      "{}: precision.compute: {} on run.device cuda: mixed precision runs on the "
+                      "CPU backend only so far (the CUDA kernels are proven in fp32)",
+                      spec.source_path, to_string(spec.precision.compute));
+  precision_ = std::make_unique<MixedPrecision>(spec.precision);
   device_ = std::make_unique<DeviceContext>(device, mesh_->env().local_rank);
   ctx_ = device_->context();
   TRAINER_INPUT_CHECK(shape.cp == 1,
@@ -97,10 +102,13 @@ void Trainer::setup() {
          .ep = c.ep, .ep_size = shape.ep, .edp = c.edp});
     checkpointer_ = std::make_unique<checkpoint::Checkpointer>(
         spec, mesh_->comm(parallel::Axis::world), ctx_.device, pos, mesh_->logs() ? stderr : nullptr);
-    start_step_ = checkpointer_->resume(buf, *optimizer_);
+    std::map<std::string, double> scalars;
+    start_step_ = checkpointer_->resume(buf, *optimizer_, &scalars);
+    precision_->restore(scalars, checkpointer_->last_path());
     if (start_step_ == 0 && !spec.model.init_from.empty())
       checkpoint::load_hf_weights(spec.model.init_from, model_->config(), buf, ctx_, pos);
   }
+  model_->refresh_compute_weights(ctx_);
   norm_mem_ = device_alloc(ctx_.device, kArenaAlignment);
   // Partial norms (tp-split, replicated, a flag, routed experts).
   norm_out_ = Tensor(norm_mem_, {4}, DType::f32, ctx_.device);
@@ -213,6 +221,14 @@ double Trainer::micro_batch_loss_sum() {
   return sum;
 }
 
+Tensor Trainer::owned_gradients() const {
+  Tensor g = flat_arena(model::Category::gradients);
+  // zero 2 holds only its shard of the reduced gradient (as in grad_norm()).
+  if (spec_.parallel.zero >= 2 && dp_size_ > 1 && !expert_reducer_)
+    return g.slice(shard_.begin, shard_.end());
+  return g;
+}
+
 double Trainer::grad_norm() {
   // zero 2 holds only its shard of the averaged gradient; the others hold all of it.
   // With ep every rank holds the whole reduced gradient (expert_reducer_).
@@ -278,7 +294,9 @@ StepRecord Trainer::train_step(int step) {
   model_->reset_moe_stats(ctx_);
   double loss_sum = 0, aux_sum = 0;
   // Gradients are averaged over dp, so each rank scales by its share of the tokens.
-  const float dloss = static_cast<float>(dp_size_ / tokens);
+  // fp16 also multiplies by the loss scale, divided out of the gradients below.
+  const float loss_scale = precision_->loss_scale();
+  const float dloss = static_cast<float>(dp_size_ / tokens) * loss_scale;
   if (pipeline_) {
     loss_sum = pipeline_->run_step(
         *model_, ctx_, *arenas_,
@@ -301,15 +319,23 @@ StepRecord Trainer::train_step(int step) {
   r.loss = parallel::group_sum(mesh_->comm(parallel::Axis::dp), loss_sum) / tokens;
   if (pipeline_) r.loss = parallel::group_sum(mesh_->comm(parallel::Axis::pp), r.loss);
   finish_moe_step(r, aux_sum);
-  r.grad_norm = grad_norm();
-  double clip = spec_.optimizer.grad_clip;
-  float grad_scale = 1.0f;
-  if (clip > 0 && r.grad_norm > clip) grad_scale = static_cast<float>(clip / r.grad_norm);
+  MixedPrecision::finish_fp8_step(model_->buffers(), *mesh_);
   r.lr = learning_rate(spec_.optimizer, spec_.train.steps, step);
-  optimizer_->step(ctx_, step, static_cast<float>(r.lr), grad_scale);
-  if (shard_.shard != shard_.padded)  // sharded update: every rank needs all parameters back
-    parallel::zero_all_gather(mesh_->comm(zero_axis_),
-                              flat_arena(model::Category::parameters), shard_);
+  if (precision_->loss_scaling()) r.loss_scale = loss_scale;
+  r.skipped = precision_->overflowed(ctx_, norm_out_.slice(2, 3), owned_gradients(), *mesh_);
+  if (r.skipped) {
+    r.grad_norm = std::nan("");
+  } else {
+    r.grad_norm = grad_norm() / loss_scale;
+    double clip = spec_.optimizer.grad_clip;
+    float grad_scale = 1.0f / loss_scale;
+    if (clip > 0 && r.grad_norm > clip) grad_scale *= static_cast<float>(clip / r.grad_norm);
+    optimizer_->step(ctx_, step, static_cast<float>(r.lr), grad_scale);
+    if (shard_.shard != shard_.padded)  // sharded update: every rank needs all parameters back
+      parallel::zero_all_gather(mesh_->comm(zero_axis_),
+                                flat_arena(model::Category::parameters), shard_);
+    model_->refresh_compute_weights(ctx_);
+  }
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   r.tokens_per_s = tokens / r.seconds;
   double flops = model_->flops_per_token() * r.tokens_per_s;
@@ -390,12 +416,16 @@ double Trainer::evaluate() {
 }
 
 void Trainer::log_step(const StepRecord& r) {
-  if (options_.log && (r.step % spec_.train.log_every == 0 || r.step == 1 ||
+  if (options_.log && (r.step % spec_.train.log_every == 0 || r.step == 1 || r.skipped ||
                        r.step == spec_.train.steps)) {
     std::string moe;
     if (!std::isnan(r.moe_imbalance))
       moe = fmt::format(" | moe aux {:.4f} imbalance {:.2f} dropped {:.0f}", r.moe_aux_loss,
                         r.moe_imbalance, r.moe_dropped);
+    if (!std::isnan(r.loss_scale)) moe += fmt::format(" | loss scale {:g}", r.loss_scale);
+    if (r.skipped)
+      moe += fmt::format(" | SKIPPED: inf/NaN gradients, loss scale now {:g} ({} skipped so far)",
+                         precision_->loss_scale(), precision_->skipped_steps());
     fmt::print(options_.log,
                "step {:>5}/{} | loss {:.4f} | lr {:.3e} | grad norm {:.4f} | {:.0f} tok/s | "
                "{:.2f} GFLOP/s | mfu {:.1f}% | {:.0f} ms{}\n",
@@ -408,10 +438,14 @@ void Trainer::log_step(const StepRecord& r) {
     if (!std::isnan(r.moe_imbalance))
       moe = fmt::format(", \"moe_aux_loss\": {:.9g}, \"moe_imbalance\": {:.6g}, \"moe_dropped\": {:.0f}",
                         r.moe_aux_loss, r.moe_imbalance, r.moe_dropped);
+    if (!std::isnan(r.loss_scale))
+      moe += fmt::format(", \"loss_scale\": {:g}, \"skipped\": {}", r.loss_scale, r.skipped);
     fmt::print(metrics_,
-               "{{\"step\": {}, \"loss\": {:.9g}, \"lr\": {:.9g}, \"grad_norm\": {:.9g}, "
+               "{{\"step\": {}, \"loss\": {:.9g}, \"lr\": {:.9g}, \"grad_norm\": {}, "
                "\"tokens_per_s\": {:.6g}, \"tflops\": {:.6g}, \"mfu\": {:.6g}{}}}\n",
-               r.step, r.loss, r.lr, r.grad_norm, r.tokens_per_s, r.tflops, r.mfu, moe);
+               r.step, r.loss, r.lr,
+               std::isnan(r.grad_norm) ? "null" : fmt::format("{:.9g}", r.grad_norm),
+               r.tokens_per_s, r.tflops, r.mfu, moe);
     std::fflush(metrics_);
   }
 }
@@ -433,7 +467,8 @@ int Trainer::run() {
   int done = start_step_;
   for (int step = start_step_ + 1; step <= spec_.train.steps; ++step) {
     StepRecord r = train_step(step);
-    TRAINER_CHECK(std::isfinite(r.loss), "step {}: loss is {} (diverged)", step, r.loss);
+    // A step fp16 skipped for overflow may have an inf loss; the next ones must not.
+    TRAINER_CHECK(r.skipped || std::isfinite(r.loss), "step {}: loss is {} (diverged)", step, r.loss);
     log_step(r);
     done = step;
     bool last = step == spec_.train.steps;
@@ -442,7 +477,9 @@ int Trainer::run() {
     // Every rank must agree to stop at the same step, or the save would hang.
     bool stop = parallel::group_sum(mesh_->comm(parallel::Axis::world), stop_requested() ? 1 : 0) > 0;
     if (checkpointer_ && (checkpointer_->due(step) || last || stop)) {
-      checkpointer_->save(step, model_->buffers(), *optimizer_);
+      std::map<std::string, double> scalars;
+      precision_->save(scalars);
+      checkpointer_->save(step, model_->buffers(), *optimizer_, scalars);
       if (options_.log)
         fmt::print(options_.log, "saved checkpoint {}\n", checkpointer_->last_path());
     }

@@ -12,6 +12,7 @@
 #include "engine/config/job_spec.h"
 #include "engine/device.h"
 #include "engine/memory_plan.h"
+#include "engine/mixed_precision.h"
 #include "engine/optimizer.h"
 #include "engine/pipeline_runner.h"
 #include "model/model.h"
@@ -35,6 +36,10 @@ struct StepRecord {
   // MoE only (NaN for a dense model): mean auxiliary loss per micro-batch,
   // the worst layer's load imbalance (max / mean tokens per expert), drops.
   double moe_aux_loss = std::nan(""), moe_imbalance = std::nan(""), moe_dropped = 0;
+  // fp16 only: the loss scale the step ran with (NaN otherwise), and whether
+  // its gradients overflowed, so the update was skipped.
+  double loss_scale = std::nan("");
+  bool skipped = false;
 };
 
 struct TrainerOptions {
@@ -77,6 +82,7 @@ class Trainer {
   void load_micro_batch(const data::SampleSource* source, int64_t first_sample);
   double micro_batch_loss_sum();
   double grad_norm();
+  Tensor owned_gradients() const;
   Tensor flat_arena(model::Category category) const;
   void log_step(const StepRecord& r);
   void log_eval(int step, double val_loss);
@@ -91,6 +97,7 @@ class Trainer {
   std::unique_ptr<parallel::ExpertGradReducer> expert_reducer_;  // ep > 1
   int dp_size_ = 1, dp_rank_ = 0;
   std::unique_ptr<PipelineRunner> pipeline_;  // pp > 1 only
+  std::unique_ptr<MixedPrecision> precision_;
   Tensor tied_zeros_;                          // middle stages' share of the tied-table all-reduce
   void* tied_zeros_mem_ = nullptr;
   std::unique_ptr<DeviceContext> device_;  // declared first: outlives every device buffer

@@ -140,6 +140,29 @@ std::string Fp8Scaling::serialize() const {
   return out;
 }
 
+std::vector<float> Fp8Scaling::tensor_state(int idx) const {
+  check_index(idx);
+  std::vector<float> s{scale_[idx]};
+  for (int r = 0; r < history_len_; ++r) s.push_back(history(r, idx));
+  return s;
+}
+
+void Fp8Scaling::set_tensor_state(int idx, const std::vector<float>& state,
+                                  const std::string& source) {
+  check_index(idx);
+  TRAINER_INPUT_CHECK(state.size() >= 2 && std::isfinite(state[0]) && state[0] > 0.0f,
+                      "{}: fp8 state of {} values with scale {}, expected a finite scale > 0 and "
+                      "an amax history",
+                      source, state.size(), state.empty() ? 0.0f : state[0]);
+  const int old_len = static_cast<int>(state.size()) - 1;
+  for (int r = 0; r < history_len_; ++r) row(r)[idx] = 0.0f;
+  row(0)[idx] = state[1];
+  const int keep = std::min(old_len, history_len_) - 1;
+  for (int k = 0; k < keep; ++k) row(history_len_ - 1 - k)[idx] = state[1 + old_len - 1 - k];
+  scale_[idx] = state[0];
+  scale_inv_[idx] = 1.0f / state[0];
+}
+
 void Fp8Scaling::restore(std::string_view bytes, const std::string& source) {
   const size_t n = formats_.size();
   uint32_t count = 0, len = 0;

@@ -79,6 +79,13 @@ class Fp8Scaling {
   // (the job changed fp8_amax_history) keeps the newest entries. Bad bytes: InputError
   // naming `source`. The margin is configuration, not state.
   std::string serialize() const;
+  // One tensor's state as floats: [scale, history row 0, row 1, ..., row H-1]
+  // (for checkpoints that store each GEMM operand under its own name, so any
+  // pipeline layout finds its layers' state). set_tensor_state takes such a
+  // vector from a run with any history length (keeping the newest entries,
+  // as restore() does); InputError naming `source` when it is malformed.
+  std::vector<float> tensor_state(int idx) const;
+  void set_tensor_state(int idx, const std::vector<float>& state, const std::string& source);
   void restore(std::string_view bytes, const std::string& source);
 
  private:

@@ -34,10 +34,10 @@ void Attention::declare(Buffers& buf, const std::string& prefix, const ModelConf
                   cfg.kv_replicas());
   o_proj_.declare(buf, p + (cfg.is_llama() ? "o_proj" : "c_proj"), Hg * D_, C, bias, out_std,
                   Split::row, cfg);
-  q_ = buf.add(Category::activations, p + "q", {N, H_ * D_});
-  k_ = buf.add(Category::activations, p + "k", {N, Hkv_ * D_});
-  v_ = buf.add(Category::activations, p + "v", {N, Hkv_ * D_});
-  att_ = buf.add(Category::activations, p + "out", {N, H_ * D_});
+  q_ = buf.add(Category::activations, p + "q", {N, H_ * D_}, buf.act_dtype());
+  k_ = buf.add(Category::activations, p + "k", {N, Hkv_ * D_}, buf.act_dtype());
+  v_ = buf.add(Category::activations, p + "v", {N, Hkv_ * D_}, buf.act_dtype());
+  att_ = buf.add(Category::activations, p + "out", {N, H_ * D_}, buf.act_dtype());
   lse_ = buf.add(Category::activations, p + "lse", {B_, H_, T_});
 }
 

@@ -20,8 +20,8 @@ void Block::declare(Buffers& buf, int layer, const ModelConfig& cfg, const Batch
     moe_.declare(buf, p, cfg, cfg.moe, batch);
   else
     mlp_.declare(buf, p, cfg, batch);
-  mid_ = buf.add(Category::activations, p + ".residual_mid", {N, C});
-  out_ = buf.add(Category::activations, p + ".residual_out", {N, C});
+  mid_ = buf.add(Category::activations, p + ".residual_mid", {N, C}, buf.act_dtype());
+  out_ = buf.add(Category::activations, p + ".residual_out", {N, C}, buf.act_dtype());
 }
 
 void Block::forward(const LayerEnv& env, const Scratch& s, Tensor in) const {

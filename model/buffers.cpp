@@ -11,6 +11,7 @@ const char* category_name(Category c) {
     case Category::gradients: return "gradients";
     case Category::activations: return "activations";
     case Category::scratch: return "scratch";
+    case Category::compute_weights: return "compute copy";
   }
   return "?";
 }
@@ -32,8 +33,27 @@ BufferId Buffers::add(Category category, std::string name, std::vector<int64_t> 
 ParamId Buffers::add_param(ParamSpec spec, std::vector<int64_t> local_shape) {
   BufferId value = add(Category::parameters, spec.name, local_shape);
   BufferId grad = add(Category::gradients, spec.name, local_shape);
-  params_.push_back({std::move(spec), value, grad});
+  // Vectors (norm weights, biases) are read in fp32 by the ops; only the
+  // matrices the GEMMs and lookups read get a compute-dtype copy.
+  BufferId compute = -1;
+  if (compute_dtype_ != DType::f32 && local_shape.size() == 2)
+    compute = add(Category::compute_weights, spec.name, local_shape, compute_dtype_);
+  params_.push_back({std::move(spec), value, grad, compute});
   return ParamId{static_cast<int>(params_.size() - 1)};
+}
+
+void Buffers::enable_fp8(int history_len, int margin, Fp8Workspace workspace) {
+  fp8_ = std::make_shared<Fp8Scaling>(history_len, margin);
+  fp8_ws_ = workspace;
+}
+
+int Buffers::add_fp8_gemm(const std::string& name) {
+  TRAINER_CHECK(fp8_active_, "{}: fp8 GEMM declared while fp8 is off", name);
+  int first = fp8_->add(DType::e4m3);
+  fp8_->add(DType::e4m3);
+  fp8_->add(DType::e5m2);
+  for (const char* op : {".input", ".weight", ".grad_output"}) fp8_names_.push_back(name + op);
+  return first;
 }
 
 size_t Buffers::total_bytes() const {
@@ -69,6 +89,10 @@ Tensor Buffers::get(BufferId id) const {
 
 Tensor Buffers::param(ParamId id) const { return get(params_.at(id.index).value); }
 Tensor Buffers::grad(ParamId id) const { return get(params_.at(id.index).grad); }
+Tensor Buffers::weight(ParamId id) const {
+  const Param& p = params_.at(id.index);
+  return get(p.compute >= 0 ? p.compute : p.value);
+}
 
 int64_t Buffers::num_param_elements() const {
   int64_t n = 0;

@@ -6,15 +6,20 @@
 #pragma once
 
 #include <array>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "kernels/fp8_scaling.h"
 #include "kernels/tensor.h"
 
 namespace trainer::model {
 
-enum class Category : int { parameters, gradients, activations, scratch };
-constexpr int kNumCategories = 4;
+// compute_weights: the compute-dtype (bf16/fp16) copies of the matrices the
+// GEMMs read under mixed precision, refreshed from the fp32 parameters after
+// every optimizer step; empty in fp32.
+enum class Category : int { parameters, gradients, activations, scratch, compute_weights };
+constexpr int kNumCategories = 5;
 const char* category_name(Category c);
 
 enum class Init { normal, zeros, ones };
@@ -71,11 +76,38 @@ class Buffers {
   Tensor get(BufferId id) const;
   Tensor param(ParamId id) const;
   Tensor grad(ParamId id) const;
+  // What a GEMM reads: the compute-dtype copy of a matrix when there is one,
+  // else the fp32 parameter itself.
+  Tensor weight(ParamId id) const;
+
+  // Mixed precision: the dtype activations are stored in and matrices get a
+  // compute copy in (f32 = none). Set before declaring anything.
+  void set_compute_dtype(DType dtype) { compute_dtype_ = dtype; }
+  DType act_dtype() const { return compute_dtype_; }
+
+  // FP8 GEMMs (precision.compute: fp8). The model turns fp8 on per layer
+  // while declaring; a linear layer declared while it is on registers its
+  // three operands (input E4M3, weight E4M3, output gradient E5M2) here,
+  // under `name` + ".input" / ".weight" / ".grad_output", and quantises
+  // through the shared workspace. The scaling state is mutable through a
+  // const Buffers, as the arenas' contents are.
+  struct Fp8Workspace {
+    BufferId q = -1;      // one operand's fp8 codes (bytes)
+    BufferId x = -1, w = -1, g = -1;  // the dequantised input, weight and gradient (f32)
+  };
+  void enable_fp8(int history_len, int margin, Fp8Workspace workspace);
+  void set_fp8_active(bool on) { fp8_active_ = on && fp8_ != nullptr; }
+  bool fp8_active() const { return fp8_active_; }
+  int add_fp8_gemm(const std::string& name);  // index of the input; weight +1, grad +2
+  Fp8Scaling* fp8() const { return fp8_.get(); }
+  const Fp8Workspace& fp8_workspace() const { return fp8_ws_; }
+  const std::vector<std::string>& fp8_names() const { return fp8_names_; }
 
   struct Param {
     ParamSpec spec;
     BufferId value;
     BufferId grad;
+    BufferId compute = -1;  // compute-dtype copy of a matrix (mixed precision), or -1
   };
   const std::vector<Param>& params() const { return params_; }
   const std::vector<BufferInfo>& buffers() const { return buffers_; }
@@ -87,6 +119,11 @@ class Buffers {
   std::array<size_t, kNumCategories> bytes_{};
   std::array<void*, kNumCategories> base_{};
   Device device_ = Device::cpu;
+  DType compute_dtype_ = DType::f32;
+  std::shared_ptr<Fp8Scaling> fp8_;
+  bool fp8_active_ = false;
+  Fp8Workspace fp8_ws_;
+  std::vector<std::string> fp8_names_;  // one per Fp8Scaling tensor
 };
 
 }  // namespace trainer::model

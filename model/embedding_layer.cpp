@@ -19,7 +19,8 @@ void Embedding::declare(Buffers& buf, const ModelConfig& cfg, const BatchShape& 
                           .std = cfg.init_std,
                           .weight_decay = false},
                          {cfg.max_seq_len, C});
-  out_ = buf.add(Category::activations, "embedding.out", {residual_rows(cfg, batch), C});
+  out_ = buf.add(Category::activations, "embedding.out", {residual_rows(cfg, batch), C},
+                 buf.act_dtype());
 }
 
 ParamId Embedding::declare_token_table(Buffers& buf, const ModelConfig& cfg, bool tied_copy) {
@@ -34,9 +35,9 @@ ParamId Embedding::declare_token_table(Buffers& buf, const ModelConfig& cfg, boo
 }
 
 void Embedding::forward(const LayerEnv& env, const Scratch& s, Tensor ids) const {
-  Tensor wpe = wpe_.index >= 0 && adds_positions_ ? env.buf.param(wpe_) : Tensor{};
+  Tensor wpe = wpe_.index >= 0 && adds_positions_ ? env.buf.weight(wpe_) : Tensor{};
   Tensor full = sp_ ? env.buf.get(s.full_a) : out(env);
-  embedding_forward(env.ctx, full, ids, env.buf.param(wte_), wpe, T_, 0, vocab_start_);
+  embedding_forward(env.ctx, full, ids, env.buf.weight(wte_), wpe, T_, 0, vocab_start_);
   if (sp_)
     parallel::scatter_to_sp_forward(env.tp, full, out(env));
   else

@@ -2,6 +2,7 @@
 #include "model/linear_layer.h"
 
 #include "kernels/linear.h"
+#include "model/fp8_gemm.h"
 
 namespace trainer::model {
 
@@ -26,6 +27,7 @@ void Linear::declare(Buffers& buf, const std::string& name, int64_t in, int64_t 
        .tp_replicas = tp_replicas},
       {out_local, in_local});
   adds_bias_ = split != Split::row || cfg.tp_rank == 0;
+  if (buf.fp8_active()) fp8_ = buf.add_fp8_gemm(name);
   if (has_bias)
     bias = buf.add_param({.name = name + ".bias",
                           .global_shape = {out},
@@ -39,12 +41,18 @@ void Linear::declare(Buffers& buf, const std::string& name, int64_t in, int64_t 
 
 void Linear::forward(const LayerEnv& env, Tensor out, Tensor in) const {
   Tensor b = bias.index >= 0 && adds_bias_ ? env.buf.param(bias) : Tensor{};
-  linear_forward(env.ctx, out, in, env.buf.param(weight), b);
+  if (fp8_ >= 0)
+    fp8_linear_forward(env, fp8_, out, in, env.buf.weight(weight), b);
+  else
+    linear_forward(env.ctx, out, in, env.buf.weight(weight), b);
 }
 
 void Linear::backward(const LayerEnv& env, Tensor dinp, Tensor dout, Tensor in) const {
   Tensor db = bias.index >= 0 ? env.buf.grad(bias) : Tensor{};
-  linear_backward(env.ctx, dinp, env.buf.grad(weight), db, dout, in, env.buf.param(weight));
+  if (fp8_ >= 0)
+    fp8_linear_backward(env, fp8_, dinp, env.buf.grad(weight), db, dout, in, env.buf.weight(weight));
+  else
+    linear_backward(env.ctx, dinp, env.buf.grad(weight), db, dout, in, env.buf.weight(weight));
 }
 
 }  // namespace trainer::model

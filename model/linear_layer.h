@@ -30,6 +30,7 @@ class Linear {
 
  private:
   bool adds_bias_ = true;
+  int fp8_ = -1;  // index of the input in Buffers::fp8(), -1 = not an fp8 GEMM
 };
 
 }  // namespace trainer::model

@@ -25,7 +25,7 @@ void LmHead::declare(Buffers& buf, const ModelConfig& cfg, const BatchShape& bat
                              .valid_rows = cfg.vocab_size,
                              .tp_dim = 0},
                             {cfg.local_vocab(), C});
-  logits_ = buf.add(Category::activations, "lm_head.logits", {N, cfg.local_vocab()});
+  logits_ = buf.add(Category::activations, "lm_head.logits", {N, cfg.local_vocab()}, buf.act_dtype());
   maxv_ = buf.add(Category::activations, "lm_head.max", {N});
   sumexp_ = buf.add(Category::activations, "lm_head.sumexp", {N});
   target_logit_ = buf.add(Category::activations, "lm_head.target_logit", {N});
@@ -39,7 +39,7 @@ void LmHead::forward(const LayerEnv& env, Tensor in, Tensor targets) const {
   Tensor x = io_.enter(env, norm_.out(env));
   Tensor logits = b.get(logits_), maxv = b.get(maxv_), sumexp = b.get(sumexp_),
          tlogit = b.get(target_logit_);
-  linear_forward(env.ctx, logits, x, b.param(weight_), Tensor{});
+  linear_forward(env.ctx, logits, x, b.weight(weight_), Tensor{});
   cross_entropy_max(env.ctx, maxv, logits, vocab_start_, vocab_size_);
   if (env.tp.size() > 1) env.tp.all_reduce(maxv, parallel::ReduceOp::max);
   cross_entropy_sumexp(env.ctx, sumexp, tlogit, logits, maxv, targets, vocab_start_, vocab_size_);
@@ -59,7 +59,7 @@ void LmHead::backward(const LayerEnv& env, const Scratch& s, Tensor dres, Tensor
                          vocab_start_, vocab_size_);
   Tensor dx = io_.dinput(env, s, dln);
   linear_backward(env.ctx, dx, b.grad(weight_), Tensor{}, logits, io_.saved_input(env, norm_.out(env)),
-                  b.param(weight_));
+                  b.weight(weight_));
   io_.enter_backward(env, dx, dln);
   norm_.backward(env, dres, dln, in);
 }

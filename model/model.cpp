@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "kernels/cast.h"
 #include "kernels/elementwise.h"
 #include "kernels/memory.h"
 #include "model/rng.h"
@@ -25,6 +26,8 @@ Model::Model(const ModelConfig& cfg, const BatchShape& batch) : cfg_(cfg), batch
   single_tp_ = parallel::make_single_communicator("tp");
   tp_ = single_tp_.get();
   int64_t N = batch.B * batch.T;
+  buf_.set_compute_dtype(cfg.act_dtype);
+  if (cfg.fp8) declare_fp8_workspace();
   std::vector<std::pair<int, int>> ranges = cfg.chunk_layers;
   if (ranges.empty()) ranges.emplace_back(cfg.layer_begin, cfg.stage_layer_end());
   const int num_chunks = static_cast<int>(ranges.size());
@@ -49,13 +52,16 @@ Model::Model(const ModelConfig& cfg, const BatchShape& batch) : cfg_(cfg), batch
       ids_ = buf_.add(Category::activations, "input_ids", {N}, DType::i32);
       embedding_.declare(buf_, cfg_, batch_);
     } else {
-      ch.stage_in = buf_.add(Category::activations, io + ".input", {R, cfg.d_model});
+      ch.stage_in = buf_.add(Category::activations, io + ".input", {R, cfg.d_model}, buf_.act_dtype());
     }
     if (has_head(c)) targets_ = buf_.add(Category::activations, "targets", {N}, DType::i32);
     ch.block_begin = c == 0 ? 0 : chunks_[c - 1].block_end;
     ch.block_end = ch.block_begin + (ranges[c].second - ranges[c].first);
-    for (int l = ranges[c].first; l < ranges[c].second; ++l)
+    for (int l = ranges[c].first; l < ranges[c].second; ++l) {
+      buf_.set_fp8_active(cfg.fp8_layer(l));
       blocks_[ch.block_begin + l - ranges[c].first].declare(buf_, l, cfg_, batch_);
+    }
+    buf_.set_fp8_active(false);
     if (has_head(c)) {
       // A last stage without the embedding keeps its own copy of a tied table
       // (same name and init); the trainer sums the two copies' gradients.
@@ -64,11 +70,32 @@ Model::Model(const ModelConfig& cfg, const BatchShape& batch) : cfg_(cfg), batch
                                            : ParamId{};
       head_.declare(buf_, cfg_, batch_, table);
     } else {
-      ch.stage_dout = buf_.add(Category::activations, io + ".output_grad", {R, cfg.d_model});
+      ch.stage_dout =
+          buf_.add(Category::activations, io + ".output_grad", {R, cfg.d_model}, buf_.act_dtype());
     }
     ch.act_end = buf_.category_bytes(Category::activations);
   }
   scratch_.declare(buf_, cfg_, batch_);
+}
+
+void Model::declare_fp8_workspace() {
+  // Sized for the largest operand of any block linear layer: inputs and
+  // output gradients are (tokens, C | local heads * D | local d_ff), weights
+  // C by one of the latter.
+  int64_t N = batch_.tokens(), C = cfg_.d_model;
+  int64_t inner = std::max<int64_t>(int64_t(cfg_.local_heads()) * cfg_.head_dim(), cfg_.local_ff());
+  int64_t act = N * std::max(C, inner), w = C * inner;
+  Buffers::Fp8Workspace ws;
+  ws.q = buf_.add(Category::scratch, "fp8.codes", {std::max(act, w)}, DType::e4m3);
+  ws.x = buf_.add(Category::scratch, "fp8.input_dequantised", {act});
+  ws.w = buf_.add(Category::scratch, "fp8.weight_dequantised", {w});
+  ws.g = buf_.add(Category::scratch, "fp8.grad_dequantised", {act});
+  buf_.enable_fp8(cfg_.fp8_amax_history, cfg_.fp8_margin, ws);
+}
+
+void Model::refresh_compute_weights(Context& ctx) {
+  for (const auto& p : buf_.params())
+    if (p.compute >= 0) cast(ctx, buf_.get(p.compute), buf_.get(p.value));
 }
 
 void Model::set_tp_group(parallel::Communicator* tp) { tp_ = tp ? tp : single_tp_.get(); }

@@ -24,6 +24,9 @@ class Model {
 
   // Parameters from the counter-based RNG (seed, name, global index).
   void init_parameters(Context& ctx);
+  // Mixed precision: casts every fp32 matrix into its compute-dtype copy. Call
+  // after anything changes the parameters (init, load, optimizer step).
+  void refresh_compute_weights(Context& ctx);
   void zero_grads(Context& ctx);
 
   Tensor input_ids() const { return buf_.get(ids_); }  // (N) int32, the caller fills it
@@ -104,6 +107,7 @@ class Model {
   int bound_chunk_ = -1;  // the chunk bind_chunk() last bound; -1: the whole arena
   const Chunk& chunk(int c) const;  // checks c is usable under the current binding
   Tensor stage_in(const LayerEnv& env, int c) const;  // what the chunk's first block reads
+  void declare_fp8_workspace();
   std::unique_ptr<parallel::Communicator> single_tp_;
   parallel::Communicator* tp_ = nullptr;
   std::unique_ptr<parallel::Communicator> kv_;

@@ -45,6 +45,21 @@ struct ModelConfig {
   // first_stage), the head on the last chunk (when last_stage).
   std::vector<std::pair<int, int>> chunk_layers;
 
+  // Mixed precision: activations and the GEMMs' weight copies are stored in
+  // act_dtype (f32, bf16 or f16); parameters, gradients and optimizer state
+  // stay fp32. fp8: the blocks' linear layers quantise their operands to fp8
+  // with delayed per-tensor scaling (E4M3 forward, E5M2 gradients); the
+  // embedding, the LM head, attention's core and, with fp8_first_last_bf16,
+  // the first and last transformer layers stay in act_dtype (bf16).
+  DType act_dtype = DType::f32;
+  bool fp8 = false;
+  bool fp8_first_last_bf16 = true;
+  int fp8_amax_history = 1024;
+  int fp8_margin = 0;
+  bool fp8_layer(int layer) const {
+    return fp8 && !(fp8_first_last_bf16 && (layer == 0 || layer == n_layer - 1));
+  }
+
   // Mixture of experts: the MLP of every `moe_every`-th layer (1-based) is an MoE.
   bool moe_enabled = false;
   int moe_every = 1;

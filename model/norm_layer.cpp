@@ -20,7 +20,7 @@ void Norm::declare(Buffers& buf, const std::string& name, const ModelConfig& cfg
                           {C});
     mean_ = buf.add(Category::activations, name + ".mean", {rows});
   }
-  out_ = buf.add(Category::activations, name + ".out", {rows, C});
+  out_ = buf.add(Category::activations, name + ".out", {rows, C}, buf.act_dtype());
   rstd_ = buf.add(Category::activations, name + ".rstd", {rows});
 }
 

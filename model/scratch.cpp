@@ -6,22 +6,22 @@ namespace trainer::model {
 void Scratch::declare(Buffers& buf, const ModelConfig& cfg, const BatchShape& batch) {
   int64_t N = batch.tokens(), R = residual_rows(cfg, batch), C = cfg.d_model, D = cfg.head_dim();
   int64_t H = cfg.local_heads(), Hkv = cfg.local_kv_heads(), F = cfg.local_ff();
-  dres = buf.add(Category::scratch, "grad.residual", {R, C});
-  dln = buf.add(Category::scratch, "grad.norm_out", {R, C});
-  dtmp = buf.add(Category::scratch, "grad.partial", {R, C});
-  dq = buf.add(Category::scratch, "grad.q", {N, H * D});
-  dk = buf.add(Category::scratch, "grad.k", {N, Hkv * D});
-  dv = buf.add(Category::scratch, "grad.v", {N, Hkv * D});
-  datt = buf.add(Category::scratch, "grad.attention_out", {N, H * D});
-  dff1 = buf.add(Category::scratch, "grad.mlp_hidden", {N, F});
+  dres = buf.add(Category::scratch, "grad.residual", {R, C}, buf.act_dtype());
+  dln = buf.add(Category::scratch, "grad.norm_out", {R, C}, buf.act_dtype());
+  dtmp = buf.add(Category::scratch, "grad.partial", {R, C}, buf.act_dtype());
+  dq = buf.add(Category::scratch, "grad.q", {N, H * D}, buf.act_dtype());
+  dk = buf.add(Category::scratch, "grad.k", {N, Hkv * D}, buf.act_dtype());
+  dv = buf.add(Category::scratch, "grad.v", {N, Hkv * D}, buf.act_dtype());
+  datt = buf.add(Category::scratch, "grad.attention_out", {N, H * D}, buf.act_dtype());
+  dff1 = buf.add(Category::scratch, "grad.mlp_hidden", {N, F}, buf.act_dtype());
   if (cfg.is_llama()) {
-    dff2 = buf.add(Category::scratch, "grad.mlp_gate", {N, F});
-    dff3 = buf.add(Category::scratch, "grad.mlp_up", {N, F});
+    dff2 = buf.add(Category::scratch, "grad.mlp_gate", {N, F}, buf.act_dtype());
+    dff3 = buf.add(Category::scratch, "grad.mlp_up", {N, F}, buf.act_dtype());
   }
   if (cfg.sequence_parallel) {
-    full_a = buf.add(Category::scratch, "sp.full_a", {N, C});
-    full_b = buf.add(Category::scratch, "sp.full_b", {N, C});
-    full_c = buf.add(Category::scratch, "sp.full_c", {N, C});
+    full_a = buf.add(Category::scratch, "sp.full_a", {N, C}, buf.act_dtype());
+    full_b = buf.add(Category::scratch, "sp.full_b", {N, C}, buf.act_dtype());
+    full_c = buf.add(Category::scratch, "sp.full_c", {N, C}, buf.act_dtype());
   }
 }
 

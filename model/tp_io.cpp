@@ -8,7 +8,8 @@ namespace trainer::model {
 void TpIo::declare(Buffers& buf, const std::string& name, const ModelConfig& cfg,
                    const BatchShape& batch) {
   sp_ = cfg.sequence_parallel;
-  if (sp_) gathered_ = buf.add(Category::activations, name + ".sp_gathered", {batch.tokens(), cfg.d_model});
+  if (sp_) gathered_ = buf.add(Category::activations, name + ".sp_gathered", {batch.tokens(), cfg.d_model},
+                                buf.act_dtype());
 }
 
 Tensor TpIo::enter(const LayerEnv& env, Tensor in) const {

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <vector>
 
+#include "kernels/numeric.h"
 #include "parallel/watchdog.h"
 
 // Every MPI call goes through this: the call, file:line and MPI's own text.
@@ -57,8 +58,8 @@ MPI_Datatype move_type(DType dtype) {
   return MPI_BYTE;
 }
 
-// Element type for reductions: only types MPI can add natively. Half and
-// 8-bit floats are reduced in fp32 by design (FP32 gradient buffers).
+// Element type for reductions: only types MPI can add natively (bf16/fp16
+// are widened to fp32 around the call; 8-bit floats are never reduced).
 MPI_Datatype reduce_type(const std::string& axis, const char* op, DType dtype) {
   switch (dtype) {
     case DType::f32: return MPI_FLOAT;
@@ -115,6 +116,24 @@ void accumulate(DType dtype, void* dst, const void* src, int64_t n, ReduceOp op)
   }
 }
 
+bool is_half(DType d) { return d == DType::bf16 || d == DType::f16; }
+
+// bf16/fp16 tensors (mixed-precision activations and their gradients) are
+// reduced in fp32 on CPU ranks: widened exactly, reduced, rounded once.
+std::vector<float> widen(const Tensor& t) {
+  std::vector<float> out(static_cast<size_t>(t.numel()));
+  const uint16_t* p = static_cast<const uint16_t*>(t.data);
+  for (size_t i = 0; i < out.size(); ++i)
+    out[i] = t.dtype == DType::bf16 ? bf16_to_f32(p[i]) : f16_to_f32(p[i]);
+  return out;
+}
+
+void narrow(const std::vector<float>& v, Tensor t) {
+  uint16_t* p = static_cast<uint16_t*>(t.data);
+  for (size_t i = 0; i < v.size(); ++i)
+    p[i] = t.dtype == DType::bf16 ? f32_to_bf16(v[i]) : f32_to_f16(v[i]);
+}
+
 class MpiCommunicator final : public Communicator {
  public:
   MpiCommunicator(std::string name, MPI_Comm comm, int rank, int size)
@@ -129,6 +148,12 @@ class MpiCommunicator final : public Communicator {
 
   void all_reduce(Tensor buf, ReduceOp op) override {
     check_buffer(*this, "all_reduce", buf);
+    if (is_half(buf.dtype)) {
+      std::vector<float> wide = widen(buf);
+      all_reduce(Tensor(wide.data(), {buf.numel()}, DType::f32, Device::cpu), op);
+      narrow(wide, buf);
+      return;
+    }
     check_avg(op, buf.dtype, "all_reduce");
     const MPI_Datatype type = reduce_type(name(), "all_reduce", buf.dtype);
     CollectiveGuard guard(watchdog(), name().c_str(), "all_reduce", rank(), size());
@@ -146,6 +171,13 @@ class MpiCommunicator final : public Communicator {
   void reduce_scatter(Tensor send, Tensor recv, ReduceOp op) override {
     check_buffer(*this, "reduce_scatter", send);
     check_buffer(*this, "reduce_scatter", recv);
+    if (is_half(send.dtype) && send.dtype == recv.dtype) {
+      std::vector<float> wide_send = widen(send), wide_recv(static_cast<size_t>(recv.numel()));
+      reduce_scatter(Tensor(wide_send.data(), {send.numel()}, DType::f32, Device::cpu),
+                     Tensor(wide_recv.data(), {recv.numel()}, DType::f32, Device::cpu), op);
+      narrow(wide_recv, recv);
+      return;
+    }
     check_count(*this, "reduce_scatter", send, recv.numel() * size(), "send");
     check_avg(op, send.dtype, "reduce_scatter");
     TRAINER_CHECK(send.dtype == recv.dtype, "reduce_scatter on axis {}: dtypes differ", name());

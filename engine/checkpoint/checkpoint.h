@@ -116,6 +116,8 @@ class Checkpointer {
 
  private:
   int agree(int value_on_rank0);  // broadcast of one int from rank 0
+  void add_fp8_state(SafetensorsWriter& w, const model::Buffers& buffers) const;
+  void load_fp8_state(const CheckpointReader& reader, model::Buffers& buffers) const;
   Json make_metadata(int step, const std::map<std::string, double>& scalars) const;
   void prune(int step) const;
 

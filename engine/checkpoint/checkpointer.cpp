@@ -127,6 +127,47 @@ Json Checkpointer::make_metadata(int step, const std::map<std::string, double>& 
   return m;
 }
 
+// FP8 delayed-scaling state, one small tensor per GEMM operand under the
+// operand's global name: after the step's amax max-reduction it is the same
+// on every tp and dp rank, so the rank writing the stage's replicated
+// parameters writes it, and any layout finds its own layers' entries.
+void Checkpointer::add_fp8_state(SafetensorsWriter& w, const model::Buffers& buffers) const {
+  const Fp8Scaling* f = buffers.fp8();
+  if (!f || !position_.write_params || position_.tp_rank != 0) return;
+  for (int i = 0; i < f->size(); ++i) {
+    auto state = std::make_shared<std::vector<float>>(f->tensor_state(i));
+    const std::string name = buffers.fp8_names()[i] + ".fp8_state";
+    const int64_t n = static_cast<int64_t>(state->size());
+    w.add_lazy(name, "F32", {n}, [state](void* dst) {
+      std::memcpy(dst, state->data(), state->size() * sizeof(float));
+    });
+    Slice s;
+    s.global_shape = {n};
+    s.offset = {0};
+    s.shape = {n};
+    w.set_metadata("slice." + name, s.to_json().dump());
+  }
+}
+
+// A checkpoint without an operand's entry (saved in another precision, or a
+// layer that was bf16 then) leaves that operand's scaling fresh.
+void Checkpointer::load_fp8_state(const CheckpointReader& reader, model::Buffers& buffers) const {
+  Fp8Scaling* f = buffers.fp8();
+  if (!f) return;
+  for (int i = 0; i < f->size(); ++i) {
+    const std::string name = buffers.fp8_names()[i] + ".fp8_state";
+    if (!reader.has(name)) continue;
+    Slice s = reader.any_slice(name);
+    s.offset.assign(s.global_shape.size(), 0);
+    s.shape = s.global_shape;
+    s.flat_begin = 0;
+    s.flat_end = -1;
+    std::vector<float> state(static_cast<size_t>(s.numel()));
+    reader.read(name, s, state.data());
+    f->set_tensor_state(i, state, reader.dir() + ": " + name);
+  }
+}
+
 void Checkpointer::save(int step, const model::Buffers& buffers, const AdamW& optimizer,
                         const std::map<std::string, double>& scalars) {
   const int rank = world_.rank();
@@ -175,6 +216,7 @@ void Checkpointer::save(int step, const model::Buffers& buffers, const AdamW& op
         w.set_metadata("slice." + p.spec.name + suffix, sj);
       }
     }
+    add_fp8_state(w, buffers);
     digest = w.write((tmp / shard_file_name(rank)).string());
   }
 
@@ -321,6 +363,7 @@ int Checkpointer::resume(model::Buffers& buffers, AdamW& optimizer,
     reader.read(p.spec.name + ".exp_avg_sq", st.slice, host.data());
     copy_from_host(st.view(v), host.data());
   }
+  load_fp8_state(reader, buffers);
   if (scalars) {
     scalars->clear();
     for (const auto& [k, val] : reader.metadata().at("scalars").members()) (*scalars)[k] = val.as_number();

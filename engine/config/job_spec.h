@@ -109,6 +109,7 @@ struct PrecisionSpec {
   double loss_scale = 65536.0;    // YAML loss_scale: <number> (static) or initial dynamic scale
   int fp8_amax_history = 1024;    // >= 1
   int fp8_margin = 0;             // >= 0
+  bool fp8_first_last_bf16 = true;  // fp8: first and last transformer layers stay bf16
   bool operator==(const PrecisionSpec&) const = default;
 };
 

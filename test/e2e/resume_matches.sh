@@ -1,14 +1,18 @@
 #!/usr/bin/env bash
-# resume_matches.sh FIXTURES TRAINER MODE: a run interrupted and resumed
-# gives exactly the losses of the uninterrupted run.
+# resume_matches.sh FIXTURES TRAINER MODE [KEY=VALUE...]: a run interrupted
+# and resumed gives exactly the losses of the uninterrupted run (the extra
+# settings, e.g. precision.compute=fp8, apply to every run).
 #   kill: SIGKILL once 10 steps are logged (checkpoint every step), restart.
 #   term: SIGTERM once 10 steps are logged: must save, say so, and exit 0; restart.
 set -euo pipefail
 fx=$1 trainer=$2 mode=$3
+shift 3
 cd "$fx"
 job=(mesh_gpt2.yaml --set model.d_model=128 --set model.d_ff=512 --set train.steps=60
      --set checkpoint.every=1 --set checkpoint.keep=2)
-ref=runs/resume_ref_$mode run=runs/resume_$mode
+tag=$mode
+for kv in "$@"; do job+=(--set "$kv"); tag+="_${kv##*=}"; done
+ref=runs/resume_ref_$tag run=runs/resume_$tag
 rm -rf "$ref" "$run"
 export OMP_NUM_THREADS=1
 "$trainer" train "${job[@]}" --set run.dir="$ref" >/dev/null

@@ -222,3 +222,45 @@ TEST_CASE("fp8 scaling: configuration checks", "[cpu][precision]") {
   s.set_scale(w, 4.0f);
   CHECK(s.scale_inv(w) == 0.25f);
 }
+
+TEST_CASE("fp8 scaling: one tensor's state by name, as checkpoints store it", "[cpu][precision]") {
+  Fp8Scaling s(4, 0);
+  const int a = s.add(DType::e4m3), b = s.add(DType::e5m2);
+  for (float v : {1.0f, 2.0f, 3.0f, 4.0f, 5.0f}) {
+    s.record_amax(a, v);
+    s.record_amax(b, 10 * v);
+    s.update();
+  }
+  s.record_amax(b, 0.25f);
+  const std::vector<float> sa = s.tensor_state(a), sb = s.tensor_state(b);
+  CHECK(sa == std::vector<float>{s.scale(a), 0, 3, 4, 5});
+  CHECK(sb == std::vector<float>{s.scale(b), 0.25f, 30, 40, 50});
+
+  // Restored into another object in the other registration order: same rows and scales.
+  Fp8Scaling t(4, 0);
+  const int tb = t.add(DType::e5m2), ta = t.add(DType::e4m3);
+  t.set_tensor_state(ta, sa, "ckpt");
+  t.set_tensor_state(tb, sb, "ckpt");
+  CHECK(rows_of(t, ta) == rows_of(s, a));
+  CHECK(rows_of(t, tb) == rows_of(s, b));
+  CHECK(t.scale(ta) == s.scale(a));
+  CHECK(t.scale_inv(tb) == s.scale_inv(b));
+  // The next update then matches the original's.
+  s.update();
+  t.update();
+  CHECK(t.scale(ta) == s.scale(a));
+  CHECK(t.scale(tb) == s.scale(b));
+
+  // Other history lengths keep the newest entries, as restore() does.
+  Fp8Scaling shorter(2, 0), longer(6, 0);
+  shorter.add(DType::e4m3);
+  longer.add(DType::e4m3);
+  shorter.set_tensor_state(0, sa, "ckpt");
+  longer.set_tensor_state(0, sa, "ckpt");
+  CHECK(rows_of(shorter, 0) == std::vector<float>{0, 5});
+  CHECK(rows_of(longer, 0) == std::vector<float>{0, 0, 0, 3, 4, 5});
+
+  CHECK_THROWS_WITH(t.set_tensor_state(ta, {0.0f, 1.0f}, "ckpt/rank_00000.safetensors"),
+                    Catch::Contains("ckpt/rank_00000.safetensors"));
+  CHECK_THROWS_AS(t.set_tensor_state(ta, {1.0f}, "x"), trainer::InputError);
+}

@@ -1,0 +1,59 @@
+// Loss scaling and fp8 scale updates around the training step.
+#include "engine/mixed_precision.h"
+
+#include "kernels/cast.h"
+#include "kernels/elementwise.h"
+#include "kernels/memory.h"
+#include "parallel/grad_sync.h"
+
+namespace trainer::engine {
+
+MixedPrecision::MixedPrecision(const PrecisionSpec& spec) {
+  if (spec.compute == ComputeDtype::fp16)
+    scaler_ = std::make_unique<LossScaler>(loss_scaler_options(spec));
+}
+
+bool MixedPrecision::overflowed(Context& ctx, Tensor flag, Tensor grads, parallel::Mesh& mesh) {
+  if (!scaler_) return false;
+  fill(ctx, flag, 0.0f);
+  found_nonfinite(ctx, flag, grads);
+  float local = 0;
+  copy_to_host(&local, flag);
+  // Every rank must take the same decision, or the optimizer steps diverge.
+  bool any = parallel::group_sum(mesh.comm(parallel::Axis::world), local != 0 ? 1.0 : 0.0) > 0;
+  return scaler_->update(any);
+}
+
+void MixedPrecision::finish_fp8_step(model::Buffers& buffers, parallel::Mesh& mesh) {
+  Fp8Scaling* f = buffers.fp8();
+  if (!f || f->size() == 0) return;
+  Tensor amax(f->current_amax(), {int64_t(f->size())}, DType::f32, Device::cpu);
+  for (parallel::Axis axis : {parallel::Axis::tp, parallel::Axis::dp}) {
+    parallel::Communicator& c = mesh.comm(axis);
+    if (c.size() > 1) c.all_reduce(amax, parallel::ReduceOp::max);
+  }
+  f->update();
+}
+
+void MixedPrecision::save(std::map<std::string, double>& scalars) const {
+  if (!scaler_) return;
+  scalars["loss_scale"] = scaler_->scale();
+  scalars["loss_scale_good_steps"] = double(scaler_->good_steps());
+  scalars["loss_scale_skipped_steps"] = double(scaler_->skipped_steps());
+  scalars["loss_scale_consecutive_skips"] = double(scaler_->consecutive_skips());
+}
+
+void MixedPrecision::restore(const std::map<std::string, double>& scalars,
+                             const std::string& source) {
+  if (!scaler_) return;
+  auto it = scalars.find("loss_scale");
+  if (it == scalars.end()) return;  // saved in another precision: start from the job's scale
+  auto get = [&](const char* k) {
+    auto i = scalars.find(k);
+    return i == scalars.end() ? int64_t(0) : static_cast<int64_t>(i->second);
+  };
+  scaler_->set_state(static_cast<float>(it->second), get("loss_scale_good_steps"),
+                     get("loss_scale_skipped_steps"), get("loss_scale_consecutive_skips"), source);
+}
+
+}  // namespace trainer::engine

@@ -1,0 +1,24 @@
+// FP8 GEMMs with delayed per-tensor scaling (Transformer Engine's recipe):
+// each operand is quantised with the scale its amax history gave in earlier
+// steps (E4M3 for inputs and weights, E5M2 for output gradients) and this
+// step's amax is recorded for the next update. The CPU backend then runs the
+// GEMM on the exactly dequantised operands in fp32, which is the arithmetic
+// of an FP8 tensor-core GEMM (exact products of fp8 values, fp32
+// accumulation, one scale on the result) up to fp32 rounding order.
+#pragma once
+
+#include "model/layer_env.h"
+
+namespace trainer::model {
+
+// out (M, N) = dequant(q(in)) @ dequant(q(w))^T [+ bias]; `idx` is the input's
+// index from Buffers::add_fp8_gemm (weight idx + 1, gradient idx + 2).
+void fp8_linear_forward(const LayerEnv& env, int idx, Tensor out, Tensor in, Tensor w,
+                        Tensor bias);
+// dinp written (skipped when empty); dw, dbias accumulated, all from the
+// quantised output gradient and the same quantised input and weight the
+// forward used (same scales within a step, so the same codes).
+void fp8_linear_backward(const LayerEnv& env, int idx, Tensor dinp, Tensor dw, Tensor dbias,
+                         Tensor dout, Tensor in, Tensor w);
+
+}  // namespace trainer::model
