@@ -71,6 +71,13 @@ sed 's/n_kv_head: 2/n_kv_head: 1/' mesh_llama_clip.yaml >mesh_llama_kv1.yaml
 sed 's/d_model: 32, n_head: 4, n_kv_head: 2/d_model: 48, n_head: 6, n_kv_head: 3/' mesh_llama.yaml >mesh_llama_kv3.yaml
 # Four layers, so pp 4 has one per stage (and pp 2 two).
 for family in gpt2 llama; do sed 's/n_layer: 2/n_layer: 4/' mesh_$family.yaml >mesh_${family}_l4.yaml; done
+# Mixed precision on meshes (the single-rank reference in the same precision).
+for p in bf16 fp16 fp8; do
+  for family in gpt2 llama; do
+    sed "s/^optimizer:/precision: {compute: $p, fp8_first_last_bf16: false}\noptimizer:/" \
+      mesh_${family}_l4.yaml >mesh_${family}_$p.yaml
+  done
+done
 # Eight layers: interleaved pp 4 x virtual_stages 2 (one layer per chunk).
 sed 's/n_layer: 2/n_layer: 8/' mesh_gpt2.yaml >mesh_gpt2_l8.yaml
 
@@ -103,6 +110,8 @@ data: {train: data/random.bin}
 train: {seq_len: 16, micro_batch: 1, global_batch: 8, steps: 20, eval_every: 0}
 optimizer: {lr: 3.0e-3, warmup_steps: 2}
 YAML
+# Four layers (MoE in layers 1 and 3): an interleaved pipeline pp 2 x v2 with ep.
+sed 's/n_layer: 2/n_layer: 4/' mesh_moe_llama.yaml >mesh_moe_llama_l4.yaml
 # Evaluation with ep: 3 batches over dp 4, so one rank of an ep group has none
 # (it must still take part in its group's token exchanges).
 sed 's|data: {train: data/random.bin}|data: {train: data/random.bin, val: data/random.bin}|; s|eval_every: 0|eval_every: 5, eval_batches: 3|' \
