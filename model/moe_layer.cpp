@@ -89,70 +89,70 @@ void Moe::declare(Buffers& buf, const std::string& prefix, const ModelConfig& cf
   slot_src_ = buf.add(A, p + "slot_src", {S}, DType::i32);
   assign_slot_ = buf.add(A, p + "assign_slot", {S}, DType::i32);
   counts_ = buf.add(A, p + "counts", {2, E_}, DType::i32);
-  xs_ = buf.add(A, p + "dispatched", {S, C_});
-  ys_ = buf.add(A, p + "expert_out", {S, C_});
+  xs_ = buf.add(A, p + "dispatched", {S, C_}, buf.act_dtype());
+  ys_ = buf.add(A, p + "expert_out", {S, C_}, buf.act_dtype());
   if (ep_ > 1) {
-    xr_ = buf.add(A, p + "ep_received", {R_, C_});
-    yr_ = buf.add(A, p + "ep_expert_out", {R_, C_});
+    xr_ = buf.add(A, p + "ep_received", {R_, C_}, buf.act_dtype());
+    yr_ = buf.add(A, p + "ep_expert_out", {R_, C_}, buf.act_dtype());
     all_counts_ = buf.add(A, p + "ep_counts", {ep_, E_}, DType::i32);
   }
-  h1_ = buf.add(A, p + "w1_out", {R_, F_});
-  if (swiglu_) h3_ = buf.add(A, p + "w3_out", {R_, F_});
-  act_ = buf.add(A, p + "activation", {R_, F_});
+  h1_ = buf.add(A, p + "w1_out", {R_, F_}, buf.act_dtype());
+  if (swiglu_) h3_ = buf.add(A, p + "w3_out", {R_, F_}, buf.act_dtype());
+  act_ = buf.add(A, p + "activation", {R_, F_}, buf.act_dtype());
   losses_ = buf.add(A, p + "aux_losses", {2});
   // The step counters sum over every micro-batch of a step, so they live in
   // the scratch arena (one copy), not with the activations a pipeline keeps
   // one copy of per micro-batch in flight.
   step_ = buf.add(G, p + "step_counts", {2, E_});
   step_aux_ = buf.add(G, p + "step_aux_loss", {1});
-  dys_ = buf.add(G, p + "d_expert_out", {S, C_});
-  dxs_ = buf.add(G, p + "d_dispatched", {S, C_});
+  dys_ = buf.add(G, p + "d_expert_out", {S, C_}, buf.act_dtype());
+  dxs_ = buf.add(G, p + "d_dispatched", {S, C_}, buf.act_dtype());
   if (ep_ > 1) {
-    dyr_ = buf.add(G, p + "d_ep_expert_out", {R_, C_});
-    dxr_ = buf.add(G, p + "d_ep_received", {R_, C_});
+    dyr_ = buf.add(G, p + "d_ep_expert_out", {R_, C_}, buf.act_dtype());
+    dxr_ = buf.add(G, p + "d_ep_received", {R_, C_}, buf.act_dtype());
   }
-  dh1_ = buf.add(G, p + "d_w1_out", {R_, F_});
-  if (swiglu_) dh3_ = buf.add(G, p + "d_w3_out", {R_, F_});
-  dact_ = buf.add(G, p + "d_activation", {R_, F_});
+  dh1_ = buf.add(G, p + "d_w1_out", {R_, F_}, buf.act_dtype());
+  if (swiglu_) dh3_ = buf.add(G, p + "d_w3_out", {R_, F_}, buf.act_dtype());
+  dact_ = buf.add(G, p + "d_activation", {R_, F_}, buf.act_dtype());
   dtopk_ = buf.add(G, p + "d_topk_weight", {N_, K_});
   dlogits_ = buf.add(G, p + "d_router_logits", {N_, E_});
-  dtmp_ = buf.add(G, p + "d_input_tmp", {N_, C_});
+  dtmp_ = buf.add(G, p + "d_input_tmp", {N_, C_}, buf.act_dtype());
   dprob_ = buf.add(G, p + "d_prob_per_expert", {E_});
   if (Fs_ > 0) {
-    sh1_ = buf.add(A, p + "shared_w1_out", {N_, Fs_});
-    if (swiglu_) sh3_ = buf.add(A, p + "shared_w3_out", {N_, Fs_});
-    sact_ = buf.add(A, p + "shared_activation", {N_, Fs_});
-    dsh1_ = buf.add(G, p + "d_shared_w1_out", {N_, Fs_});
-    if (swiglu_) dsh3_ = buf.add(G, p + "d_shared_w3_out", {N_, Fs_});
-    dsact_ = buf.add(G, p + "d_shared_activation", {N_, Fs_});
+    sh1_ = buf.add(A, p + "shared_w1_out", {N_, Fs_}, buf.act_dtype());
+    if (swiglu_) sh3_ = buf.add(A, p + "shared_w3_out", {N_, Fs_}, buf.act_dtype());
+    sact_ = buf.add(A, p + "shared_activation", {N_, Fs_}, buf.act_dtype());
+    dsh1_ = buf.add(G, p + "d_shared_w1_out", {N_, Fs_}, buf.act_dtype());
+    if (swiglu_) dsh3_ = buf.add(G, p + "d_shared_w3_out", {N_, Fs_}, buf.act_dtype());
+    dsact_ = buf.add(G, p + "d_shared_activation", {N_, Fs_}, buf.act_dtype());
   }
 }
 
 void Moe::mlp_forward(Context& ctx, const Buffers& b, const Mlp3& w, Tensor out, Tensor x,
                       const Acts& a) const {
-  linear_forward(ctx, a.h1, x, b.param(w.w1), {});
+  linear_forward(ctx, a.h1, x, b.weight(w.w1), {});
   if (swiglu_) {
-    linear_forward(ctx, a.h3, x, b.param(w.w3), {});
+    linear_forward(ctx, a.h3, x, b.weight(w.w3), {});
     swiglu_forward(ctx, a.act, a.h1, a.h3);
   } else {
     gelu_forward(ctx, a.act, a.h1);
   }
-  linear_forward(ctx, out, a.act, b.param(w.w2), {});
+  linear_forward(ctx, out, a.act, b.weight(w.w2), {});
 }
 
 // dx written (tmp: scratch of dx's shape, may alias dy, which is dead after the
 // first GEMM); weight gradients accumulated.
 void Moe::mlp_backward(Context& ctx, const Buffers& b, const Mlp3& w, Tensor dx, Tensor dy,
                        Tensor x, const Acts& a, const Acts& d, Tensor tmp) const {
-  linear_backward(ctx, d.act, b.grad(w.w2), {}, dy, a.act, b.param(w.w2));
+  linear_backward(ctx, d.act, b.grad(w.w2), {}, dy, a.act, b.weight(w.w2));
   if (swiglu_) {
     swiglu_backward(ctx, d.h1, d.h3, d.act, a.h1, a.h3);
-    linear_backward(ctx, dx, b.grad(w.w1), {}, d.h1, x, b.param(w.w1));
-    linear_backward(ctx, tmp, b.grad(w.w3), {}, d.h3, x, b.param(w.w3));
+    linear_backward(ctx, dx, b.grad(w.w1), {}, d.h1, x, b.weight(w.w1));
+    linear_backward(ctx, tmp, b.grad(w.w3), {}, d.h3, x, b.weight(w.w3));
     accumulate(ctx, dx, tmp);
   } else {
     gelu_backward(ctx, d.h1, d.act, a.h1);
-    linear_backward(ctx, dx, b.grad(w.w1), {}, d.h1, x, b.param(w.w1));
+    linear_backward(ctx, dx, b.grad(w.w1), {}, d.h1, x, b.weight(w.w1));
   }
 }
 

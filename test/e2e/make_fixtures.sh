@@ -112,6 +112,7 @@ optimizer: {lr: 3.0e-3, warmup_steps: 2}
 YAML
 # Four layers (MoE in layers 1 and 3): an interleaved pipeline pp 2 x v2 with ep.
 sed 's/n_layer: 2/n_layer: 4/' mesh_moe_llama.yaml >mesh_moe_llama_l4.yaml
+sed 's/^optimizer:/precision: {compute: bf16}\noptimizer:/' mesh_moe_llama.yaml >mesh_moe_llama_bf16.yaml
 # Evaluation with ep: 3 batches over dp 4, so one rank of an ep group has none
 # (it must still take part in its group's token exchanges).
 sed 's|data: {train: data/random.bin}|data: {train: data/random.bin, val: data/random.bin}|; s|eval_every: 0|eval_every: 5, eval_batches: 3|' \
