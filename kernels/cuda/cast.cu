@@ -39,7 +39,8 @@ View4 view4(const Tensor& t) {
   return v;
 }
 
-// scale: null or a device pointer to the multiplier (one fp32 multiply, no FMA).
+// scale: null or a device pointer to the multiplier (one fp32 multiply, no FMA;
+// NaNs pass through unchanged, so fp32 destinations match the CPU op bit for bit).
 template <class Src, class Dst>
 __global__ void cast_kernel(typename Dst::T* dst, View4 dv, const typename Src::T* src, View4 sv,
                             bool contiguous, const float* scale, int64_t n) {
@@ -48,7 +49,9 @@ __global__ void cast_kernel(typename Dst::T* dst, View4 dv, const typename Src::
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t si = contiguous ? i : sv.offset(i), di = contiguous ? i : dv.offset(i);
     float x = Src::load(src[si]);
-    if (scale) x = __fmul_rn(x, s);
+    // A NaN keeps its bits, as x86 returns a quiet NaN operand of a multiply
+    // (the GPU's multiply would give its canonical 0x7FFFFFFF instead).
+    if (scale && !isnan(x)) x = __fmul_rn(x, s);
     dst[di] = Dst::store(x);
   }
 }

@@ -73,7 +73,9 @@ constexpr Tolerance kF32Reduction{1e-5, 1e-4, 1e-5};
 // Sums over thousands of rows (parameter gradients): summation order differs.
 constexpr Tolerance kF32LongSum{1e-4, 1e-4, 1e-5};
 constexpr Tolerance kBf16Pointwise{1e-2, 1.6e-2, 8e-3};
-constexpr Tolerance kBf16Gemm{2e-2, 3e-2, 5e-3};
+// rel_l2 one bf16 ulp (2^-7): with one output element (M = N = 1) it is that
+// element's error, and cuBLASLt's bias epilogue may round once more than the CPU op.
+constexpr Tolerance kBf16Gemm{2e-2, 3e-2, 8e-3};
 
 // Checks every element (finite, |got - ref| <= atol + rtol*|ref|) and the relative
 // L2 error; on failure names the worst element.

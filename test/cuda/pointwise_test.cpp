@@ -40,7 +40,9 @@ TEST_CASE("gelu forward/backward match the CPU op", "[cuda][gelu]") {
       const Tolerance tol = dtype == DType::bf16 ? kBf16Pointwise : kF32Pointwise;
       const std::string tag = fmt::format("gelu {} n={}", dtype_name(dtype), n);
       expect_close(tag + " out", y1, hy.data, tol);
-      expect_close(tag + " dinp", dx1, hdx.data, tol);
+      // GELU's derivative, 1 - tanh^2 in the tails, loses absolute precision on
+      // both backends (the CPU's tanh approximation is good to ~1e-7): 1e-5 absolute.
+      expect_close(tag + " dinp", dx1, hdx.data, dtype == DType::bf16 ? tol : kF32Reduction);
       expect_same_bits(tag + " rerun", y1, y2);
       expect_same_bits(tag + " rerun d", dx1, dx2);
     }
