@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# expect_error.sh WORKDIR EXPECTED -- COMMAND...: runs COMMAND in WORKDIR (a
-# fresh scratch folder holding the bad-input fixtures made by make_fixtures.sh)
+# expect_error.sh WORKDIR EXPECTED -- COMMAND...: runs COMMAND beside the
+# bad-input fixtures make_fixtures.sh wrote in WORKDIR (linked into a scratch folder)
 # and passes when it exits 2, prints exactly one line on stderr containing
 # EXPECTED, and leaves no run directory behind (the third argument
 # --run-dir-ok allows one: errors found while drawing samples come after start;
@@ -12,8 +12,15 @@ if [ "$mode" = --no-gpu ] && nvidia-smi -L >/dev/null 2>&1; then
   echo "skipped: a GPU is visible"
   exit 77
 fi
-cd "$workdir" || exit 1
-rm -rf runs
+# A private folder of links to the fixtures: the run-directory check looks at
+# its own runs/, never wiping the shared fixtures' runs/ that other e2e tests
+# (run in parallel under ctest -j) are writing.
+scratch=$(mktemp -d "${TMPDIR:-/tmp}/expect_error.XXXXXX") || exit 1
+trap 'rm -rf "$scratch"' EXIT
+for f in "$workdir"/*; do
+  [ "$(basename "$f")" = runs ] || ln -s "$f" "$scratch/"
+done
+cd "$scratch" || exit 1
 stderr=$(mktemp)
 "$@" >/dev/null 2>"$stderr"
 code=$?
