@@ -221,18 +221,19 @@ double Trainer::micro_batch_loss_sum() {
   return sum;
 }
 
+bool Trainer::gradients_sharded() const {
+  // zero 2 holds only its shard of the averaged gradient; the others hold all
+  // of it. With ep every rank holds the whole reduced gradient (expert_reducer_).
+  return spec_.parallel.zero >= 2 && dp_size_ > 1 && !expert_reducer_;
+}
+
 Tensor Trainer::owned_gradients() const {
   Tensor g = flat_arena(model::Category::gradients);
-  // zero 2 holds only its shard of the reduced gradient (as in grad_norm()).
-  if (spec_.parallel.zero >= 2 && dp_size_ > 1 && !expert_reducer_)
-    return g.slice(shard_.begin, shard_.end());
-  return g;
+  return gradients_sharded() ? g.slice(shard_.begin, shard_.end()) : g;
 }
 
 double Trainer::grad_norm() {
-  // zero 2 holds only its shard of the averaged gradient; the others hold all of it.
-  // With ep every rank holds the whole reduced gradient (expert_reducer_).
-  bool shard_only = spec_.parallel.zero >= 2 && dp_size_ > 1 && !expert_reducer_;
+  const bool shard_only = gradients_sharded();
   int64_t lo = shard_only ? shard_.begin : 0, hi = shard_only ? shard_.end() : INT64_MAX;
   // Partial sums: parameters split over tp (each rank holds other elements),
   // replicated ones (each tp rank holds the same values) and, in slot 3,
@@ -418,34 +419,34 @@ double Trainer::evaluate() {
 void Trainer::log_step(const StepRecord& r) {
   if (options_.log && (r.step % spec_.train.log_every == 0 || r.step == 1 || r.skipped ||
                        r.step == spec_.train.steps)) {
-    std::string moe;
+    std::string extra;  // MoE and loss-scale fields, when the job has them
     if (!std::isnan(r.moe_imbalance))
-      moe = fmt::format(" | moe aux {:.4f} imbalance {:.2f} dropped {:.0f}", r.moe_aux_loss,
+      extra = fmt::format(" | moe aux {:.4f} imbalance {:.2f} dropped {:.0f}", r.moe_aux_loss,
                         r.moe_imbalance, r.moe_dropped);
-    if (!std::isnan(r.loss_scale)) moe += fmt::format(" | loss scale {:g}", r.loss_scale);
+    if (!std::isnan(r.loss_scale)) extra += fmt::format(" | loss scale {:g}", r.loss_scale);
     if (r.skipped)
-      moe += fmt::format(" | SKIPPED: inf/NaN gradients, loss scale now {:g} ({} skipped so far)",
+      extra += fmt::format(" | SKIPPED: inf/NaN gradients, loss scale now {:g} ({} skipped so far)",
                          precision_->loss_scale(), precision_->skipped_steps());
     fmt::print(options_.log,
                "step {:>5}/{} | loss {:.4f} | lr {:.3e} | grad norm {:.4f} | {:.0f} tok/s | "
                "{:.2f} GFLOP/s | mfu {:.1f}% | {:.0f} ms{}\n",
                r.step, spec_.train.steps, r.loss, r.lr, r.grad_norm, r.tokens_per_s,
-               r.tflops * 1e3, r.mfu * 100, r.seconds * 1e3, moe);
+               r.tflops * 1e3, r.mfu * 100, r.seconds * 1e3, extra);
     std::fflush(options_.log);
   }
   if (metrics_) {
-    std::string moe;
+    std::string extra;  // MoE and loss-scale fields, when the job has them
     if (!std::isnan(r.moe_imbalance))
-      moe = fmt::format(", \"moe_aux_loss\": {:.9g}, \"moe_imbalance\": {:.6g}, \"moe_dropped\": {:.0f}",
+      extra = fmt::format(", \"moe_aux_loss\": {:.9g}, \"moe_imbalance\": {:.6g}, \"moe_dropped\": {:.0f}",
                         r.moe_aux_loss, r.moe_imbalance, r.moe_dropped);
     if (!std::isnan(r.loss_scale))
-      moe += fmt::format(", \"loss_scale\": {:g}, \"skipped\": {}", r.loss_scale, r.skipped);
+      extra += fmt::format(", \"loss_scale\": {:g}, \"skipped\": {}", r.loss_scale, r.skipped);
     fmt::print(metrics_,
                "{{\"step\": {}, \"loss\": {:.9g}, \"lr\": {:.9g}, \"grad_norm\": {}, "
                "\"tokens_per_s\": {:.6g}, \"tflops\": {:.6g}, \"mfu\": {:.6g}{}}}\n",
                r.step, r.loss, r.lr,
                std::isnan(r.grad_norm) ? "null" : fmt::format("{:.9g}", r.grad_norm),
-               r.tokens_per_s, r.tflops, r.mfu, moe);
+               r.tokens_per_s, r.tflops, r.mfu, extra);
     std::fflush(metrics_);
   }
 }

@@ -82,7 +82,8 @@ class Trainer {
   void load_micro_batch(const data::SampleSource* source, int64_t first_sample);
   double micro_batch_loss_sum();
   double grad_norm();
-  Tensor owned_gradients() const;
+  bool gradients_sharded() const;  // this rank holds only its ZeRO-2 shard of the gradients
+  Tensor owned_gradients() const;  // the gradient elements this rank holds
   Tensor flat_arena(model::Category category) const;
   void log_step(const StepRecord& r);
   void log_eval(int step, double val_loss);

@@ -13,7 +13,7 @@
 #include <cstring>
 #include <vector>
 
-#include "kernels/numeric.h"
+#include "kernels/cpu/half_convert.h"
 #include "parallel/watchdog.h"
 
 // Every MPI call goes through this: the call, file:line and MPI's own text.
@@ -122,16 +122,12 @@ bool is_half(DType d) { return d == DType::bf16 || d == DType::f16; }
 // reduced in fp32 on CPU ranks: widened exactly, reduced, rounded once.
 std::vector<float> widen(const Tensor& t) {
   std::vector<float> out(static_cast<size_t>(t.numel()));
-  const uint16_t* p = static_cast<const uint16_t*>(t.data);
-  for (size_t i = 0; i < out.size(); ++i)
-    out[i] = t.dtype == DType::bf16 ? bf16_to_f32(p[i]) : f16_to_f32(p[i]);
+  cpu::to_f32(t.dtype, t.data, out.data(), t.numel());
   return out;
 }
 
 void narrow(const std::vector<float>& v, Tensor t) {
-  uint16_t* p = static_cast<uint16_t*>(t.data);
-  for (size_t i = 0; i < v.size(); ++i)
-    p[i] = t.dtype == DType::bf16 ? f32_to_bf16(v[i]) : f32_to_f16(v[i]);
+  cpu::from_f32(t.dtype, v.data(), t.data, t.numel());
 }
 
 class MpiCommunicator final : public Communicator {

@@ -141,11 +141,7 @@ void Checkpointer::add_fp8_state(SafetensorsWriter& w, const model::Buffers& buf
     w.add_lazy(name, "F32", {n}, [state](void* dst) {
       std::memcpy(dst, state->data(), state->size() * sizeof(float));
     });
-    Slice s;
-    s.global_shape = {n};
-    s.offset = {0};
-    s.shape = {n};
-    w.set_metadata("slice." + name, s.to_json().dump());
+    w.set_metadata("slice." + name, Slice::whole({n}).to_json().dump());
   }
 }
 
@@ -157,11 +153,7 @@ void Checkpointer::load_fp8_state(const CheckpointReader& reader, model::Buffers
   for (int i = 0; i < f->size(); ++i) {
     const std::string name = buffers.fp8_names()[i] + ".fp8_state";
     if (!reader.has(name)) continue;
-    Slice s = reader.any_slice(name);
-    s.offset.assign(s.global_shape.size(), 0);
-    s.shape = s.global_shape;
-    s.flat_begin = 0;
-    s.flat_end = -1;
+    Slice s = Slice::whole(reader.any_slice(name).global_shape);
     std::vector<float> state(static_cast<size_t>(s.numel()));
     reader.read(name, s, state.data());
     f->set_tensor_state(i, state, reader.dir() + ": " + name);

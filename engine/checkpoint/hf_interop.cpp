@@ -187,8 +187,7 @@ void load_hf_weights(const std::string& path, const model::ModelConfig& cfg, mod
     HostTensor global = from_hf(src, p.spec, cfg);
     const model::BufferInfo& info = buffers.buffers()[p.value];
     Slice dst = local_slice(p.spec, info.shape, position);
-    Slice full{p.spec.global_shape, std::vector<int64_t>(p.spec.global_shape.size(), 0),
-               p.spec.global_shape, p.spec.tp_dim, p.spec.valid_rows};
+    Slice full = Slice::whole(p.spec.global_shape, p.spec.tp_dim, p.spec.valid_rows);
     local.assign(static_cast<size_t>(dst.numel()), 0.0f);
     copy_overlap(full, global.data.data(), dst, local.data());
     copy_from_host(buffers.get(p.value), local.data());
@@ -298,7 +297,7 @@ std::string export_hf(const std::string& path, const std::string& out_dir, FILE*
   std::map<std::string, HostTensor> ours;
   for (const auto& p : declared.buffers().params()) {
     const auto& g = p.spec.global_shape;
-    Slice full{g, std::vector<int64_t>(g.size(), 0), g, p.spec.tp_dim, p.spec.valid_rows};
+    Slice full = Slice::whole(g, p.spec.tp_dim, p.spec.valid_rows);
     HostTensor t{g, std::vector<float>(static_cast<size_t>(full.numel()))};
     reader.read(p.spec.name, full, t.data.data());
     ours[p.spec.name] = std::move(t);

@@ -70,6 +70,16 @@ Slice Slice::from_json(const Json& j, const std::string& where) {
   return s;
 }
 
+Slice Slice::whole(const std::vector<int64_t>& global_shape, int tp_dim, int64_t valid_rows) {
+  Slice s;
+  s.global_shape = global_shape;
+  s.offset.assign(global_shape.size(), 0);
+  s.shape = global_shape;
+  s.tp_dim = tp_dim;
+  s.valid_rows = valid_rows;
+  return s;
+}
+
 ShardPosition shard_position(const MeshPlace& place) {
   ShardPosition pos;
   pos.tp_rank = place.tp;

@@ -26,6 +26,9 @@ struct Slice {
   int64_t numel() const;        // elements held: flat_end - flat_begin
 
   Json to_json() const;
+  // The whole tensor of `global_shape` (what one rank holds without sharding).
+  static Slice whole(const std::vector<int64_t>& global_shape, int tp_dim = -1,
+                     int64_t valid_rows = -1);
   // InputError naming `where` when the JSON does not describe a slice.
   static Slice from_json(const Json& j, const std::string& where);
 };

@@ -1,6 +1,10 @@
-// F16C fast paths of the fp16 conversions, chosen once by CPU features.
+// The bulk 16-bit float conversions: bf16 loops cloned per ISA, fp16 through
+// F16C fast paths chosen once by CPU features.
 #include "kernels/cpu/half_convert.h"
 
+#include <bit>
+
+#include "kernels/cpu/cpu_common.h"
 #include "kernels/numeric.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -11,6 +15,19 @@
 namespace trainer::cpu {
 
 namespace {
+
+// bf16 <-> fp32 as numeric.h converts, written with selects instead of branches
+// so the loops vectorise in every clone.
+TRAINER_CPU_INLINE float bf16_load(uint16_t h) {
+  return std::bit_cast<float>(static_cast<uint32_t>(h) << 16);
+}
+
+TRAINER_CPU_INLINE uint16_t bf16_store(float x) {
+  const uint32_t u = std::bit_cast<uint32_t>(x);
+  const uint32_t rounded = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
+  const uint32_t nan = 0u - static_cast<uint32_t>((u & 0x7FFFFFFFu) > 0x7F800000u);
+  return static_cast<uint16_t>((rounded & ~nan) | (kBF16NaN & nan));
+}
 
 void f16_to_f32_portable(const uint16_t* src, float* dst, int64_t n) {
   for (int64_t i = 0; i < n; ++i) dst[i] = f16_to_f32(src[i]);
@@ -75,6 +92,28 @@ void f32_to_f16_n(const float* src, uint16_t* dst, int64_t n) {
   if (has_f16c()) return f32_to_f16_f16c(src, dst, n);
 #endif
   f32_to_f16_portable(src, dst, n);
+}
+
+TRAINER_CPU_CLONES void bf16_to_f32_n(const uint16_t* src, float* dst, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) dst[i] = bf16_load(src[i]);
+}
+
+TRAINER_CPU_CLONES void f32_to_bf16_n(const float* src, uint16_t* dst, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) dst[i] = bf16_store(src[i]);
+}
+
+void to_f32(DType dtype, const void* src, float* dst, int64_t n) {
+  const auto* s = static_cast<const uint16_t*>(src);
+  if (dtype == DType::bf16) bf16_to_f32_n(s, dst, n);
+  else f16_to_f32_n(s, dst, n);
+}
+
+void from_f32(DType dtype, const float* src, void* dst, int64_t n) {
+  auto* d = static_cast<uint16_t*>(dst);
+  if (dtype == DType::bf16) f32_to_bf16_n(src, d, n);
+  else f32_to_f16_n(src, d, n);
 }
 
 }  // namespace trainer::cpu

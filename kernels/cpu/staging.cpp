@@ -12,29 +12,6 @@ namespace trainer::cpu {
 
 namespace {
 
-// bf16 <-> fp32 as numeric.h converts, written with selects instead of branches
-// so the loops vectorise in every clone. fp16 uses half_convert.h.
-TRAINER_CPU_INLINE float bf16_load(uint16_t h) {
-  return std::bit_cast<float>(static_cast<uint32_t>(h) << 16);
-}
-
-TRAINER_CPU_INLINE uint16_t bf16_store(float x) {
-  const uint32_t u = std::bit_cast<uint32_t>(x);
-  const uint32_t rounded = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
-  const uint32_t nan = 0u - static_cast<uint32_t>((u & 0x7FFFFFFFu) > 0x7F800000u);
-  return static_cast<uint16_t>((rounded & ~nan) | (kBF16NaN & nan));
-}
-
-TRAINER_CPU_CLONES void bf16_to_f32_n(const uint16_t* src, float* dst, int64_t n) {
-#pragma omp simd
-  for (int64_t i = 0; i < n; ++i) dst[i] = bf16_load(src[i]);
-}
-
-TRAINER_CPU_CLONES void f32_to_bf16_n(const float* src, uint16_t* dst, int64_t n) {
-#pragma omp simd
-  for (int64_t i = 0; i < n; ++i) dst[i] = bf16_store(src[i]);
-}
-
 // Below this many elements a conversion stays on the calling thread.
 constexpr int64_t kParallelMin = 1 << 15;
 constexpr size_t kNoPool = std::numeric_limits<size_t>::max();
@@ -178,18 +155,6 @@ void check_float_arg(const Tensor& t, const char* op, const char* name) {
   TRAINER_CHECK(t.dtype == DType::f32 || t.dtype == DType::bf16 || t.dtype == DType::f16,
                 "{}: {} is {}; the CPU backend takes f32, bf16 or f16 float tensors", op, name,
                 t.str());
-}
-
-void to_f32(DType dtype, const void* src, float* dst, int64_t n) {
-  const auto* s = static_cast<const uint16_t*>(src);
-  if (dtype == DType::bf16) bf16_to_f32_n(s, dst, n);
-  else f16_to_f32_n(s, dst, n);
-}
-
-void from_f32(DType dtype, const float* src, void* dst, int64_t n) {
-  auto* d = static_cast<uint16_t*>(dst);
-  if (dtype == DType::bf16) f32_to_bf16_n(src, d, n);
-  else f32_to_f16_n(src, d, n);
 }
 
 Staging::Staging(const char* op) : op_(op), pool_base_(kNoPool) {}

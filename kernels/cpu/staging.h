@@ -7,18 +7,13 @@
 #include <array>
 
 #include "kernels/cpu/cpu_common.h"
+#include "kernels/cpu/half_convert.h"
 
 namespace trainer::cpu {
 
 // The checks Staging makes of a float argument (CPU, contiguous, f32/bf16/f16),
 // for an op that converts parts of it itself.
 void check_float_arg(const Tensor& t, const char* op, const char* name);
-
-// n elements of a bf16 or fp16 buffer to fp32 (exact), and back (one rounding),
-// on the calling thread: for ops that convert a large tensor a row at a time
-// (an embedding lookup, the cross-entropy over the vocabulary).
-void to_f32(DType dtype, const void* src, float* dst, int64_t n);
-void from_f32(DType dtype, const float* src, void* dst, int64_t n);
 
 // A staged argument: fp32 data and its element strides (the tensor's own when it
 // is fp32, contiguous ones when it was converted).

@@ -51,3 +51,25 @@ TEST_CASE("fp32 -> fp16 bulk conversion: boundaries, specials, random bits", "[c
     REQUIRE(got[i] == f32_to_f16(x[i]));
   }
 }
+
+TEST_CASE("bf16 bulk conversions and the dtype dispatch: every code, random fp32 bits",
+          "[cpu][precision]") {
+  std::vector<uint16_t> codes(65536 + 3);
+  for (size_t i = 0; i < codes.size(); ++i) codes[i] = static_cast<uint16_t>(i);
+  std::vector<float> got(codes.size());
+  cpu::to_f32(DType::bf16, codes.data(), got.data(), int64_t(codes.size()));
+  for (size_t i = 0; i < codes.size(); ++i) REQUIRE(bits(got[i]) == bits(bf16_to_f32(codes[i])));
+  std::vector<float> x;
+  std::mt19937 rng(11);
+  for (int i = 0; i < 200000; ++i) x.push_back(from_bits(static_cast<uint32_t>(rng())));
+  for (float v : {0.0f, -0.0f, INFINITY, -INFINITY, NAN, 3.3895314e38f, 1.0039062f, 1.0078125f})
+    x.push_back(v);
+  for (DType d : {DType::bf16, DType::f16}) {
+    std::vector<uint16_t> out(x.size());
+    cpu::from_f32(d, x.data(), out.data(), int64_t(x.size()));
+    for (size_t i = 0; i < x.size(); ++i) {
+      INFO(dtype_name(d) << " input bits " << bits(x[i]));
+      REQUIRE(out[i] == (d == DType::bf16 ? f32_to_bf16(x[i]) : f32_to_f16(x[i])));
+    }
+  }
+}
