@@ -10,12 +10,6 @@ namespace trainer::engine {
 namespace {
 void check_model(const JobSpec& spec) {
   const std::string& f = spec.source_path;
-  // With tp the MoE layers are replicated on every tp rank; under sequence
-  // parallelism each tp rank would route only its block of tokens.
-  TRAINER_INPUT_CHECK(!spec.model.moe.enabled || !spec.parallel.sequence_parallel,
-                      "{}: model.moe with parallel.sequence_parallel: MoE layers are not split "
-                      "over sequence parallelism yet (tp replicates them; dp, ep and pp work)",
-                      f);
   // selective (Megatron: recompute the attention core) is what attention
   // always does here: it keeps only the log-sum-exp and recomputes the
   // probabilities in backward, so none and selective are the same plan.

@@ -30,10 +30,12 @@ namespace trainer {
                           float z_grad, bool sigmoid, bool normalize);                       \
   /* The dispatch plan from topk_idx (N, K): slot_src (N*K), assign_slot (N*K), load (E) =  */ \
   /* assignments per expert before dropping, kept (E) = after; all written. capacity <= 0  */ \
-  /* keeps everything; otherwise each expert keeps its first `capacity` assignments in     */ \
-  /* token order.                                                                         */ \
+  /* keeps everything; otherwise each expert keeps its first `capacity - taken[e]`         */ \
+  /* assignments in token order (none when negative). taken (E) i32, may be empty (zeros):  */ \
+  /* what earlier token blocks of the same micro-batch routed to each expert, kept or not  */ \
+  /* (sequence parallelism: tp rank r's tokens follow ranks < r's).                        */ \
   void moe_plan(Context& ctx, Tensor slot_src, Tensor assign_slot, Tensor load, Tensor kept,  \
-                Tensor topk_idx, int64_t capacity);                                          \
+                Tensor topk_idx, int64_t capacity, Tensor taken);                            \
   /* out (S, C): row s = inp (N, C) row slot_src[s] / K, or zeros for an unused slot;      */ \
   /* written                                                                              */ \
   void moe_gather(Context& ctx, Tensor out, Tensor inp, Tensor slot_src, int64_t top_k);      \
@@ -65,8 +67,8 @@ inline void moe_route_backward(Context& ctx, Tensor dlogits, Tensor dtopk_weight
                    per_expert_dprob, z_grad, sigmoid, normalize);
 }
 inline void moe_plan(Context& ctx, Tensor slot_src, Tensor assign_slot, Tensor load, Tensor kept,
-                     Tensor topk_idx, int64_t capacity) {
-  TRAINER_DISPATCH(ctx, moe_plan, slot_src, assign_slot, load, kept, topk_idx, capacity);
+                     Tensor topk_idx, int64_t capacity, Tensor taken = {}) {
+  TRAINER_DISPATCH(ctx, moe_plan, slot_src, assign_slot, load, kept, topk_idx, capacity, taken);
 }
 inline void moe_gather(Context& ctx, Tensor out, Tensor inp, Tensor slot_src, int64_t top_k) {
   TRAINER_DISPATCH(ctx, moe_gather, out, inp, slot_src, top_k);

@@ -18,10 +18,11 @@ void Moe::declare(Buffers& buf, const std::string& prefix, const ModelConfig& cf
                   const MoeConfig& moe, const BatchShape& batch) {
   // With tp the layer is replicated: every tp rank holds the whole residual
   // stream, routes all its tokens and computes the same outputs and
-  // gradients, so nothing crosses the tp group. Sequence parallelism would
-  // give each tp rank a block of tokens (and a different balance loss).
-  TRAINER_CHECK(!cfg.sequence_parallel,
-                "{}: the MoE layer has no sequence parallelism yet (tp {})", prefix, cfg.tp);
+  // gradients, so nothing crosses the tp group. Under sequence parallelism
+  // each tp rank routes only its block of tokens (MoE is per token): the
+  // weights' gradients are then partial sums over tp (sp_partial), and the
+  // balance statistics, z-loss and counters are summed over tp so every rank
+  // sees the whole micro-batch's, as one rank would.
   TRAINER_CHECK(moe.n_experts >= 1 && moe.top_k >= 1 && moe.top_k <= moe.n_experts &&
                     moe.d_ff_expert >= 1 && moe.n_shared_experts >= 0,
                 "{}: bad MoE shape: {} experts, top_k {}, d_ff_expert {}, {} shared", prefix,
@@ -32,11 +33,16 @@ void Moe::declare(Buffers& buf, const std::string& prefix, const ModelConfig& cf
                 moe.ep_rank);
   moe_ = moe;
   swiglu_ = cfg.is_llama();
-  N_ = batch.tokens(), C_ = cfg.d_model, E_ = moe.n_experts, K_ = moe.top_k;
+  sp_ = cfg.sequence_parallel && cfg.tp > 1;
+  tp_ = cfg.tp, tp_rank_ = cfg.tp_rank;
+  Ng_ = batch.tokens(), N_ = residual_rows(cfg, batch);
+  C_ = cfg.d_model, E_ = moe.n_experts, K_ = moe.top_k;
   F_ = moe.d_ff_expert, Fs_ = int64_t{moe.n_shared_experts} * moe.d_ff_expert;
   const int64_t S = N_ * K_;
+  // Capacity is the whole micro-batch's (as on one rank), shared by the tp
+  // ranks' token blocks in token order under sequence parallelism.
   capacity_ = moe.capacity_factor > 0
-                  ? static_cast<int64_t>(std::ceil(moe.capacity_factor * S / double(E_)))
+                  ? static_cast<int64_t>(std::ceil(moe.capacity_factor * Ng_ * K_ / double(E_)))
                   : 0;
   const float out_std = cfg.init_std / std::sqrt(2.0f * cfg.n_layer);
   const std::string p = prefix + ".block_sparse_moe.";
@@ -54,25 +60,25 @@ void Moe::declare(Buffers& buf, const std::string& prefix, const ModelConfig& cf
   if (capacity_ == 0) R_ = std::min(R_, kEpRecvHeadroom * S);
 
   router_ = buf.add_param({.name = p + "gate.weight", .global_shape = {E_, C_},
-                           .std = cfg.init_std},
+                           .std = cfg.init_std, .sp_partial = sp_},
                           {E_, C_});
   if (moe.balance == MoeBalance::aux_free)
     // Not trained by the optimizer's gradient (it stays zero) but saved with
     // the model, as DeepSeek-V3 checkpoints carry it.
     bias_ = buf.add_param({.name = p + "gate.e_score_correction_bias", .global_shape = {E_},
-                           .init = Init::zeros, .weight_decay = false},
+                           .init = Init::zeros, .weight_decay = false, .sp_partial = sp_},
                           {E_});
   auto mlp = [&](const std::string& name, int64_t F, bool expert) {
     Mlp3 m;
     m.w1 = buf.add_param({.name = name + "w1.weight", .global_shape = {F, C_},
-                          .std = cfg.init_std, .expert = expert},
+                          .std = cfg.init_std, .sp_partial = sp_, .expert = expert},
                          {F, C_});
     if (swiglu_)
       m.w3 = buf.add_param({.name = name + "w3.weight", .global_shape = {F, C_},
-                            .std = cfg.init_std, .expert = expert},
+                            .std = cfg.init_std, .sp_partial = sp_, .expert = expert},
                            {F, C_});
     m.w2 = buf.add_param({.name = name + "w2.weight", .global_shape = {C_, F},
-                          .std = out_std, .expert = expert},
+                          .std = out_std, .sp_partial = sp_, .expert = expert},
                          {C_, F});
     return m;
   };
@@ -100,6 +106,16 @@ void Moe::declare(Buffers& buf, const std::string& prefix, const ModelConfig& cf
   if (swiglu_) h3_ = buf.add(A, p + "w3_out", {R_, F_}, buf.act_dtype());
   act_ = buf.add(A, p + "activation", {R_, F_}, buf.act_dtype());
   losses_ = buf.add(A, p + "aux_losses", {2});
+  if (sp_) {
+    // The micro-batch's load per expert (all tp blocks), for the balance
+    // loss's backward; the reduction's staging, and the blocks' loads.
+    global_load_ = buf.add(A, p + "sp_global_load", {E_});
+    sp_sums_ = buf.add(G, p + "sp_sums", {3 * E_ + 1}, DType::f64);
+    if (capacity_ > 0) {
+      sp_loads_ = buf.add(G, p + "sp_block_loads", {tp_, E_}, DType::i32);
+      sp_taken_ = buf.add(G, p + "sp_taken", {E_}, DType::i32);
+    }
+  }
   // The step counters sum over every micro-batch of a step, so they live in
   // the scratch arena (one copy), not with the activations a pipeline keeps
   // one copy of per micro-batch in flight.
@@ -184,6 +200,25 @@ std::vector<Moe::RowBlock> Moe::row_blocks(const Buffers& b) const {
   return blocks;
 }
 
+Tensor Moe::sp_capacity_taken(const LayerEnv& env, Tensor topk_idx) const {
+  if (!sp_ || capacity_ == 0) return {};
+  TRAINER_CHECK(env.tp.size() == tp_, "{}: MoE layer planned for tp {} but the tp group has {} ranks",
+                name_, tp_, env.tp.size());
+  // This block's loads (a plan without dropping), gathered from every tp
+  // rank: the blocks of ranks before this one come first in token order.
+  Tensor counts = env.buf.get(counts_);
+  moe_plan(env.ctx, env.buf.get(slot_src_), env.buf.get(assign_slot_),
+           counts.slice(0, 1).view({E_}), counts.slice(1, 2).view({E_}), topk_idx, 0);
+  Tensor loads = env.buf.get(sp_loads_), taken = env.buf.get(sp_taken_);
+  env.tp.all_gather(counts.slice(0, 1).view({E_}), loads);
+  std::vector<int32_t> all(tp_ * E_), before(E_, 0);
+  copy_to_host(all.data(), loads);
+  for (int64_t q = 0; q < tp_rank_; ++q)
+    for (int64_t e = 0; e < E_; ++e) before[e] += all[q * E_ + e];
+  copy_from_host(taken, before.data());
+  return taken;
+}
+
 parallel::Communicator& Moe::ep_group(const LayerEnv& env) const {
   TRAINER_CHECK(env.ep != nullptr && env.ep->size() == ep_,
                 "MoE layer split over ep {} but the layer environment's ep group has {} ranks",
@@ -207,8 +242,9 @@ void Moe::forward(const LayerEnv& env, Tensor out, Tensor in) const {
   linear_forward(ctx, logits, in, b.param(router_), {});
   Tensor bias = bias_.index >= 0 ? b.param(bias_) : Tensor{};
   moe_route_forward(ctx, probs, idx, w, logits, bias, moe_.sigmoid, moe_.normalize_topk);
-  moe_plan(ctx, b.get(slot_src_), b.get(assign_slot_), counts.slice(0, 1).view({E_}),
-           counts.slice(1, 2).view({E_}), idx, capacity_);
+  Tensor load = counts.slice(0, 1).view({E_}), kept = counts.slice(1, 2).view({E_});
+  moe_plan(ctx, b.get(slot_src_), b.get(assign_slot_), load, kept, idx, capacity_,
+           sp_capacity_taken(env, idx));
   Tensor xs = b.get(xs_), ys = b.get(ys_);
   moe_gather(ctx, xs, in, b.get(slot_src_), K_);
   // The experts run on xs/ys, or with ep on the rows received from the group.
@@ -241,32 +277,41 @@ void Moe::forward(const LayerEnv& env, Tensor out, Tensor in) const {
   moe_combine(ctx, out, ys, b.get(assign_slot_), w);
 
   // Balance loss E/(N K) sum_e load_e P_e (1 when balanced), z-loss, step
-  // counters: E- and N-sized reductions done on the host.
+  // counters: E- and N-sized reductions done on the host. sums = (load (E),
+  // kept (E), P (E), sum of lse^2), over the whole micro-batch.
   std::vector<int32_t> cnt(2 * E_);
   copy_to_host(cnt.data(), counts);
   std::vector<float> pr(N_ * E_), lg(N_ * E_);
   copy_to_host(pr.data(), probs);
   copy_to_host(lg.data(), logits);
-  double balance = 0, z = 0;
-  for (int64_t e = 0; e < E_; ++e) {
-    double P = 0;
-    for (int64_t n = 0; n < N_; ++n) P += pr[n * E_ + e];
-    balance += cnt[e] * (P / N_);
-  }
-  balance *= double(E_) / double(N_ * K_);
+  std::vector<double> sums(3 * E_ + 1, 0.0);
+  for (int64_t i = 0; i < 2 * E_; ++i) sums[i] = cnt[i];
+  for (int64_t e = 0; e < E_; ++e)
+    for (int64_t n = 0; n < N_; ++n) sums[2 * E_ + e] += pr[n * E_ + e];
   for (int64_t n = 0; n < N_; ++n) {
     const float* l = lg.data() + n * E_;
     const double m = *std::max_element(l, l + E_);
     double sum = 0;
     for (int64_t e = 0; e < E_; ++e) sum += std::exp(l[e] - m);
     const double lse = m + std::log(sum);
-    z += lse * lse;
+    sums[3 * E_] += lse * lse;
   }
-  const float losses[2] = {static_cast<float>(balance), static_cast<float>(z / N_)};
+  if (sp_) {
+    Tensor staged = b.get(sp_sums_);
+    copy_from_host(staged, sums.data());
+    env.tp.all_reduce(staged, parallel::ReduceOp::sum);
+    copy_to_host(sums.data(), staged);
+    std::vector<float> global_load(sums.begin(), sums.begin() + E_);
+    copy_from_host(b.get(global_load_), global_load.data());
+  }
+  double balance = 0;
+  for (int64_t e = 0; e < E_; ++e) balance += sums[e] * (sums[2 * E_ + e] / Ng_);
+  balance *= double(E_) / double(Ng_ * K_);
+  const float losses[2] = {static_cast<float>(balance), static_cast<float>(sums[3 * E_] / Ng_)};
   copy_from_host(b.get(losses_), losses);
   std::vector<float> step(2 * E_);
   copy_to_host(step.data(), b.get(step_));
-  for (int64_t i = 0; i < 2 * E_; ++i) step[i] += static_cast<float>(cnt[i]);
+  for (int64_t i = 0; i < 2 * E_; ++i) step[i] += static_cast<float>(sums[i]);
   copy_from_host(b.get(step_), step.data());
   float step_aux = 0;
   copy_to_host(&step_aux, b.get(step_aux_));
@@ -309,15 +354,23 @@ void Moe::backward(const LayerEnv& env, Tensor dinp, Tensor dout, Tensor in, flo
   // Router: combine weights, balance loss (d/dprobs[n, e] = coeff E load_e / (N K N)), z-loss.
   Tensor dprob;
   if (moe_.balance == MoeBalance::aux_loss && moe_.aux_loss_coeff != 0.0f) {
-    std::vector<int32_t> cnt(2 * E_);
-    copy_to_host(cnt.data(), b.get(counts_));
+    // The load is the whole micro-batch's (under sequence parallelism, the
+    // sum over tp saved by forward).
+    std::vector<float> load(E_);
+    if (sp_) {
+      copy_to_host(load.data(), b.get(global_load_));
+    } else {
+      std::vector<int32_t> cnt(2 * E_);
+      copy_to_host(cnt.data(), b.get(counts_));
+      for (int64_t e = 0; e < E_; ++e) load[e] = static_cast<float>(cnt[e]);
+    }
     std::vector<float> g(E_);
-    const double f = double(dloss) * moe_.aux_loss_coeff * E_ / (double(N_) * K_ * N_);
-    for (int64_t e = 0; e < E_; ++e) g[e] = static_cast<float>(f * cnt[e]);
+    const double f = double(dloss) * moe_.aux_loss_coeff * E_ / (double(Ng_) * K_ * Ng_);
+    for (int64_t e = 0; e < E_; ++e) g[e] = static_cast<float>(f * load[e]);
     dprob = b.get(dprob_);
     copy_from_host(dprob, g.data());
   }
-  const float z_grad = dloss * moe_.z_loss_coeff / static_cast<float>(N_);
+  const float z_grad = dloss * moe_.z_loss_coeff / static_cast<float>(Ng_);
   moe_route_backward(ctx, b.get(dlogits_), dtopk, b.get(logits_), b.get(probs_),
                      b.get(topk_idx_), dprob, z_grad, moe_.sigmoid, moe_.normalize_topk);
   linear_backward(ctx, dtmp, b.grad(router_), {}, b.get(dlogits_), in, b.param(router_));

@@ -16,8 +16,12 @@
 // DeepSeek's fused form) and DeepSeek-V3's
 // {prefix}.block_sparse_moe.gate.e_score_correction_bias (E) for aux_free.
 // Routed expert weights carry ParamSpec::expert. Under tensor parallelism the
-// layer is replicated on every tp rank (tp_dim -1 throughout, no region ops);
-// sequence parallelism is refused.
+// layer is replicated on every tp rank (tp_dim -1 throughout, no region ops).
+// Under sequence parallelism each tp rank routes its own block of N / tp
+// tokens through the replicated weights (their gradients are sp_partial,
+// summed over tp); the balance statistics, z-loss and step counters are
+// summed over tp, and capacity is shared in token order (rank r's block
+// after ranks < r's), so the layer computes what one rank would.
 //
 // Expert parallelism (MoeConfig::ep > 1): this rank declares only its E / ep
 // experts (under their global names) and moves the kept rows to their
@@ -96,10 +100,16 @@ class Moe {
   };
   std::vector<RowBlock> row_blocks(const Buffers& b) const;
   parallel::Communicator& ep_group(const LayerEnv& env) const;
+  // Sequence parallelism with capacity: what the tp blocks before this rank's
+  // routed to each expert (moe_plan's `taken`); empty otherwise.
+  Tensor sp_capacity_taken(const LayerEnv& env, Tensor topk_idx) const;
 
   MoeConfig moe_;
   bool swiglu_ = false;
-  int64_t N_ = 0, C_ = 0, E_ = 0, K_ = 0, F_ = 0, Fs_ = 0, capacity_ = 0;
+  // N_: tokens this rank routes (its sequence-parallel block), Ng_: the micro-batch's.
+  int64_t N_ = 0, Ng_ = 0, C_ = 0, E_ = 0, K_ = 0, F_ = 0, Fs_ = 0, capacity_ = 0;
+  bool sp_ = false;
+  int64_t tp_ = 1, tp_rank_ = 0;
   int64_t ep_ = 1, El_ = 0, R_ = 0;  // ep group size, local experts, expert rows planned
   static constexpr int64_t kEpRecvHeadroom = 2;  // dropless ep: rows planned / balanced load
   std::string name_;
@@ -113,6 +123,9 @@ class Moe {
   BufferId xr_ = -1, yr_ = -1, all_counts_ = -1;  // ep > 1: (R, C) received rows, (ep, E) i32
   BufferId sh1_ = -1, sh3_ = -1, sact_ = -1;                          // (N, Fs)
   BufferId losses_ = -1;                  // (2): raw balance, z
+  BufferId global_load_ = -1;             // sp: (E) f32 load summed over tp
+  BufferId sp_sums_ = -1;                 // sp scratch: (3E+1) f64 staging of the tp sums
+  BufferId sp_loads_ = -1, sp_taken_ = -1;  // sp + capacity scratch: (tp, E) (E) i32
   BufferId step_ = -1, step_aux_ = -1;   // scratch: (2, E) step counters, (1) summed aux loss
   // Scratch (live within backward).
   BufferId dys_ = -1, dxs_ = -1, dh1_ = -1, dh3_ = -1, dact_ = -1;   // (S, C) (R, Fe)

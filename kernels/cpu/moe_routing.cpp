@@ -141,7 +141,7 @@ void moe_route_backward(Context&, Tensor dlogits, Tensor dtopk_weight, Tensor lo
 }
 
 void moe_plan(Context&, Tensor slot_src, Tensor assign_slot, Tensor load, Tensor kept,
-              Tensor topk_idx, int64_t capacity) {
+              Tensor topk_idx, int64_t capacity, Tensor taken) {
   const char* op = "moe_plan";
   const int64_t N = topk_idx.size(0), K = topk_idx.size(-1), E = load.size(0);
   check_shape(topk_idx, {N, K}, "moe_plan topk_idx");
@@ -154,6 +154,11 @@ void moe_plan(Context&, Tensor slot_src, Tensor assign_slot, Tensor load, Tensor
   int32_t* slot = i32w(assign_slot, op, "assign_slot");
   int32_t* ld = i32w(load, op, "load");
   int32_t* kp = i32w(kept, op, "kept");
+  const int32_t* used = nullptr;
+  if (!taken.empty()) {
+    check_shape(taken, {E}, "moe_plan taken");
+    used = i32(taken, op, "taken");
+  }
   // A counting sort: stable, so each expert's slots are in token order.
   std::vector<int64_t> next(E + 1, 0);
   for (int64_t e = 0; e < E; ++e) ld[e] = 0;
@@ -162,7 +167,8 @@ void moe_plan(Context&, Tensor slot_src, Tensor assign_slot, Tensor load, Tensor
     ++ld[idx[a]];
   }
   for (int64_t e = 0; e < E; ++e) {
-    kp[e] = capacity > 0 ? static_cast<int32_t>(std::min<int64_t>(ld[e], capacity)) : ld[e];
+    const int64_t room = std::max<int64_t>(0, capacity - (used ? used[e] : 0));
+    kp[e] = capacity > 0 ? static_cast<int32_t>(std::min<int64_t>(ld[e], room)) : ld[e];
     next[e + 1] = next[e] + kp[e];
   }
   const int64_t total = next[E];

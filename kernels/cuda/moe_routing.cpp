@@ -19,7 +19,9 @@ void moe_route_backward(Context&, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor
                         bool) {
   refuse("moe_route_backward");
 }
-void moe_plan(Context&, Tensor, Tensor, Tensor, Tensor, Tensor, int64_t) { refuse("moe_plan"); }
+void moe_plan(Context&, Tensor, Tensor, Tensor, Tensor, Tensor, int64_t, Tensor) {
+  refuse("moe_plan");
+}
 void moe_gather(Context&, Tensor, Tensor, Tensor, int64_t) { refuse("moe_gather"); }
 void moe_gather_backward(Context&, Tensor, Tensor, Tensor) { refuse("moe_gather_backward"); }
 void moe_combine(Context&, Tensor, Tensor, Tensor, Tensor) { refuse("moe_combine"); }

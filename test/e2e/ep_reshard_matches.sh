@@ -4,7 +4,8 @@
 # single-rank layouts: a one-rank checkpoint resumes on ep 2 and on ep 2 x dp 2
 # (ZeRO-1 shards over edp), an ep 2 checkpoint (each rank writes its own
 # experts under their global names) resumes on one rank and on ep 4, and an
-# ep 2 x dp 2 checkpoint (edp-sharded optimizer state) on one rank; each
+# ep 2 x dp 2 checkpoint (edp-sharded optimizer state) on one rank, and a
+# tp 2 + sequence-parallel x ep 2 checkpoint on one rank and back; each
 # continues with the one-rank run's losses within 1e-5 relative.
 set -euo pipefail
 fx=$1 trainer=$2 mpiexec=$3
@@ -21,10 +22,12 @@ run() {  # run NP DIR [ARGS...]
 "$trainer" train "${job[@]}" --set run.dir=runs/epreshard_one >/dev/null
 run 2 runs/epreshard_ep2 --set parallel.ep=2
 run 4 runs/epreshard_ep2dp2 --set parallel.ep=2
+sp=(--set parallel.tp=2 --set parallel.ep=2 --set parallel.sequence_parallel=true)
+run 4 runs/epreshard_tp2spep2 "${sp[@]}"
 losses() { grep '"loss"' "$1/metrics.jsonl" | sed 's/.*"step": \([0-9]*\), "loss": \([^,]*\),.*/\1 \2/'; }
 status=0
 for layout in "one 2 --set parallel.ep=2" "one 4 --set parallel.ep=2" "ep2 1" \
-  "ep2 4 --set parallel.ep=4" "ep2dp2 1"; do
+  "ep2 4 --set parallel.ep=4" "ep2dp2 1" "tp2spep2 1" "one 4 ${sp[*]}"; do
   read -r from np extra <<<"$layout"
   dst=runs/epreshard_${from}_to_np${np}_$(echo "$extra" | tr -c 'a-z0-9' '_')
   # shellcheck disable=SC2086

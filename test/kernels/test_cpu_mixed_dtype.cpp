@@ -489,7 +489,7 @@ TEST_CASE("mixed dtype: MoE routing, gather and combine", "[cpu][mixed_dtype]") 
     }
     Context ctx;
     cpu::moe_plan(ctx, view(slot_src, {S}), view(assign_slot, {S}), view(load, {E}),
-                  view(kept, {E}), view(topk, {N, K}), 5);
+                  view(kept, {E}), view(topk, {N, K}), 5, {});
     Case g(name("moe_gather_combine", N));
     const int xs = g.tensor(Role::act, {S, C}), x = g.tensor(Role::act, {N, C});
     const int src = g.view(g.ints(slot_src), {S}), slot = g.view(g.ints(assign_slot), {S});

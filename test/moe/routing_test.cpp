@@ -161,3 +161,32 @@ TEST_CASE("moe routing: capacity keeps each expert's first tokens and counts the
   CHECK(n_dropped == dropped);
   for (int64_t s = kept_total; s < r.N * r.K; ++s) CHECK(r.slot_src[s] == -1);
 }
+
+TEST_CASE("moe routing: capacity over token blocks with `taken` keeps what the whole plan keeps",
+          "[cpu][moe]") {
+  // Sequence parallelism: tp rank r plans its block of tokens after ranks < r
+  // used `taken[e]` of expert e's slots; the kept assignments must be exactly
+  // those of one plan over all tokens.
+  const int64_t N = 48, E = 4, K = 2, cap = 9, blocks = 3, Nb = N / blocks;
+  Routed whole(N, E, K, 11, {}, false, cap);
+  Context ctx;
+  std::vector<int32_t> taken(E, 0);
+  int64_t dropped = 0;
+  for (int64_t q = 0; q < blocks; ++q) {
+    std::vector<int32_t> idx(whole.idx.begin() + q * Nb * K, whole.idx.begin() + (q + 1) * Nb * K);
+    std::vector<int32_t> src(Nb * K), slot(Nb * K), load(E), kept(E);
+    moe_plan(ctx, Tensor(src.data(), {Nb * K}, DType::i32), Tensor(slot.data(), {Nb * K}, DType::i32),
+             Tensor(load.data(), {E}, DType::i32), Tensor(kept.data(), {E}, DType::i32),
+             Tensor(idx.data(), {Nb, K}, DType::i32), cap, Tensor(taken.data(), {E}, DType::i32));
+    for (int64_t a = 0; a < Nb * K; ++a)
+      CHECK((slot[a] >= 0) == (whole.assign_slot[q * Nb * K + a] >= 0));
+    for (int64_t e = 0; e < E; ++e) {
+      dropped += load[e] - kept[e];
+      taken[e] += load[e];
+    }
+  }
+  int64_t whole_dropped = 0;
+  for (int64_t e = 0; e < E; ++e) whole_dropped += whole.load[e] - whole.kept[e];
+  REQUIRE(whole_dropped > 0);
+  CHECK(dropped == whole_dropped);
+}
