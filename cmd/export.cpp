@@ -1,8 +1,9 @@
-// trainer export RUN_DIR_OR_CHECKPOINT --format hf --out DIR
+// trainer export RUN_DIR_OR_CHECKPOINT --format hf --out DIR [--reference-logits TOKENS]
 #include <fmt/format.h>
 
 #include "cmd/subcommand.h"
 #include "engine/checkpoint/hf_interop.h"
+#include "engine/hf_reference.h"
 #include "kernels/error.h"
 
 namespace trainer::cmd {
@@ -12,6 +13,7 @@ struct ExportArgs {
   std::string source;
   std::string format = "hf";
   std::string out;
+  int reference_tokens = 0;
 };
 
 Registrar reg("export", "export a checkpoint (Hugging Face safetensors + config.json)",
@@ -23,10 +25,19 @@ Registrar reg("export", "export a checkpoint (Hugging Face safetensors + config.
       ->required();
   sub.add_option("--format", args->format, "output format: hf (GPT2LMHeadModel / LlamaForCausalLM)");
   sub.add_option("--out", args->out, "output directory")->required();
+  sub.add_option("--reference-logits", args->reference_tokens,
+                 "also write this trainer's fp32 logits on TOKENS fixed token ids "
+                 "(reference.json, reference_logits.f32) to check another loader against, "
+                 "e.g. scripts/hf_check.py for transformers");
   return std::function<int()>([args] {
     TRAINER_INPUT_CHECK(args->format == "hf", "--format: '{}' is not supported (expected hf)",
                         args->format);
-    engine::checkpoint::export_hf(args->source, args->out, stdout);
+    TRAINER_INPUT_CHECK(args->reference_tokens >= 0,
+                        "--reference-logits: expected a number of tokens (>= 1), got {}",
+                        args->reference_tokens);
+    std::string step_dir = engine::checkpoint::export_hf(args->source, args->out, stdout);
+    if (args->reference_tokens > 0)
+      engine::write_hf_reference(step_dir, args->out, args->reference_tokens, stdout);
     return 0;
   });
 });

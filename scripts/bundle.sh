@@ -160,6 +160,8 @@ GLIBCXX_REQUIRED=$(newest_version GLIBCXX_)
 # ------------------------------------------------------------- the rest
 cp configs/*.yaml "$STAGE/configs/"
 [[ -f scripts/gpu_check.sh ]] && cp scripts/gpu_check.sh "$STAGE/scripts/"
+# The Hugging Face load check gpu_check runs where Python has transformers.
+cp scripts/hf_check.sh scripts/hf_check.py "$STAGE/scripts/"
 cp scripts/bundle_env.sh "$STAGE/env.sh"
 cp scripts/bundle_launch.sh "$STAGE/bin/launch.sh"
 cp scripts/BUNDLE.md "$STAGE/README.md"

@@ -2,7 +2,9 @@
 # The one command for a GPU machine: prints the GPU, driver and library versions,
 # builds with CUDA (or uses a carried build), runs the [cuda] suite (every CUDA
 # op against the CPU op) and the op benchmarks, trains configs/tiny-gpt2.yaml
-# 50 steps on the GPU and on the CPU and compares the loss curves, then
+# 50 steps on the GPU and on the CPU and compares the loss curves, checks that
+# `trainer export --format hf` loads in transformers (and vLLM) with the
+# trainer's logits where Python has them (scripts/hf_check.sh), then
 # benchmarks whole training steps if `trainer bench` exists. Each stage prints PASS, FAIL or SKIPPED (with the reason); the script
 # exits 1 if any stage failed. Everything is bounded by an 8-minute budget.
 #
@@ -201,6 +203,22 @@ else
     if [[ $verdict == ok ]]; then record train_compare PASS "$detail"
     else record train_compare FAIL "$detail"; fi
   fi
+fi
+
+# ------------------------------------------- Hugging Face export loads as is
+section "HF export in transformers / vLLM"
+if [[ ! -x $TRAINER_BIN ]] || ! ls data/brown/train_*.bin >/dev/null 2>&1; then
+  record hf_load SKIPPED "needs the trainer binary and data/brown"
+elif ! python3 -c 'import torch, transformers' 2>/dev/null; then
+  record hf_load SKIPPED "python3 cannot import torch and transformers here"
+else
+  t=$(stage_timeout 120)
+  timeout "$t" scripts/hf_check.sh "$TRAINER_BIN" "$WORK/hf" >"$WORK/hf.log" 2>&1
+  rc=$?
+  cat "$WORK/hf.log"; cp "$WORK/hf.log" "$SUMMARY_DIR/hf_check.log"
+  detail=$(grep -E 'PASS|FAIL|not installed' "$WORK/hf.log" | cut -c1-120 | paste -sd';' -)
+  if (( rc == 0 )); then record hf_load PASS "$detail"
+  else record hf_load FAIL "rc $rc (${t}s limit): $detail"; fi
 fi
 
 # ------------------------------------------------------------------ benchmark

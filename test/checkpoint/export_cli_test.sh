@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # export_cli_test.sh TRAINER WORKDIR: `trainer export` refuses a missing
-# checkpoint and an unknown format with exit 2 and one line, writing nothing.
+# checkpoint, an unknown format and a negative reference length with exit 2 and one line, writing nothing.
 set -uo pipefail
 trainer=$1 work=$2
 rm -rf "$work" && mkdir -p "$work"
@@ -18,6 +18,8 @@ mkdir -p "$work/empty"
 check 2 "^trainer: error: $work/empty: no checkpoint found" export "$work/empty" --out "$work/hf"
 check 2 "^trainer: error: --format: 'gguf' is not supported (expected hf)$" \
   export "$work/empty" --format gguf --out "$work/hf"
+check 2 "^trainer: error: --reference-logits: expected a number of tokens (>= 1), got -3$" \
+  export "$work/empty" --out "$work/hf" --reference-logits -3
 [[ ! -e "$work/hf" ]] || { echo "FAILED: $work/hf was created"; exit 1; }
 rm -rf "$work"
-echo "export cli: 3 refusals ok"
+echo "export cli: 4 refusals ok"

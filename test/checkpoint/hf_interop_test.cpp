@@ -6,6 +6,7 @@
 
 #include <unistd.h>
 
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -16,6 +17,7 @@
 #include "engine/checkpoint/files.h"
 #include "engine/checkpoint/hf_interop.h"
 #include "engine/checkpoint/safetensors.h"
+#include "engine/hf_reference.h"
 #include "engine/json.h"
 #include "engine/model_from_spec.h"
 #include "engine/trainer.h"
@@ -225,4 +227,51 @@ TEST_CASE("hf: bf16 weights without the transformer. prefix, sharded by an index
                                   c.context()),
                   InputError);
   fs::remove_all(dir);
+}
+
+TEST_CASE("hf: reference logits written with an export are the trained model's logits",
+          "[cpu][checkpoint]") {
+  for (Family f : {Family::gpt2, Family::llama}) {
+    fs::path dir = fresh_temp_dir(f == Family::gpt2 ? "hf_ref_gpt2" : "hf_ref_llama");
+    JobSpec spec = tiny_spec(f, dir);
+    Trainer a(spec, quiet_options());
+    fs::path out = trained_export(f, dir, a, spec);
+    const std::string step_dir = resolve_checkpoint(dir.string(), nullptr);
+    write_hf_reference(step_dir, out.string(), 1000, nullptr);  // clamped to max_seq_len 16
+
+    Json ref = parse_json(read_text_file((out / "reference.json").string()), "reference.json");
+    const int64_t V = spec.model.vocab_size, T = spec.model.max_seq_len;
+    REQUIRE(ref.at("vocab_size").as_int() == V);
+    REQUIRE(ref.at("ids").items().size() == static_cast<size_t>(T));
+    std::string bytes = read_text_file((out / "reference_logits.f32").string());
+    REQUIRE(bytes.size() == size_t(T * V) * sizeof(float));
+    std::vector<float> file(static_cast<size_t>(T * V));
+    std::memcpy(file.data(), bytes.data(), bytes.size());
+
+    // The trained model itself (not the export) on the same ids in every row.
+    model::Model& m = a.model();
+    const int64_t rows = m.input_ids().numel() / T;
+    std::vector<int32_t> ids(static_cast<size_t>(rows * T));
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t t = 0; t < T; ++t)
+        ids[r * T + t] = static_cast<int32_t>(ref.at("ids").items()[static_cast<size_t>(t)].as_int());
+    copy_from_host(m.input_ids(), ids.data());
+    copy_from_host(m.targets(), ids.data());
+    m.forward(a.context());
+    std::vector<float> logits;
+    const model::Buffers& b = m.buffers();
+    for (size_t i = 0; i < b.buffers().size(); ++i)
+      if (b.buffers()[i].name == "lm_head.logits") {
+        Tensor x = b.get(static_cast<model::BufferId>(i));
+        logits.resize(static_cast<size_t>(x.numel()));
+        copy_to_host(logits.data(), x);
+      }
+    const int64_t Vpad = static_cast<int64_t>(logits.size()) / (rows * T);
+    double worst = 0;
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t v = 0; v < V; ++v)
+        worst = std::max(worst, double(std::abs(file[t * V + v] - logits[t * Vpad + v])));
+    CHECK(worst == 0.0);  // same ops on the same weights on one CPU rank: the same bits
+    fs::remove_all(dir);
+  }
 }

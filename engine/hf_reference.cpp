@@ -1,0 +1,97 @@
+// See hf_reference.h.
+#include "engine/hf_reference.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+
+#include "engine/checkpoint/checkpoint.h"
+#include "engine/checkpoint/files.h"
+#include "engine/checkpoint/hf_interop.h"
+#include "engine/model_from_spec.h"
+#include "engine/trainer.h"
+#include "kernels/error.h"
+#include "kernels/memory.h"
+
+namespace trainer::engine {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// The checkpoint's model on one CPU rank in fp32, one sequence of T tokens.
+JobSpec reference_spec(JobSpec spec, int T) {
+  spec.run.device = DeviceKind::cpu;
+  spec.parallel = ParallelSpec{};
+  spec.parallel.dp = 1;
+  spec.parallel.zero = 0;
+  spec.precision = PrecisionSpec{};
+  spec.train.seq_len = T;
+  spec.train.micro_batch = 1;
+  spec.train.global_batch = 1;
+  spec.train.eval_every = 0;
+  spec.model.init_from.clear();
+  spec.checkpoint.resume = "never";
+  return spec;
+}
+
+}  // namespace
+
+void write_hf_reference(const std::string& step_dir, const std::string& hf_dir, int tokens,
+                        FILE* log) {
+  checkpoint::CheckpointReader reader(step_dir);
+  const JobSpec saved = reader.job_spec();
+  TRAINER_INPUT_CHECK(tokens >= 1, "--reference-tokens: expected at least 1 token, got {}", tokens);
+  const int T = std::min(tokens, saved.model.max_seq_len);
+  JobSpec spec = reference_spec(saved, T);
+  TrainerOptions options;
+  options.synthetic_data = true;
+  options.write_run_dir = false;
+  options.log = nullptr;
+  Trainer trainer(spec, options);
+  model::Model& m = trainer.model();
+  checkpoint::load_hf_weights(hf_dir, model_config(spec), m.buffers(), trainer.context());
+  m.refresh_compute_weights(trainer.context());
+
+  // Ids spread over the whole vocabulary (a stride coprime with any V that
+  // is not a multiple of 7919), so every row of the embedding can matter.
+  const int64_t V = spec.model.vocab_size;
+  std::vector<int32_t> ids(static_cast<size_t>(T)), targets(ids.size());
+  for (int t = 0; t < T; ++t) {
+    ids[t] = static_cast<int32_t>((int64_t{t} * 7919 + 13) % V);
+    targets[t] = static_cast<int32_t>((int64_t{t} * 7919 + 7932) % V);
+  }
+  copy_from_host(m.input_ids(), ids.data());
+  copy_from_host(m.targets(), targets.data());
+  m.forward(trainer.context());
+  const model::Buffers& b = m.buffers();
+  Tensor logits;
+  for (size_t i = 0; i < b.buffers().size(); ++i)
+    if (b.buffers()[i].name == "lm_head.logits") logits = b.get(static_cast<model::BufferId>(i));
+  TRAINER_CHECK(logits.data != nullptr && logits.dtype == DType::f32 && logits.size(0) == T,
+                "reference logits: the model has no fp32 lm_head.logits of {} rows", T);
+  const int64_t Vpad = logits.size(1);
+  std::vector<float> padded(static_cast<size_t>(T * Vpad));
+  copy_to_host(padded.data(), logits);
+  std::string bytes(static_cast<size_t>(T * V) * sizeof(float), '\0');
+  for (int t = 0; t < T; ++t)
+    std::memcpy(bytes.data() + size_t(t) * V * sizeof(float), padded.data() + size_t(t) * Vpad,
+                size_t(V) * sizeof(float));
+
+  std::string json = "{\n  \"ids\": [";
+  for (int t = 0; t < T; ++t) json += fmt::format("{}{}", t ? ", " : "", ids[t]);
+  json += fmt::format(
+      "],\n  \"vocab_size\": {},\n  \"logits\": \"reference_logits.f32\",\n"
+      "  \"dtype\": \"float32\",\n  \"shape\": [{}, {}],\n  \"step\": {},\n"
+      "  \"note\": \"logits of this export on ids, computed by trainer on one CPU rank in fp32\"\n}}\n",
+      V, T, V, reader.step());
+  checkpoint::replace_file_atomically((fs::path(hf_dir) / "reference_logits.f32").string(), bytes);
+  checkpoint::replace_file_atomically((fs::path(hf_dir) / "reference.json").string(), json);
+  if (log)
+    fmt::print(log, "reference logits of {} tokens: {}/reference.json, reference_logits.f32\n", T,
+               hf_dir);
+}
+
+}  // namespace trainer::engine
