@@ -45,7 +45,9 @@ std::string MemoryPlan::describe() const {
     s += fmt::format("  {:<12} {:>14} bytes  {:>12}\n", name, b, format_bytes(double(b)));
   };
   for (int c = 0; c < model::kNumCategories; ++c)
-    if (c != static_cast<int>(Category::compute_weights) || category[c] > 0)  // fp32 has none
+    // fp32 has no compute copy, recompute none no shared block region.
+    if ((c != static_cast<int>(Category::compute_weights) &&
+         c != static_cast<int>(Category::recomputed)) || category[c] > 0)
       line(c == static_cast<int>(Category::activations) && activation_slots > 1
              ? "activations*"
              : model::category_name(static_cast<Category>(c)),

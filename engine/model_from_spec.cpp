@@ -21,6 +21,7 @@ model::ModelConfig model_config(const JobSpec& spec) {
   c.seed = spec.run.seed;
   c.tp = spec.parallel.tp;
   c.sequence_parallel = spec.parallel.sequence_parallel;
+  c.recompute_full = spec.parallel.recompute == Recompute::full;
   const PrecisionSpec& pr = spec.precision;
   c.act_dtype = pr.compute == ComputeDtype::fp16   ? DType::f16
                 : pr.compute == ComputeDtype::fp32 ? DType::f32

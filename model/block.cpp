@@ -12,6 +12,7 @@ void Block::declare(Buffers& buf, int layer, const ModelConfig& cfg, const Batch
   int64_t N = residual_rows(cfg, batch), C = cfg.d_model;
   std::string p = cfg.is_llama() ? fmt::format("model.layers.{}", layer)
                                   : fmt::format("transformer.h.{}", layer);
+  if (cfg.recompute_full) buf.begin_recomputed_block();
   norm1_.declare(buf, p + (cfg.is_llama() ? ".input_layernorm" : ".ln_1"), cfg, N);
   attn_.declare(buf, p, cfg, batch);
   norm2_.declare(buf, p + (cfg.is_llama() ? ".post_attention_layernorm" : ".ln_2"), cfg, N);
@@ -21,6 +22,7 @@ void Block::declare(Buffers& buf, int layer, const ModelConfig& cfg, const Batch
   else
     mlp_.declare(buf, p, cfg, batch);
   mid_ = buf.add(Category::activations, p + ".residual_mid", {N, C}, buf.act_dtype());
+  buf.end_recomputed_block();  // the output is the next block's input: kept
   out_ = buf.add(Category::activations, p + ".residual_out", {N, C}, buf.act_dtype());
 }
 

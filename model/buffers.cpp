@@ -1,6 +1,8 @@
 // Offsets are assigned at declaration, aligned for vector loads and cuBLASLt.
 #include "model/buffers.h"
 
+#include <algorithm>
+
 #include "kernels/memory.h"
 
 namespace trainer::model {
@@ -12,6 +14,7 @@ const char* category_name(Category c) {
     case Category::activations: return "activations";
     case Category::scratch: return "scratch";
     case Category::compute_weights: return "compute copy";
+    case Category::recomputed: return "recomputed";
   }
   return "?";
 }
@@ -22,12 +25,25 @@ BufferId Buffers::add(Category category, std::string name, std::vector<int64_t> 
                 shape.size());
   size_t numel = 1;
   for (int64_t s : shape) numel *= static_cast<size_t>(s);
+  if (recomputing_ && category == Category::activations) category = Category::recomputed;
   BufferInfo info{std::move(name), category, std::move(shape), dtype, 0, numel * dtype_size(dtype)};
+  const size_t aligned = (info.bytes + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment;
   size_t& used = bytes_[static_cast<int>(category)];
-  info.offset = used;
-  used += (info.bytes + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment;
+  if (category == Category::recomputed) {
+    info.offset = recomputed_cursor_;
+    recomputed_cursor_ += aligned;
+    used = std::max(used, recomputed_cursor_);
+  } else {
+    info.offset = used;
+    used += aligned;
+  }
   buffers_.push_back(std::move(info));
   return static_cast<BufferId>(buffers_.size() - 1);
+}
+
+void Buffers::begin_recomputed_block() {
+  recomputing_ = true;
+  recomputed_cursor_ = 0;
 }
 
 ParamId Buffers::add_param(ParamSpec spec, std::vector<int64_t> local_shape) {

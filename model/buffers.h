@@ -18,8 +18,10 @@ namespace trainer::model {
 // compute_weights: the compute-dtype (bf16/fp16) copies of the matrices the
 // GEMMs read under mixed precision, refreshed from the fp32 parameters after
 // every optimizer step; empty in fp32.
-enum class Category : int { parameters, gradients, activations, scratch, compute_weights };
-constexpr int kNumCategories = 5;
+// recomputed: full activation recomputation's one block's worth of
+// activations, shared by every block (see Buffers::begin_recomputed_block).
+enum class Category : int { parameters, gradients, activations, scratch, compute_weights, recomputed };
+constexpr int kNumCategories = 6;
 const char* category_name(Category c);
 
 enum class Init { normal, zeros, ones };
@@ -68,6 +70,15 @@ class Buffers {
                DType dtype = DType::f32);
 
   size_t category_bytes(Category c) const { return bytes_[static_cast<int>(c)]; }
+
+  // Full activation recomputation (parallel.recompute: full): between these
+  // calls, what is declared as an activation goes to Category::recomputed,
+  // and each begin starts again at its offset 0, so every block's internal
+  // activations share one region the size of the largest block's. A block
+  // recomputes its forward just before its backward; only what crosses
+  // blocks (the residual stream) stays in the activations arena.
+  void begin_recomputed_block();
+  void end_recomputed_block() { recomputing_ = false; }
   size_t total_bytes() const;
 
   // Points every buffer of `category` into `base` (an arena of category_bytes).
@@ -117,6 +128,8 @@ class Buffers {
   std::vector<BufferInfo> buffers_;
   std::vector<Param> params_;
   std::array<size_t, kNumCategories> bytes_{};
+  bool recomputing_ = false;
+  size_t recomputed_cursor_ = 0;  // next offset in Category::recomputed
   std::array<void*, kNumCategories> base_{};
   Device device_ = Device::cpu;
   DType compute_dtype_ = DType::f32;

@@ -14,6 +14,9 @@ struct LayerEnv {
   const Buffers& buf;
   parallel::Communicator& tp;  // the tensor-parallel group (one rank when tp = 1)
   parallel::Communicator* ep = nullptr;  // the expert-parallel group (MoE with ep > 1 only)
+  // A forward run again just before its backward (full recomputation): same
+  // outputs, but per-step counters must not count it twice.
+  bool recompute = false;
 };
 
 }  // namespace trainer::model

@@ -226,6 +226,12 @@ void Model::backward(Context& ctx, float dloss, int c) {
     copy(ctx, dres, stage_output_grad(c));
   for (int l = ch.block_end - 1; l >= ch.block_begin; --l) {
     Tensor in = l == ch.block_begin ? stage_in(env, c) : blocks_[l - 1].out(env);
+    if (cfg_.recompute_full) {
+      // Every block's internals share one region: bring back this block's.
+      LayerEnv again = env;
+      again.recompute = true;
+      blocks_[l].forward(again, scratch_, in);
+    }
     // An MoE aux loss counts once per micro-batch, as the token losses do in sum.
     blocks_[l].backward(env, scratch_, dres, in, dloss * float(batch_.tokens()));
   }

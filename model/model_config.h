@@ -34,6 +34,12 @@ struct ModelConfig {
   int tp_rank = 0;
   bool sequence_parallel = false;
 
+  // Full activation recomputation: a block keeps only its output (the
+  // residual stream); its internal activations share one region with every
+  // other block's and are recomputed by running its forward again just
+  // before its backward (Megatron's --recompute-granularity full, per layer).
+  bool recompute_full = false;
+
   // Pipeline parallelism: this rank holds global layers [layer_begin,
   // layer_end) (layer_end < 0 = n_layer), the embedding when first_stage and
   // the final norm and LM head when last_stage.

@@ -105,7 +105,9 @@ void Moe::declare(Buffers& buf, const std::string& prefix, const ModelConfig& cf
   h1_ = buf.add(A, p + "w1_out", {R_, F_}, buf.act_dtype());
   if (swiglu_) h3_ = buf.add(A, p + "w3_out", {R_, F_}, buf.act_dtype());
   act_ = buf.add(A, p + "activation", {R_, F_}, buf.act_dtype());
-  losses_ = buf.add(A, p + "aux_losses", {2});
+  // Read right after each forward (Model::aux_loss), never by backward: one
+  // copy per layer in scratch, outside the region full recomputation shares.
+  losses_ = buf.add(G, p + "aux_losses", {2});
   if (sp_) {
     // The micro-batch's load per expert (all tp blocks), for the balance
     // loss's backward; the reduction's staging, and the blocks' loads.
@@ -309,6 +311,7 @@ void Moe::forward(const LayerEnv& env, Tensor out, Tensor in) const {
   balance *= double(E_) / double(Ng_ * K_);
   const float losses[2] = {static_cast<float>(balance), static_cast<float>(sums[3 * E_] / Ng_)};
   copy_from_host(b.get(losses_), losses);
+  if (env.recompute) return;  // the step counters already hold this micro-batch
   std::vector<float> step(2 * E_);
   copy_to_host(step.data(), b.get(step_));
   for (int64_t i = 0; i < 2 * E_; ++i) step[i] += static_cast<float>(sums[i]);

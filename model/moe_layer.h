@@ -122,7 +122,7 @@ class Moe {
   BufferId xs_ = -1, ys_ = -1, h1_ = -1, h3_ = -1, act_ = -1;         // (S, C) (R, Fe)
   BufferId xr_ = -1, yr_ = -1, all_counts_ = -1;  // ep > 1: (R, C) received rows, (ep, E) i32
   BufferId sh1_ = -1, sh3_ = -1, sact_ = -1;                          // (N, Fs)
-  BufferId losses_ = -1;                  // (2): raw balance, z
+  BufferId losses_ = -1;                  // scratch (2): raw balance, z of the last forward
   BufferId global_load_ = -1;             // sp: (E) f32 load summed over tp
   BufferId sp_sums_ = -1;                 // sp scratch: (3E+1) f64 staging of the tp sums
   BufferId sp_loads_ = -1, sp_taken_ = -1;  // sp + capacity scratch: (tp, E) (E) i32
