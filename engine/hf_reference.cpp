@@ -66,11 +66,8 @@ void write_hf_reference(const std::string& step_dir, const std::string& hf_dir, 
   copy_from_host(m.input_ids(), ids.data());
   copy_from_host(m.targets(), targets.data());
   m.forward(trainer.context());
-  const model::Buffers& b = m.buffers();
-  Tensor logits;
-  for (size_t i = 0; i < b.buffers().size(); ++i)
-    if (b.buffers()[i].name == "lm_head.logits") logits = b.get(static_cast<model::BufferId>(i));
-  TRAINER_CHECK(logits.data != nullptr && logits.dtype == DType::f32 && logits.size(0) == T,
+  Tensor logits = m.logits(trainer.context());
+  TRAINER_CHECK(logits.dtype == DType::f32 && logits.size(0) == T,
                 "reference logits: the model has no fp32 lm_head.logits of {} rows", T);
   const int64_t Vpad = logits.size(1);
   std::vector<float> padded(static_cast<size_t>(T * Vpad));

@@ -20,6 +20,8 @@ class LmHead {
   void backward(const LayerEnv& env, const Scratch& s, Tensor dres, Tensor in, Tensor targets,
                 float dloss) const;
   Tensor losses(const LayerEnv& env) const { return env.buf.get(losses_); }
+  // (N, local padded vocabulary) of the last forward, in the activation dtype.
+  Tensor logits(const LayerEnv& env) const { return env.buf.get(logits_); }
 
  private:
   int64_t vocab_size_ = 0, vocab_start_ = 0;

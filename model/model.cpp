@@ -215,6 +215,7 @@ void Model::forward(Context& ctx, int c) {
 }
 
 Tensor Model::losses(Context& ctx) { return head_.losses(env(ctx)); }
+Tensor Model::logits(Context& ctx) { return head_.logits(env(ctx)); }
 
 void Model::backward(Context& ctx, float dloss, int c) {
   LayerEnv env = this->env(ctx);

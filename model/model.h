@@ -63,6 +63,8 @@ class Model {
   // of the chunk with the head), or the chunk's stage output.
   void forward(Context& ctx, int chunk = 0);
   Tensor losses(Context& ctx);
+  // The head's logits of that forward: (N, this rank's padded vocabulary rows).
+  Tensor logits(Context& ctx);
   // Accumulates into the gradients d(sum_n dloss * loss_n) / d(params) of
   // the chunk, from the loss (head) or its stage output gradient.
   void backward(Context& ctx, float dloss, int chunk = 0);

@@ -54,6 +54,13 @@ std::map<std::string, std::vector<float>> params_of(Trainer& t) {
   return out;
 }
 
+std::vector<float> host_logits(Trainer& t) {
+  Tensor x = t.model().logits(t.context());
+  std::vector<float> h(static_cast<size_t>(x.numel()));
+  copy_to_host(h.data(), x);
+  return h;
+}
+
 // Per-token losses and logits of one fixed micro-batch.
 std::pair<std::vector<float>, std::vector<float>> forward(Trainer& t, int vocab) {
   model::Model& m = t.model();
@@ -68,16 +75,7 @@ std::pair<std::vector<float>, std::vector<float>> forward(Trainer& t, int vocab)
   Tensor l = m.losses(t.context());
   std::vector<float> losses(static_cast<size_t>(l.numel()));
   copy_to_host(losses.data(), l);
-  std::vector<float> logits;
-  const model::Buffers& b = m.buffers();
-  for (size_t i = 0; i < b.buffers().size(); ++i)
-    if (b.buffers()[i].name == "lm_head.logits") {
-      Tensor x = b.get(static_cast<model::BufferId>(i));
-      logits.resize(static_cast<size_t>(x.numel()));
-      copy_to_host(logits.data(), x);
-    }
-  REQUIRE(!logits.empty());
-  return {losses, logits};
+  return {losses, host_logits(t)};
 }
 
 fs::path trained_export(Family f, const fs::path& dir, Trainer& a, const JobSpec& spec) {
@@ -258,14 +256,7 @@ TEST_CASE("hf: reference logits written with an export are the trained model's l
     copy_from_host(m.input_ids(), ids.data());
     copy_from_host(m.targets(), ids.data());
     m.forward(a.context());
-    std::vector<float> logits;
-    const model::Buffers& b = m.buffers();
-    for (size_t i = 0; i < b.buffers().size(); ++i)
-      if (b.buffers()[i].name == "lm_head.logits") {
-        Tensor x = b.get(static_cast<model::BufferId>(i));
-        logits.resize(static_cast<size_t>(x.numel()));
-        copy_to_host(logits.data(), x);
-      }
+    std::vector<float> logits = host_logits(a);
     const int64_t Vpad = static_cast<int64_t>(logits.size()) / (rows * T);
     double worst = 0;
     for (int64_t t = 0; t < T; ++t)
