@@ -1,6 +1,6 @@
-// CUDA side of the MoE routing ops: not written yet. Each op refuses with a
-// clear error so a CUDA build links and a GPU run with MoE stops at its first
-// forward instead of computing anything wrong.
+// CUDA side of the MoE routing ops not written yet (the router is in
+// moe_route.cu). Each refuses with a clear error so a CUDA build links and a GPU
+// run with MoE stops at its first use instead of computing anything wrong.
 #include "kernels/moe_routing.h"
 
 namespace trainer::cuda {
@@ -12,13 +12,6 @@ namespace {
 }
 }  // namespace
 
-void moe_route_forward(Context&, Tensor, Tensor, Tensor, Tensor, Tensor, bool, bool) {
-  refuse("moe_route_forward");
-}
-void moe_route_backward(Context&, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, float, bool,
-                        bool) {
-  refuse("moe_route_backward");
-}
 void moe_plan(Context&, Tensor, Tensor, Tensor, Tensor, Tensor, int64_t, Tensor) {
   refuse("moe_plan");
 }
