@@ -248,7 +248,8 @@ int64_t packs_per_row(int64_t C, std::initializer_list<const Tensor*> rows) {
 }
 
 unsigned warp_blocks(int64_t rows) {
-  return static_cast<unsigned>(std::clamp<int64_t>((rows + kWarps - 1) / kWarps, 1, int64_t{1} << 20));
+  const int64_t blocks = (rows + kWarps - 1) / kWarps;
+  return static_cast<unsigned>(std::clamp<int64_t>(blocks, 1, int64_t{1} << 20));
 }
 
 template <class T>
