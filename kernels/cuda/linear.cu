@@ -3,6 +3,12 @@
 // (accumulate) and the bias gradient from the BGRADB epilogue, which overwrites,
 // so it lands in scratch and is added to dbias here. When cuBLASLt has no
 // algorithm for an epilogue, a plain GEMM plus a small kernel does the same.
+// Operands fp32, bf16 or fp16 (all three of one dtype); under mixed precision
+// the bias stays fp32, which cuBLASLt's epilogue cannot read with a 16-bit
+// output (its bias has D's type), so that GEMM writes fp32 scratch and one
+// kernel adds the bias and rounds: one rounding per output, as on the CPU.
+#include <algorithm>
+
 #include "kernels/cuda/colsum.cuh"
 #include "kernels/cuda/gemm.h"
 #include "kernels/linear.h"
@@ -16,13 +22,25 @@ __global__ void add_vector_kernel(float* out, const float* a, int64_t n) {
     out[i] += a[i];
 }
 
-// out[m, n] += bias[n]: the fallback when cuBLASLt offers no BIAS epilogue (e.g. an
-// unaligned bias pointer).
-template <class T>
-__global__ void add_bias_kernel(T* out, const T* bias, int64_t M, int64_t N) {
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < M * N;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
-    out[i] = from_float<T>(to_float(out[i]) + to_float(bias[i % N]));
+// out[m, n] = acc[m, n] + bias[n], rounded once into out: the fallback when cuBLASLt
+// offers no BIAS epilogue (acc is out, e.g. an unaligned bias pointer), and the
+// fp32 bias of a 16-bit output (acc is the GEMM's fp32 scratch). Each element is
+// read before it is written by the same thread, so acc may alias out.
+// Rows along grid y, columns along x: no per-element division.
+template <class TO, class TA, class TB>
+__global__ void add_bias_kernel(TO* out, const TA* acc, const TB* bias, int64_t M, int64_t N) {
+  for (int64_t m = blockIdx.y; m < M; m += gridDim.y)
+    for (int64_t n = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; n < N;
+         n += static_cast<int64_t>(gridDim.x) * blockDim.x)
+      out[m * N + n] = from_float<TO>(to_float(acc[m * N + n]) + to_float(bias[n]));
+}
+
+template <class TO, class TA, class TB>
+void add_bias(CudaState& st, TO* out, const TA* acc, const TB* bias, int64_t M, int64_t N) {
+  constexpr int kThreads = 256;
+  const dim3 grid(grid_for(N, kThreads), static_cast<unsigned>(std::min<int64_t>(M, kMaxGridY)));
+  add_bias_kernel<TO, TA, TB><<<grid, kThreads, 0, st.stream>>>(out, acc, bias, M, N);
+  CUDA_LAUNCH_CHECK();
 }
 
 template <class T>
@@ -60,8 +78,9 @@ void linear_forward(Context& ctx, Tensor out, Tensor inp, Tensor weight, Tensor 
   const Dims d = check_dims(op, inp, weight, out);
   if (!bias.empty()) {
     check_cuda(bias, op, "bias");
-    TRAINER_CHECK(bias.numel() == d.N && bias.dtype == out.dtype, "{}: bias {} is not ({}) {}",
-                  op, bias.str(), d.N, dtype_name(out.dtype));
+    TRAINER_CHECK(bias.numel() == d.N && (bias.dtype == out.dtype || bias.dtype == DType::f32),
+                  "{}: bias {} is not ({}) {} or fp32", op, bias.str(), d.N,
+                  dtype_name(out.dtype));
   }
   if (d.M == 0 || d.N == 0) return;
   GemmArgs g;
@@ -72,6 +91,15 @@ void linear_forward(Context& ctx, Tensor out, Tensor inp, Tensor weight, Tensor 
   g.m = d.M;
   g.n = d.N;
   g.k = d.K;
+  if (!bias.empty() && bias.dtype != out.dtype) {
+    auto* acc = static_cast<float*>(scratch(st, static_cast<size_t>(d.M * d.N) * sizeof(float)));
+    g.c = {acc, DType::f32, d.N, 0};
+    gemm(st, g);
+    TRAINER_FLOAT_DISPATCH(out.dtype, op, {
+      add_bias(st, static_cast<T*>(out.data), acc, static_cast<const float*>(bias.data), d.M, d.N);
+    });
+    return;
+  }
   if (!bias.empty()) {
     GemmArgs gb = g;
     gb.epilogue = GemmEpilogue::bias;
@@ -81,10 +109,9 @@ void linear_forward(Context& ctx, Tensor out, Tensor inp, Tensor weight, Tensor 
   gemm(st, g);
   if (!bias.empty()) {
     TRAINER_FLOAT_DISPATCH(out.dtype, op, {
-      add_bias_kernel<T><<<grid_for(d.M * d.N, 256), 256, 0, st.stream>>>(
-          static_cast<T*>(out.data), static_cast<const T*>(bias.data), d.M, d.N);
+      add_bias(st, static_cast<T*>(out.data), static_cast<const T*>(out.data),
+               static_cast<const T*>(bias.data), d.M, d.N);
     });
-    CUDA_LAUNCH_CHECK();
   }
 }
 
