@@ -40,7 +40,7 @@ void report(const char* name, double ms, double flops, double bytes) {
 TEST_CASE("op benchmarks at GPT-2 124M shapes", "[.bench]") {
   Context& ctx = gpu();
   const int64_t B = 8, T = 1024, C = 768, H = 12, D = 64, V = 50304, M = B * T;
-  for (DType dtype : {DType::f32, DType::bf16}) {
+  for (DType dtype : {DType::f32, DType::bf16, DType::f16}) {
     DeviceTensor x({M, C}, dtype), w({4 * C, C}, dtype), bias({4 * C}, dtype), y({M, 4 * C}, dtype);
     DeviceTensor dx({M, C}, dtype), dw({4 * C, C}), db({4 * C});
     for (DeviceTensor* t : {&x, &w, &bias, &y, &dx}) t->upload(random_floats(t->numel(), 1));
@@ -49,16 +49,22 @@ TEST_CASE("op benchmarks at GPT-2 124M shapes", "[.bench]") {
     const double f = 2.0 * M * C * 4 * C;
     report(fmt::format("linear fwd {} {}x{}x{}", dtype_name(dtype), M, C, 4 * C).c_str(),
            time_ms([&] { cuda::linear_forward(ctx, y, x, w, bias); }), f, 0);
+    if (dtype != DType::f32) {  // what mixed precision runs: an fp32 bias, via fp32 scratch
+      report(fmt::format("linear fwd {} fp32 bias", dtype_name(dtype)).c_str(),
+             time_ms([&] { cuda::linear_forward(ctx, y, x, w, db); }), f, 0);
+    }
     report(fmt::format("linear bwd {} {}x{}x{}", dtype_name(dtype), M, C, 4 * C).c_str(),
            time_ms([&] { cuda::linear_backward(ctx, dx, dw, db, y, x, w); }), 2 * f, 0);
   }
-  {
-    DeviceTensor q({B, T, H, D}), k({B, T, H, D}), v({B, T, H, D}), o({B, T, H, D}),
-        lse({B, H, T}), dq({B, T, H, D}), dk({B, T, H, D}), dv({B, T, H, D});
+  for (DType dtype : {DType::f32, DType::bf16}) {
+    DeviceTensor q({B, T, H, D}, dtype), k({B, T, H, D}, dtype), v({B, T, H, D}, dtype),
+        o({B, T, H, D}, dtype), lse({B, H, T}), dq({B, T, H, D}, dtype), dk({B, T, H, D}, dtype),
+        dv({B, T, H, D}, dtype);
     for (DeviceTensor* t : {&q, &k, &v, &o}) t->upload(random_floats(t->numel(), 2));
     const double f = 4.0 * B * H * T * T * D;  // two full (unmasked) GEMMs, as computed
-    report("attention fwd fp32 (unfused)", time_ms([&] { cuda::attention_forward(ctx, o, lse, q, k, v); }), f, 0);
-    report("attention bwd fp32 (unfused)",
+    report(fmt::format("attention fwd {} (unfused)", dtype_name(dtype)).c_str(),
+           time_ms([&] { cuda::attention_forward(ctx, o, lse, q, k, v); }), f, 0);
+    report(fmt::format("attention bwd {} (unfused)", dtype_name(dtype)).c_str(),
            time_ms([&] { cuda::attention_backward(ctx, dq, dk, dv, o, q, k, v, o, lse); }), 2.5 * f, 0);
   }
   {
