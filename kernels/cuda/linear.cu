@@ -7,8 +7,7 @@
 // the bias stays fp32, which cuBLASLt's epilogue cannot read with a 16-bit
 // output (its bias has D's type), so that GEMM writes fp32 scratch and one
 // kernel adds the bias and rounds: one rounding per output, as on the CPU.
-#include <algorithm>
-
+#include "kernels/cuda/bias_add.cuh"
 #include "kernels/cuda/colsum.cuh"
 #include "kernels/cuda/gemm.h"
 #include "kernels/linear.h"
@@ -20,27 +19,6 @@ __global__ void add_vector_kernel(float* out, const float* a, int64_t n) {
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
     out[i] += a[i];
-}
-
-// out[m, n] = acc[m, n] + bias[n], rounded once into out: the fallback when cuBLASLt
-// offers no BIAS epilogue (acc is out, e.g. an unaligned bias pointer), and the
-// fp32 bias of a 16-bit output (acc is the GEMM's fp32 scratch). Each element is
-// read before it is written by the same thread, so acc may alias out.
-// Rows along grid y, columns along x: no per-element division.
-template <class TO, class TA, class TB>
-__global__ void add_bias_kernel(TO* out, const TA* acc, const TB* bias, int64_t M, int64_t N) {
-  for (int64_t m = blockIdx.y; m < M; m += gridDim.y)
-    for (int64_t n = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; n < N;
-         n += static_cast<int64_t>(gridDim.x) * blockDim.x)
-      out[m * N + n] = from_float<TO>(to_float(acc[m * N + n]) + to_float(bias[n]));
-}
-
-template <class TO, class TA, class TB>
-void add_bias(CudaState& st, TO* out, const TA* acc, const TB* bias, int64_t M, int64_t N) {
-  constexpr int kThreads = 256;
-  const dim3 grid(grid_for(N, kThreads), static_cast<unsigned>(std::min<int64_t>(M, kMaxGridY)));
-  add_bias_kernel<TO, TA, TB><<<grid, kThreads, 0, st.stream>>>(out, acc, bias, M, N);
-  CUDA_LAUNCH_CHECK();
 }
 
 template <class T>
