@@ -4,6 +4,8 @@
 #include <cstdio>
 #include <functional>
 
+#include "kernels/cast_transpose.h"
+#include "kernels/fp8_linear.h"
 #include "kernels/ops.h"
 #include "test/cuda/harness.h"
 
@@ -55,6 +57,24 @@ TEST_CASE("op benchmarks at GPT-2 124M shapes", "[.bench]") {
     }
     report(fmt::format("linear bwd {} {}x{}x{}", dtype_name(dtype), M, C, 4 * C).c_str(),
            time_ms([&] { cuda::linear_backward(ctx, dx, dw, db, y, x, w); }), 2 * f, 0);
+  }
+  {  // fp8: quantise one operand, then the three FP8 GEMMs of the same layer
+    const DType e4 = DType::e4m3, e5 = DType::e5m2;
+    const int64_t F = 4 * C;
+    DeviceTensor x({M, C}, DType::bf16), xq({M, C}, e4), xq_t({C, M}, e4), wq({F, C}, e4),
+        wq_t({C, F}, e4), gq({M, F}, e5), gq_t({F, M}, e5), y({M, F}, DType::bf16),
+        dx({M, C}, DType::bf16), dw({F, C}), inv({3});
+    for (DeviceTensor* t : {&x, &xq, &xq_t, &wq, &wq_t, &gq, &gq_t, &dw}) cuda::fill(ctx, *t, 0.0f);
+    inv.upload({1.0f, 1.0f, 1.0f});
+    const Tensor one(inv.view().data, {1}, DType::f32, Device::cuda);
+    const double f = 2.0 * M * C * F;
+    report(fmt::format("cast_transpose bf16 -> e4m3 {}x{}", M, C).c_str(),
+           time_ms([&] { cuda::cast_transpose(ctx, xq, xq_t, x, one); }), 0, 3.0 * M * C);
+    report(fmt::format("fp8 linear fwd {}x{}x{}", M, C, F).c_str(),
+           time_ms([&] { cuda::fp8_linear_forward(ctx, y, xq, one, wq, one, Tensor{}); }), f, 0);
+    report(fmt::format("fp8 linear bwd {}x{}x{}", M, C, F).c_str(), time_ms([&] {
+             cuda::fp8_linear_backward(ctx, dx, dw, Tensor{}, gq, gq_t, one, xq_t, one, wq_t, one);
+           }), 2 * f, 0);
   }
   for (DType dtype : {DType::f32, DType::bf16}) {
     DeviceTensor q({B, T, H, D}, dtype), k({B, T, H, D}, dtype), v({B, T, H, D}, dtype),
