@@ -6,7 +6,8 @@
 // Operands fp32, bf16 or fp16 (all three of one dtype); under mixed precision
 // the bias stays fp32, which cuBLASLt's epilogue cannot read with a 16-bit
 // output (its bias has D's type), so that GEMM writes fp32 scratch and one
-// kernel adds the bias and rounds: one rounding per output, as on the CPU.
+// kernel adds the bias and rounds: one rounding per output, as on the CPU (the
+// epilogue fallback does the same).
 #include "kernels/cuda/bias_add.cuh"
 #include "kernels/cuda/colsum.cuh"
 #include "kernels/cuda/gemm.h"
@@ -69,28 +70,29 @@ void linear_forward(Context& ctx, Tensor out, Tensor inp, Tensor weight, Tensor 
   g.m = d.M;
   g.n = d.N;
   g.k = d.K;
-  if (!bias.empty() && bias.dtype != out.dtype) {
-    auto* acc = static_cast<float*>(scratch(st, static_cast<size_t>(d.M * d.N) * sizeof(float)));
-    g.c = {acc, DType::f32, d.N, 0};
+  if (bias.empty()) {
     gemm(st, g);
-    TRAINER_FLOAT_DISPATCH(out.dtype, op, {
-      add_bias(st, static_cast<T*>(out.data), acc, static_cast<const float*>(bias.data), d.M, d.N);
-    });
     return;
   }
-  if (!bias.empty()) {
+  if (bias.dtype == out.dtype) {
     GemmArgs gb = g;
     gb.epilogue = GemmEpilogue::bias;
     gb.bias = bias.data;
     if (try_gemm(st, gb)) return;
   }
-  gemm(st, g);
-  if (!bias.empty()) {
-    TRAINER_FLOAT_DISPATCH(out.dtype, op, {
-      add_bias(st, static_cast<T*>(out.data), static_cast<const T*>(out.data),
-               static_cast<const T*>(bias.data), d.M, d.N);
-    });
+  // The bias by a kernel after the GEMM: a 16-bit output goes through fp32 scratch,
+  // so it is rounded once, after the bias is added (the CPU op's arithmetic).
+  float* acc = static_cast<float*>(out.data);
+  if (out.dtype != DType::f32) {
+    acc = static_cast<float*>(scratch(st, static_cast<size_t>(d.M * d.N) * sizeof(float)));
+    g.c = {acc, DType::f32, d.N, 0};
   }
+  gemm(st, g);
+  TRAINER_FLOAT_DISPATCH(out.dtype, op,
+                         TRAINER_PARAM_DISPATCH(bias.dtype, out.dtype, op, "bias", {
+                           add_bias(st, static_cast<T*>(out.data), acc,
+                                    static_cast<const W*>(bias.data), d.M, d.N);
+                         }));
 }
 
 void linear_backward(Context& ctx, Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout,
