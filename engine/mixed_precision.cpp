@@ -27,12 +27,14 @@ bool MixedPrecision::overflowed(Context& ctx, Tensor flag, Tensor grads, paralle
 void MixedPrecision::finish_fp8_step(model::Buffers& buffers, parallel::Mesh& mesh) {
   Fp8Scaling* f = buffers.fp8();
   if (!f || f->size() == 0) return;
+  buffers.fp8_amax_to_host();  // the GPU recorded them in the state's device copy
   Tensor amax(f->current_amax(), {int64_t(f->size())}, DType::f32, Device::cpu);
   for (parallel::Axis axis : {parallel::Axis::tp, parallel::Axis::dp}) {
     parallel::Communicator& c = mesh.comm(axis);
     if (c.size() > 1) c.all_reduce(amax, parallel::ReduceOp::max);
   }
   f->update();
+  buffers.fp8_state_to_device();
 }
 
 void MixedPrecision::save(std::map<std::string, double>& scalars) const {

@@ -50,10 +50,6 @@ void Trainer::setup() {
                       "{}: run.device: cuda with {} ranks: multi-GPU training is not wired into "
                       "the loop yet (one GPU, or CPU ranks)",
                       spec.source_path, shape.world);
-  TRAINER_INPUT_CHECK(device == Device::cpu || spec.precision.compute == ComputeDtype::fp32,
-                      "{}: precision.compute: {} on run.device cuda: mixed precision runs on the "
-                      "CPU backend only so far (the CUDA kernels are proven in fp32)",
-                      spec.source_path, to_string(spec.precision.compute));
   precision_ = std::make_unique<MixedPrecision>(spec.precision);
   device_ = std::make_unique<DeviceContext>(device, mesh_->env().local_rank);
   ctx_ = device_->context();
@@ -68,6 +64,19 @@ void Trainer::setup() {
   accum_steps_ = spec.train.global_batch / (B * dp_size_);
 
   model::ModelConfig cfg = model_config(spec);
+  if (device == Device::cuda && cfg.fp8) {
+    // Hopper's FP8 GEMMs want 16-byte leading dims; a block GEMM's are these sizes.
+    const int64_t tokens = int64_t(B) * T, q = int64_t(cfg.n_head) * cfg.head_dim(),
+                  kv = int64_t(cfg.n_kv_head) * cfg.head_dim();
+    bool ok = true;
+    for (int64_t d : {tokens, int64_t(cfg.d_model), q, kv, int64_t(cfg.d_ff)}) ok = ok && d % 16 == 0;
+    TRAINER_INPUT_CHECK(ok,
+                        "{}: precision.compute: fp8 on run.device cuda needs train.micro_batch * "
+                        "train.seq_len ({}), model.d_model ({}), model.n_head * head_dim ({}), "
+                        "model.n_kv_head * head_dim ({}) and model.d_ff ({}) to be multiples of 16 "
+                        "(the alignment of Hopper's FP8 GEMMs)",
+                        spec.source_path, tokens, cfg.d_model, q, kv, cfg.d_ff);
+  }
   cfg.tp_rank = mesh_->coords().tp;
   cfg.moe.ep = shape.ep;
   cfg.moe.ep_rank = mesh_->coords().ep;
@@ -109,6 +118,12 @@ void Trainer::setup() {
       checkpoint::load_hf_weights(spec.model.init_from, model_->config(), buf, ctx_, pos);
   }
   model_->refresh_compute_weights(ctx_);
+  const Fp8Scaling* fp8 = buf.fp8();
+  if (ctx_.device == Device::cuda && fp8 && fp8->size() > 0) {
+    fp8_mem_ = device_alloc(ctx_.device, size_t(3 * fp8->size()) * sizeof(float));
+    buf.bind_fp8_device(static_cast<float*>(fp8_mem_));
+    buf.fp8_state_to_device();  // the initial or resumed scales
+  }
   norm_mem_ = device_alloc(ctx_.device, kArenaAlignment);
   // Partial norms (tp-split, replicated, a flag, routed experts).
   norm_out_ = Tensor(norm_mem_, {4}, DType::f32, ctx_.device);
@@ -193,6 +208,7 @@ Trainer::~Trainer() {
   if (metrics_) std::fclose(metrics_);
   device_free(ctx_.device, norm_mem_);
   device_free(ctx_.device, tied_zeros_mem_);
+  device_free(ctx_.device, fp8_mem_);
 }
 
 void Trainer::load_micro_batch(const data::SampleSource* source, int64_t first_sample) {
@@ -480,6 +496,7 @@ int Trainer::run() {
     if (checkpointer_ && (checkpointer_->due(step) || last || stop)) {
       std::map<std::string, double> scalars;
       precision_->save(scalars);
+      model_->buffers().fp8_amax_to_host();  // evaluation forwards since the step recorded some
       checkpointer_->save(step, model_->buffers(), *optimizer_, scalars);
       if (options_.log)
         fmt::print(options_.log, "saved checkpoint {}\n", checkpointer_->last_path());

@@ -112,6 +112,7 @@ class Trainer {
   std::vector<float> host_losses_;
   Tensor norm_out_;  // (1) f32 on the device, for the gradient norm
   void* norm_mem_ = nullptr;
+  void* fp8_mem_ = nullptr;  // the fp8 scaling state's device copy (GPU with fp8 only)
   double peak_flops_ = 0;
   int accum_steps_ = 1;
   std::vector<StepRecord> history_;

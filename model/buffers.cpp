@@ -72,6 +72,40 @@ int Buffers::add_fp8_gemm(const std::string& name) {
   return first;
 }
 
+namespace {
+// Part `part` (0 amax, 1 scale, 2 inverse) of tensor idx in the device copy.
+Tensor fp8_slot(float* device_state, Device device, const Fp8Scaling& f, int part, int idx) {
+  TRAINER_CHECK(idx >= 0 && idx < f.size(), "fp8 tensor {} of {}", idx, f.size());
+  return Tensor(device_state + static_cast<size_t>(part) * f.size() + idx, {1}, DType::f32, device);
+}
+}  // namespace
+
+Tensor Buffers::fp8_amax(int idx) const {
+  TRAINER_CHECK(fp8_ != nullptr, "fp8 state used while fp8 is off");
+  return fp8_device_ ? fp8_slot(fp8_device_, device_, *fp8_, 0, idx) : fp8_->amax_view(idx);
+}
+Tensor Buffers::fp8_scale(int idx) const {
+  TRAINER_CHECK(fp8_ != nullptr, "fp8 state used while fp8 is off");
+  return fp8_device_ ? fp8_slot(fp8_device_, device_, *fp8_, 1, idx) : fp8_->scale_view(idx);
+}
+Tensor Buffers::fp8_scale_inv(int idx) const {
+  TRAINER_CHECK(fp8_ != nullptr, "fp8 state used while fp8 is off");
+  return fp8_device_ ? fp8_slot(fp8_device_, device_, *fp8_, 2, idx) : fp8_->scale_inv_view(idx);
+}
+
+void Buffers::fp8_amax_to_host() const {
+  if (!fp8_device_ || fp8_->size() == 0) return;
+  copy_to_host(fp8_->current_amax(), Tensor(fp8_device_, {int64_t(fp8_->size())}, DType::f32, device_));
+}
+
+void Buffers::fp8_state_to_device() const {
+  if (!fp8_device_ || fp8_->size() == 0) return;
+  const int64_t n = fp8_->size();
+  copy_from_host(Tensor(fp8_device_, {n}, DType::f32, device_), fp8_->current_amax());
+  copy_from_host(Tensor(fp8_device_ + n, {n}, DType::f32, device_), fp8_->scales());
+  copy_from_host(Tensor(fp8_device_ + 2 * n, {n}, DType::f32, device_), fp8_->scale_invs());
+}
+
 size_t Buffers::total_bytes() const {
   size_t t = 0;
   for (size_t b : bytes_) t += b;

@@ -114,6 +114,20 @@ class Buffers {
   const Fp8Workspace& fp8_workspace() const { return fp8_ws_; }
   const std::vector<std::string>& fp8_names() const { return fp8_names_; }
 
+  // fp8 on the GPU: its ops read the scales and record the amaxes in device
+  // memory, so the scaling state gets a device copy there (bind_fp8_device:
+  // 3 * fp8()->size() floats on the bound device: this step's amaxes, the scales,
+  // their inverses). The host Fp8Scaling stays the state of record (update,
+  // checkpoints): fp8_amax_to_host() before it is read, fp8_state_to_device()
+  // after it changes. Without a device copy (the CPU) the views are the host
+  // state's own and both copies do nothing.
+  void bind_fp8_device(float* mem) { fp8_device_ = mem; }
+  Tensor fp8_amax(int idx) const;
+  Tensor fp8_scale(int idx) const;
+  Tensor fp8_scale_inv(int idx) const;
+  void fp8_amax_to_host() const;
+  void fp8_state_to_device() const;
+
   struct Param {
     ParamSpec spec;
     BufferId value;
@@ -137,6 +151,7 @@ class Buffers {
   bool fp8_active_ = false;
   Fp8Workspace fp8_ws_;
   std::vector<std::string> fp8_names_;  // one per Fp8Scaling tensor
+  float* fp8_device_ = nullptr;
 };
 
 }  // namespace trainer::model

@@ -1,12 +1,70 @@
-// FP8 quantise-dequantise around the fp32 GEMMs of kernels/linear.h.
+// FP8 quantise-dequantise around the fp32 GEMMs of kernels/linear.h (the CPU), or
+// quantise into the codes the FP8 GEMMs of kernels/fp8_linear.h read (the GPU).
 #include "model/fp8_gemm.h"
 
 #include "kernels/cast.h"
+#include "kernels/cast_transpose.h"
+#include "kernels/fp8_linear.h"
 #include "kernels/linear.h"
+#include "kernels/memory.h"
 
 namespace trainer::model {
 
 namespace {
+
+// Half `part` (0 or 1) of workspace buffer `id` as (rows, cols) fp8 codes: a
+// dequantised-fp32 buffer holds an operand's codes and its transpose's, each half
+// starting aligned for the GEMMs.
+Tensor codes(const LayerEnv& env, BufferId id, int64_t rows, int64_t cols, DType dtype, int part) {
+  Tensor b = env.buf.get(id);
+  const size_t half = (size_t(rows * cols) + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment;
+  TRAINER_CHECK(2 * half <= b.nbytes(), "fp8 workspace {} too small for two ({}, {}) code tensors",
+                b.str(), rows, cols);
+  return Tensor(static_cast<char*>(b.data) + part * half, {rows, cols}, dtype, b.device);
+}
+
+// A (rows, last dim) view of a contiguous activation.
+Tensor matrix(const Tensor& t) { return t.view({t.numel() / t.size(-1), t.size(-1)}); }
+
+// The GPU: this step's amax recorded, t quantised with its scale (as quantize()
+// below), into codes (part 0) and/or transposed codes (part 1) of workspace `id`.
+void quantize_codes(const LayerEnv& env, int idx, Tensor t, BufferId id, Tensor* q, Tensor* q_t) {
+  const Buffers& b = env.buf;
+  const DType format = b.fp8()->format(idx);
+  amax(env.ctx, b.fp8_amax(idx), t);
+  if (q) *q = codes(env, id, t.size(0), t.size(1), format, 0);
+  if (!q_t) {
+    cast(env.ctx, *q, t, b.fp8_scale(idx));
+    return;
+  }
+  *q_t = codes(env, id, t.size(1), t.size(0), format, 1);
+  cast_transpose(env.ctx, q ? *q : Tensor{}, *q_t, t, b.fp8_scale(idx));
+}
+
+void gpu_forward(const LayerEnv& env, int idx, Tensor out, Tensor in, Tensor w, Tensor bias) {
+  const Buffers& b = env.buf;
+  const Buffers::Fp8Workspace& ws = b.fp8_workspace();
+  Tensor x = matrix(in), xq, wq;
+  quantize_codes(env, idx, x, ws.x, &xq, nullptr);
+  quantize_codes(env, idx + 1, w, ws.w, &wq, nullptr);
+  trainer::fp8_linear_forward(env.ctx, out.view({x.size(0), w.size(0)}), xq, b.fp8_scale_inv(idx),
+                              wq, b.fp8_scale_inv(idx + 1), bias);
+}
+
+// Re-quantises the input and weight with the forward's scales (the same codes, and
+// the same amaxes recorded again), as the CPU emulation does.
+void gpu_backward(const LayerEnv& env, int idx, Tensor dinp, Tensor dw, Tensor dbias, Tensor dout,
+                  Tensor in, Tensor w) {
+  const Buffers& b = env.buf;
+  const Buffers::Fp8Workspace& ws = b.fp8_workspace();
+  Tensor g = matrix(dout), x = matrix(in), gq, gq_t, xq_t, wq_t;
+  quantize_codes(env, idx + 2, g, ws.g, &gq, &gq_t);
+  quantize_codes(env, idx, x, ws.x, nullptr, &xq_t);
+  quantize_codes(env, idx + 1, w, ws.w, nullptr, &wq_t);
+  trainer::fp8_linear_backward(env.ctx, dinp.empty() ? dinp : dinp.view({x.size(0), x.size(1)}),
+                               dw, dbias, gq, gq_t, b.fp8_scale_inv(idx + 2), xq_t,
+                               b.fp8_scale_inv(idx), wq_t, b.fp8_scale_inv(idx + 1));
+}
 
 // A (M, K) view of the first M*K elements of workspace buffer `id` as `dtype`.
 Tensor workspace(const LayerEnv& env, BufferId id, const Tensor& like, DType dtype) {
@@ -35,6 +93,7 @@ Tensor quantize(const LayerEnv& env, int idx, Tensor t, BufferId dst) {
 
 void fp8_linear_forward(const LayerEnv& env, int idx, Tensor out, Tensor in, Tensor w,
                         Tensor bias) {
+  if (env.ctx.device == Device::cuda) return gpu_forward(env, idx, out, in, w, bias);
   const Buffers::Fp8Workspace& ws = env.buf.fp8_workspace();
   Tensor x = quantize(env, idx, in, ws.x);
   Tensor wq = quantize(env, idx + 1, w, ws.w);
@@ -43,6 +102,7 @@ void fp8_linear_forward(const LayerEnv& env, int idx, Tensor out, Tensor in, Ten
 
 void fp8_linear_backward(const LayerEnv& env, int idx, Tensor dinp, Tensor dw, Tensor dbias,
                          Tensor dout, Tensor in, Tensor w) {
+  if (env.ctx.device == Device::cuda) return gpu_backward(env, idx, dinp, dw, dbias, dout, in, w);
   const Buffers::Fp8Workspace& ws = env.buf.fp8_workspace();
   Tensor g = quantize(env, idx + 2, dout, ws.g);
   Tensor x = quantize(env, idx, in, ws.x);

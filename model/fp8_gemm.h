@@ -4,7 +4,9 @@
 // step's amax is recorded for the next update. The CPU backend then runs the
 // GEMM on the exactly dequantised operands in fp32, which is the arithmetic
 // of an FP8 tensor-core GEMM (exact products of fp8 values, fp32
-// accumulation, one scale on the result) up to fp32 rounding order.
+// accumulation, one scale on the result) up to fp32 rounding order. The CUDA
+// backend runs that FP8 GEMM (kernels/fp8_linear.h) on the same codes, with the
+// scaling state's device copy (Buffers::fp8_scale and friends).
 #pragma once
 
 #include "model/layer_env.h"

@@ -2,16 +2,20 @@
 // per query head h, strided-batched GEMMs over the batch around one fused causal
 // softmax kernel. Query head h reads KV head h / (H / Hkv); dK, dV of a KV head are
 // written by its group's first query head (beta = 0) and accumulated by the rest
-// (beta = 1), so no atomics are needed. fp32 or bf16 inputs; scores, probabilities
-// and their gradients are fp32 (B, T, T) scratch buffers reused head after head,
-// with bf16 copies of P and dS feeding the bf16 GEMMs.
+// (beta = 1), so no atomics are needed. fp32, bf16 or fp16 inputs; scores,
+// probabilities and their gradients are fp32 (B, T, T) scratch buffers reused head
+// after head, with 16-bit copies of P and dS feeding the 16-bit GEMMs. With 16-bit
+// dk, dv and more than one query head per KV head, the group accumulates into
+// fp32 scratch that is rounded once at the end (as the CPU op rounds once).
 #include <algorithm>
 #include <cmath>
 #include <type_traits>
 
 #include "kernels/attention.h"
+#include "kernels/cast.h"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/gemm.h"
+#include "kernels/memory.h"
 
 namespace trainer::cuda {
 namespace {
@@ -20,7 +24,7 @@ constexpr int kThreads = 128;
 
 // One block per row r = b * T + t of the fp32 scores S (already scaled): turns the
 // row into probabilities over columns <= t (zeros beyond), in place, writes
-// lse[b, h, t], and (bf16 inputs) a TP copy of the row for the P @ V GEMM.
+// lse[b, h, t], and (16-bit inputs) a TP copy of the row for the P @ V GEMM.
 template <class TP>
 __global__ void causal_softmax_kernel(float* S, TP* P, float* lse, int64_t T, int64_t H,
                                       int64_t h) {
@@ -130,9 +134,14 @@ GemmOperand head(const Tensor& t, int64_t h) {
           t.stride[0]};
 }
 HeadStrides strides(const Tensor& t) { return {t.stride[0], t.stride[1], t.stride[2]}; }
-// B row-major (T, T) score matrices (fp32 scores, or their fp32/bf16 probabilities).
+// B row-major (T, T) score matrices (fp32 scores, or their fp32/16-bit probabilities).
 GemmOperand scores(const void* S, DType dtype, const Shape& s) {
   return {S, dtype, s.T, s.T * s.T};
+}
+
+// Scratch carved into parts that each start 256-byte aligned (cuBLASLt's best case).
+size_t padded(size_t bytes) {
+  return (bytes + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment;
 }
 
 void batched(CudaState& st, GemmOperand a, bool trans_a, GemmOperand b, bool trans_b,
@@ -167,10 +176,13 @@ void attention_forward(Context& ctx, Tensor out, Tensor lse, Tensor q, Tensor k,
   const float scale = 1.0f / std::sqrt(static_cast<float>(s.D));
   const DType dtype = q.dtype;
   const bool f32 = dtype == DType::f32;
-  // fp32 scores; bf16 inputs also need a bf16 copy of the probabilities.
+  // fp32 scores; 16-bit inputs also need a 16-bit copy of the probabilities.
   const size_t score_elems = static_cast<size_t>(s.B * s.T * s.T);
-  auto* S = static_cast<float*>(scratch(st, score_elems * (f32 ? 4 : 6)));
-  void* P = f32 ? static_cast<void*>(S) : static_cast<void*>(S + score_elems);
+  const size_t score_bytes = padded(score_elems * sizeof(float));
+  auto* base = static_cast<char*>(
+      scratch(st, score_bytes + (f32 ? 0 : score_elems * dtype_size(dtype))));
+  auto* S = reinterpret_cast<float*>(base);
+  void* P = f32 ? static_cast<void*>(S) : static_cast<void*>(base + score_bytes);
   const int batch = static_cast<int>(s.B);
   for (int64_t h = 0; h < s.H; ++h) {
     const int64_t j = h / group;
@@ -206,13 +218,25 @@ void attention_backward(Context& ctx, Tensor dq, Tensor dk, Tensor dv, Tensor do
   const float scale = 1.0f / std::sqrt(static_cast<float>(s.D));
   const DType dtype = q.dtype;
   const bool f32 = dtype == DType::f32;
-  // fp32 P and dP; bf16 inputs add bf16 copies of P and dS for the GEMMs.
+  // fp32 P and dP; 16-bit inputs add 16-bit copies of P and dS for the GEMMs and,
+  // when a KV head serves several query heads, fp32 dk and dv accumulators.
   const size_t score_elems = static_cast<size_t>(s.B * s.T * s.T);
-  auto* P = static_cast<float*>(scratch(st, score_elems * (f32 ? 8 : 12)));
-  float* dP = P + score_elems;
-  auto* narrow = reinterpret_cast<__nv_bfloat16*>(dP + score_elems);
+  const size_t kv_elems = static_cast<size_t>(s.B * s.T * s.Hkv * s.D);
+  const bool kv_f32 = !f32 && group > 1;
+  const size_t f32_part = padded(score_elems * sizeof(float));
+  const size_t narrow_part = f32 ? 0 : padded(score_elems * dtype_size(dtype));
+  const size_t kv_part = kv_f32 ? padded(kv_elems * sizeof(float)) : 0;
+  auto* base = static_cast<char*>(scratch(st, 2 * (f32_part + narrow_part + kv_part)));
+  auto* P = reinterpret_cast<float*>(base);
+  auto* dP = reinterpret_cast<float*>(base + f32_part);
+  char* narrow = base + 2 * f32_part;
   void* Pt = f32 ? static_cast<void*>(P) : static_cast<void*>(narrow);
-  void* dS = f32 ? static_cast<void*>(dP) : static_cast<void*>(narrow + score_elems);
+  void* dS = f32 ? static_cast<void*>(dP) : static_cast<void*>(narrow + narrow_part);
+  char* kv = narrow + 2 * narrow_part;
+  const Tensor dk_acc =
+      kv_f32 ? Tensor(kv, {s.B, s.T, s.Hkv, s.D}, DType::f32, Device::cuda) : dk;
+  const Tensor dv_acc =
+      kv_f32 ? Tensor(kv + kv_part, {s.B, s.T, s.Hkv, s.D}, DType::f32, Device::cuda) : dv;
   const int batch = static_cast<int>(s.B);
   const unsigned rows = static_cast<unsigned>(s.B * s.T);
   for (int64_t h = 0; h < s.H; ++h) {
@@ -226,8 +250,8 @@ void attention_backward(Context& ctx, Tensor dq, Tensor dk, Tensor dv, Tensor do
     });
     CUDA_LAUNCH_CHECK();
     // dv_j (T, D) (+)= P^T (T, T) @ dout_h (T, D)
-    batched(st, scores(Pt, dtype, s), true, head(dout, h), false, head(dv, j), s.T, s.D, s.T,
-            batch, 1.0f, kv_beta);
+    batched(st, scores(Pt, dtype, s), true, head(dout, h), false, head(dv_acc, j), s.T, s.D,
+            s.T, batch, 1.0f, kv_beta);
     // dP (T, T) = dout_h (T, D) @ v_j (T, D)^T
     batched(st, head(dout, h), false, head(v, j), true, scores(dP, DType::f32, s), s.T, s.T,
             s.D, batch, 1.0f, 0.0f);
@@ -241,8 +265,12 @@ void attention_backward(Context& ctx, Tensor dq, Tensor dk, Tensor dv, Tensor do
     batched(st, scores(dS, dtype, s), false, head(k, j), false, head(dq, h), s.T, s.D, s.T,
             batch, 1.0f, 0.0f);
     // dk_j (T, D) (+)= dS^T (T, T) @ q_h (T, D)
-    batched(st, scores(dS, dtype, s), true, head(q, h), false, head(dk, j), s.T, s.D, s.T,
-            batch, 1.0f, kv_beta);
+    batched(st, scores(dS, dtype, s), true, head(q, h), false, head(dk_acc, j), s.T, s.D,
+            s.T, batch, 1.0f, kv_beta);
+  }
+  if (kv_f32) {
+    cuda::cast(ctx, dk, dk_acc, Tensor{});
+    cuda::cast(ctx, dv, dv_acc, Tensor{});
   }
 }
 

@@ -1,8 +1,9 @@
 // Helpers shared by the CUDA op files: argument checks for launchers, element
-// conversion (fp32 / bf16, accumulate in fp32), block reductions, grid sizing.
+// conversion (fp32 / bf16 / fp16, accumulate in fp32), block reductions, grid sizing.
 #pragma once
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -43,8 +44,8 @@ inline void check_dtype(const Tensor& t, DType dtype, const char* op, const char
 }
 
 inline void check_float_dtype(const Tensor& t, const char* op, const char* name) {
-  TRAINER_CHECK(t.dtype == DType::f32 || t.dtype == DType::bf16,
-                "{}: {} {} must be fp32 or bf16", op, name, t.str());
+  TRAINER_CHECK(t.dtype == DType::f32 || t.dtype == DType::bf16 || t.dtype == DType::f16,
+                "{}: {} {} must be fp32, bf16 or fp16", op, name, t.str());
 }
 
 // Blocks for a grid-stride loop over n items: enough to fill the GPU, never
@@ -58,10 +59,15 @@ inline unsigned grid_for(int64_t n, int threads, int64_t max_blocks = int64_t{1}
 
 __device__ __forceinline__ float to_float(float x) { return x; }
 __device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
+// Round to nearest even, as kernels/numeric.h (the CPU backend's conversions) does.
 template <class T> __device__ __forceinline__ T from_float(float x);
 template <> __device__ __forceinline__ float from_float<float>(float x) { return x; }
 template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) {
   return __float2bfloat16_rn(x);
+}
+template <> __device__ __forceinline__ __half from_float<__half>(float x) {
+  return __float2half_rn(x);
 }
 
 __device__ __forceinline__ float warp_sum(float v) {
@@ -96,7 +102,7 @@ __device__ __forceinline__ float block_max(float v, float* shared) {
 
 }  // namespace trainer::cuda
 
-// Runs BODY with `T` bound to the element type of a fp32/bf16 tensor.
+// Runs BODY with `T` bound to the element type of a fp32/bf16/fp16 tensor.
 #define TRAINER_FLOAT_DISPATCH(dtype, op, ...)                                        \
   do {                                                                               \
     if ((dtype) == ::trainer::DType::f32) {                                          \
@@ -105,7 +111,28 @@ __device__ __forceinline__ float block_max(float v, float* shared) {
     } else if ((dtype) == ::trainer::DType::bf16) {                                  \
       using T = __nv_bfloat16;                                                       \
       __VA_ARGS__;                                                                   \
+    } else if ((dtype) == ::trainer::DType::f16) {                                   \
+      using T = __half;                                                              \
+      __VA_ARGS__;                                                                   \
     } else {                                                                         \
       TRAINER_CHECK(false, "{}: dtype {} not supported", op, ::trainer::dtype_name(dtype)); \
+    }                                                                                \
+  } while (0)
+
+// Inside TRAINER_FLOAT_DISPATCH: runs BODY with `W` bound to the element type of
+// a per-channel parameter (norm weight, bias), which is either fp32 (the master
+// copy, as mixed precision keeps vectors) or the activations' own type `T`.
+// Only those two: each extra pairing is one more kernel instantiation to build.
+#define TRAINER_PARAM_DISPATCH(dtype, act_dtype, op, name, ...)                        \
+  do {                                                                               \
+    if ((dtype) == ::trainer::DType::f32) {                                          \
+      using W = float;                                                               \
+      __VA_ARGS__;                                                                   \
+    } else if ((dtype) == (act_dtype)) {                                             \
+      using W = T;                                                                   \
+      __VA_ARGS__;                                                                   \
+    } else {                                                                         \
+      TRAINER_CHECK(false, "{}: {} is {}; expected fp32 or the activations' {}", op, name, \
+                    ::trainer::dtype_name(dtype), ::trainer::dtype_name(act_dtype)); \
     }                                                                                \
   } while (0)

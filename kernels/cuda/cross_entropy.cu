@@ -1,6 +1,6 @@
 // Vocab-parallel softmax cross-entropy in three passes plus backward
 // (kernels/cross_entropy.h). One block per row; rows of Vp logits are indexed in
-// 64 bits (N * Vp exceeds 2^31 at GPT-2 sizes). Logits fp32 or bf16, statistics fp32.
+// 64 bits (N * Vp exceeds 2^31 at GPT-2 sizes). Logits fp32, bf16 or fp16, statistics fp32.
 #include <cmath>
 
 #include "kernels/cross_entropy.h"

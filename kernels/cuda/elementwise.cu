@@ -1,4 +1,4 @@
-// Elementwise ops (kernels/elementwise.h) for fp32 and bf16: add, accumulate,
+// Elementwise ops (kernels/elementwise.h) for fp32, bf16 and fp16: add, accumulate,
 // scale, fill, copy with conversion. Arithmetic in fp32, one rounding on store.
 #include "kernels/cuda/common.cuh"
 #include "kernels/elementwise.h"

@@ -1,4 +1,4 @@
-// GELU (tanh approximation) forward and backward, fp32/bf16 (kernels/gelu.h).
+// GELU (tanh approximation) forward and backward, fp32/bf16/fp16 (kernels/gelu.h).
 #include "kernels/cuda/common.cuh"
 #include "kernels/gelu.h"
 

@@ -29,6 +29,8 @@ cudaDataType_t cuda_type(DType dtype) {
     case DType::f32: return CUDA_R_32F;
     case DType::bf16: return CUDA_R_16BF;
     case DType::f16: return CUDA_R_16F;
+    case DType::e4m3: return CUDA_R_8F_E4M3;
+    case DType::e5m2: return CUDA_R_8F_E5M2;
     default: break;
   }
   TRAINER_CHECK(false, "gemm: unsupported dtype {}", dtype_name(dtype));
@@ -80,11 +82,38 @@ std::string describe(const GemmArgs& g) {
                      dtype_name(g.c.dtype));
 }
 
+bool is_fp8(DType d) { return d == DType::e4m3 || d == DType::e5m2; }
+
+// What Hopper's FP8 GEMMs take (GemmArgs): checked here so a violation names the
+// GEMM instead of coming back from cuBLASLt as a bare "not supported".
+void check_fp8_args(const GemmArgs& g) {
+  TRAINER_CHECK(is_fp8(g.a.dtype) && is_fp8(g.b.dtype) &&
+                    !(g.a.dtype == DType::e5m2 && g.b.dtype == DType::e5m2),
+                "{}: FP8 needs both operands e4m3/e5m2, not both e5m2", describe(g));
+  TRAINER_CHECK(g.c.dtype == DType::f32 || g.c.dtype == DType::bf16 || g.c.dtype == DType::f16,
+                "{}: an FP8 GEMM writes fp32, bf16 or fp16", describe(g));
+  TRAINER_CHECK(!g.trans_a && g.trans_b, "{}: FP8 GEMMs are C = A B^T only (TN)", describe(g));
+  TRAINER_CHECK(g.batch == 1 && g.epilogue == GemmEpilogue::none,
+                "{}: no batch or epilogue with FP8", describe(g));
+  TRAINER_CHECK(g.a_scale != nullptr && g.b_scale != nullptr,
+                "{}: FP8 operands need their dequantisation factors", describe(g));
+  for (const GemmOperand* o : {&g.a, &g.b, &g.c})
+    TRAINER_CHECK(reinterpret_cast<uintptr_t>(o->ptr) % 16 == 0 &&
+                      (o->ld * static_cast<int64_t>(dtype_size(o->dtype))) % 16 == 0,
+                  "{}: FP8 GEMMs need 16-byte aligned pointers and leading dims", describe(g));
+}
+
 void check_args(const GemmArgs& g) {
   TRAINER_CHECK(g.m > 0 && g.n > 0 && g.k > 0 && g.batch >= 1, "{}: empty GEMM", describe(g));
-  TRAINER_CHECK(g.a.dtype == g.b.dtype, "{}: A and B dtypes differ", describe(g));
-  TRAINER_CHECK(g.c.dtype == g.a.dtype || g.c.dtype == DType::f32,
-                "{}: C must have A's dtype or fp32", describe(g));
+  if (is_fp8(g.a.dtype) || is_fp8(g.b.dtype)) {
+    check_fp8_args(g);
+  } else {
+    TRAINER_CHECK(g.a.dtype == g.b.dtype, "{}: A and B dtypes differ", describe(g));
+    TRAINER_CHECK(g.c.dtype == g.a.dtype || g.c.dtype == DType::f32,
+                  "{}: C must have A's dtype or fp32", describe(g));
+    TRAINER_CHECK(g.a_scale == nullptr && g.b_scale == nullptr && !g.fast_accum,
+                  "{}: operand scales and fast accumulation are FP8's", describe(g));
+  }
   // Stored shapes: A is (trans_a ? K x M : M x K), B is (trans_b ? N x K : K x N).
   TRAINER_CHECK(g.a.ld >= (g.trans_a ? g.m : g.k), "{}: lda too small", describe(g));
   TRAINER_CHECK(g.b.ld >= (g.trans_b ? g.k : g.n), "{}: ldb too small", describe(g));
@@ -110,6 +139,18 @@ bool run(CudaState& st, const GemmArgs& g, bool throw_if_no_algo) {
                                               sizeof(op_a)));
   CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.d, CUBLASLT_MATMUL_DESC_TRANSB, &op_b,
                                               sizeof(op_b)));
+  if (g.a_scale) {
+    // cuBLASLt's A is our b and its B our a.
+    const void* a_scale = g.b_scale;
+    const void* b_scale = g.a_scale;
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.d, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
+                                                &a_scale, sizeof(a_scale)));
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.d, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
+                                                &b_scale, sizeof(b_scale)));
+    const int8_t fast = g.fast_accum ? 1 : 0;
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.d, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast,
+                                                sizeof(fast)));
+  }
   uint32_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
   if (g.epilogue == GemmEpilogue::bias) epilogue = CUBLASLT_EPILOGUE_BIAS;
   if (g.epilogue == GemmEpilogue::bias_grad_b) epilogue = CUBLASLT_EPILOGUE_BGRADB;
@@ -137,12 +178,13 @@ bool run(CudaState& st, const GemmArgs& g, bool throw_if_no_algo) {
   uint32_t align_c = alignment_of(g.c.ptr, g.c.ld, g.c.batch_stride, g.c.dtype);
   uint32_t align_bias =
       g.bias ? alignment_of(g.bias, 0, 0, g.c.dtype) : 256u;
-  std::string key = fmt::format("{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}",
+  std::string key = fmt::format("{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}",
                                 g.m, g.n, g.k, g.batch, g.trans_a, g.trans_b, g.a.ld, g.b.ld,
                                 g.c.ld, g.a.batch_stride, g.b.batch_stride, g.c.batch_stride,
-                                static_cast<int>(g.a.dtype), static_cast<int>(g.c.dtype),
-                                epilogue, static_cast<int>(compute), align_a, align_b, align_c,
-                                align_bias, g.beta != 0.0f);
+                                static_cast<int>(g.a.dtype), static_cast<int>(g.b.dtype),
+                                static_cast<int>(g.c.dtype), epilogue, static_cast<int>(compute),
+                                align_a, align_b, align_c, align_bias, g.beta != 0.0f,
+                                g.fast_accum);
 
   cublasLtMatmulAlgo_t algo{};
   bool cached = false;

@@ -33,6 +33,14 @@ struct GemmArgs {
   float alpha = 1.0f, beta = 0.0f;
   GemmEpilogue epilogue = GemmEpilogue::none;
   void* bias = nullptr;  // input (bias) or output (bias_grad_b) vector of N elements
+  // FP8 operands (e4m3/e5m2, never both e5m2; C fp32, bf16 or fp16): Hopper runs only
+  // C = A B^T (trans_a false, trans_b true), every ld and pointer 16-byte aligned,
+  // no batch, no epilogue. a_scale / b_scale: device floats multiplying A's / B's
+  // codes (the dequantisation factors, 1/scale); fast_accum: Hopper's fast fp8
+  // accumulation (no periodic promotion to fp32).
+  const float* a_scale = nullptr;
+  const float* b_scale = nullptr;
+  bool fast_accum = false;
 };
 
 // Runs the GEMM on state.stream; throws trainer::Error (naming the shapes) when

@@ -1,5 +1,6 @@
 // LayerNorm forward and backward over the last dim (kernels/layernorm.h). One warp
-// per row; activations and weights fp32 or bf16, statistics and the weight/bias
+// per row; activations fp32, bf16 or fp16, weight and bias fp32 (mixed precision
+// keeps them so) or the activations' dtype; statistics and the weight/bias
 // gradients fp32. dweight/dbias use the deterministic column sums of colsum.cuh.
 #include "kernels/cuda/colsum.cuh"
 #include "kernels/layernorm.h"
@@ -9,9 +10,9 @@ namespace {
 
 constexpr int kRowsPerBlock = 8;  // warps per block
 
-template <class T>
+template <class T, class W>
 __global__ void layernorm_forward_kernel(T* out, float* mean_out, float* rstd_out, const T* inp,
-                                         const T* weight, const T* bias, int64_t N, int64_t C,
+                                         const W* weight, const W* bias, int64_t N, int64_t C,
                                          float eps) {
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
@@ -37,8 +38,8 @@ __global__ void layernorm_forward_kernel(T* out, float* mean_out, float* rstd_ou
   }
 }
 
-template <class T>
-__global__ void layernorm_backward_kernel(T* dinp, const T* dout, const T* inp, const T* weight,
+template <class T, class W>
+__global__ void layernorm_backward_kernel(T* dinp, const T* dout, const T* inp, const W* weight,
                                           const float* mean, const float* rstd, int64_t N,
                                           int64_t C) {
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / 32;
@@ -106,20 +107,21 @@ void layernorm_forward(Context& ctx, Tensor out, Tensor mean, Tensor rstd, Tenso
   check_float_dtype(inp, op, "inp");
   const int64_t C = inp.size(-1), N = C ? inp.numel() / C : 0;
   check_rows(out, N, C, inp.dtype, op, "out");
-  check_vec(weight, C, inp.dtype, op, "weight");
-  check_vec(bias, C, inp.dtype, op, "bias");
+  check_vec(weight, C, weight.dtype, op, "weight");  // its dtype: TRAINER_PARAM_DISPATCH
+  check_vec(bias, C, weight.dtype, op, "bias");
   check_vec(mean, N, DType::f32, op, "mean");
   check_vec(rstd, N, DType::f32, op, "rstd");
   if (N == 0) return;
   const int64_t blocks = (N + kRowsPerBlock - 1) / kRowsPerBlock;
   TRAINER_CHECK(blocks < (int64_t{1} << 31), "{}: {} rows exceed the grid", op, N);
-  TRAINER_FLOAT_DISPATCH(inp.dtype, op, {
-    layernorm_forward_kernel<T><<<static_cast<unsigned>(blocks), kRowsPerBlock * 32, 0,
-                                  st.stream>>>(
+  TRAINER_FLOAT_DISPATCH(inp.dtype, op,
+                         TRAINER_PARAM_DISPATCH(weight.dtype, inp.dtype, op, "weight", {
+    layernorm_forward_kernel<T, W><<<static_cast<unsigned>(blocks), kRowsPerBlock * 32, 0,
+                                     st.stream>>>(
         static_cast<T*>(out.data), static_cast<float*>(mean.data), static_cast<float*>(rstd.data),
-        static_cast<const T*>(inp.data), static_cast<const T*>(weight.data),
-        static_cast<const T*>(bias.data), N, C, eps);
-  });
+        static_cast<const T*>(inp.data), static_cast<const W*>(weight.data),
+        static_cast<const W*>(bias.data), N, C, eps);
+  }));
   CUDA_LAUNCH_CHECK();
 }
 
@@ -132,7 +134,7 @@ void layernorm_backward(Context& ctx, Tensor dinp, Tensor dweight, Tensor dbias,
   const int64_t C = inp.size(-1), N = C ? inp.numel() / C : 0;
   check_rows(dinp, N, C, inp.dtype, op, "dinp");
   check_rows(dout, N, C, inp.dtype, op, "dout");
-  check_vec(weight, C, inp.dtype, op, "weight");
+  check_vec(weight, C, weight.dtype, op, "weight");
   check_vec(dweight, C, DType::f32, op, "dweight");
   check_vec(dbias, C, DType::f32, op, "dbias");
   check_vec(mean, N, DType::f32, op, "mean");
@@ -141,7 +143,8 @@ void layernorm_backward(Context& ctx, Tensor dinp, Tensor dweight, Tensor dbias,
   const int64_t blocks = (N + kRowsPerBlock - 1) / kRowsPerBlock;
   TRAINER_CHECK(blocks < (int64_t{1} << 31), "{}: {} rows exceed the grid", op, N);
   float* partial = static_cast<float*>(scratch(st, column_sums_scratch(N, C)));
-  TRAINER_FLOAT_DISPATCH(inp.dtype, op, {
+  TRAINER_FLOAT_DISPATCH(inp.dtype, op,
+                         TRAINER_PARAM_DISPATCH(weight.dtype, inp.dtype, op, "weight", {
     const T* dy = static_cast<const T*>(dout.data);
     const T* x = static_cast<const T*>(inp.data);
     const float* m = static_cast<const float*>(mean.data);
@@ -151,10 +154,10 @@ void layernorm_backward(Context& ctx, Tensor dinp, Tensor dweight, Tensor dbias,
     column_sums(st, NormTimesGrad<T>{dy, x, m, r, C}, N, C, partial,
                 static_cast<float*>(dweight.data), true);
     column_sums(st, Grad<T>{dy, C}, N, C, partial, static_cast<float*>(dbias.data), true);
-    layernorm_backward_kernel<T><<<static_cast<unsigned>(blocks), kRowsPerBlock * 32, 0,
-                                   st.stream>>>(static_cast<T*>(dinp.data), dy, x,
-                                                static_cast<const T*>(weight.data), m, r, N, C);
-  });
+    layernorm_backward_kernel<T, W><<<static_cast<unsigned>(blocks), kRowsPerBlock * 32, 0,
+                                      st.stream>>>(static_cast<T*>(dinp.data), dy, x,
+                                                   static_cast<const W*>(weight.data), m, r, N, C);
+  }));
   CUDA_LAUNCH_CHECK();
 }
 

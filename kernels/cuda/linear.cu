@@ -3,6 +3,12 @@
 // (accumulate) and the bias gradient from the BGRADB epilogue, which overwrites,
 // so it lands in scratch and is added to dbias here. When cuBLASLt has no
 // algorithm for an epilogue, a plain GEMM plus a small kernel does the same.
+// Operands fp32, bf16 or fp16 (all three of one dtype); under mixed precision
+// the bias stays fp32, which cuBLASLt's epilogue cannot read with a 16-bit
+// output (its bias has D's type), so that GEMM writes fp32 scratch and one
+// kernel adds the bias and rounds: one rounding per output, as on the CPU (the
+// epilogue fallback does the same).
+#include "kernels/cuda/bias_add.cuh"
 #include "kernels/cuda/colsum.cuh"
 #include "kernels/cuda/gemm.h"
 #include "kernels/linear.h"
@@ -14,15 +20,6 @@ __global__ void add_vector_kernel(float* out, const float* a, int64_t n) {
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
     out[i] += a[i];
-}
-
-// out[m, n] += bias[n]: the fallback when cuBLASLt offers no BIAS epilogue (e.g. an
-// unaligned bias pointer).
-template <class T>
-__global__ void add_bias_kernel(T* out, const T* bias, int64_t M, int64_t N) {
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < M * N;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
-    out[i] = from_float<T>(to_float(out[i]) + to_float(bias[i % N]));
 }
 
 template <class T>
@@ -60,8 +57,9 @@ void linear_forward(Context& ctx, Tensor out, Tensor inp, Tensor weight, Tensor 
   const Dims d = check_dims(op, inp, weight, out);
   if (!bias.empty()) {
     check_cuda(bias, op, "bias");
-    TRAINER_CHECK(bias.numel() == d.N && bias.dtype == out.dtype, "{}: bias {} is not ({}) {}",
-                  op, bias.str(), d.N, dtype_name(out.dtype));
+    TRAINER_CHECK(bias.numel() == d.N && (bias.dtype == out.dtype || bias.dtype == DType::f32),
+                  "{}: bias {} is not ({}) {} or fp32", op, bias.str(), d.N,
+                  dtype_name(out.dtype));
   }
   if (d.M == 0 || d.N == 0) return;
   GemmArgs g;
@@ -72,20 +70,29 @@ void linear_forward(Context& ctx, Tensor out, Tensor inp, Tensor weight, Tensor 
   g.m = d.M;
   g.n = d.N;
   g.k = d.K;
-  if (!bias.empty()) {
+  if (bias.empty()) {
+    gemm(st, g);
+    return;
+  }
+  if (bias.dtype == out.dtype) {
     GemmArgs gb = g;
     gb.epilogue = GemmEpilogue::bias;
     gb.bias = bias.data;
     if (try_gemm(st, gb)) return;
   }
-  gemm(st, g);
-  if (!bias.empty()) {
-    TRAINER_FLOAT_DISPATCH(out.dtype, op, {
-      add_bias_kernel<T><<<grid_for(d.M * d.N, 256), 256, 0, st.stream>>>(
-          static_cast<T*>(out.data), static_cast<const T*>(bias.data), d.M, d.N);
-    });
-    CUDA_LAUNCH_CHECK();
+  // The bias by a kernel after the GEMM: a 16-bit output goes through fp32 scratch,
+  // so it is rounded once, after the bias is added (the CPU op's arithmetic).
+  float* acc = static_cast<float*>(out.data);
+  if (out.dtype != DType::f32) {
+    acc = static_cast<float*>(scratch(st, static_cast<size_t>(d.M * d.N) * sizeof(float)));
+    g.c = {acc, DType::f32, d.N, 0};
   }
+  gemm(st, g);
+  TRAINER_FLOAT_DISPATCH(out.dtype, op,
+                         TRAINER_PARAM_DISPATCH(bias.dtype, out.dtype, op, "bias", {
+                           add_bias(st, static_cast<T*>(out.data), acc,
+                                    static_cast<const W*>(bias.data), d.M, d.N);
+                         }));
 }
 
 void linear_backward(Context& ctx, Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout,

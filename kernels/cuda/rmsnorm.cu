@@ -1,6 +1,7 @@
 // RMSNorm forward and backward over the last dim (kernels/rmsnorm.h). One warp per
-// row; activations and weight fp32 or bf16, rstd and dweight fp32. dweight uses
-// the deterministic column sums of colsum.cuh.
+// row; activations fp32, bf16 or fp16, weight fp32 (mixed precision keeps it so)
+// or the activations' dtype; rstd and dweight fp32. dweight uses the
+// deterministic column sums of colsum.cuh.
 #include "kernels/cuda/colsum.cuh"
 #include "kernels/rmsnorm.h"
 
@@ -9,8 +10,8 @@ namespace {
 
 constexpr int kRowsPerBlock = 8;
 
-template <class T>
-__global__ void rmsnorm_forward_kernel(T* out, float* rstd_out, const T* inp, const T* weight,
+template <class T, class W>
+__global__ void rmsnorm_forward_kernel(T* out, float* rstd_out, const T* inp, const W* weight,
                                        int64_t N, int64_t C, float eps) {
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
@@ -27,8 +28,8 @@ __global__ void rmsnorm_forward_kernel(T* out, float* rstd_out, const T* inp, co
   if (lane == 0) rstd_out[row] = rstd;
 }
 
-template <class T>
-__global__ void rmsnorm_backward_kernel(T* dinp, const T* dout, const T* inp, const T* weight,
+template <class T, class W>
+__global__ void rmsnorm_backward_kernel(T* dinp, const T* dout, const T* inp, const W* weight,
                                         const float* rstd, int64_t N, int64_t C) {
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
@@ -81,16 +82,17 @@ void rmsnorm_forward(Context& ctx, Tensor out, Tensor rstd, Tensor inp, Tensor w
   check_float_dtype(inp, op, "inp");
   const int64_t C = inp.size(-1), N = C ? inp.numel() / C : 0;
   check_rows(out, N, C, inp.dtype, op, "out");
-  check_vec(weight, C, inp.dtype, op, "weight");
+  check_vec(weight, C, weight.dtype, op, "weight");  // its dtype: TRAINER_PARAM_DISPATCH
   check_vec(rstd, N, DType::f32, op, "rstd");
   if (N == 0) return;
   const int64_t blocks = (N + kRowsPerBlock - 1) / kRowsPerBlock;
   TRAINER_CHECK(blocks < (int64_t{1} << 31), "{}: {} rows exceed the grid", op, N);
-  TRAINER_FLOAT_DISPATCH(inp.dtype, op, {
-    rmsnorm_forward_kernel<T><<<static_cast<unsigned>(blocks), kRowsPerBlock * 32, 0, st.stream>>>(
+  TRAINER_FLOAT_DISPATCH(inp.dtype, op,
+                         TRAINER_PARAM_DISPATCH(weight.dtype, inp.dtype, op, "weight", {
+    rmsnorm_forward_kernel<T, W><<<static_cast<unsigned>(blocks), kRowsPerBlock * 32, 0, st.stream>>>(
         static_cast<T*>(out.data), static_cast<float*>(rstd.data), static_cast<const T*>(inp.data),
-        static_cast<const T*>(weight.data), N, C, eps);
-  });
+        static_cast<const W*>(weight.data), N, C, eps);
+  }));
   CUDA_LAUNCH_CHECK();
 }
 
@@ -103,22 +105,23 @@ void rmsnorm_backward(Context& ctx, Tensor dinp, Tensor dweight, Tensor dout, Te
   const int64_t C = inp.size(-1), N = C ? inp.numel() / C : 0;
   check_rows(dinp, N, C, inp.dtype, op, "dinp");
   check_rows(dout, N, C, inp.dtype, op, "dout");
-  check_vec(weight, C, inp.dtype, op, "weight");
+  check_vec(weight, C, weight.dtype, op, "weight");
   check_vec(dweight, C, DType::f32, op, "dweight");
   check_vec(rstd, N, DType::f32, op, "rstd");
   if (N == 0) return;
   const int64_t blocks = (N + kRowsPerBlock - 1) / kRowsPerBlock;
   TRAINER_CHECK(blocks < (int64_t{1} << 31), "{}: {} rows exceed the grid", op, N);
   float* partial = static_cast<float*>(scratch(st, column_sums_scratch(N, C)));
-  TRAINER_FLOAT_DISPATCH(inp.dtype, op, {
+  TRAINER_FLOAT_DISPATCH(inp.dtype, op,
+                         TRAINER_PARAM_DISPATCH(weight.dtype, inp.dtype, op, "weight", {
     const T* dy = static_cast<const T*>(dout.data);
     const T* x = static_cast<const T*>(inp.data);
     const float* r = static_cast<const float*>(rstd.data);
     column_sums(st, NormTimesGrad<T>{dy, x, r, C}, N, C, partial,
                 static_cast<float*>(dweight.data), true);
-    rmsnorm_backward_kernel<T><<<static_cast<unsigned>(blocks), kRowsPerBlock * 32, 0, st.stream>>>(
-        static_cast<T*>(dinp.data), dy, x, static_cast<const T*>(weight.data), r, N, C);
-  });
+    rmsnorm_backward_kernel<T, W><<<static_cast<unsigned>(blocks), kRowsPerBlock * 32, 0, st.stream>>>(
+        static_cast<T*>(dinp.data), dy, x, static_cast<const W*>(weight.data), r, N, C);
+  }));
   CUDA_LAUNCH_CHECK();
 }
 

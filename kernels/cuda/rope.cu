@@ -1,4 +1,4 @@
-// Rotary position embedding (rotate-half layout), forward and inverse, fp32/bf16
+// Rotary position embedding (rotate-half layout), forward and inverse, fp32/bf16/fp16
 // (kernels/rope.h). Angles are computed in double: positions reach 10^5 and a
 // float angle would lose the low bits the rotation depends on.
 #include "kernels/cuda/common.cuh"

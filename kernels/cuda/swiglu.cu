@@ -1,4 +1,4 @@
-// SwiGLU gate silu(gate) * up, forward and backward, fp32/bf16 (kernels/swiglu.h).
+// SwiGLU gate silu(gate) * up, forward and backward, fp32/bf16/fp16 (kernels/swiglu.h).
 #include "kernels/cuda/common.cuh"
 #include "kernels/swiglu.h"
 

@@ -1,6 +1,7 @@
-// [cuda][attention] causal GQA attention forward/backward against the CPU op, fp32
-// and bf16 (inputs rounded to bf16; the CPU computes in fp32): ragged lengths,
-// grouped KV heads, and q/k/v as strided views of one fused buffer.
+// [cuda][attention] causal GQA attention forward/backward against the CPU op on
+// the same dtypes (fp32, bf16, fp16; lse fp32): ragged lengths, grouped KV heads
+// (whose 16-bit dk, dv the GPU accumulates in fp32 and rounds once, as the CPU
+// does), and q/k/v as strided views of one fused buffer.
 #include "kernels/attention.h"
 #include "test/cuda/harness.h"
 
@@ -22,21 +23,22 @@ Tensor heads_view(void* base, Device device, const AttnCase& c, int64_t heads, i
 }
 
 void run_attention(const AttnCase& c, DType dtype) {
-  const bool bf16 = dtype == DType::bf16;
-  auto in = [&](std::vector<float> x) { return bf16 ? round_bf16(std::move(x)) : x; };
   const int64_t Htot = c.H + 2 * c.Hkv;
   const int64_t nq = c.B * c.T * c.H * c.D, nkv = c.B * c.T * c.Hkv * c.D;
-  const auto qkv = in(random_floats(c.B * c.T * Htot * c.D, 200 + c.T, -2.0f, 2.0f));
-  const auto dy = in(random_floats(nq, 201 + c.T));
+  const auto qkv = round_to(random_floats(c.B * c.T * Htot * c.D, 200 + c.T, -2.0f, 2.0f), dtype);
+  const auto dy = round_to(random_floats(nq, 201 + c.T), dtype);
 
   // CPU reference on the fused layout (it accepts strided heads).
-  std::vector<float> hqkv = qkv;
-  HostTensor hy({c.B, c.T, c.H, c.D}, std::vector<float>(nq)), hlse({c.B, c.H, c.T}, std::vector<float>(c.B * c.H * c.T));
-  HostTensor hdy({c.B, c.T, c.H, c.D}, dy), hdq({c.B, c.T, c.H, c.D}, std::vector<float>(nq)),
-      hdk({c.B, c.T, c.Hkv, c.D}, std::vector<float>(nkv)), hdv({c.B, c.T, c.Hkv, c.D}, std::vector<float>(nkv));
-  const Tensor hq = heads_view(hqkv.data(), Device::cpu, c, c.H, 0, Htot);
-  const Tensor hk = heads_view(hqkv.data(), Device::cpu, c, c.Hkv, c.H, Htot);
-  const Tensor hv = heads_view(hqkv.data(), Device::cpu, c, c.Hkv, c.H + c.Hkv, Htot);
+  std::vector<unsigned char> hqkv = encode(qkv, dtype);
+  HostTensor hy({c.B, c.T, c.H, c.D}, std::vector<float>(nq), dtype),
+      hlse({c.B, c.H, c.T}, std::vector<float>(c.B * c.H * c.T));
+  HostTensor hdy({c.B, c.T, c.H, c.D}, dy, dtype),
+      hdq({c.B, c.T, c.H, c.D}, std::vector<float>(nq), dtype),
+      hdk({c.B, c.T, c.Hkv, c.D}, std::vector<float>(nkv), dtype),
+      hdv({c.B, c.T, c.Hkv, c.D}, std::vector<float>(nkv), dtype);
+  const Tensor hq = heads_view(hqkv.data(), Device::cpu, c, c.H, 0, Htot, dtype);
+  const Tensor hk = heads_view(hqkv.data(), Device::cpu, c, c.Hkv, c.H, Htot, dtype);
+  const Tensor hv = heads_view(hqkv.data(), Device::cpu, c, c.Hkv, c.H + c.Hkv, Htot, dtype);
   cpu::attention_forward(cpu(), hy, hlse, hq, hk, hv);
   cpu::attention_backward(cpu(), hdq, hdk, hdv, hdy, hq, hk, hv, hy, hlse);
 
@@ -80,14 +82,18 @@ void run_attention(const AttnCase& c, DType dtype) {
   const auto r2 = run();
   const std::string tag = fmt::format("attention {} B={} T={} H={} Hkv={} D={} fused={}",
                                       dtype_name(dtype), c.B, c.T, c.H, c.Hkv, c.D, c.fused);
-  // bf16: P and dS are rounded to bf16 before their GEMMs, and dS = P (dP - D)
-  // cancels, so the gradients get a looser bound than the output.
-  const Tolerance out_tol = bf16 ? kBf16Gemm : kF32Reduction;
-  const Tolerance grad_tol = bf16 ? Tolerance{5e-2, 5e-2, 1e-2} : kF32LongSum;
+  // 16-bit: P and dS are rounded to the dtype before their GEMMs (the CPU keeps
+  // them fp32), and dS = P (dP - D) cancels, so the gradients get a looser bound
+  // than the output. fp16 rounds 8x finer than bf16 (2^-11 vs 2^-8): its bounds
+  // are the bf16 ones over 4, which keeps a 2x margin on that ratio.
+  const Tolerance out_tol = narrow_tolerance(dtype, kF32Reduction, true);
+  const Tolerance grad_tol = dtype == DType::bf16  ? Tolerance{5e-2, 5e-2, 1e-2}
+                             : dtype == DType::f16 ? Tolerance{1.25e-2, 1.25e-2, 2.5e-3}
+                                                   : kF32LongSum;
   const HostTensor* refs[] = {&hy, &hlse, &hdq, &hdk, &hdv};
   const char* names[] = {" out", " lse", " dq", " dk", " dv"};
   for (int i = 0; i < 5; ++i) {
-    expect_close(tag + names[i], r1[i], refs[i]->data, i >= 2 ? grad_tol : out_tol);
+    expect_close(tag + names[i], r1[i], refs[i]->values(), i >= 2 ? grad_tol : out_tol);
     expect_same_bits(tag + names[i] + " rerun", r1[i], r2[i]);
   }
 }
@@ -102,8 +108,12 @@ TEST_CASE("attention forward/backward match the CPU op", "[cuda][attention]") {
   for (const AttnCase& c : kCases) run_attention(c, DType::f32);
 }
 
-TEST_CASE("attention bf16 matches the CPU op on bf16 inputs", "[cuda][attention][bf16]") {
+TEST_CASE("attention bf16 matches the CPU op", "[cuda][attention][bf16]") {
   for (const AttnCase& c : kCases) run_attention(c, DType::bf16);
+}
+
+TEST_CASE("attention fp16 matches the CPU op", "[cuda][attention][fp16]") {
+  for (const AttnCase& c : kCases) run_attention(c, DType::f16);
 }
 
 }  // namespace trainer::cuda_test

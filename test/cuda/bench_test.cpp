@@ -4,6 +4,8 @@
 #include <cstdio>
 #include <functional>
 
+#include "kernels/cast_transpose.h"
+#include "kernels/fp8_linear.h"
 #include "kernels/ops.h"
 #include "test/cuda/harness.h"
 
@@ -40,7 +42,7 @@ void report(const char* name, double ms, double flops, double bytes) {
 TEST_CASE("op benchmarks at GPT-2 124M shapes", "[.bench]") {
   Context& ctx = gpu();
   const int64_t B = 8, T = 1024, C = 768, H = 12, D = 64, V = 50304, M = B * T;
-  for (DType dtype : {DType::f32, DType::bf16}) {
+  for (DType dtype : {DType::f32, DType::bf16, DType::f16}) {
     DeviceTensor x({M, C}, dtype), w({4 * C, C}, dtype), bias({4 * C}, dtype), y({M, 4 * C}, dtype);
     DeviceTensor dx({M, C}, dtype), dw({4 * C, C}), db({4 * C});
     for (DeviceTensor* t : {&x, &w, &bias, &y, &dx}) t->upload(random_floats(t->numel(), 1));
@@ -49,16 +51,40 @@ TEST_CASE("op benchmarks at GPT-2 124M shapes", "[.bench]") {
     const double f = 2.0 * M * C * 4 * C;
     report(fmt::format("linear fwd {} {}x{}x{}", dtype_name(dtype), M, C, 4 * C).c_str(),
            time_ms([&] { cuda::linear_forward(ctx, y, x, w, bias); }), f, 0);
+    if (dtype != DType::f32) {  // what mixed precision runs: an fp32 bias, via fp32 scratch
+      report(fmt::format("linear fwd {} fp32 bias", dtype_name(dtype)).c_str(),
+             time_ms([&] { cuda::linear_forward(ctx, y, x, w, db); }), f, 0);
+    }
     report(fmt::format("linear bwd {} {}x{}x{}", dtype_name(dtype), M, C, 4 * C).c_str(),
            time_ms([&] { cuda::linear_backward(ctx, dx, dw, db, y, x, w); }), 2 * f, 0);
   }
-  {
-    DeviceTensor q({B, T, H, D}), k({B, T, H, D}), v({B, T, H, D}), o({B, T, H, D}),
-        lse({B, H, T}), dq({B, T, H, D}), dk({B, T, H, D}), dv({B, T, H, D});
+  {  // fp8: quantise one operand, then the three FP8 GEMMs of the same layer
+    const DType e4 = DType::e4m3, e5 = DType::e5m2;
+    const int64_t F = 4 * C;
+    DeviceTensor x({M, C}, DType::bf16), xq({M, C}, e4), xq_t({C, M}, e4), wq({F, C}, e4),
+        wq_t({C, F}, e4), gq({M, F}, e5), gq_t({F, M}, e5), y({M, F}, DType::bf16),
+        dx({M, C}, DType::bf16), dw({F, C}), inv({3});
+    for (DeviceTensor* t : {&x, &xq, &xq_t, &wq, &wq_t, &gq, &gq_t, &dw}) cuda::fill(ctx, *t, 0.0f);
+    inv.upload({1.0f, 1.0f, 1.0f});
+    const Tensor one(inv.view().data, {1}, DType::f32, Device::cuda);
+    const double f = 2.0 * M * C * F;
+    report(fmt::format("cast_transpose bf16 -> e4m3 {}x{}", M, C).c_str(),
+           time_ms([&] { cuda::cast_transpose(ctx, xq, xq_t, x, one); }), 0, 3.0 * M * C);
+    report(fmt::format("fp8 linear fwd {}x{}x{}", M, C, F).c_str(),
+           time_ms([&] { cuda::fp8_linear_forward(ctx, y, xq, one, wq, one, Tensor{}); }), f, 0);
+    report(fmt::format("fp8 linear bwd {}x{}x{}", M, C, F).c_str(), time_ms([&] {
+             cuda::fp8_linear_backward(ctx, dx, dw, Tensor{}, gq, gq_t, one, xq_t, one, wq_t, one);
+           }), 2 * f, 0);
+  }
+  for (DType dtype : {DType::f32, DType::bf16}) {
+    DeviceTensor q({B, T, H, D}, dtype), k({B, T, H, D}, dtype), v({B, T, H, D}, dtype),
+        o({B, T, H, D}, dtype), lse({B, H, T}), dq({B, T, H, D}, dtype), dk({B, T, H, D}, dtype),
+        dv({B, T, H, D}, dtype);
     for (DeviceTensor* t : {&q, &k, &v, &o}) t->upload(random_floats(t->numel(), 2));
     const double f = 4.0 * B * H * T * T * D;  // two full (unmasked) GEMMs, as computed
-    report("attention fwd fp32 (unfused)", time_ms([&] { cuda::attention_forward(ctx, o, lse, q, k, v); }), f, 0);
-    report("attention bwd fp32 (unfused)",
+    report(fmt::format("attention fwd {} (unfused)", dtype_name(dtype)).c_str(),
+           time_ms([&] { cuda::attention_forward(ctx, o, lse, q, k, v); }), f, 0);
+    report(fmt::format("attention bwd {} (unfused)", dtype_name(dtype)).c_str(),
            time_ms([&] { cuda::attention_backward(ctx, dq, dk, dv, o, q, k, v, o, lse); }), 2.5 * f, 0);
   }
   {

@@ -11,6 +11,7 @@
 #include <cuda_runtime_api.h>
 
 #include "kernels/cuda/cuda_state.h"
+#include "kernels/numeric.h"
 
 namespace trainer::cuda_test {
 
@@ -31,24 +32,46 @@ Context& cpu() {
   return ctx;
 }
 
-uint16_t to_bf16(float x) {
-  uint32_t bits;
-  std::memcpy(&bits, &x, 4);
-  if (std::isnan(x)) return 0x7FC0;
-  bits += 0x7FFFu + ((bits >> 16) & 1u);
-  return static_cast<uint16_t>(bits >> 16);
-}
-
-float from_bf16(uint16_t b) {
-  uint32_t bits = static_cast<uint32_t>(b) << 16;
-  float x;
-  std::memcpy(&x, &bits, 4);
-  return x;
-}
-
-std::vector<float> round_bf16(std::vector<float> v) {
-  for (float& x : v) x = from_bf16(to_bf16(x));
+std::vector<float> round_to(std::vector<float> v, DType dtype) {
+  if (dtype == DType::f32) return v;
+  REQUIRE((dtype == DType::bf16 || dtype == DType::f16));
+  for (float& x : v) x = dtype == DType::bf16 ? round_to_bf16(x) : round_to_f16(x);
   return v;
+}
+
+std::vector<unsigned char> encode(const std::vector<float>& values, DType dtype) {
+  std::vector<unsigned char> bytes(values.size() * dtype_size(dtype));
+  if (dtype == DType::f32) {
+    if (!values.empty()) std::memcpy(bytes.data(), values.data(), bytes.size());
+    return bytes;
+  }
+  REQUIRE((dtype == DType::bf16 || dtype == DType::f16));
+  for (size_t i = 0; i < values.size(); ++i) {
+    const uint16_t h = dtype == DType::bf16 ? f32_to_bf16(values[i]) : f32_to_f16(values[i]);
+    std::memcpy(bytes.data() + 2 * i, &h, 2);
+  }
+  return bytes;
+}
+
+std::vector<float> decode(const unsigned char* bytes, size_t n, DType dtype) {
+  std::vector<float> out(n);
+  if (dtype == DType::f32) {
+    if (n) std::memcpy(out.data(), bytes, n * sizeof(float));
+    return out;
+  }
+  REQUIRE((dtype == DType::bf16 || dtype == DType::f16));
+  for (size_t i = 0; i < n; ++i) {
+    uint16_t h;
+    std::memcpy(&h, bytes + 2 * i, 2);
+    out[i] = dtype == DType::bf16 ? bf16_to_f32(h) : f16_to_f32(h);
+  }
+  return out;
+}
+
+Tolerance narrow_tolerance(DType dtype, Tolerance f32, bool gemm) {
+  if (dtype == DType::bf16) return gemm ? kBf16Gemm : kBf16Pointwise;
+  if (dtype == DType::f16) return gemm ? kF16Gemm : kF16Pointwise;
+  return f32;
 }
 
 std::vector<float> random_floats(size_t n, uint64_t seed, float lo, float hi) {
@@ -76,14 +99,8 @@ DeviceTensor::~DeviceTensor() { device_free(Device::cuda, tensor_.data); }
 
 void DeviceTensor::upload(const std::vector<float>& values) {
   REQUIRE(static_cast<int64_t>(values.size()) == numel());
-  if (tensor_.dtype == DType::bf16) {
-    std::vector<uint16_t> bits(values.size());
-    for (size_t i = 0; i < values.size(); ++i) bits[i] = to_bf16(values[i]);
-    copy_from_host(tensor_, bits.data());
-  } else {
-    REQUIRE(tensor_.dtype == DType::f32);
-    copy_from_host(tensor_, values.data());
-  }
+  const std::vector<unsigned char> bytes = encode(values, tensor_.dtype);
+  copy_from_host(tensor_, bytes.data());
 }
 
 void DeviceTensor::upload_ints(const std::vector<int32_t>& values) {
@@ -104,16 +121,8 @@ std::vector<unsigned char> DeviceTensor::download_bytes() const {
 }
 
 std::vector<float> DeviceTensor::download() const {
-  std::vector<float> out(numel());
-  if (tensor_.dtype == DType::bf16) {
-    std::vector<uint16_t> bits(numel());
-    copy_to_host(bits.data(), tensor_);
-    for (size_t i = 0; i < bits.size(); ++i) out[i] = from_bf16(bits[i]);
-  } else {
-    REQUIRE(tensor_.dtype == DType::f32);
-    copy_to_host(out.data(), tensor_);
-  }
-  return out;
+  const std::vector<unsigned char> bytes = download_bytes();
+  return decode(bytes.data(), static_cast<size_t>(numel()), tensor_.dtype);
 }
 
 void DeviceTensor::poison() {
@@ -121,10 +130,22 @@ void DeviceTensor::poison() {
   copy_from_host(tensor_, bytes.data());
 }
 
-HostTensor::HostTensor(std::initializer_list<int64_t> shape, std::vector<float> values)
-    : data(std::move(values)), tensor(nullptr, shape, DType::f32, Device::cpu) {
-  REQUIRE(static_cast<int64_t>(data.size()) == tensor.numel());
-  tensor.data = data.data();
+HostTensor::HostTensor(std::initializer_list<int64_t> shape, std::vector<float> values,
+                       DType dtype)
+    : tensor(nullptr, shape, dtype, Device::cpu) {
+  REQUIRE(static_cast<int64_t>(values.size()) == tensor.numel());
+  if (dtype == DType::f32) {
+    data = std::move(values);
+    tensor.data = data.data();
+  } else {
+    bytes = encode(values, dtype);
+    tensor.data = bytes.data();
+  }
+}
+
+std::vector<float> HostTensor::values() const {
+  if (tensor.dtype == DType::f32) return data;
+  return decode(bytes.data(), static_cast<size_t>(tensor.numel()), tensor.dtype);
 }
 
 Tensor host_ints(std::vector<int32_t>& values, std::initializer_list<int64_t> shape) {

@@ -1,8 +1,9 @@
-// Test harness for the [cuda] suite: one shared CUDA context, device buffers that
-// upload/download fp32 host data (rounding to bf16 where the tensor is bf16), NaN
+// Test harness for the [cuda] suite: one shared CUDA context, device and host
+// buffers that take and give fp32 values in any of fp32, bf16 and fp16 storage
+// (rounding to nearest even into the narrow ones, as kernels/numeric.h does), NaN
 // poisoning, the atol + rtol*|ref| / relative-L2 comparison with the worst index,
 // and seeded random inputs. Every op test runs the CPU op (the reference) and the
-// CUDA op on the same inputs.
+// CUDA op on the same inputs in the same dtypes.
 #pragma once
 
 #include <catch2/catch.hpp>
@@ -24,16 +25,17 @@ namespace trainer::cuda_test {
 Context& gpu();
 Context& cpu();
 
-// Round-to-nearest-even fp32 -> bf16 bits and back (NaN stays NaN).
-uint16_t to_bf16(float x);
-float from_bf16(uint16_t b);
-// Values rounded to bf16 precision (inputs of a bf16 test, so both sides see the same data).
-std::vector<float> round_bf16(std::vector<float> v);
+// Values rounded to `dtype` (f32: unchanged; bf16, f16: to nearest even), the
+// inputs of a 16-bit test, so both backends see the same data.
+std::vector<float> round_to(std::vector<float> v, DType dtype);
+// fp32 values as the bytes of an f32, bf16 or f16 tensor, and back.
+std::vector<unsigned char> encode(const std::vector<float>& values, DType dtype);
+std::vector<float> decode(const unsigned char* bytes, size_t n, DType dtype);
 
 std::vector<float> random_floats(size_t n, uint64_t seed, float lo = -1.0f, float hi = 1.0f);
 std::vector<int32_t> random_ints(size_t n, uint64_t seed, int32_t lo, int32_t hi);
 
-// A device buffer with a shape and dtype (f32, bf16 or i32).
+// A device buffer with a shape and dtype (f32, bf16, f16 or i32).
 class DeviceTensor {
  public:
   DeviceTensor(std::initializer_list<int64_t> shape, DType dtype = DType::f32);
@@ -45,23 +47,28 @@ class DeviceTensor {
   operator Tensor() const { return tensor_; }  // NOLINT: tests pass these straight to ops
   int64_t numel() const { return tensor_.numel(); }
 
-  void upload(const std::vector<float>& values);  // f32 or bf16 (rounded)
+  void upload(const std::vector<float>& values);  // f32, or bf16 / f16 (rounded)
   void upload_ints(const std::vector<int32_t>& values);
   void upload_bytes(const std::vector<unsigned char>& bytes);  // raw, any dtype
   std::vector<unsigned char> download_bytes() const;
   std::vector<float> download() const;
-  void poison();  // all bytes 0xFF: NaN in f32 and bf16
+  void poison();  // all bytes 0xFF: NaN in f32, bf16 and f16
 
  private:
   Tensor tensor_;
 };
 
-// A host fp32 tensor for the CPU reference.
+// A host tensor for the CPU reference, fp32 by default. `data` is an fp32
+// tensor's memory (the CPU op writes it); a bf16 or f16 tensor lives in `bytes`
+// and values() decodes whatever it holds now (any dtype).
 struct HostTensor {
   std::vector<float> data;
+  std::vector<unsigned char> bytes;
   Tensor tensor;
-  HostTensor(std::initializer_list<int64_t> shape, std::vector<float> values);
+  HostTensor(std::initializer_list<int64_t> shape, std::vector<float> values,
+             DType dtype = DType::f32);
   operator Tensor() const { return tensor; }  // NOLINT
+  std::vector<float> values() const;
 };
 Tensor host_ints(std::vector<int32_t>& values, std::initializer_list<int64_t> shape);
 
@@ -76,6 +83,14 @@ constexpr Tolerance kBf16Pointwise{1e-2, 1.6e-2, 8e-3};
 // rel_l2 one bf16 ulp (2^-7): with one output element (M = N = 1) it is that
 // element's error, and cuBLASLt's bias epilogue may round once more than the CPU op.
 constexpr Tolerance kBf16Gemm{2e-2, 3e-2, 8e-3};
+// fp16 keeps 11 significant bits to bf16's 8: an ulp is 2^-10 relative (9.8e-4), so
+// rtol 2e-3 allows the one-ulp difference of outputs rounded from fp32 values that
+// differ in summation order, and rel_l2 2e-3 that ulp on a one-element output.
+constexpr Tolerance kF16Pointwise{1e-4, 2e-3, 1e-3};
+constexpr Tolerance kF16Gemm{1e-3, 2e-3, 2e-3};
+// The tolerance of an output stored in `dtype` (pointwise or GEMM-like), given the
+// fp32 one.
+Tolerance narrow_tolerance(DType dtype, Tolerance f32, bool gemm);
 
 // Checks every element (finite, |got - ref| <= atol + rtol*|ref|) and the relative
 // L2 error; on failure names the worst element.

@@ -1,32 +1,40 @@
 // [cuda] cross-entropy (three passes + backward, vocab-parallel shards, padding,
-// ignored targets) and embedding forward/backward against the CPU op, fp32.
+// ignored targets) and embedding forward/backward against the CPU op on the same
+// dtypes: logits, tables and activations fp32, bf16 or fp16; statistics, losses and
+// table gradients fp32.
 #include "kernels/cross_entropy.h"
 #include "kernels/embedding.h"
 #include "test/cuda/harness.h"
 
 namespace trainer::cuda_test {
 
+namespace {
+constexpr DType kDtypes[] = {DType::f32, DType::bf16, DType::f16};
+}  // namespace
+
 TEST_CASE("cross-entropy passes match the CPU op", "[cuda][cross_entropy]") {
   struct Case {
     int64_t N, Vp, vocab_start, vocab_size;
   };
   // Whole vocab; a shard with padding columns; a shard past the vocabulary (all padding).
+  for (DType dtype : kDtypes)
   for (const Case c : {Case{1, 1, 0, 1}, Case{17, 4097, 0, 4097}, Case{33, 4097, 4097, 8000},
                        Case{5, 64, 128, 100}}) {
     auto targets = random_ints(c.N, 300 + c.N, -1, static_cast<int32_t>(c.vocab_size - 1));
-    const auto logits = random_floats(c.N * c.Vp, 301 + c.Vp, -8.0f, 8.0f);
+    const auto logits = round_to(random_floats(c.N * c.Vp, 301 + c.Vp, -8.0f, 8.0f), dtype);
     const auto dloss = random_floats(c.N, 302, 0.1f, 1.0f);
     const auto zeros = std::vector<float>(c.N);
-    HostTensor hl({c.N, c.Vp}, logits), hmax({c.N}, zeros), hse({c.N}, zeros), htl({c.N}, zeros),
-        hloss({c.N}, zeros), hdl({c.N}, dloss), hdx({c.N, c.Vp}, std::vector<float>(c.N * c.Vp));
+    HostTensor hl({c.N, c.Vp}, logits, dtype), hmax({c.N}, zeros), hse({c.N}, zeros),
+        htl({c.N}, zeros), hloss({c.N}, zeros), hdl({c.N}, dloss),
+        hdx({c.N, c.Vp}, std::vector<float>(c.N * c.Vp), dtype);
     const Tensor ht = host_ints(targets, {c.N});
     cpu::cross_entropy_max(cpu(), hmax, hl, c.vocab_start, c.vocab_size);
     cpu::cross_entropy_sumexp(cpu(), hse, htl, hl, hmax, ht, c.vocab_start, c.vocab_size);
     cpu::cross_entropy_loss(cpu(), hloss, hmax, hse, htl, ht);
     cpu::cross_entropy_backward(cpu(), hdx, hl, hmax, hse, ht, hdl, c.vocab_start, c.vocab_size);
 
-    DeviceTensor gl({c.N, c.Vp}), gmax({c.N}), gse({c.N}), gtl({c.N}), gloss({c.N}), gdl({c.N}),
-        gt({c.N}, DType::i32);
+    DeviceTensor gl({c.N, c.Vp}, dtype), gmax({c.N}), gse({c.N}), gtl({c.N}), gloss({c.N}),
+        gdl({c.N}), gt({c.N}, DType::i32);
     gt.upload_ints(targets);
     gdl.upload(dloss);
     auto run = [&] {
@@ -43,16 +51,20 @@ TEST_CASE("cross-entropy passes match the CPU op", "[cuda][cross_entropy]") {
     };
     const auto r1 = run();
     const auto r2 = run();
-    const std::string tag = fmt::format("cross_entropy N={} Vp={} start={} V={}", c.N, c.Vp,
-                                        c.vocab_start, c.vocab_size);
+    const std::string tag = fmt::format("cross_entropy {} N={} Vp={} start={} V={}",
+                                        dtype_name(dtype), c.N, c.Vp, c.vocab_start, c.vocab_size);
     const HostTensor* refs[] = {&hmax, &hse, &htl, &hloss, &hdx};
     const char* names[] = {" maxv", " sumexp", " target_logit", " loss", " dlogits"};
     for (int i = 0; i < 5; ++i) {
       // A shard with no valid column has maxv (and, before the group reduction, the
-      // loss) = -inf on both sides: compare those bits.
+      // loss) = -inf on both sides: compare those bits. The statistics are fp32 sums
+      // of the same logits on both sides; dlogits is rounded once into the dtype.
       const bool empty_shard = c.vocab_start >= c.vocab_size;
-      if (empty_shard && (i == 0 || i == 3)) expect_same_bits(tag + names[i], r1[i], refs[i]->data);
-      else expect_close(tag + names[i], r1[i], refs[i]->data, kF32Reduction);
+      if (empty_shard && (i == 0 || i == 3))
+        expect_same_bits(tag + names[i], r1[i], refs[i]->values());
+      else
+        expect_close(tag + names[i], r1[i], refs[i]->values(),
+                     i == 4 ? narrow_tolerance(dtype, kF32Reduction, false) : kF32Reduction);
       expect_same_bits(tag + names[i] + " rerun", r1[i], r2[i]);
     }
   }
@@ -63,23 +75,26 @@ TEST_CASE("embedding forward/backward match the CPU op", "[cuda][embedding]") {
     int64_t B, T, V_local, C, vocab_start;
     bool wpe;
   };
+  for (DType dtype : kDtypes)
   for (const Case c : {Case{1, 1, 1, 1, 0, true}, Case{2, 17, 50, 17, 0, true},
                        Case{3, 64, 100, 48, 100, false}, Case{1, 4097, 300, 8, 0, true}}) {
     const int64_t N = c.B * c.T, T_max = c.T + 3, pos_offset = 2;
     // ids cover this shard and beyond (zero rows), with many repeats.
     auto ids = random_ints(N, 400 + N, 0, static_cast<int32_t>(c.vocab_start + c.V_local + 20));
-    const auto wte = random_floats(c.V_local * c.C, 401), wpe = random_floats(T_max * c.C, 402);
-    const auto dy = random_floats(N * c.C, 403);
+    const auto wte = round_to(random_floats(c.V_local * c.C, 401), dtype);
+    const auto wpe = round_to(random_floats(T_max * c.C, 402), dtype);
+    const auto dy = round_to(random_floats(N * c.C, 403), dtype);
     const auto dwte0 = random_floats(c.V_local * c.C, 404), dwpe0 = random_floats(T_max * c.C, 405);
-    HostTensor hwte({c.V_local, c.C}, wte), hwpe({T_max, c.C}, wpe), hy({N, c.C}, std::vector<float>(N * c.C)),
-        hdy({N, c.C}, dy), hdwte({c.V_local, c.C}, dwte0), hdwpe({T_max, c.C}, dwpe0);
+    HostTensor hwte({c.V_local, c.C}, wte, dtype), hwpe({T_max, c.C}, wpe, dtype),
+        hy({N, c.C}, std::vector<float>(N * c.C), dtype), hdy({N, c.C}, dy, dtype),
+        hdwte({c.V_local, c.C}, dwte0), hdwpe({T_max, c.C}, dwpe0);
     const Tensor hids = host_ints(ids, {N});
     cpu::embedding_forward(cpu(), hy, hids, hwte, c.wpe ? Tensor(hwpe) : Tensor{}, c.T, pos_offset, c.vocab_start);
     cpu::embedding_backward(cpu(), hdwte, c.wpe ? Tensor(hdwpe) : Tensor{}, hdy, hids, c.T, pos_offset,
                             c.vocab_start);
 
-    DeviceTensor gids({N}, DType::i32), gwte({c.V_local, c.C}), gwpe({T_max, c.C}), gy({N, c.C}),
-        gdy({N, c.C}), gdwte({c.V_local, c.C}), gdwpe({T_max, c.C});
+    DeviceTensor gids({N}, DType::i32), gwte({c.V_local, c.C}, dtype), gwpe({T_max, c.C}, dtype),
+        gy({N, c.C}, dtype), gdy({N, c.C}, dtype), gdwte({c.V_local, c.C}), gdwpe({T_max, c.C});
     gids.upload_ints(ids);
     gwte.upload(wte);
     gwpe.upload(wpe);
@@ -96,9 +111,11 @@ TEST_CASE("embedding forward/backward match the CPU op", "[cuda][embedding]") {
     };
     const auto r1 = run();
     const auto r2 = run();
-    const std::string tag = fmt::format("embedding B={} T={} V={} C={} start={} wpe={}", c.B, c.T,
-                                        c.V_local, c.C, c.vocab_start, c.wpe);
-    expect_close(tag + " out", r1[0], hy.data, kF32Pointwise);
+    const std::string tag = fmt::format("embedding {} B={} T={} V={} C={} start={} wpe={}",
+                                        dtype_name(dtype), c.B, c.T, c.V_local, c.C, c.vocab_start,
+                                        c.wpe);
+    // One fp32 add of the same two rows, then one rounding: the same bits.
+    expect_close(tag + " out", r1[0], hy.values(), Tolerance{0, 0, 0});
     expect_close(tag + " dwte", r1[1], hdwte.data, kF32LongSum);
     expect_close(tag + " dwpe", r1[2], c.wpe ? hdwpe.data : dwpe0, kF32LongSum);
     for (int i = 0; i < 3; ++i) expect_same_bits(tag + " rerun", r1[i], r2[i]);

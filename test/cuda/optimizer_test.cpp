@@ -41,11 +41,12 @@ TEST_CASE("adamw matches the CPU op", "[cuda][adamw]") {
 }
 
 TEST_CASE("sum_of_squares matches the CPU op and accumulates", "[cuda][norm]") {
+  for (DType dtype : {DType::f32, DType::bf16, DType::f16})
   for (int64_t n : {int64_t{1}, int64_t{17}, int64_t{4097}, int64_t{3000017}}) {
-    const auto x = random_floats(n, 600 + n);
-    HostTensor hx({n}, x), hout({1}, {0.25f});
+    const auto x = round_to(random_floats(n, 600 + n), dtype);
+    HostTensor hx({n}, x, dtype), hout({1}, {0.25f});
     cpu::sum_of_squares(cpu(), hout, hx);
-    DeviceTensor gx({n}), gout({1});
+    DeviceTensor gx({n}, dtype), gout({1});
     gx.upload(x);
     auto run = [&] {
       gout.upload({0.25f});
@@ -54,7 +55,8 @@ TEST_CASE("sum_of_squares matches the CPU op and accumulates", "[cuda][norm]") {
     };
     const auto r1 = run();
     const auto r2 = run();
-    expect_close(fmt::format("sum_of_squares n={}", n), r1, hout.data, {0.0, 1e-6, 1e-6});
+    expect_close(fmt::format("sum_of_squares {} n={}", dtype_name(dtype), n), r1, hout.data,
+                 {0.0, 1e-6, 1e-6});
     expect_same_bits("sum_of_squares rerun", r1, r2);
   }
 }
