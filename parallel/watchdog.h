@@ -17,6 +17,9 @@ namespace trainer::parallel {
 
 // Exit status of a process ended by the watchdog (MPI_Abort passes it on).
 constexpr int kWatchdogExitCode = 3;
+// How long the watchdog waits for its abort (ncclCommAbort, MPI_Abort) before
+// ending the process itself.
+constexpr double kAbortGraceS = 10.0;
 
 class Watchdog {
  public:
@@ -25,7 +28,8 @@ class Watchdog {
   using Poll = std::function<int()>;
 
   // abort_all: aborts every communicator (ncclCommAbort / MPI_Abort); it may not
-  // return. If it does, the watchdog ends the process with kWatchdogExitCode.
+  // return. If it returns, or has not within kAbortGraceS, the watchdog ends
+  // the process with kWatchdogExitCode.
   Watchdog(double timeout_s, int world_rank, std::function<void()> abort_all);
   ~Watchdog();
   Watchdog(const Watchdog&) = delete;
