@@ -36,6 +36,7 @@
   do {                                                                                     \
     ncclResult_t nccl_check_rc_ = (call);                                                  \
     if (nccl_check_rc_ == ncclInProgress) nccl_check_rc_ = wait_ready((comm), (timeout_s)); \
+    if (nccl_check_rc_ != ncclSuccess) ::trainer::parallel::park_if_watchdog_fired();      \
     if (nccl_check_rc_ != ncclSuccess)                                                     \
       ::trainer::throw_check_failure(                                                      \
           #call, __FILE__, __LINE__,                                                       \
@@ -275,6 +276,7 @@ class NcclCommunicator final : public Communicator {
     while (true) {
       const cudaError_t rc = cudaEventQuery(sync_event_);
       if (rc == cudaSuccess) return;
+      if (rc != cudaErrorNotReady || aborted_.load()) park_if_watchdog_fired();
       TRAINER_CHECK(rc == cudaErrorNotReady, "synchronize on axis {}: {}", name(),
                     cudaGetErrorString(rc));
       TRAINER_CHECK(!aborted_.load(), "synchronize on axis {}: communicator aborted", name());
@@ -394,6 +396,7 @@ ncclUniqueId share_unique_id(const LaunchEnv& env, double timeout_s) {
 }  // namespace
 
 bool nccl_available() { return true; }
+bool is_nccl(const Communicator& comm) { return dynamic_cast<const NcclCommunicator*>(&comm); }
 
 std::unique_ptr<Communicator> make_nccl_world(const LaunchEnv& env, double timeout_s) {
   int devices = 0;
@@ -464,6 +467,7 @@ namespace {
 }  // namespace
 
 bool nccl_available() { return false; }
+bool is_nccl(const Communicator&) { return false; }
 std::unique_ptr<Communicator> make_nccl_world(const LaunchEnv&, double) { no_nccl(); }
 std::unique_ptr<Communicator> nccl_split(Communicator&, int, int, std::string, double) {
   no_nccl();

@@ -12,6 +12,8 @@
 namespace trainer::parallel {
 
 bool nccl_available();
+// comm is an NCCL communicator (not MPI, not a single-rank group).
+bool is_nccl(const Communicator& comm);
 
 // cudaSetDevice(local_rank); rank 0's ncclUniqueId reaches every rank by
 // bootstrap_broadcast (MPI_Bcast when MPI sees the whole world, else the TCP

@@ -13,6 +13,16 @@
 
 namespace trainer::parallel {
 
+namespace {
+std::atomic<bool> g_fired{false};
+}  // namespace
+
+bool watchdog_fired() { return g_fired.load(); }
+
+void park_if_watchdog_fired() {
+  while (g_fired.load()) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+}
+
 Watchdog::Watchdog(double timeout_s, int world_rank, std::function<void()> abort_all)
     : timeout_s_(timeout_s), world_rank_(world_rank), abort_all_(std::move(abort_all)) {
   TRAINER_CHECK(timeout_s > 0, "watchdog timeout {} s must be positive", timeout_s);
@@ -94,6 +104,7 @@ void Watchdog::fire(const Entry& e, const char* what, double elapsed_s) {
       "trainer: watchdog: rank {}: {} on axis {} (group rank {} of {}) {} after {:.1f} s "
       "(timeout {} s); aborting\n",
       world_rank_, e.op, e.axis, e.group_rank, e.group_size, what, elapsed_s, timeout_s_);
+  g_fired.store(true);
   std::fputs(line.c_str(), stderr);
   std::fflush(stderr);
   if (abort_all_) {

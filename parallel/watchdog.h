@@ -70,6 +70,14 @@ class Watchdog {
   std::thread thread_;
 };
 
+// True once a watchdog of this process has reported a collective and begun
+// aborting. A thread that then finds its communicator aborted calls
+// park_if_watchdog_fired() instead of failing on its own: the watchdog ends
+// the process with its line and exit status (kWatchdogExitCode), not a
+// second, misleading error.
+bool watchdog_fired();
+void park_if_watchdog_fired();
+
 // RAII registration of one blocking collective; a null watchdog is allowed.
 class CollectiveGuard {
  public:
