@@ -14,6 +14,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <memory>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -106,6 +107,37 @@ std::set<NcclCommunicator*>& registry() {
 // time (a multiple of every dtype's size; the step's scalars fit in one pass).
 constexpr size_t kStagingBytes = 4096;
 
+// What the watchdog's poll and release closures of one communicator share
+// with it: the event pool and the NCCL handle, co-owned so that a closure
+// outliving the communicator (destroyed or aborted with an op pending) finds
+// it marked dead instead of touching freed state.
+struct Tracker {
+  std::mutex mutex;
+  bool live = true;  // false once the communicator is destroyed or aborted
+  ncclComm_t comm = nullptr;
+  int device = 0;
+  std::vector<cudaEvent_t> free_events;
+  ~Tracker() {
+    for (cudaEvent_t ev : free_events) cudaEventDestroy(ev);
+  }
+  // 1 done (or the communicator is gone), 0 running, -1 failed.
+  int poll(cudaEvent_t ev) {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (!live) return 1;
+    cudaSetDevice(device);  // the watchdog thread starts on device 0
+    const cudaError_t rc = cudaEventQuery(ev);
+    if (rc == cudaSuccess) return 1;
+    if (rc != cudaErrorNotReady) return -1;
+    ncclResult_t state = ncclSuccess;
+    if (ncclCommGetAsyncError(comm, &state) != ncclSuccess) return -1;
+    return state == ncclSuccess || state == ncclInProgress ? 0 : -1;
+  }
+  void kill() {
+    std::lock_guard<std::mutex> lock(mutex);
+    live = false;
+  }
+};
+
 class NcclCommunicator final : public Communicator {
  public:
   NcclCommunicator(std::string name, ncclComm_t comm, int device, double timeout_s)
@@ -118,6 +150,8 @@ class NcclCommunicator final : public Communicator {
     CUDA_CHECK(cudaMalloc(&staging_, kStagingBytes));
     CUDA_CHECK(cudaMallocHost(&pinned_, kStagingBytes));
     CUDA_CHECK(cudaEventCreateWithFlags(&sync_event_, cudaEventDisableTiming));
+    tracker_->comm = comm;
+    tracker_->device = device;
     std::lock_guard<std::mutex> lock(registry_mutex());
     registry().insert(this);
   }
@@ -126,12 +160,12 @@ class NcclCommunicator final : public Communicator {
       std::lock_guard<std::mutex> lock(registry_mutex());
       registry().erase(this);
     }
+    tracker_->kill();
     if (!aborted_.exchange(true)) {
       if (ncclCommFinalize(comm_) == ncclInProgress) wait_ready(comm_, timeout_s_);
       ncclCommDestroy(comm_);
     }
     cudaEventDestroy(sync_event_);
-    for (cudaEvent_t ev : free_events_) cudaEventDestroy(ev);
     cudaFree(staging_);
     cudaFreeHost(pinned_);
     cudaStreamDestroy(own_stream_);
@@ -284,7 +318,9 @@ class NcclCommunicator final : public Communicator {
     }
   }
   void abort() noexcept override {
-    if (!aborted_.exchange(true)) ncclCommAbort(comm_);
+    if (aborted_.exchange(true)) return;
+    tracker_->kill();  // the watchdog no longer polls a handle ncclCommAbort frees
+    ncclCommAbort(comm_);
   }
 
  private:
@@ -332,37 +368,22 @@ class NcclCommunicator final : public Communicator {
   void track(const char* op) {
     Watchdog* dog = watchdog();
     if (!dog) return;
-    cudaEvent_t ev = acquire_event();
-    CUDA_CHECK(cudaEventRecord(ev, stream_));
-    const int device = device_;
-    ncclComm_t comm = comm_;
-    dog->track(
-        name().c_str(), op, rank(), size(),
-        [ev, device, comm] {
-          cudaSetDevice(device);  // the watchdog thread starts on device 0
-          const cudaError_t rc = cudaEventQuery(ev);
-          if (rc == cudaSuccess) return 1;
-          if (rc != cudaErrorNotReady) return -1;
-          ncclResult_t state = ncclSuccess;
-          if (ncclCommGetAsyncError(comm, &state) != ncclSuccess) return -1;
-          return state == ncclSuccess || state == ncclInProgress ? 0 : -1;
-        },
-        [this, ev] { release_event(ev); });
-  }
-  cudaEvent_t acquire_event() {
-    std::lock_guard<std::mutex> lock(events_mutex_);
-    if (free_events_.empty()) {
-      cudaEvent_t ev;
-      CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
-      return ev;
+    cudaEvent_t ev = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(tracker_->mutex);
+      if (!tracker_->free_events.empty()) {
+        ev = tracker_->free_events.back();
+        tracker_->free_events.pop_back();
+      }
     }
-    cudaEvent_t ev = free_events_.back();
-    free_events_.pop_back();
-    return ev;
-  }
-  void release_event(cudaEvent_t ev) {
-    std::lock_guard<std::mutex> lock(events_mutex_);
-    free_events_.push_back(ev);
+    if (!ev) CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+    CUDA_CHECK(cudaEventRecord(ev, stream_));
+    std::shared_ptr<Tracker> t = tracker_;
+    dog->track(name().c_str(), op, rank(), size(), [t, ev] { return t->poll(ev); },
+               [t, ev] {
+                 std::lock_guard<std::mutex> lock(t->mutex);
+                 t->free_events.push_back(ev);
+               });
   }
 
   ncclComm_t comm_;
@@ -374,8 +395,7 @@ class NcclCommunicator final : public Communicator {
   void* staging_ = nullptr;  // kStagingBytes on the device (host buffers, barrier)
   void* pinned_ = nullptr;   // kStagingBytes of pinned host memory
   std::atomic<bool> aborted_{false};
-  std::mutex events_mutex_;
-  std::vector<cudaEvent_t> free_events_;
+  std::shared_ptr<Tracker> tracker_ = std::make_shared<Tracker>();
 };
 
 ncclUniqueId share_unique_id(const LaunchEnv& env, double timeout_s) {

@@ -187,14 +187,15 @@ int stuck_collective_child() {
   return 0;
 }
 
-void watchdog_ends_stuck_collective(const char* self) {
+void watchdog_ends_stuck_collective() {
+  const char* self = "/proc/self/exe";  // argv[0] may be a bare name
   char log[] = "/tmp/nccl_streams_watchdog_XXXXXX";
   const int fd = mkstemp(log);
   const auto start = Clock::now();
   const pid_t pid = fork();
   if (pid == 0) {
     dup2(fd, 2);
-    execl(self, self, "--stuck-collective", static_cast<char*>(nullptr));
+    execl(self, "parallel_nccl_streams", "--stuck-collective", static_cast<char*>(nullptr));
     _exit(127);
   }
   close(fd);
@@ -246,7 +247,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "FAIL: %s\n", e.what());
     return 1;
   }
-  watchdog_ends_stuck_collective(argv[0]);
+  watchdog_ends_stuck_collective();
   std::printf(failures ? "nccl streams: %d failures\n" : "nccl streams: ok\n", failures);
   return failures ? 1 : 0;
 }
