@@ -73,6 +73,7 @@ on_signal() {
     *) stop_ranks "$1" ;;
   esac
 }
+# shellcheck disable=SC2064  # each trap names its own signal, expanded now
 for sig in TERM INT HUP USR1; do trap "on_signal $sig" "$sig"; done
 
 for ((r = 0; r < N && !stopping; r++)); do
