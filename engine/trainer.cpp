@@ -148,10 +148,14 @@ void Trainer::setup() {
       reducer_->set_after_reduce([this] { dp_overlap_->join(); });
     }
     using Overlap = TrainerOptions::GradOverlap;
-    // A pipeline's last backward of each chunk is spread over its table: reduced after it.
+    // A pipeline's last backward of each chunk is spread over its table:
+    // reduced after it. With tp > 1 the TP collectives of backward would run
+    // on another NCCL communicator at the same time, which NCCL documents as
+    // unsafe unless ordered: auto keeps the buckets after backward there.
+    const bool only_dp_in_backward = shape.tp == 1;
     reduce_in_backward_ = !pipeline_ && (options_.grad_overlap == Overlap::on ||
                                          (options_.grad_overlap == Overlap::auto_ &&
-                                          device == Device::cuda));
+                                          device == Device::cuda && only_dp_in_backward));
   }
 
   if (!options_.synthetic_data) {

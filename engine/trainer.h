@@ -49,8 +49,10 @@ struct TrainerOptions {
   FILE* log = stdout;           // nullptr = silent
   // Data-parallel gradient buckets (zero 0/1, no ep, no pipeline) reduced as
   // each fills during the last micro-batch's backward instead of after it.
-  // auto: on GPU ranks, where it overlaps backward; the CPU keeps reducing
-  // after backward (MPI calls block, so nothing would overlap). Same numbers
+  // auto: on GPU ranks with tp 1, where it overlaps backward and the dp
+  // communicator is the only one in use (NCCL documents concurrent use of
+  // two communicators as unsafe unless ordered); CPU ranks keep reducing
+  // after backward (MPI calls block: nothing would overlap). Same numbers
   // either way (tested on CPU ranks with `on`).
   enum class GradOverlap { auto_, on, off };
   GradOverlap grad_overlap = GradOverlap::auto_;
