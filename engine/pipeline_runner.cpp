@@ -108,10 +108,14 @@ double PipelineRunner::run_step(model::Model& model, Context& ctx, const Arenas&
     model.bind_chunk(a.chunk, arenas.activation_slot(a.chunk, k), ctx.device);
   };
   double loss = 0;
+  // Each run of consecutive sends and receives goes out as one batch
+  // (batch_p2p: one NCCL group; with MPI isends and blocking receives in
+  // order), so neighbours exchanging both ways pair up (simulate_batched).
+  std::vector<parallel::P2pOp> batch;
   parallel::StageOps ops;
   ops.recv_forward = [&](const Action& a) {
     bind(a);
-    pp_.recv(model.stage_input(a.chunk), a.peer);
+    batch.push_back({parallel::P2pOp::recv, model.stage_input(a.chunk), a.peer});
   };
   ops.forward = [&](const Action& a) {
     bind(a);
@@ -121,11 +125,11 @@ double PipelineRunner::run_step(model::Model& model, Context& ctx, const Arenas&
   };
   ops.send_forward = [&](const Action& a) {
     bind(a);
-    pp_.isend(model.stage_output(ctx, a.chunk), a.peer);
+    batch.push_back({parallel::P2pOp::send, model.stage_output(ctx, a.chunk), a.peer});
   };
   ops.recv_backward = [&](const Action& a) {
     bind(a);
-    pp_.recv(model.stage_output_grad(a.chunk), a.peer);
+    batch.push_back({parallel::P2pOp::recv, model.stage_output_grad(a.chunk), a.peer});
   };
   int last_backward = -1;
   ops.backward = [&](const Action& a) {
@@ -134,12 +138,18 @@ double PipelineRunner::run_step(model::Model& model, Context& ctx, const Arenas&
     slots[a.chunk].release(a.micro_batch);
     last_backward = key(a);
   };
-  // The input gradient is in scratch (dres) until the next backward: isend copies it.
+  // The input gradient is in scratch (dres) until the next backward: the
+  // batch goes out before any compute action (MPI's isend copies it; NCCL
+  // reads it in stream order, before the next backward writes it).
   ops.send_backward = [&](const Action& a) {
     TRAINER_CHECK(key(a) == last_backward,
                   "pipeline runner: send_backward of micro-batch {} chunk {} after another backward",
                   a.micro_batch, a.chunk);
-    pp_.isend(model.stage_input_grad(), a.peer);
+    batch.push_back({parallel::P2pOp::send, model.stage_input_grad(), a.peer});
+  };
+  ops.end_batch = [&] {
+    pp_.batch_p2p(batch);
+    batch.clear();
   };
   parallel::execute_schedule(table_, ops);
   pp_.wait_sends();

@@ -46,13 +46,11 @@ void Trainer::setup() {
   check_supported(spec);
   const parallel::MeshShape& shape = mesh_->shape();
   Device device = mesh_->device();
-  TRAINER_INPUT_CHECK(device == Device::cpu || shape.world == 1,
-                      "{}: run.device: cuda with {} ranks: multi-GPU training is not wired into "
-                      "the loop yet (one GPU, or CPU ranks)",
-                      spec.source_path, shape.world);
   precision_ = std::make_unique<MixedPrecision>(spec.precision);
   device_ = std::make_unique<DeviceContext>(device, mesh_->env().local_rank);
   ctx_ = device_->context();
+  // GPU ranks: every collective in stream order with the ops (stream_order.h).
+  for (parallel::Axis axis : parallel::kAllAxes) parallel::bind_compute_stream(mesh_->comm(axis), ctx_);
   TRAINER_INPUT_CHECK(shape.cp == 1,
                       "{}: parallel: {}: context parallelism is not implemented yet (cp = 1; "
                       "tp, pp, dp and ep work)",
@@ -87,7 +85,10 @@ void Trainer::setup() {
   model_ = std::make_unique<model::Model>(cfg, micro_batch_shape(spec));
   model_->set_tp_group(&mesh_->comm(parallel::Axis::tp));
   model_->set_ep_group(&mesh_->comm(parallel::Axis::ep));
-  model_->set_kv_group(parallel::make_kv_replica_group(*mesh_, model_->config().kv_replicas()));
+  std::unique_ptr<parallel::Communicator> kv =
+      parallel::make_kv_replica_group(*mesh_, model_->config().kv_replicas());
+  if (kv) parallel::bind_compute_stream(*kv, ctx_);
+  model_->set_kv_group(std::move(kv));
   model::Buffers& buf = model_->buffers();
   // ZeRO >= 1 shards the optimizer over dp; the arenas are padded so every
   // shard has the same aligned size. zero 0 keeps the whole state everywhere.
@@ -153,7 +154,23 @@ void Trainer::setup() {
     }
     reducer_ = std::make_unique<parallel::GradReducer>(
         mesh_->comm(parallel::Axis::dp), flat_arena(model::Category::gradients), ranges,
-        int64_t(25) << 20);
+        options_.grad_bucket_bytes);
+    // GPU: each bucket on the communication stream after an event on the
+    // compute stream; the optimizer's stream waits for the last one.
+    dp_overlap_ = std::make_unique<parallel::CommStreamOverlap>(mesh_->comm(parallel::Axis::dp), ctx_);
+    if (dp_overlap_->active()) {
+      reducer_->set_before_reduce([this] { dp_overlap_->before_collective(); });
+      reducer_->set_after_reduce([this] { dp_overlap_->join(); });
+    }
+    using Overlap = TrainerOptions::GradOverlap;
+    // A pipeline's last backward of each chunk is spread over its table:
+    // reduced after it. With tp > 1 the TP collectives of backward would run
+    // on another NCCL communicator at the same time, which NCCL documents as
+    // unsafe unless ordered: auto keeps the buckets after backward there.
+    const bool only_dp_in_backward = shape.tp == 1;
+    reduce_in_backward_ = !pipeline_ && (options_.grad_overlap == Overlap::on ||
+                                         (options_.grad_overlap == Overlap::auto_ &&
+                                          device == Device::cuda && only_dp_in_backward));
   }
 
   if (!options_.synthetic_data) {
@@ -205,6 +222,8 @@ Tensor Trainer::flat_arena(model::Category category) const {
 }
 
 Trainer::~Trainer() {
+  // The mesh may outlive this trainer and its streams.
+  for (parallel::Axis axis : parallel::kAllAxes) parallel::unbind_compute_stream(mesh_->comm(axis));
   if (metrics_) std::fclose(metrics_);
   device_free(ctx_.device, norm_mem_);
   device_free(ctx_.device, tied_zeros_mem_);
@@ -230,7 +249,12 @@ void Trainer::load_micro_batch(const data::SampleSource* source, int64_t first_s
   if (model_->config().last_stage) copy_from_host(model_->targets(), host_targets_.data());
 }
 
+void Trainer::await_device() {
+  if (mesh_->shape().world > 1) parallel::wait_for_device(ctx_);
+}
+
 double Trainer::micro_batch_loss_sum() {
+  await_device();
   copy_to_host(host_losses_.data(), model_->losses(ctx_));
   double sum = 0;
   for (float l : host_losses_) sum += l;
@@ -270,6 +294,7 @@ double Trainer::grad_norm() {
     sum_of_squares(ctx_, norm_out_.slice(k, k + 1), g);
   }
   float sq[4] = {0, 0, 0, 0};
+  await_device();
   copy_to_host(sq, norm_out_);
   double total = parallel::group_sum(mesh_->comm(parallel::Axis::tp), sq[0]) + sq[1] +
                  parallel::group_sum(mesh_->comm(parallel::Axis::ep), sq[3]);
@@ -320,12 +345,17 @@ StepRecord Trainer::train_step(int step) {
         [&](int m) { load_micro_batch(train_data_.get(), rank_first + int64_t(m) * B); },
         [&] { return micro_batch_loss_sum(); }, dloss);
   } else {
+    const int P = static_cast<int>(model_->buffers().params().size());
     for (int m = 0; m < accum_steps_; ++m) {
       load_micro_batch(train_data_.get(), rank_first + int64_t(m) * B);
       model_->forward(ctx_);
       loss_sum += micro_batch_loss_sum();
       aux_sum += model_->aux_loss();
+      // The reducer's tensors are the parameters in reverse (backward) order.
+      if (reduce_in_backward_ && m == accum_steps_ - 1)
+        model_->set_grad_ready([this, P](int p) { reducer_->mark_ready(P - 1 - p); });
       model_->backward(ctx_, dloss);
+      model_->set_grad_ready({});
     }
   }
   model_->finish_gradients(ctx_);

@@ -19,6 +19,7 @@
 #include "parallel/expert_grad_sync.h"
 #include "parallel/grad_sync.h"
 #include "parallel/mesh.h"
+#include "parallel/stream_order.h"
 
 namespace trainer::engine {
 
@@ -46,6 +47,16 @@ struct TrainerOptions {
   bool synthetic_data = false;  // bench: uniform random tokens instead of data.train
   bool write_run_dir = true;    // job.yaml, metrics.jsonl and checkpoints in run.dir
   FILE* log = stdout;           // nullptr = silent
+  // Data-parallel gradient buckets (zero 0/1, no ep, no pipeline) reduced as
+  // each fills during the last micro-batch's backward instead of after it.
+  // auto: on GPU ranks with tp 1, where it overlaps backward and the dp
+  // communicator is the only one in use (NCCL documents concurrent use of
+  // two communicators as unsafe unless ordered); CPU ranks keep reducing
+  // after backward (MPI calls block: nothing would overlap). Same numbers
+  // either way (tested on CPU ranks with `on`).
+  enum class GradOverlap { auto_, on, off };
+  GradOverlap grad_overlap = GradOverlap::auto_;
+  int64_t grad_bucket_bytes = int64_t(25) << 20;
 };
 
 class Trainer {
@@ -72,6 +83,8 @@ class Trainer {
   AdamW& optimizer() { return *optimizer_; }
   parallel::Mesh& mesh() { return *mesh_; }
   Context& context() { return ctx_; }
+  // The dp bucket reducer (zero 0/1 with dp > 1 and no ep), else nullptr.
+  const parallel::GradReducer* grad_reducer() const { return reducer_.get(); }
 
  private:
   void setup();
@@ -81,6 +94,7 @@ class Trainer {
   double evaluate_pipeline();
   void load_micro_batch(const data::SampleSource* source, int64_t first_sample);
   double micro_batch_loss_sum();
+  void await_device();  // before a host copy on a multi-GPU rank: poll, never block
   double grad_norm();
   bool gradients_sharded() const;  // this rank holds only its ZeRO-2 shard of the gradients
   Tensor owned_gradients() const;  // the gradient elements this rank holds
@@ -95,6 +109,8 @@ class Trainer {
   parallel::ZeroShard shard_;  // this rank's range of the flat parameter arena
   parallel::Axis zero_axis_ = parallel::Axis::dp;  // what shard_ splits over (edp with ep > 1)
   std::unique_ptr<parallel::GradReducer> reducer_;
+  std::unique_ptr<parallel::CommStreamOverlap> dp_overlap_;  // reducer_'s buckets on the comm stream
+  bool reduce_in_backward_ = false;  // reducer_ fed by the model's gradient-ready hook
   std::unique_ptr<parallel::ExpertGradReducer> expert_reducer_;  // ep > 1
   int dp_size_ = 1, dp_rank_ = 0;
   std::unique_ptr<PipelineRunner> pipeline_;  // pp > 1 only

@@ -48,27 +48,36 @@ Model::Model(const ModelConfig& cfg, const BatchShape& batch) : cfg_(cfg), batch
     ch.act_begin = buf_.category_bytes(Category::activations);
     // Chunk 0 keeps the names of a one-chunk stage; the others say their chunk.
     std::string io = c == 0 ? "pipeline" : fmt::format("pipeline.chunk{}", c);
+    auto params_now = [&] { return static_cast<int>(buf_.params().size()); };
     if (has_embedding(c)) {
       ids_ = buf_.add(Category::activations, "input_ids", {N}, DType::i32);
+      embedding_params_.begin = params_now();
       embedding_.declare(buf_, cfg_, batch_);
+      embedding_params_.end = params_now();
     } else {
       ch.stage_in = buf_.add(Category::activations, io + ".input", {R, cfg.d_model}, buf_.act_dtype());
     }
     if (has_head(c)) targets_ = buf_.add(Category::activations, "targets", {N}, DType::i32);
     ch.block_begin = c == 0 ? 0 : chunks_[c - 1].block_end;
     ch.block_end = ch.block_begin + (ranges[c].second - ranges[c].first);
+    block_params_.resize(blocks_.size());
     for (int l = ranges[c].first; l < ranges[c].second; ++l) {
       buf_.set_fp8_active(cfg.fp8_layer(l));
-      blocks_[ch.block_begin + l - ranges[c].first].declare(buf_, l, cfg_, batch_);
+      const int b = ch.block_begin + l - ranges[c].first;
+      block_params_[b].begin = params_now();
+      blocks_[b].declare(buf_, l, cfg_, batch_);
+      block_params_[b].end = params_now();
     }
     buf_.set_fp8_active(false);
     if (has_head(c)) {
+      head_params_.begin = params_now();
       // A last stage without the embedding keeps its own copy of a tied table
       // (same name and init); the trainer sums the two copies' gradients.
       ParamId table = has_embedding(c)       ? embedding_.token_table()
                       : cfg.tie_embeddings ? Embedding::declare_token_table(buf_, cfg_, true)
                                            : ParamId{};
       head_.declare(buf_, cfg_, batch_, table);
+      head_params_.end = params_now();
     } else {
       ch.stage_dout =
           buf_.add(Category::activations, io + ".output_grad", {R, cfg.d_model}, buf_.act_dtype());
@@ -221,10 +230,12 @@ void Model::backward(Context& ctx, float dloss, int c) {
   LayerEnv env = this->env(ctx);
   const Chunk& ch = chunk(c);
   Tensor dres = buf_.get(scratch_.dres);
-  if (has_head(c))
+  if (has_head(c)) {
     head_.backward(env, scratch_, dres, stage_output(ctx, c), targets(), dloss);
-  else
+    report_ready(head_params_);
+  } else {
     copy(ctx, dres, stage_output_grad(c));
+  }
   for (int l = ch.block_end - 1; l >= ch.block_begin; --l) {
     Tensor in = l == ch.block_begin ? stage_in(env, c) : blocks_[l - 1].out(env);
     if (cfg_.recompute_full) {
@@ -235,8 +246,32 @@ void Model::backward(Context& ctx, float dloss, int c) {
     }
     // An MoE aux loss counts once per micro-batch, as the token losses do in sum.
     blocks_[l].backward(env, scratch_, dres, in, dloss * float(batch_.tokens()));
+    report_ready(block_params_[l]);
   }
-  if (has_embedding(c)) embedding_.backward(env, scratch_, dres, input_ids());
+  if (has_embedding(c)) {
+    embedding_.backward(env, scratch_, dres, input_ids());
+    report_ready(embedding_params_);
+  }
+}
+
+bool Model::grad_final_after_backward(int param) const {
+  TRAINER_CHECK(param >= 0 && param < static_cast<int>(buf_.params().size()), "parameter {} of {}",
+                param, buf_.params().size());
+  const ParamSpec& s = buf_.params()[param].spec;
+  // finish_gradients sums these over tp (or the KV replicas) after backward.
+  if (s.sp_partial || s.tp_replicas > 1) return false;
+  // Both copies of a token table cut over pipeline stages are summed over pp.
+  if (s.tied_copy) return false;
+  if (cfg_.tie_embeddings && !(cfg_.first_stage && cfg_.last_stage) && cfg_.first_stage &&
+      param == embedding_.token_table().index)
+    return false;
+  return true;
+}
+
+void Model::report_ready(ParamRange r) const {
+  if (!grad_ready_) return;
+  for (int p = r.begin; p < r.end; ++p)
+    if (grad_final_after_backward(p)) grad_ready_(p);
 }
 
 std::vector<const Moe*> Model::moe_layers() const {

@@ -3,6 +3,7 @@
 // binds them, and then calls init_parameters / forward / backward.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -69,6 +70,16 @@ class Model {
   // the chunk, from the loss (head) or its stage output gradient.
   void backward(Context& ctx, float dloss, int chunk = 0);
 
+  // Called from backward() with the index (into buffers().params()) of every
+  // parameter whose gradient that backward has just completed: a block's
+  // after the block, the head's after the head, the embedding's after the
+  // embedding. Never for gradients changed after backward (finish_gradients'
+  // sums over tp, the pipeline's tied-table sum). Lets the trainer reduce
+  // buckets while backward continues; empty = none (the default).
+  void set_grad_ready(std::function<void(int param)> hook) { grad_ready_ = std::move(hook); }
+  // Whether backward alone completes this parameter's gradient (see above).
+  bool grad_final_after_backward(int param) const;
+
   // The tensor-parallel group the layers' region ops use (default: one rank).
   void set_tp_group(parallel::Communicator* tp);
   // The expert-parallel group the MoE layers exchange tokens over (ep > 1).
@@ -106,6 +117,13 @@ class Model {
     size_t act_begin = 0, act_end = 0;        // its bytes of the activations arena
   };
   std::vector<Chunk> chunks_;
+  struct ParamRange {
+    int begin = 0, end = 0;  // into buf_.params()
+  };
+  ParamRange embedding_params_, head_params_;
+  std::vector<ParamRange> block_params_;  // per blocks_ index
+  std::function<void(int)> grad_ready_;
+  void report_ready(ParamRange r) const;
   int bound_chunk_ = -1;  // the chunk bind_chunk() last bound; -1: the whole arena
   const Chunk& chunk(int c) const;  // checks c is usable under the current binding
   Tensor stage_in(const LayerEnv& env, int c) const;  // what the chunk's first block reads

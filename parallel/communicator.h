@@ -3,10 +3,13 @@
 // single-rank implementation.
 //
 // Buffers are contiguous tensors; counts are numel. On the CPU (MPI, single)
-// every call has completed when it returns. With NCCL a call is enqueued on
-// the communicator's stream and its result is visible to later work on that
-// stream; synchronize() waits for all of it (polling, so the watchdog can act).
-// All ranks of a group issue the same calls in the same order.
+// every call has completed when it returns. With NCCL a call on device
+// buffers is enqueued on the communicator's stream and its result is visible
+// to later work on that stream; synchronize() waits for all of it (polling,
+// so the watchdog can act). all_reduce and broadcast also take host buffers
+// on every implementation (the step's scalars: losses, norms, flags); those
+// calls have completed when they return (NCCL stages them through a small
+// device buffer). All ranks of a group issue the same calls in the same order.
 #pragma once
 
 #include <cstdint>
@@ -22,6 +25,14 @@ class Watchdog;
 
 enum class ReduceOp { sum, avg, max };
 const char* reduce_op_name(ReduceOp op);
+
+// One send or receive of a batch_p2p call.
+struct P2pOp {
+  enum Kind { send, recv };
+  Kind kind = send;
+  Tensor buf;
+  int peer = -1;
+};
 
 class Communicator {
  public:
@@ -56,6 +67,12 @@ class Communicator {
   // NCCL, whose sends are already asynchronous to the host).
   virtual void isend(Tensor buf, int peer) { send(buf, peer); }
   virtual void wait_sends() {}
+  // Sends and receives issued as one batch. NCCL runs them as one group: its
+  // sends and receives may each wait for the peer's matching call, so
+  // neighbours exchanging both ways (1F1B's steady state) must pair them or
+  // deadlock. The default issues the sends as isend, then the receives
+  // (blocking), each kind in the order given (MPI's pipeline behaviour).
+  virtual void batch_p2p(std::span<const P2pOp> ops);
   // send packs send_counts[p] elements for each peer p in peer order; recv
   // receives recv_counts[p] from each p in peer order. Counts may be zero and
   // must agree pairwise (exchange them first with a 1-element all_to_allv).

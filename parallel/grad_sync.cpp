@@ -82,7 +82,10 @@ void GradReducer::mark_ready(int tensor) {
                 "gradient {} marked ready twice or out of range", tensor);
   ready_[tensor] = true;
   const int b = bucket_of_[tensor];
-  if (--missing_[b] == 0) reduce_bucket(b);
+  if (--missing_[b] == 0) {
+    reduce_bucket(b);
+    ++reduced_early_;
+  }
 }
 
 void GradReducer::finish() {
@@ -90,7 +93,12 @@ void GradReducer::finish() {
   for (int b = 0; b < static_cast<int>(buckets_.size()); ++b) {
     if (!reduced_[b]) reduce_bucket(b);
   }
-  dp_.synchronize();
+  if (after_reduce_)
+    after_reduce_();
+  else
+    dp_.synchronize();
+  reduced_early_last_ = reduced_early_;
+  reduced_early_ = 0;
   for (int b = 0; b < static_cast<int>(buckets_.size()); ++b) {
     missing_[b] = static_cast<int>(buckets_[b].tensors.size());
     reduced_[b] = false;

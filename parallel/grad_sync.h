@@ -37,9 +37,11 @@ std::vector<GradBucket> plan_buckets(std::span<const GradRange> grads, int64_t b
 // Averages a gradient arena over a dp group bucket by bucket. Use either
 // reduce_all() after backward, or mark_ready(i) as backward finishes tensor i
 // (a full bucket is then reduced at once; on the GPU that is asynchronous on
-// the communicator's stream and overlaps the rest of backward) and finish()
+// the communication stream and overlaps the rest of backward) and finish()
 // before the optimizer reads the gradients. With gradient accumulation call
-// mark_ready only in the last micro-batch.
+// mark_ready only in the last micro-batch. Buckets go out in the order they
+// fill, the rest in bucket order at finish(): the same on every rank as long
+// as every rank marks the same tensors in the same order.
 class GradReducer {
  public:
   GradReducer(Communicator& dp, Tensor arena, std::vector<GradRange> grads, int64_t bucket_bytes);
@@ -48,11 +50,18 @@ class GradReducer {
   // communicator's stream wait for the compute stream (cudaEventRecord +
   // cudaStreamWaitEvent) so the bucket's gradients are complete.
   void set_before_reduce(std::function<void()> hook) { before_reduce_ = std::move(hook); }
+  // Replaces finish()'s wait for the communicator (synchronize()). On the
+  // GPU: make the compute stream wait for the communication stream, so the
+  // optimizer reads reduced gradients without the host waiting.
+  void set_after_reduce(std::function<void()> hook) { after_reduce_ = std::move(hook); }
   void mark_ready(int tensor);
   // Reduces every bucket not yet reduced, waits, and re-arms for the next step.
   void finish();
   void reduce_all() { finish(); }
   const std::vector<GradBucket>& buckets() const { return buckets_; }
+  // Buckets the last finished step reduced from mark_ready (during backward)
+  // rather than at finish().
+  int buckets_reduced_early() const { return reduced_early_last_; }
 
  private:
   void reduce_bucket(int bucket);
@@ -65,7 +74,8 @@ class GradReducer {
   std::vector<int> missing_;      // bucket -> tensors not yet ready
   std::vector<bool> reduced_;     // bucket -> reduced this step
   std::vector<bool> ready_;       // tensor -> marked this step
-  std::function<void()> before_reduce_;
+  int reduced_early_ = 0, reduced_early_last_ = 0;
+  std::function<void()> before_reduce_, after_reduce_;
 };
 
 // ZeRO layout of a flat arena of `numel` elements over `dp_size` ranks: the

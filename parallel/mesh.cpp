@@ -85,6 +85,7 @@ void Mesh::abort_communicators() noexcept {
   for (auto& comm : comms_) {
     if (comm) comm->abort();
   }
+  nccl_abort_all();  // also the groups the mesh does not own (KV replicas)
 }
 
 void Mesh::abort(int code) noexcept {

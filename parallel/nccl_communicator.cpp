@@ -1,6 +1,7 @@
 // The NCCL Communicator for GPU ranks: non-blocking communicators (abortable),
 // collectives enqueued on a stream and tracked by the watchdog through events
-// (see nccl_communicator.h). Written against nccl.h 2.28; not yet run on a GPU.
+// (see nccl_communicator.h). Written against nccl.h 2.28; on a GPU only as a
+// world of one so far (one H200): nothing with two ranks has run.
 #include "parallel/nccl_communicator.h"
 
 #include "kernels/error.h"
@@ -9,20 +10,18 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <memory>
 #include <mutex>
+#include <set>
 #include <thread>
 #include <vector>
 
-#include "parallel/tcp_rendezvous.h"
+#include "parallel/bootstrap.h"
 #include "parallel/watchdog.h"
-#if TRAINER_MPI
-#include <mpi.h>
-
-#include "parallel/mpi_communicator.h"
-#endif
 
 #define CUDA_CHECK(call)                                                                   \
   do {                                                                                     \
@@ -38,6 +37,7 @@
   do {                                                                                     \
     ncclResult_t nccl_check_rc_ = (call);                                                  \
     if (nccl_check_rc_ == ncclInProgress) nccl_check_rc_ = wait_ready((comm), (timeout_s)); \
+    if (nccl_check_rc_ != ncclSuccess) ::trainer::parallel::park_if_watchdog_fired();      \
     if (nccl_check_rc_ != ncclSuccess)                                                     \
       ::trainer::throw_check_failure(                                                      \
           #call, __FILE__, __LINE__,                                                       \
@@ -91,6 +91,53 @@ ncclConfig_t nonblocking_config() {
   return cfg;
 }
 
+class NcclCommunicator;
+
+// Every live NCCL communicator, so the watchdog can abort them all.
+std::mutex& registry_mutex() {
+  static std::mutex m;
+  return m;
+}
+std::set<NcclCommunicator*>& registry() {
+  static std::set<NcclCommunicator*> r;
+  return r;
+}
+
+// Host buffers of all_reduce/broadcast are moved through this many bytes at a
+// time (a multiple of every dtype's size; the step's scalars fit in one pass).
+constexpr size_t kStagingBytes = 4096;
+
+// What the watchdog's poll and release closures of one communicator share
+// with it: the event pool and the NCCL handle, co-owned so that a closure
+// outliving the communicator (destroyed or aborted with an op pending) finds
+// it marked dead instead of touching freed state.
+struct Tracker {
+  std::mutex mutex;
+  bool live = true;  // false once the communicator is destroyed or aborted
+  ncclComm_t comm = nullptr;
+  int device = 0;
+  std::vector<cudaEvent_t> free_events;
+  ~Tracker() {
+    for (cudaEvent_t ev : free_events) cudaEventDestroy(ev);
+  }
+  // 1 done (or the communicator is gone), 0 running, -1 failed.
+  int poll(cudaEvent_t ev) {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (!live) return 1;
+    cudaSetDevice(device);  // the watchdog thread starts on device 0
+    const cudaError_t rc = cudaEventQuery(ev);
+    if (rc == cudaSuccess) return 1;
+    if (rc != cudaErrorNotReady) return -1;
+    ncclResult_t state = ncclSuccess;
+    if (ncclCommGetAsyncError(comm, &state) != ncclSuccess) return -1;
+    return state == ncclSuccess || state == ncclInProgress ? 0 : -1;
+  }
+  void kill() {
+    std::lock_guard<std::mutex> lock(mutex);
+    live = false;
+  }
+};
+
 class NcclCommunicator final : public Communicator {
  public:
   NcclCommunicator(std::string name, ncclComm_t comm, int device, double timeout_s)
@@ -100,17 +147,27 @@ class NcclCommunicator final : public Communicator {
         timeout_s_(timeout_s) {
     CUDA_CHECK(cudaStreamCreateWithFlags(&own_stream_, cudaStreamNonBlocking));
     stream_ = own_stream_;
-    CUDA_CHECK(cudaMalloc(&scratch_, sizeof(float)));
+    CUDA_CHECK(cudaMalloc(&staging_, kStagingBytes));
+    CUDA_CHECK(cudaMallocHost(&pinned_, kStagingBytes));
     CUDA_CHECK(cudaEventCreateWithFlags(&sync_event_, cudaEventDisableTiming));
+    tracker_->comm = comm;
+    tracker_->device = device;
+    std::lock_guard<std::mutex> lock(registry_mutex());
+    registry().insert(this);
   }
   ~NcclCommunicator() override {
+    {
+      std::lock_guard<std::mutex> lock(registry_mutex());
+      registry().erase(this);
+    }
+    tracker_->kill();
     if (!aborted_.exchange(true)) {
       if (ncclCommFinalize(comm_) == ncclInProgress) wait_ready(comm_, timeout_s_);
       ncclCommDestroy(comm_);
     }
     cudaEventDestroy(sync_event_);
-    for (cudaEvent_t ev : free_events_) cudaEventDestroy(ev);
-    cudaFree(scratch_);
+    cudaFree(staging_);
+    cudaFreeHost(pinned_);
     cudaStreamDestroy(own_stream_);
   }
 
@@ -120,6 +177,14 @@ class NcclCommunicator final : public Communicator {
   void set_stream(cudaStream_t stream) { stream_ = stream ? stream : own_stream_; }
 
   void all_reduce(Tensor buf, ReduceOp op) override {
+    if (buf.device == Device::cpu) {
+      const ncclDataType_t type = reduce_type(buf, "all_reduce");
+      through_staging(buf, "all_reduce", [&](void* dev, size_t count) {
+        NCCL_CHECK(comm_, ncclAllReduce(dev, dev, count, type, nccl_op(op), comm_, stream_),
+                   timeout_s_);
+      });
+      return;
+    }
     check(buf, "all_reduce");
     NCCL_CHECK(comm_, ncclAllReduce(buf.data, buf.data, buf.numel(), reduce_type(buf, "all_reduce"),
                                     nccl_op(op), comm_, stream_), timeout_s_);
@@ -143,6 +208,13 @@ class NcclCommunicator final : public Communicator {
     track("all_gather");
   }
   void broadcast(Tensor buf, int root) override {
+    if (buf.device == Device::cpu) {
+      through_staging(buf, "broadcast", [&](void* dev, size_t count) {
+        NCCL_CHECK(comm_, ncclBroadcast(dev, dev, count, nccl_type(buf.dtype), root, comm_, stream_),
+                   timeout_s_);
+      });
+      return;
+    }
     check(buf, "broadcast");
     NCCL_CHECK(comm_, ncclBroadcast(buf.data, buf.data, buf.numel(), nccl_type(buf.dtype), root,
                                     comm_, stream_), timeout_s_);
@@ -166,6 +238,27 @@ class NcclCommunicator final : public Communicator {
     }
     NCCL_CHECK(comm_, ncclGroupEnd(), timeout_s_);
     track(op);
+  }
+  void batch_p2p(std::span<const P2pOp> ops) override {
+    if (ops.empty()) return;
+    for (const P2pOp& op : ops) {
+      check(op.buf, op.kind == P2pOp::send ? "send" : "recv");
+      TRAINER_CHECK(op.peer >= 0 && op.peer < size() && op.peer != rank(),
+                    "batch_p2p on axis {}: peer {} (rank {} of {})", name(), op.peer, rank(),
+                    size());
+    }
+    NCCL_CHECK(comm_, ncclGroupStart(), timeout_s_);
+    for (const P2pOp& op : ops) {
+      if (op.kind == P2pOp::send) {
+        NCCL_CHECK(comm_, ncclSend(op.buf.data, op.buf.numel(), nccl_type(op.buf.dtype), op.peer,
+                                   comm_, stream_), timeout_s_);
+      } else {
+        NCCL_CHECK(comm_, ncclRecv(op.buf.data, op.buf.numel(), nccl_type(op.buf.dtype), op.peer,
+                                   comm_, stream_), timeout_s_);
+      }
+    }
+    NCCL_CHECK(comm_, ncclGroupEnd(), timeout_s_);
+    track("batch_p2p");
   }
   void all_to_allv(Tensor send, std::span<const int64_t> send_counts, Tensor recv,
                    std::span<const int64_t> recv_counts) override {
@@ -205,7 +298,7 @@ class NcclCommunicator final : public Communicator {
     track("all_to_allv");
   }
   void barrier() override {
-    NCCL_CHECK(comm_, ncclAllReduce(scratch_, scratch_, 1, ncclFloat32, ncclSum, comm_, stream_),
+    NCCL_CHECK(comm_, ncclAllReduce(staging_, staging_, 1, ncclFloat32, ncclSum, comm_, stream_),
                timeout_s_);
     track("barrier");
     synchronize();
@@ -217,6 +310,7 @@ class NcclCommunicator final : public Communicator {
     while (true) {
       const cudaError_t rc = cudaEventQuery(sync_event_);
       if (rc == cudaSuccess) return;
+      if (rc != cudaErrorNotReady || aborted_.load()) park_if_watchdog_fired();
       TRAINER_CHECK(rc == cudaErrorNotReady, "synchronize on axis {}: {}", name(),
                     cudaGetErrorString(rc));
       TRAINER_CHECK(!aborted_.load(), "synchronize on axis {}: communicator aborted", name());
@@ -224,7 +318,9 @@ class NcclCommunicator final : public Communicator {
     }
   }
   void abort() noexcept override {
-    if (!aborted_.exchange(true)) ncclCommAbort(comm_);
+    if (aborted_.exchange(true)) return;
+    tracker_->kill();  // the watchdog no longer polls a handle ncclCommAbort frees
+    ncclCommAbort(comm_);
   }
 
  private:
@@ -243,6 +339,25 @@ class NcclCommunicator final : public Communicator {
     TRAINER_CHECK(t.device == Device::cuda, "{} on axis {}: NCCL needs a cuda tensor, got {}", op,
                   name(), t.str());
   }
+  // A host buffer moved through the pinned and device staging pair, one
+  // kStagingBytes piece at a time: copy in, `collective(device, count)`, copy
+  // out, wait (polling), so the call has completed when it returns.
+  template <class Collective>
+  void through_staging(const Tensor& buf, const char* op, Collective&& collective) {
+    check_buffer(*this, op, buf);
+    const size_t elem = dtype_size(buf.dtype), total = buf.nbytes();
+    char* host = static_cast<char*>(buf.data);
+    for (size_t off = 0; off < total; off += kStagingBytes) {
+      const size_t n = std::min(kStagingBytes, total - off);
+      std::memcpy(pinned_, host + off, n);
+      CUDA_CHECK(cudaMemcpyAsync(staging_, pinned_, n, cudaMemcpyHostToDevice, stream_));
+      collective(staging_, n / elem);
+      track(op);
+      CUDA_CHECK(cudaMemcpyAsync(pinned_, staging_, n, cudaMemcpyDeviceToHost, stream_));
+      synchronize();
+      std::memcpy(host + off, pinned_, n);
+    }
+  }
   ncclDataType_t reduce_type(const Tensor& t, const char* op) const {
     TRAINER_CHECK(t.dtype != DType::u16 && t.dtype != DType::e4m3 && t.dtype != DType::e5m2,
                   "{} on axis {}: cannot reduce {}", op, name(), dtype_name(t.dtype));
@@ -253,37 +368,22 @@ class NcclCommunicator final : public Communicator {
   void track(const char* op) {
     Watchdog* dog = watchdog();
     if (!dog) return;
-    cudaEvent_t ev = acquire_event();
-    CUDA_CHECK(cudaEventRecord(ev, stream_));
-    const int device = device_;
-    ncclComm_t comm = comm_;
-    dog->track(
-        name().c_str(), op, rank(), size(),
-        [ev, device, comm] {
-          cudaSetDevice(device);  // the watchdog thread starts on device 0
-          const cudaError_t rc = cudaEventQuery(ev);
-          if (rc == cudaSuccess) return 1;
-          if (rc != cudaErrorNotReady) return -1;
-          ncclResult_t state = ncclSuccess;
-          if (ncclCommGetAsyncError(comm, &state) != ncclSuccess) return -1;
-          return state == ncclSuccess || state == ncclInProgress ? 0 : -1;
-        },
-        [this, ev] { release_event(ev); });
-  }
-  cudaEvent_t acquire_event() {
-    std::lock_guard<std::mutex> lock(events_mutex_);
-    if (free_events_.empty()) {
-      cudaEvent_t ev;
-      CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
-      return ev;
+    cudaEvent_t ev = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(tracker_->mutex);
+      if (!tracker_->free_events.empty()) {
+        ev = tracker_->free_events.back();
+        tracker_->free_events.pop_back();
+      }
     }
-    cudaEvent_t ev = free_events_.back();
-    free_events_.pop_back();
-    return ev;
-  }
-  void release_event(cudaEvent_t ev) {
-    std::lock_guard<std::mutex> lock(events_mutex_);
-    free_events_.push_back(ev);
+    if (!ev) CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+    CUDA_CHECK(cudaEventRecord(ev, stream_));
+    std::shared_ptr<Tracker> t = tracker_;
+    dog->track(name().c_str(), op, rank(), size(), [t, ev] { return t->poll(ev); },
+               [t, ev] {
+                 std::lock_guard<std::mutex> lock(t->mutex);
+                 t->free_events.push_back(ev);
+               });
   }
 
   ncclComm_t comm_;
@@ -292,10 +392,10 @@ class NcclCommunicator final : public Communicator {
   cudaStream_t own_stream_ = nullptr;
   cudaStream_t stream_ = nullptr;
   cudaEvent_t sync_event_ = nullptr;
-  void* scratch_ = nullptr;
+  void* staging_ = nullptr;  // kStagingBytes on the device (host buffers, barrier)
+  void* pinned_ = nullptr;   // kStagingBytes of pinned host memory
   std::atomic<bool> aborted_{false};
-  std::mutex events_mutex_;
-  std::vector<cudaEvent_t> free_events_;
+  std::shared_ptr<Tracker> tracker_ = std::make_shared<Tracker>();
 };
 
 ncclUniqueId share_unique_id(const LaunchEnv& env, double timeout_s) {
@@ -305,26 +405,18 @@ ncclUniqueId share_unique_id(const LaunchEnv& env, double timeout_s) {
     const ncclResult_t rc = ncclGetUniqueId(&id);
     TRAINER_CHECK(rc == ncclSuccess, "ncclGetUniqueId: {}", ncclGetErrorString(rc));
   }
-  if (env.world == 1) return id;  // nobody to tell
-#if TRAINER_MPI
-  mpi_init_once();
-  TRAINER_CHECK(MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD) == MPI_SUCCESS,
-                "MPI_Bcast of the NCCL unique id failed");
-#else
-  const RendezvousAddress addr = rendezvous_address(env);
-  std::vector<uint8_t> bytes(reinterpret_cast<uint8_t*>(&id),
-                             reinterpret_cast<uint8_t*>(&id) + sizeof id);
-  bytes = tcp_broadcast(addr.host, addr.port, env.rank, env.world, bytes, timeout_s);
-  TRAINER_CHECK(bytes.size() == sizeof id, "rendezvous: got {} bytes, expected a {}-byte id",
-                bytes.size(), sizeof id);
-  std::memcpy(&id, bytes.data(), sizeof id);
-#endif
+  const auto* p = reinterpret_cast<const uint8_t*>(&id);
+  const Bootstrapped got = bootstrap_broadcast(env, std::vector<uint8_t>(p, p + sizeof id), timeout_s);
+  TRAINER_CHECK(got.bytes.size() == sizeof id, "bootstrap ({}): got {} bytes, expected a {}-byte id",
+                got.via, got.bytes.size(), sizeof id);
+  std::memcpy(&id, got.bytes.data(), sizeof id);
   return id;
 }
 
 }  // namespace
 
 bool nccl_available() { return true; }
+bool is_nccl(const Communicator& comm) { return dynamic_cast<const NcclCommunicator*>(&comm); }
 
 std::unique_ptr<Communicator> make_nccl_world(const LaunchEnv& env, double timeout_s) {
   int devices = 0;
@@ -367,8 +459,17 @@ void nccl_set_stream(Communicator& comm, void* cuda_stream) {
   if (nccl) nccl->set_stream(static_cast<cudaStream_t>(cuda_stream));
 }
 
+void nccl_abort_all() noexcept {
+  std::lock_guard<std::mutex> lock(registry_mutex());
+  for (NcclCommunicator* c : registry()) c->abort();
+}
+
 void cuda_device_copy(void* dst, const void* src, size_t bytes, Device device) {
+  // The ops run on non-blocking streams, which a legacy-stream cudaMemcpy
+  // would not wait for.
+  CUDA_CHECK(cudaDeviceSynchronize());
   CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToDevice));
+  CUDA_CHECK(cudaDeviceSynchronize());
 }
 
 #else  // no NCCL in this build
@@ -386,14 +487,18 @@ namespace {
 }  // namespace
 
 bool nccl_available() { return false; }
+bool is_nccl(const Communicator&) { return false; }
 std::unique_ptr<Communicator> make_nccl_world(const LaunchEnv&, double) { no_nccl(); }
 std::unique_ptr<Communicator> nccl_split(Communicator&, int, int, std::string, double) {
   no_nccl();
 }
 void nccl_set_stream(Communicator&, void*) {}
+void nccl_abort_all() noexcept {}
 void cuda_device_copy(void* dst, const void* src, size_t bytes, Device) {
 #if TRAINER_CUDA
-  const cudaError_t rc = cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToDevice);
+  cudaError_t rc = cudaDeviceSynchronize();
+  if (rc == cudaSuccess) rc = cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToDevice);
+  if (rc == cudaSuccess) rc = cudaDeviceSynchronize();
   TRAINER_CHECK(rc == cudaSuccess, "cudaMemcpy: {}", cudaGetErrorString(rc));
 #else
   throw Error("this build has no CUDA");

@@ -72,8 +72,74 @@ const char* to_string(ActionKind kind) {
   return "?";
 }
 
+bool is_p2p(ActionKind kind) { return kind != ActionKind::forward && kind != ActionKind::backward; }
+
+std::vector<BatchedStep> batched_program(const Schedule& table) {
+  const int n = static_cast<int>(table.size());
+  int chunks = 1;
+  for (const Action& a : table) chunks = std::max(chunks, a.chunk + 1);
+  // Megatron pairs steps only in its interleaved schedule with a steady phase
+  // (some backward before the last forward).
+  int first_backward = n, last_forward = -1;
+  for (int i = 0; i < n; ++i) {
+    if (table[i].kind == ActionKind::backward) first_backward = std::min(first_backward, i);
+    if (table[i].kind == ActionKind::forward) last_forward = i;
+  }
+  const bool steady = first_backward < last_forward;
+  // (Pairing plain 1F1B's steps too is as safe but delays every forward
+  // output past a backward; its natural runs already pair send_forward with
+  // recv_backward and send_backward with recv_forward.)
+  const bool pair_steps = steady && chunks > 1;
+  auto is_recv = [&](int i) {
+    return table[i].kind == ActionKind::recv_forward || table[i].kind == ActionKind::recv_backward;
+  };
+  std::vector<int> computes;
+  for (int i = 0; i < n; ++i)
+    if (!is_p2p(table[i].kind)) computes.push_back(i);
+  std::vector<BatchedStep> out;
+  std::vector<int> sends;         // waiting, in table order
+  std::vector<char> taken(n, 0);  // receives already in an earlier group
+  int prev = -1;                  // previous compute
+  for (size_t k = 0; k < computes.size(); ++k) {
+    const int i = computes[k];
+    BatchedStep st;
+    std::vector<int> recvs;
+    for (int j = prev + 1; j < i; ++j) {
+      if (is_recv(j) && !taken[j]) recvs.push_back(j);
+      if (!is_recv(j)) sends.push_back(j);
+    }
+    // 1F1B's steady pair F(x) B(y): y's gradient comes with x's input.
+    const bool pair = pair_steps && table[i].kind == ActionKind::forward && k + 1 < computes.size() &&
+                      table[computes[k + 1]].kind == ActionKind::backward;
+    if (pair)
+      for (int j = i + 1; j < computes[k + 1]; ++j)
+        if (is_recv(j)) {
+          recvs.push_back(j);
+          taken[j] = 1;
+        }
+    // A forward's output alone before a backward waits for that backward's
+    // input gradient (its slot outlives the backward of another micro-batch).
+    const bool only_forward_sends =
+        std::all_of(sends.begin(), sends.end(),
+                    [&](int j) { return table[j].kind == ActionKind::send_forward; });
+    const bool hold = pair_steps && table[i].kind == ActionKind::backward && recvs.empty() &&
+                      only_forward_sends;
+    if (!hold) {
+      st.p2p = sends;
+      sends.clear();
+    }
+    st.p2p.insert(st.p2p.end(), recvs.begin(), recvs.end());
+    st.compute = i;
+    out.push_back(std::move(st));
+    prev = i;
+  }
+  for (int j = prev + 1; j < n; ++j) sends.push_back(j);
+  if (!sends.empty()) out.push_back({sends, -1});
+  return out;
+}
+
 void execute_schedule(const Schedule& table, const StageOps& ops) {
-  for (const Action& a : table) {
+  auto run = [&](const Action& a) {
     const std::function<void(const Action&)>* op = nullptr;
     switch (a.kind) {
       case ActionKind::recv_forward: op = &ops.recv_forward; break;
@@ -85,6 +151,15 @@ void execute_schedule(const Schedule& table, const StageOps& ops) {
     }
     TRAINER_CHECK(op && *op, "execute_schedule: no operation for {}", to_string(a.kind));
     (*op)(a);
+  };
+  if (!ops.end_batch) {
+    for (const Action& a : table) run(a);
+    return;
+  }
+  for (const BatchedStep& st : batched_program(table)) {
+    for (int j : st.p2p) run(table[j]);
+    if (!st.p2p.empty()) ops.end_batch();
+    if (st.compute >= 0) run(table[st.compute]);
   }
 }
 
@@ -301,6 +376,110 @@ SimResult simulate(const std::vector<Schedule>& tables, const SimCosts& costs) {
   if (!result.deadlock)
     TRAINER_CHECK(in_transit.empty(), "{} message(s) sent and never received", in_transit.size());
   return result;
+}
+
+std::string simulate_batched(const std::vector<Schedule>& tables) {
+  const int pp_size = static_cast<int>(tables.size());
+  TRAINER_CHECK(pp_size >= 1, "simulate_batched: no tables");
+  // The message an op carries: (direction, micro-batch, receiving global stage).
+  auto message = [&](int rank, const Action& a) {
+    const int stage = a.chunk * pp_size + rank;
+    switch (a.kind) {
+      case ActionKind::send_forward: return MessageKey{kForward, a.micro_batch, stage + 1};
+      case ActionKind::recv_forward: return MessageKey{kForward, a.micro_batch, stage};
+      case ActionKind::send_backward: return MessageKey{kBackward, a.micro_batch, stage - 1};
+      default: return MessageKey{kBackward, a.micro_batch, stage};
+    }
+  };
+  auto is_send = [](ActionKind k) {
+    return k == ActionKind::send_forward || k == ActionKind::send_backward;
+  };
+  struct RankRun {
+    std::vector<BatchedStep> program;
+    size_t step = 0;          // program[step] is running
+    bool in_group = true;     // its group (else its compute) is next
+    std::vector<int> order;   // p2p actions in issue order
+    std::vector<char> done;   // per action: a matched send or receive
+  };
+  std::vector<RankRun> ranks(pp_size);
+  for (int r = 0; r < pp_size; ++r) {
+    RankRun& st = ranks[r];
+    st.program = batched_program(tables[r]);
+    st.done.assign(tables[r].size(), 0);
+    for (const BatchedStep& b : st.program)
+      for (int j : b.p2p) {
+        const Action& a = tables[r][j];
+        TRAINER_CHECK(a.peer >= 0 && a.peer < pp_size && a.peer != r, "{}: bad peer",
+                      action_name(a, r));
+        st.order.push_back(j);
+      }
+  }
+  // The earliest unmatched op of rank r with `peer` (sends or receives), in
+  // issue order: NCCL matches a pair's sends and receives in that order.
+  auto first_open = [&](int r, int peer, bool send) {
+    for (int j : ranks[r].order) {
+      const Action& a = tables[r][j];
+      if (!ranks[r].done[j] && a.peer == peer && is_send(a.kind) == send) return j;
+    }
+    return -1;
+  };
+  auto in_current_group = [&](int r, int j) {
+    const RankRun& st = ranks[r];
+    if (st.step >= st.program.size() || !st.in_group) return false;
+    const std::vector<int>& g = st.program[st.step].p2p;
+    return std::find(g.begin(), g.end(), j) != g.end();
+  };
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (int r = 0; r < pp_size; ++r) {
+      RankRun& st = ranks[r];
+      while (st.step < st.program.size()) {
+        const BatchedStep& b = st.program[st.step];
+        if (!st.in_group) {  // the compute completes at once
+          st.in_group = true;
+          ++st.step;
+          progress = true;
+          continue;
+        }
+        bool all = true;
+        for (int i : b.p2p) {
+          if (st.done[i]) continue;
+          const Action& a = tables[r][i];
+          const int q = a.peer;
+          if (first_open(r, q, is_send(a.kind)) == i) {
+            const int j = first_open(q, r, !is_send(a.kind));
+            if (j >= 0 && in_current_group(q, j)) {
+              TRAINER_CHECK(message(r, a) == message(q, tables[q][j]),
+                            "{} would meet {}: the two ranks order their messages differently",
+                            action_name(a, r), action_name(tables[q][j], q));
+              st.done[i] = ranks[q].done[j] = 1;
+              progress = true;
+            }
+          }
+          all = all && st.done[i];
+        }
+        if (!all) break;
+        if (b.compute >= 0) {
+          st.in_group = false;
+        } else {
+          ++st.step;
+        }
+        progress = true;
+      }
+    }
+  }
+  std::string stuck;
+  for (int r = 0; r < pp_size; ++r) {
+    const RankRun& st = ranks[r];
+    if (st.step >= st.program.size()) continue;
+    for (int i : st.program[st.step].p2p)
+      if (!st.done[i]) {
+        if (!stuck.empty()) stuck += "; ";
+        stuck += action_name(tables[r][i], r);
+        break;
+      }
+  }
+  return stuck;
 }
 
 namespace {

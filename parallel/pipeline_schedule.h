@@ -22,12 +22,18 @@
 //   backward(mb, c)       backward of chunk c (the last stage starts from the loss)
 //   send_backward(mb, c)  NON-blocking send of chunk c's input gradient to `peer`
 //
-// Sends must not block until the peer receives (isend, waited at the end of
-// the step, or NCCL sends grouped with the next receive): with blocking
-// rendezvous sends, 1F1B's steady state deadlocks (rank r sends forward to
-// r+1 while r+1 sends backward to r). The simulator models exactly these
-// semantics. execute_schedule() is that executor: it calls one StageOps
-// function per action, in table order.
+// Sends must not block until the peer receives: with blocking rendezvous
+// sends, 1F1B's steady state deadlocks (rank r sends forward to r+1 while r+1
+// sends backward to r). simulate() models MPI's isend semantics (sends never
+// wait). NCCL's sends and receives may each wait for the peer, and a pair's
+// messages match in issue order; there the table runs as batched_program():
+// before each compute action one group holds the sends of earlier computes
+// and the receives this compute needs, and before a forward that a backward
+// follows also that backward's gradient, as in Megatron's
+// send_forward_backward_recv_forward_backward. simulate_batched() checks a
+// set of programs under those semantics. execute_schedule() is the executor:
+// it calls one StageOps function per action, in table order, or (end_batch
+// set) in batched_program() order with end_batch after each group.
 //
 // Example: 1F1B, pp 4, m 8, compute actions only, in table order
 // (F3 = forward of micro-batch 3, B3 its backward):
@@ -89,9 +95,30 @@ using Schedule = std::vector<Action>;
 struct StageOps {
   std::function<void(const Action&)> recv_forward, forward, send_forward;
   std::function<void(const Action&)> recv_backward, backward, send_backward;
+  // Optional: run the table as batched_program(); called after each group's
+  // send/recv actions, to issue them together.
+  std::function<void()> end_batch;
 };
 
-// The executor: runs one rank's table in order, one call per action.
+bool is_p2p(ActionKind kind);
+
+// One step of a batched program: the send/recv actions `p2p` (indices into
+// the table, in table order) issued as one group, then the compute action
+// `compute` (-1 for the last step, which only sends).
+struct BatchedStep {
+  std::vector<int> p2p;
+  int compute = -1;
+};
+// The table as groups and computes. Each compute's receives are in the group
+// before it (a backward's already in the group before the forward it follows
+// in 1F1B's steady state). A send waits for the next group, and a forward's
+// output also past a backward (to pair with that backward's input gradient);
+// a send_backward never passes a backward (which overwrites the gradient it
+// sends). Every rank's sends to a peer, and receives from it, keep the
+// table's order, so MPI and NCCL match the same messages.
+std::vector<BatchedStep> batched_program(const Schedule& table);
+
+// The executor: runs one rank's table, one call per action.
 void execute_schedule(const Schedule& table, const StageOps& ops);
 
 // Megatron's non-interleaved 1F1B: min(pp_size - pp_rank - 1, m) warm-up
@@ -148,6 +175,16 @@ struct SimResult {
 // table is malformed: wrong peer, data used before it was received or
 // computed, a message sent twice or never received.
 SimResult simulate(const std::vector<Schedule>& tables, const SimCosts& costs = {});
+
+// NCCL's semantics over batched_program(): each rank runs its program in
+// order; a compute completes at once; a group blocks the rank until each of
+// its sends and receives has met its partner in the peer's current group (a
+// matched op stays done). A pair's sends and receives match in issue order,
+// as in NCCL: a pair whose messages differ throws Error (NCCL would deliver
+// the wrong tensor). Returns "" when every rank finishes, else the op each
+// stuck rank waits for. Blocking the rank on every group is stronger than the
+// GPU needs, so a host wait anywhere in the step cannot deadlock either.
+std::string simulate_batched(const std::vector<Schedule>& tables);
 
 // All ranks' tables for one configuration.
 std::vector<Schedule> all_schedules(int pp_size, int num_micro_batches, int virtual_stages);

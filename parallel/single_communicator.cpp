@@ -29,6 +29,14 @@ void check_count(const Communicator& comm, const char* op, const Tensor& t, int6
                 comm.name(), what, t.numel(), expected);
 }
 
+void Communicator::batch_p2p(std::span<const P2pOp> ops) {
+  // isends first (they return at once), so no receive waits on a send of its own batch.
+  for (const P2pOp& op : ops)
+    if (op.kind == P2pOp::send) isend(op.buf, op.peer);
+  for (const P2pOp& op : ops)
+    if (op.kind == P2pOp::recv) recv(op.buf, op.peer);
+}
+
 namespace {
 
 class SingleCommunicator final : public Communicator {

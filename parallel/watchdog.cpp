@@ -4,12 +4,24 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 
 #include "kernels/error.h"
 
 namespace trainer::parallel {
+
+namespace {
+std::atomic<bool> g_fired{false};
+}  // namespace
+
+bool watchdog_fired() { return g_fired.load(); }
+
+void park_if_watchdog_fired() {
+  while (g_fired.load()) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+}
 
 Watchdog::Watchdog(double timeout_s, int world_rank, std::function<void()> abort_all)
     : timeout_s_(timeout_s), world_rank_(world_rank), abort_all_(std::move(abort_all)) {
@@ -92,9 +104,31 @@ void Watchdog::fire(const Entry& e, const char* what, double elapsed_s) {
       "trainer: watchdog: rank {}: {} on axis {} (group rank {} of {}) {} after {:.1f} s "
       "(timeout {} s); aborting\n",
       world_rank_, e.op, e.axis, e.group_rank, e.group_size, what, elapsed_s, timeout_s_);
+  g_fired.store(true);
   std::fputs(line.c_str(), stderr);
   std::fflush(stderr);
-  if (abort_all_) abort_all_();
+  if (abort_all_) {
+    // ncclCommAbort frees device memory, which waits for the GPU: with a
+    // stream stuck behind something other than a collective it may never
+    // return. The abort gets a grace period on its own thread, then the
+    // process ends regardless.
+    auto done = std::make_shared<std::atomic<bool>>(false);
+    std::thread([abort = abort_all_, done] {
+      abort();
+      done->store(true);
+    }).detach();
+    const auto deadline = std::chrono::steady_clock::now() +
+                          std::chrono::duration<double>(kAbortGraceS);
+    while (!done->load() && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    if (!done->load()) {
+      const std::string late = fmt::format(
+          "trainer: watchdog: rank {}: aborting the communicators took over {} s; exiting\n",
+          world_rank_, kAbortGraceS);
+      std::fputs(late.c_str(), stderr);
+      std::fflush(stderr);
+    }
+  }
   // The main thread is stuck inside the collective, so nothing can unwind:
   // ending the process here is the only way not to hang.
   std::_Exit(kWatchdogExitCode);

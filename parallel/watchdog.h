@@ -17,6 +17,9 @@ namespace trainer::parallel {
 
 // Exit status of a process ended by the watchdog (MPI_Abort passes it on).
 constexpr int kWatchdogExitCode = 3;
+// How long the watchdog waits for its abort (ncclCommAbort, MPI_Abort) before
+// ending the process itself.
+constexpr double kAbortGraceS = 10.0;
 
 class Watchdog {
  public:
@@ -25,7 +28,8 @@ class Watchdog {
   using Poll = std::function<int()>;
 
   // abort_all: aborts every communicator (ncclCommAbort / MPI_Abort); it may not
-  // return. If it does, the watchdog ends the process with kWatchdogExitCode.
+  // return. If it returns, or has not within kAbortGraceS, the watchdog ends
+  // the process with kWatchdogExitCode.
   Watchdog(double timeout_s, int world_rank, std::function<void()> abort_all);
   ~Watchdog();
   Watchdog(const Watchdog&) = delete;
@@ -65,6 +69,14 @@ class Watchdog {
   bool stop_ = false;
   std::thread thread_;
 };
+
+// True once a watchdog of this process has reported a collective and begun
+// aborting. A thread that then finds its communicator aborted calls
+// park_if_watchdog_fired() instead of failing on its own: the watchdog ends
+// the process with its line and exit status (kWatchdogExitCode), not a
+// second, misleading error.
+bool watchdog_fired();
+void park_if_watchdog_fired();
 
 // RAII registration of one blocking collective; a null watchdog is allowed.
 class CollectiveGuard {

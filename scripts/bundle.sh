@@ -79,7 +79,7 @@ rm -f "$BUILD_DIR.cmake.log"
 # with BUILD_DIR=<bundle>/bin. Optional ones are bundled when the build has them.
 REQUIRED=(trainer test/kernels/test_kernels_cpu test/precision/test_precision test/model/test_model)
 OPTIONAL=(test/parallel/test_parallel test/cuda/cuda_ops_test test/precision/numeric_device_check
-          test/parallel/parallel_nccl_smoke)
+          test/parallel/parallel_nccl_smoke test/parallel/parallel_nccl_streams)
 ALL_TARGETS=$(ninja -C "$BUILD_DIR" -t targets all 2>/dev/null)
 have_target() { grep -q "^$1: " <<<"$ALL_TARGETS"; }
 BINARIES=("${REQUIRED[@]}")

@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # The one command for a GPU machine: prints the GPU, driver and library versions,
 # builds with CUDA (or uses a carried build), runs the [cuda] suite (every CUDA
-# op against the CPU op) and the op benchmarks, trains configs/tiny-gpt2.yaml
-# 50 steps on the GPU and on the CPU in fp32, bf16 and fp16 and compares the loss
-# curves, also in fp8 (and forces an fp16 overflow on both), checks that
-# `trainer export --format hf` loads in transformers (and vLLM) with the
-# trainer's logits where Python has them (scripts/hf_check.sh), then benchmarks
-# whole training steps of GPT-2 124M and Llama 1B in fp32, bf16 and fp8 if
-# `trainer bench` exists. Each stage prints PASS, FAIL or SKIPPED (with the reason); the script
+# op against the CPU op) and the op benchmarks, the [nccl] tests on one GPU (a
+# world of one NCCL rank: device scalars, overlapped gradient buckets, the
+# watchdog on a stuck collective), trains configs/tiny-gpt2.yaml 50 steps on
+# the GPU and on the CPU in fp32, bf16 and fp16 and compares the loss curves,
+# also in fp8 (and forces an fp16 overflow on both), with >= 2 GPUs trains it
+# on 2 GPUs (dp2, tp2; launch.sh, NCCL over the TCP rendezvous) against one
+# GPU, checks that `trainer export --format hf` loads in transformers (and
+# vLLM) with the trainer's logits where Python has them (scripts/hf_check.sh),
+# then benchmarks whole training steps of GPT-2 124M and Llama 1B in fp32,
+# bf16 and fp8 if `trainer bench` exists. Each stage prints PASS, FAIL or SKIPPED (with the reason); the script
 # exits 1 if any stage failed. Everything is bounded by an 8-minute budget.
 #
 # Environment:
@@ -28,6 +31,8 @@
 #               below fp8's own rounding, and in what bf16 differs by)
 #   BENCH_STEPS timed steps per benchmark (default 4: GPT-2 124M in fp32 takes ~11 s
 #               a step, and the budget is 8 minutes)
+#   MGPU_RTOL   largest relative loss difference, 2 GPUs vs 1 (default 1e-4: the
+#               ranks sum partial GEMMs and reduce in orders one GPU never forms)
 # The tiny run needs data/brown (scripts/get_data.sh; git-ignored, so carry it).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
@@ -38,6 +43,7 @@ LOSS_TOL=${LOSS_TOL:-0.02}
 LOSS_RTOL_MP=${LOSS_RTOL_MP:-5e-3}
 LOSS_RTOL_FP8=${LOSS_RTOL_FP8:-2e-2}
 BENCH_STEPS=${BENCH_STEPS:-4}
+MGPU_RTOL=${MGPU_RTOL:-1e-4}
 BUILD_DIR=${BUILD_DIR:-build-gpu-check}
 SUMMARY_DIR=${OUT:-$ROOT/build/gpu_check}
 mkdir -p "$SUMMARY_DIR"
@@ -121,6 +127,21 @@ if [[ ${BUILD:-auto} != never ]] && command -v nvcc >/dev/null && command -v cma
     tail -20 "$WORK/build_trainer.log"
     record build_trainer FAIL "ninja trainer failed or timed out (${t}s); log above"
   fi
+  # The NCCL tests exist only in a build that found NCCL.
+  nccl_targets=$(ninja -C "$BUILD_DIR" -t targets all 2>/dev/null |
+                 awk -F: '$1 == "parallel_nccl_smoke" || $1 == "parallel_nccl_streams" { print $1 }')
+  if [[ -n $nccl_targets ]]; then
+    t=$(stage_timeout 120)
+    # shellcheck disable=SC2086
+    if timeout "$t" ninja -C "$BUILD_DIR" -j "$jobs" $nccl_targets >"$WORK/build_nccl.log" 2>&1; then
+      record build_nccl PASS "built $(echo $nccl_targets)"
+    else
+      tail -20 "$WORK/build_nccl.log"
+      record build_nccl FAIL "ninja of the NCCL tests failed or timed out (${t}s); log above"
+    fi
+  else
+    record build_nccl SKIPPED "this build found no NCCL (no parallel_nccl_* targets)"
+  fi
 elif [[ -x $TEST_BIN ]]; then
   record build SKIPPED "not building (BUILD=${BUILD:-auto}, nvcc/cmake/ninja: $(command -v nvcc >/dev/null && echo yes || echo no)): using the carried $BUILD_DIR"
 else
@@ -164,6 +185,28 @@ if [[ -x $TEST_BIN ]]; then
 else
   record cuda_suite FAIL "no test binary at $TEST_BIN"
 fi
+
+# ------------------------------------------------------------- [nccl] one GPU
+section "[nccl] one GPU (a world of one NCCL rank)"
+nccl_ran=0
+for name in parallel_nccl_smoke parallel_nccl_streams; do
+  bin="$BUILD_DIR/test/parallel/$name"
+  [[ -x $bin ]] || continue
+  nccl_ran=1
+  t=$(stage_timeout 90)
+  timeout "$t" "$bin" >"$WORK/$name.log" 2>&1
+  rc=$?
+  cat "$WORK/$name.log"
+  cp "$WORK/$name.log" "$SUMMARY_DIR/$name.log"
+  fails=$(grep -c '^FAIL' "$WORK/$name.log")
+  case $rc in
+    0) record "$name" PASS "$(tail -1 "$WORK/$name.log")" ;;
+    77) record "$name" FAIL "saw no GPU (exit 77) on a GPU check machine" ;;
+    124) record "$name" FAIL "timed out after ${t}s" ;;
+    *) record "$name" FAIL "exit $rc, $fails failed checks: $(grep -m1 '^FAIL' "$WORK/$name.log" | cut -c1-160)" ;;
+  esac
+done
+((nccl_ran)) || record nccl SKIPPED "no parallel_nccl_* binaries in $BUILD_DIR/test/parallel (a build without NCCL)"
 
 # -------------------------------------------------------------- op benchmarks
 section "op benchmarks (GPT-2 124M shapes)"
@@ -287,6 +330,53 @@ else
   detail=$(grep -E 'PASS|FAIL|not installed' "$WORK/hf.log" | cut -c1-120 | paste -sd';' -)
   if (( rc == 0 )); then record hf_load PASS "$detail"
   else record hf_load FAIL "rc $rc (${t}s limit): $detail"; fi
+fi
+
+# --------------------------------------------------------- 2 GPUs vs one GPU
+section "tiny-gpt2: 2 GPUs (dp2, tp2) vs one GPU"
+NGPU=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
+LAUNCH="$BUILD_DIR/launch.sh"  # a bundle's bin/launch.sh, else the repository's
+[[ -x $LAUNCH ]] || LAUNCH="$ROOT/scripts/bundle_launch.sh"
+if (( NGPU < 2 )); then
+  record multi_gpu SKIPPED "$NGPU GPU(s) visible: NCCL runs one rank per GPU, so dp2 and tp2 need 2 ([nccl] above covers a world of one)"
+elif [[ ! -x $TRAINER_BIN ]] || ! ls data/brown/train_*.bin >/dev/null 2>&1; then
+  record multi_gpu SKIPPED "no trainer binary at $TRAINER_BIN or no data/brown"
+else
+  mg_args=(train configs/tiny-gpt2.yaml --set train.steps=20 --set train.eval_every=0
+           --set run.device=cuda --set parallel.timeout_s=60)
+  t=$(stage_timeout 90)
+  if timeout "$t" "$TRAINER_BIN" "${mg_args[@]}" --set run.dir="$WORK/mg_1gpu" >"$WORK/mg_1gpu.log" 2>&1; then
+    losses "$WORK/mg_1gpu/metrics.jsonl" >"$WORK/mg_loss_1gpu.txt"
+    for layout in "dp2|" "tp2|--set parallel.tp=2"; do
+      IFS='|' read -r name extra <<<"$layout"
+      if (( $(remaining) < 60 )); then record "multi_gpu_$name" SKIPPED "out of time budget"; continue; fi
+      t=$(stage_timeout 120)
+      # shellcheck disable=SC2086
+      timeout "$t" bash "$LAUNCH" -n 2 --grace 10 --port $((29500 + RANDOM % 2000)) "$TRAINER_BIN" \
+        "${mg_args[@]}" --set run.dir="$WORK/mg_$name" $extra >"$WORK/mg_$name.log" 2>&1
+      rc=$?
+      if (( rc != 0 )); then
+        tail -15 "$WORK/mg_$name.log"
+        record "multi_gpu_$name" FAIL "launch.sh -n 2 exited $rc (log above)"
+        continue
+      fi
+      losses "$WORK/mg_$name/metrics.jsonl" >"$WORK/mg_loss_$name.txt"
+      cp "$WORK/mg_loss_$name.txt" "$SUMMARY_DIR/loss_2gpu_$name.txt"
+      cmp_out=$(awk -v tol="$MGPU_RTOL" 'NR == FNR { one[$1] = $2; next } ($1 in one) {
+          d = one[$1] - $2; if (d < 0) d = -d; r = d / (one[$1] < 0 ? -one[$1] : one[$1]);
+          if (r > worst) { worst = r; at = $1 } n++ }
+        END { printf "%d %s %s %g\n", n, (n >= 20 && worst <= tol) ? "ok" : "bad", at, worst }' \
+        "$WORK/mg_loss_1gpu.txt" "$WORK/mg_loss_$name.txt")
+      read -r n verdict at worst <<<"$cmp_out"
+      detail="$n steps; worst relative difference $worst at step ${at:-?} (tol $MGPU_RTOL)"
+      if [[ $verdict == ok ]]; then record "multi_gpu_$name" PASS "$detail"
+      else record "multi_gpu_$name" FAIL "$detail"; fi
+    done
+    cp "$WORK/mg_loss_1gpu.txt" "$SUMMARY_DIR/loss_1gpu.txt"
+  else
+    tail -10 "$WORK/mg_1gpu.log"
+    record multi_gpu FAIL "the one-GPU reference run failed or timed out (${t}s)"
+  fi
 fi
 
 # ------------------------------------------------------------------ benchmark

@@ -128,7 +128,8 @@ TEST_CASE("slices: expert parallelism writes each expert once, ZeRO shards over 
     CHECK(p.write_expert_params == (dp < 2));
     CHECK(p.write_expert_optimizer);
   }
-  model::ParamSpec expert{.name = "e", .expert = true}, dense{.name = "d"};
+  model::ParamSpec expert{.name = "e", .global_shape = {1}, .expert = true};
+  model::ParamSpec dense{.name = "d", .global_shape = {1}};
   ShardPosition q = at(1, 0);
   CHECK(q.writes_params(expert));
   CHECK(!q.writes_params(dense));

@@ -10,6 +10,8 @@
 #include "kernels/error.h"
 #include "kernels/numeric.h"
 #include "mpi_check.h"
+#include "parallel/bootstrap.h"
+#include "parallel/launch_env.h"
 #include "parallel/mpi_communicator.h"
 
 using namespace trainer;
@@ -173,6 +175,20 @@ void test_all_to_allv(Communicator& c) {
       MPI_TEST_CHECK(recv[off++] == 100.0f * p + 10.0f * me + k, me);
 }
 
+// Under mpirun MPI sees the whole world, so the NCCL id's bootstrap uses
+// MPI_Bcast (under launch.sh it falls back to TCP: parallel_launch_local).
+void test_bootstrap(Communicator& c) {
+  const LaunchEnv env = detect_launch_env();
+  MPI_TEST_CHECK(env.world == c.size() && env.rank == c.rank(), c.rank());
+  std::vector<uint8_t> mine(24);
+  for (size_t i = 0; i < mine.size(); ++i) mine[i] = static_cast<uint8_t>(31 * i + 7 * c.rank());
+  const Bootstrapped got = bootstrap_broadcast(env, mine, 30.0);
+  MPI_TEST_CHECK(got.via == "MPI_Bcast", c.rank());
+  MPI_TEST_CHECK(got.bytes.size() == mine.size(), c.rank());
+  for (size_t i = 0; i < mine.size(); ++i)
+    MPI_TEST_CHECK(got.bytes[i] == static_cast<uint8_t>(31 * i), c.rank());  // rank 0's
+}
+
 }  // namespace
 
 int main() {
@@ -185,6 +201,7 @@ int main() {
     test_broadcast(*world);
     test_point_to_point(*world);
     test_all_to_allv(*world);
+    test_bootstrap(*world);
     world->barrier();
     if (world->rank() == 0) std::printf("mpi collectives: %d ranks ok\n", world->size());
   });

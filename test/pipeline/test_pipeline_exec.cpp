@@ -64,7 +64,8 @@ struct RankResult {
   size_t max_held = 0;
 };
 
-void run_rank(int p, int v, int rank, const Schedule& table, Mailbox& mail, RankResult& out) {
+void run_rank(int p, int v, int rank, const Schedule& table, Mailbox& mail, RankResult& out,
+              bool batched) {
   const int num_stages = p * v;
   using Key = std::pair<int, int>;  // (micro-batch, chunk)
   std::map<Key, double> x_in, y_out, dy_in, dx_out, held;
@@ -112,13 +113,14 @@ void run_rank(int p, int v, int rank, const Schedule& table, Mailbox& mail, Rank
     mail.put({1, a.micro_batch, stage_of(a) - 1}, rank, dx_out.at(k));
     dx_out.erase(k);
   };
+  if (batched) ops.end_batch = [] {};  // the mailbox needs no flush: only the order changes
   execute_schedule(table, ops);
   TRAINER_CHECK(held.empty() && x_in.empty() && y_out.empty() && dy_in.empty() && dx_out.empty(),
                 "rank {} ended with buffers left", rank);
 }
 
-void check_pipeline(int p, int m, int v) {
-  INFO("pp " << p << " m " << m << " v " << v);
+void check_pipeline(int p, int m, int v, bool batched = false) {
+  INFO("pp " << p << " m " << m << " v " << v << (batched ? " batched" : ""));
   const auto tables = all_schedules(p, m, v);
   Mailbox mail;
   std::vector<RankResult> results(p);
@@ -127,7 +129,7 @@ void check_pipeline(int p, int m, int v) {
   for (int r = 0; r < p; ++r)
     threads.emplace_back([&, r] {
       try {
-        run_rank(p, v, r, tables[r], mail, results[r]);
+        run_rank(p, v, r, tables[r], mail, results[r], batched);
       } catch (...) {
         errors[r] = std::current_exception();
       }
@@ -173,6 +175,14 @@ TEST_CASE("execute_schedule on threads: interleaved matches the direct computati
       for (int m : {p, 2 * p}) check_pipeline(p, m, v);
 }
 
+TEST_CASE("execute_schedule on threads: the batched programs compute the same", "[cpu]") {
+  for (int p : {2, 4})
+    for (int m : {1, 3, 8}) check_pipeline(p, m, 1, true);
+  for (int p : {2, 4})
+    for (int v : {2, 3})
+      for (int m : {p, 2 * p, 3 * p}) check_pipeline(p, m, v, true);
+}
+
 TEST_CASE("execute_schedule refuses a missing operation", "[cpu]") {
   StageOps ops;
   ops.forward = [](const Action&) {};
@@ -180,4 +190,26 @@ TEST_CASE("execute_schedule refuses a missing operation", "[cpu]") {
   REQUIRE_NOTHROW(execute_schedule(schedule_1f1b(1, 0, 2), ops));
   CHECK_THROWS_WITH(execute_schedule(schedule_1f1b(2, 0, 2), ops),
                     Catch::Contains("no operation for send_forward"));
+}
+
+TEST_CASE("execute_schedule with end_batch runs batched_program in order", "[cpu]") {
+  const Schedule t = schedule_interleaved(4, 1, 8, 2);
+  std::vector<std::string> got, expected;
+  auto name = [](const Action& a) {
+    return std::string(to_string(a.kind)) + " " + std::to_string(a.micro_batch) + "." +
+           std::to_string(a.chunk);
+  };
+  StageOps ops;
+  auto step = [&](const Action& a) { got.push_back(name(a)); };
+  ops.recv_forward = ops.forward = ops.send_forward = step;
+  ops.recv_backward = ops.backward = ops.send_backward = step;
+  ops.end_batch = [&] { got.push_back("end_batch"); };
+  execute_schedule(t, ops);
+  for (const BatchedStep& st : batched_program(t)) {
+    for (int j : st.p2p) expected.push_back(name(t[j]));
+    if (!st.p2p.empty()) expected.push_back("end_batch");
+    if (st.compute >= 0) expected.push_back(name(t[st.compute]));
+  }
+  CHECK(got == expected);
+  CHECK(got.size() > t.size());
 }

@@ -134,3 +134,132 @@ TEST_CASE("the simulator reports deadlocks and rejects broken tables", "[cpu]") 
     REQUIRE(sim.deadlock);
   }
 }
+
+// NCCL's semantics: a send may wait for its receive and a pair's messages
+// match in issue order, so the executor runs batched_program().
+namespace {
+
+bool is_send(ActionKind k) { return k == ActionKind::send_forward || k == ActionKind::send_backward; }
+
+// The program as a table in the order MPI runs it (each group's isends, then
+// its receives, then the compute), for simulate().
+Schedule flattened(const Schedule& t) {
+  Schedule out;
+  for (const BatchedStep& st : batched_program(t)) {
+    for (int j : st.p2p)
+      if (is_send(t[j].kind)) out.push_back(t[j]);
+    for (int j : st.p2p)
+      if (!is_send(t[j].kind)) out.push_back(t[j]);
+    if (st.compute >= 0) out.push_back(t[st.compute]);
+  }
+  return out;
+}
+
+void check_batched(int p, int m, int v) {
+  INFO("pp " << p << " m " << m << " v " << v);
+  const std::vector<Schedule> tables = all_schedules(p, m, v);
+  REQUIRE(simulate_batched(tables) == "");
+  // The same programs under MPI: no deadlock, every input in time, and no
+  // slower than the tables themselves.
+  std::vector<Schedule> flat;
+  for (const Schedule& t : tables) {
+    flat.push_back(flattened(t));
+    REQUIRE(flat.back().size() == t.size());
+  }
+  const SimResult table_sim = simulate(tables), flat_sim = simulate(flat);
+  check_runs_to_end(flat, flat_sim);
+  REQUIRE(flat_sim.makespan <= table_sim.makespan);
+}
+
+}  // namespace
+
+TEST_CASE("batched p2p: every 1F1B and interleaved table runs under NCCL's semantics", "[cpu]") {
+  for (int p : {2, 3, 4, 8, 16})
+    for (int m = 1; m <= 2 * p + 3; ++m) check_batched(p, m, 1);
+  for (int p : {2, 3, 4, 8, 16})
+    for (int v : {2, 3, 4})
+      for (int m = p; m <= 4 * p; m += p) check_batched(p, m, v);
+}
+
+TEST_CASE("batched p2p: every send and receive once, receives before their compute", "[cpu]") {
+  for (int v : {1, 2})
+    for (int r = 0; r < 4; ++r) {
+      const Schedule t = pipeline_schedule(4, r, 8, v);
+      std::vector<int> seen(t.size(), 0);
+      for (const BatchedStep& st : batched_program(t)) {
+        for (int j : st.p2p) {
+          REQUIRE(is_p2p(t[j].kind));
+          ++seen[j];
+        }
+        if (st.compute >= 0) {
+          REQUIRE_FALSE(is_p2p(t[st.compute].kind));
+          ++seen[st.compute];
+          // The receives the table puts right before this compute went earlier or now.
+          for (int j = st.compute - 1; j >= 0 && is_p2p(t[j].kind); --j)
+            if (!is_send(t[j].kind)) REQUIRE(seen[j] == 1);
+        }
+      }
+      for (int c : seen) REQUIRE(c == 1);
+    }
+}
+
+TEST_CASE("batched p2p: interleaved steady steps are one group, 1F1B pairs neighbours", "[cpu]") {
+  // 1F1B rank 0 of pp 2, m 4: F0 [sf0] F1 [sf1 rb0] B0 F2 [sf2 rb1] B1 ...
+  const Schedule t = schedule_1f1b(2, 0, 4);
+  const std::vector<BatchedStep> prog = batched_program(t);
+  auto kinds = [&](const BatchedStep& st) {
+    std::vector<ActionKind> k;
+    for (int j : st.p2p) k.push_back(t[j].kind);
+    return k;
+  };
+  REQUIRE(t[prog[2].compute].kind == ActionKind::backward);
+  CHECK(kinds(prog[2]) == std::vector<ActionKind>{ActionKind::send_forward, ActionKind::recv_backward});
+  // Interleaved pp 4 v 2 m 8, rank 1, in its steady phase: a group before a
+  // forward holds the previous step's sends, its input and the next
+  // backward's gradient; the backward after it gets no group.
+  const Schedule u = schedule_interleaved(4, 1, 8, 2);
+  const std::vector<BatchedStep> q = batched_program(u);
+  int four_way = 0;
+  for (size_t k = 0; k + 1 < q.size(); ++k) {
+    if (q[k].compute < 0 || u[q[k].compute].kind != ActionKind::forward) continue;
+    std::vector<ActionKind> g;
+    for (int j : q[k].p2p) g.push_back(u[j].kind);
+    if (g == std::vector<ActionKind>{ActionKind::send_forward, ActionKind::send_backward,
+                                     ActionKind::recv_forward, ActionKind::recv_backward}) {
+      ++four_way;
+      CHECK(q[k + 1].p2p.empty());
+      CHECK(u[q[k + 1].compute].kind == ActionKind::backward);
+    }
+  }
+  CHECK(four_way > 0);
+}
+
+TEST_CASE("batched p2p: the simulator finds deadlocks and mismatched message orders", "[cpu]") {
+  SECTION("each rank waits for the other's send") {
+    // Rank 0 needs a gradient before it sends the activation that produces it.
+    std::vector<Schedule> t(2);
+    t[0] = {{ActionKind::forward, 0, 0},
+            {ActionKind::recv_backward, 0, 0, 1},
+            {ActionKind::backward, 0, 0},
+            {ActionKind::send_forward, 0, 0, 1}};
+    t[1] = {{ActionKind::recv_forward, 0, 0, 0},
+            {ActionKind::forward, 0, 0},
+            {ActionKind::backward, 0, 0},
+            {ActionKind::send_backward, 0, 0, 0}};
+    const std::string stuck = simulate_batched(t);
+    CHECK(stuck.find("rank 0: recv_backward(micro-batch 0, chunk 0)") != std::string::npos);
+    CHECK(stuck.find("rank 1: recv_forward(micro-batch 0, chunk 0)") != std::string::npos);
+  }
+  SECTION("two activations received in the other order than sent") {
+    std::vector<Schedule> t(2);
+    t[0] = {{ActionKind::forward, 0, 0},
+            {ActionKind::send_forward, 0, 0, 1},
+            {ActionKind::forward, 1, 0},
+            {ActionKind::send_forward, 1, 0, 1}};
+    t[1] = {{ActionKind::recv_forward, 1, 0, 0},
+            {ActionKind::recv_forward, 0, 0, 0},
+            {ActionKind::forward, 1, 0},
+            {ActionKind::forward, 0, 0}};
+    CHECK_THROWS_WITH(simulate_batched(t), Catch::Contains("order their messages differently"));
+  }
+}

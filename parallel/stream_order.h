@@ -1,0 +1,47 @@
+// Where a GPU rank's collectives run relative to its compute stream. Every
+// NCCL communicator of a GPU rank enqueues on the compute stream
+// (bind_compute_stream): a collective then sees the ops queued before it and
+// the ops after it see its result, as on the CPU, with no events. Gradient
+// buckets are the exception: they go to the communication stream
+// (CommStreamOverlap) so they overlap the rest of backward. On the CPU, and
+// for communicators that are not NCCL, every call here is a no-op.
+#pragma once
+
+#include "kernels/context.h"
+#include "parallel/communicator.h"
+
+namespace trainer::parallel {
+
+// comm's later calls go to ctx's compute stream; unbind: back to comm's own
+// stream (before the stream is destroyed while comm lives on).
+void bind_compute_stream(Communicator& comm, Context& ctx);
+void unbind_compute_stream(Communicator& comm);
+
+// Moves one communicator's calls to ctx's communication stream and back.
+class CommStreamOverlap {
+ public:
+  CommStreamOverlap(Communicator& comm, Context& ctx);
+  // A GPU context and an NCCL communicator (a world of one included): the
+  // calls below do something.
+  bool active() const { return active_; }
+  // Records an event on the compute stream after everything queued so far
+  // (the gradients a bucket holds), makes the communication stream wait for
+  // it, and points comm's later calls at the communication stream.
+  void before_collective();
+  // The compute stream waits for everything issued on the communication
+  // stream (the optimizer reads the reduced gradients after it), and comm's
+  // calls go back to the compute stream. The host does not wait.
+  void join();
+
+ private:
+  Communicator& comm_;
+  Context& ctx_;
+  bool active_ = false;
+};
+
+// Blocks the host until ctx's compute and communication streams are idle,
+// polling an event instead of cudaStreamSynchronize: a hung collective is
+// then ended by the watchdog's abort, never by this thread waiting forever.
+void wait_for_device(Context& ctx);
+
+}  // namespace trainer::parallel
