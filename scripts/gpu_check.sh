@@ -33,6 +33,7 @@
 #               a step, and the budget is 8 minutes)
 #   MGPU_RTOL   largest relative loss difference, 2 GPUs vs 1 (default 1e-4: the
 #               ranks sum partial GEMMs and reduce in orders one GPU never forms)
+#   MOE_RTOL    the same for configs/moe-tiny.yaml on the GPU vs the CPU (default 1e-3)
 # The tiny run needs data/brown (scripts/get_data.sh; git-ignored, so carry it).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
@@ -44,6 +45,7 @@ LOSS_RTOL_MP=${LOSS_RTOL_MP:-5e-3}
 LOSS_RTOL_FP8=${LOSS_RTOL_FP8:-2e-2}
 BENCH_STEPS=${BENCH_STEPS:-4}
 MGPU_RTOL=${MGPU_RTOL:-1e-4}
+MOE_RTOL=${MOE_RTOL:-1e-3}
 BUILD_DIR=${BUILD_DIR:-build-gpu-check}
 SUMMARY_DIR=${OUT:-$ROOT/build/gpu_check}
 mkdir -p "$SUMMARY_DIR"
@@ -171,9 +173,9 @@ if [[ -x $TEST_BIN ]]; then
     if command -v compute-sanitizer >/dev/null && (( $(remaining) > 300 )); then
       t=$(stage_timeout 150)
       if timeout "$t" compute-sanitizer --error-exitcode 9 --tool memcheck "$TEST_BIN" \
-           "[gelu],[layernorm],[cross_entropy],[embedding],[state],cast_transpose*" \
+           "[gelu],[layernorm],[cross_entropy],[embedding],[state],cast_transpose*,moe_plan*" \
            >"$WORK/sanitizer.log" 2>&1; then
-        record sanitizer PASS "memcheck clean on gelu, layernorm, cross_entropy, embedding, state, cast_transpose"
+        record sanitizer PASS "memcheck clean on gelu, layernorm, cross_entropy, embedding, state, cast_transpose, moe_plan"
       else
         tail -30 "$WORK/sanitizer.log"
         record sanitizer FAIL "compute-sanitizer memcheck reported errors or timed out"
@@ -230,14 +232,15 @@ losses() {  # losses METRICS_FILE: "step loss" per training step
       for (i = 1; i < NF; i++) { if ($i ~ /"step"$/) s = $(i+1); if ($i ~ /"loss"$/) l = $(i+1) }
       gsub(/ /, "", s); gsub(/ /, "", l); print s, l }' "$1"
 }
-# train_pair NAME PREC STEPS [--set ...]: the tiny job on the CPU and on the GPU in
-# PREC, runs in $WORK/NAME_{cpu,cuda}; fails the stage NAME when either run fails.
+# train_pair NAME PREC STEPS [--set ...]: the tiny job (or $PAIR_CONFIG) on the CPU
+# and on the GPU in PREC, runs in $WORK/NAME_{cpu,cuda}; fails the stage NAME when
+# either run fails.
 train_pair() {
-  local name=$1 prec=$2 steps=$3 dev t
+  local name=$1 prec=$2 steps=$3 dev t cfg=${PAIR_CONFIG:-configs/tiny-gpt2.yaml}
   shift 3
   for dev in cpu cuda; do
     t=$(stage_timeout 120)
-    if ! timeout "$t" "$TRAINER_BIN" train configs/tiny-gpt2.yaml --set train.steps="$steps" \
+    if ! timeout "$t" "$TRAINER_BIN" train "$cfg" --set train.steps="$steps" \
          --set train.eval_every=0 --set run.device=$dev --set precision.compute="$prec" \
          --set run.dir="$WORK/${name}_$dev" "$@" >"$WORK/${name}_$dev.log" 2>&1; then
       tail -5 "$WORK/${name}_$dev.log"
@@ -313,6 +316,26 @@ else
     if (( skipped == 3 )) && awk -v w="$worst" -v t="$LOSS_RTOL_MP" 'BEGIN { exit !(w <= t) }'; then
       record train_fp16_overflow PASS "$detail"
     else record train_fp16_overflow FAIL "$detail"; fi
+  fi
+  # Full recomputation on the GPU: the same kernels run again, so the losses are
+  # the fp32 CPU run's within LOSS_TOL, as without it.
+  if train_pair train_recompute_full fp32 20 --set parallel.recompute=full; then
+    read -r n worst _ at <<<"$(loss_gap "$WORK/train_recompute_full_cpu.txt" "$WORK/train_recompute_full_cuda.txt" 20)"
+    detail="$n steps; worst |diff| $worst at step ${at:-?} (tol $LOSS_TOL)"
+    if awk -v w="$worst" -v t="$LOSS_TOL" 'BEGIN { exit !(w <= t) }'; then
+      record train_recompute_full PASS "$detail"
+    else record train_recompute_full FAIL "$detail"; fi
+  fi
+  # MoE on the GPU (the CUDA routing kernels): configs/moe-tiny.yaml 20 steps in
+  # fp32 against the CPU. The kernels pick the CPU's experts barring near-ties, so
+  # the losses agree to summation order; MOE_RTOL leaves room for a rare flip.
+  if [[ -f configs/moe-tiny.yaml ]] && (( $(remaining) > 150 )) &&
+     PAIR_CONFIG=configs/moe-tiny.yaml train_pair train_moe fp32 20; then
+    read -r n _ worst at <<<"$(loss_gap "$WORK/train_moe_cpu.txt" "$WORK/train_moe_cuda.txt" 20)"
+    detail="$n steps; worst relative |diff| $worst at step ${at:-?} (tol $MOE_RTOL)"
+    if awk -v w="$worst" -v t="$MOE_RTOL" 'BEGIN { exit !(w <= t) }'; then
+      record train_moe PASS "$detail"
+    else record train_moe FAIL "$detail"; fi
   fi
 fi
 
