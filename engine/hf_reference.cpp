@@ -11,7 +11,7 @@
 #include "engine/checkpoint/files.h"
 #include "engine/checkpoint/hf_interop.h"
 #include "engine/model_from_spec.h"
-#include "engine/trainer.h"
+#include "engine/single_rank.h"
 #include "kernels/error.h"
 #include "kernels/memory.h"
 
@@ -19,41 +19,17 @@ namespace trainer::engine {
 
 namespace fs = std::filesystem;
 
-namespace {
-
-// The checkpoint's model on one CPU rank in fp32, one sequence of T tokens.
-JobSpec reference_spec(JobSpec spec, int T) {
-  spec.run.device = DeviceKind::cpu;
-  spec.parallel = ParallelSpec{};
-  spec.parallel.dp = 1;
-  spec.parallel.zero = 0;
-  spec.precision = PrecisionSpec{};
-  spec.train.seq_len = T;
-  spec.train.micro_batch = 1;
-  spec.train.global_batch = 1;
-  spec.train.eval_every = 0;
-  spec.model.init_from.clear();
-  spec.checkpoint.resume = "never";
-  return spec;
-}
-
-}  // namespace
-
 void write_hf_reference(const std::string& step_dir, const std::string& hf_dir, int tokens,
                         FILE* log) {
   checkpoint::CheckpointReader reader(step_dir);
   const JobSpec saved = reader.job_spec();
   TRAINER_INPUT_CHECK(tokens >= 1, "--reference-tokens: expected at least 1 token, got {}", tokens);
   const int T = std::min(tokens, saved.model.max_seq_len);
-  JobSpec spec = reference_spec(saved, T);
-  TrainerOptions options;
-  options.synthetic_data = true;
-  options.write_run_dir = false;
-  options.log = nullptr;
-  Trainer trainer(spec, options);
+  std::unique_ptr<Trainer> owned = single_rank_trainer(saved, T);
+  Trainer& trainer = *owned;
+  const JobSpec& spec = trainer.spec();
   model::Model& m = trainer.model();
   checkpoint::load_hf_weights(hf_dir, model_config(spec), m.buffers(), trainer.context());
-  m.refresh_compute_weights(trainer.context());
 
   // Ids spread over the whole vocabulary (a stride coprime with any V that
   // is not a multiple of 7919), so every row of the embedding can matter.

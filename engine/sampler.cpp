@@ -7,8 +7,7 @@
 
 #include "engine/checkpoint/checkpoint.h"
 #include "engine/checkpoint/slice.h"
-#include "engine/model_from_spec.h"
-#include "engine/trainer.h"
+#include "engine/single_rank.h"
 #include "kernels/error.h"
 #include "kernels/memory.h"
 #include "model/rng.h"
@@ -16,21 +15,6 @@
 namespace trainer::engine {
 
 namespace {
-
-// One sequence of the model's whole window, one CPU rank, fp32.
-JobSpec window_spec(JobSpec spec) {
-  spec.run.device = DeviceKind::cpu;
-  spec.parallel = ParallelSpec{};
-  spec.parallel.dp = 1;
-  spec.parallel.zero = 0;
-  spec.precision = PrecisionSpec{};
-  spec.train.seq_len = spec.model.max_seq_len;
-  spec.train.micro_batch = 1;
-  spec.train.global_batch = 1;
-  spec.train.eval_every = 0;
-  spec.model.init_from.clear();
-  return spec;
-}
 
 void load_parameters(const checkpoint::CheckpointReader& reader, model::Buffers& buf) {
   std::vector<float> host;
@@ -71,21 +55,18 @@ std::vector<int32_t> sample_continuation(const std::string& step_dir,
                                          const std::vector<int32_t>& prompt,
                                          const SampleOptions& o) {
   checkpoint::CheckpointReader reader(step_dir);
-  const JobSpec spec = window_spec(reader.job_spec());
-  const int64_t V = spec.model.vocab_size, T = spec.model.max_seq_len;
+  const JobSpec saved = reader.job_spec();
+  const int64_t V = saved.model.vocab_size, T = saved.model.max_seq_len;
   TRAINER_INPUT_CHECK(!prompt.empty(), "sample: the prompt has no tokens");
   TRAINER_INPUT_CHECK(o.tokens >= 1, "sample: --tokens must be at least 1, got {}", o.tokens);
   TRAINER_INPUT_CHECK(o.top_k >= 0, "sample: --top-k must be 0 (all) or more, got {}", o.top_k);
   for (int32_t id : prompt)
     TRAINER_INPUT_CHECK(id >= 0 && id < V, "sample: prompt token {} is outside the model's vocabulary of {}",
                         id, V);
-  TrainerOptions quiet;
-  quiet.synthetic_data = true;
-  quiet.write_run_dir = false;
-  quiet.log = nullptr;
-  Trainer trainer(spec, quiet);
-  model::Model& m = trainer.model();
-  Context& ctx = trainer.context();
+  // The window is the model's whole context: one sequence of max_seq_len.
+  std::unique_ptr<Trainer> trainer = single_rank_trainer(saved, static_cast<int>(T));
+  model::Model& m = trainer->model();
+  Context& ctx = trainer->context();
   load_parameters(reader, m.buffers());
 
   std::vector<int32_t> context(prompt), out;

@@ -76,6 +76,7 @@ class Trainer {
   // Mean validation loss over eval_batches micro-batches (the same ones every time).
   double evaluate();
 
+  const JobSpec& spec() const { return spec_; }
   const MemoryPlan& plan() const { return plan_; }
   size_t allocated_bytes() const { return arenas_->allocated_bytes(); }
   const std::vector<StepRecord>& history() const { return history_; }

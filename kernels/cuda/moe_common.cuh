@@ -102,20 +102,3 @@ __device__ __forceinline__ double warp_sum_double(double v) {
 
 }  // namespace trainer::cuda::moe
 
-// Runs BODY with `T` bound to float, __nv_bfloat16 or __half for a float dtype.
-#define TRAINER_MOE_FLOAT_DISPATCH(dtype, op, ...)                                   \
-  do {                                                                              \
-    if ((dtype) == ::trainer::DType::f32) {                                         \
-      using T = float;                                                              \
-      __VA_ARGS__;                                                                  \
-    } else if ((dtype) == ::trainer::DType::bf16) {                                 \
-      using T = __nv_bfloat16;                                                      \
-      __VA_ARGS__;                                                                  \
-    } else if ((dtype) == ::trainer::DType::f16) {                                  \
-      using T = __half;                                                             \
-      __VA_ARGS__;                                                                  \
-    } else {                                                                        \
-      TRAINER_CHECK(false, "{}: dtype {} not supported", op,                        \
-                    ::trainer::dtype_name(dtype));                                  \
-    }                                                                               \
-  } while (0)

@@ -274,7 +274,7 @@ void moe_gather(Context& ctx, Tensor out, Tensor inp, Tensor slot_src, int64_t t
   if (S * C == 0) return;
   const auto* src = static_cast<const int32_t*>(slot_src.data);
   if (const int64_t P = packs_per_row(C, {&out, &inp})) {
-    TRAINER_MOE_FLOAT_DISPATCH(out.dtype, op, {
+    TRAINER_FLOAT_DISPATCH(out.dtype, op, {
       gather_packed_kernel<T><<<grid_for(S * P, kThreads), kThreads, 0, st.stream>>>(
           packs<T>(out), packs<T>(inp), src, S, P, N, top_k);
     });
@@ -301,7 +301,7 @@ void moe_gather_backward(Context& ctx, Tensor dinp, Tensor dout, Tensor assign_s
   if (N * C == 0 || K == 0) return;
   const auto* slot = static_cast<const int32_t*>(assign_slot.data);
   if (const int64_t P = packs_per_row(C, {&dinp, &dout})) {
-    TRAINER_MOE_FLOAT_DISPATCH(dinp.dtype, op, {
+    TRAINER_FLOAT_DISPATCH(dinp.dtype, op, {
       gather_backward_packed_kernel<T><<<grid_for(N * P, kThreads), kThreads, 0, st.stream>>>(
           packs<T>(dinp), packs<T>(dout), slot, N, P, K);
     });
@@ -330,7 +330,7 @@ void moe_combine(Context& ctx, Tensor out, Tensor expert_out, Tensor assign_slot
   const auto* slot = static_cast<const int32_t*>(assign_slot.data);
   const AnyFloat w = moe::any_float(topk_weight, op, "topk_weight");
   if (const int64_t P = packs_per_row(C, {&out, &expert_out})) {
-    TRAINER_MOE_FLOAT_DISPATCH(out.dtype, op, {
+    TRAINER_FLOAT_DISPATCH(out.dtype, op, {
       combine_packed_kernel<T><<<grid_for(N * P, kThreads), kThreads, 0, st.stream>>>(
           packs<T>(out), packs<T>(expert_out), slot, w, N, P, K);
     });
@@ -371,7 +371,7 @@ void moe_combine_backward(Context& ctx, Tensor dexpert_out, Tensor dtopk_weight,
   const AnyFloat dw = moe::any_float(dtopk_weight, op, "dtopk_weight");
   // dtopk_weight is written even when C = 0 (every dot product is 0).
   if (const int64_t P = C > 0 ? packs_per_row(C, {&dexpert_out, &dout, &expert_out}) : 0) {
-    TRAINER_MOE_FLOAT_DISPATCH(dout.dtype, op, {
+    TRAINER_FLOAT_DISPATCH(dout.dtype, op, {
       combine_backward_rows_packed_kernel<T>
           <<<grid_for(S * P, kThreads), kThreads, 0, st.stream>>>(packs<T>(dexpert_out),
                                                                   packs<T>(dout), src, w, N, P, K);

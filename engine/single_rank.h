@@ -1,0 +1,16 @@
+// A saved job's model on one CPU rank in fp32, one sequence of `seq_len`
+// tokens per micro-batch, writing nothing: what the tools that read a
+// checkpoint run (export's reference logits, sampling), whatever mesh and
+// precision the job trained with. The caller loads the weights (by global
+// name, so any layout's checkpoint fits).
+#pragma once
+
+#include <memory>
+
+#include "engine/trainer.h"
+
+namespace trainer::engine {
+
+std::unique_ptr<Trainer> single_rank_trainer(JobSpec spec, int seq_len);
+
+}  // namespace trainer::engine
