@@ -20,6 +20,7 @@
 #include "engine/peak_flops.h"
 #include "engine/stop_signal.h"
 #include "engine/supported.h"
+#include "kernels/cuda/nvtx.h"
 #include "kernels/elementwise.h"
 #include "kernels/memory.h"
 #include "kernels/norm.h"
@@ -318,6 +319,7 @@ void Trainer::sync_tied_table() {
 
 void Trainer::synchronize_gradients() {
   if (dp_size_ == 1) return;
+  cuda::NvtxRange range("gradient sync");
   if (expert_reducer_)
     expert_reducer_->reduce_all(ctx_);
   else if (reducer_)
@@ -377,6 +379,7 @@ StepRecord Trainer::train_step(int step) {
     double clip = spec_.optimizer.grad_clip;
     float grad_scale = 1.0f / loss_scale;
     if (clip > 0 && r.grad_norm > clip) grad_scale *= static_cast<float>(clip / r.grad_norm);
+    cuda::NvtxRange range("optimizer step");
     optimizer_->step(ctx_, step, static_cast<float>(r.lr), grad_scale);
     if (shard_.shard != shard_.padded)  // sharded update: every rank needs all parameters back
       parallel::zero_all_gather(mesh_->comm(zero_axis_),

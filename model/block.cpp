@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "kernels/cuda/nvtx.h"
 #include "kernels/elementwise.h"
 
 namespace trainer::model {
@@ -12,6 +13,11 @@ void Block::declare(Buffers& buf, int layer, const ModelConfig& cfg, const Batch
   int64_t N = residual_rows(cfg, batch), C = cfg.d_model;
   std::string p = cfg.is_llama() ? fmt::format("model.layers.{}", layer)
                                   : fmt::format("transformer.h.{}", layer);
+  nvtx_fwd_ = p + " forward", nvtx_bwd_ = p + " backward";
+  nvtx_attn_fwd_ = p + ".attention forward", nvtx_attn_bwd_ = p + ".attention backward";
+  const std::string mlp = p + (cfg.is_moe_layer(layer) ? ".moe" : ".mlp");
+  nvtx_mlp_fwd_ = mlp + " forward", nvtx_mlp_bwd_ = mlp + " backward";
+  nvtx_recompute_ = p + " recompute";
   if (cfg.recompute_full) buf.begin_recomputed_block();
   norm1_.declare(buf, p + (cfg.is_llama() ? ".input_layernorm" : ".ln_1"), cfg, N);
   attn_.declare(buf, p, cfg, batch);
@@ -27,28 +33,42 @@ void Block::declare(Buffers& buf, int layer, const ModelConfig& cfg, const Batch
 }
 
 void Block::forward(const LayerEnv& env, const Scratch& s, Tensor in) const {
+  cuda::NvtxRange range(env.recompute ? nvtx_recompute_.c_str() : nvtx_fwd_.c_str());
   Tensor mid = env.buf.get(mid_), out = env.buf.get(out_);
   norm1_.forward(env, in);
-  attn_.forward(env, s, mid, norm1_.out(env));
+  {
+    cuda::NvtxRange attn(nvtx_attn_fwd_.c_str());
+    attn_.forward(env, s, mid, norm1_.out(env));
+  }
   accumulate(env.ctx, mid, in);
   norm2_.forward(env, mid);
-  if (is_moe_)
-    moe_.forward(env, out, norm2_.out(env));
-  else
-    mlp_.forward(env, s, out, norm2_.out(env));
+  {
+    cuda::NvtxRange mlp(nvtx_mlp_fwd_.c_str());
+    if (is_moe_)
+      moe_.forward(env, out, norm2_.out(env));
+    else
+      mlp_.forward(env, s, out, norm2_.out(env));
+  }
   accumulate(env.ctx, out, mid);
 }
 
 void Block::backward(const LayerEnv& env, const Scratch& s, Tensor dres, Tensor in,
                      float aux_dloss) const {
+  cuda::NvtxRange range(nvtx_bwd_.c_str());
   Tensor dln = env.buf.get(s.dln), dtmp = env.buf.get(s.dtmp);
-  if (is_moe_)
-    moe_.backward(env, dln, dres, norm2_.out(env), aux_dloss);
-  else
-    mlp_.backward(env, s, dln, dres, norm2_.out(env));
+  {
+    cuda::NvtxRange mlp(nvtx_mlp_bwd_.c_str());
+    if (is_moe_)
+      moe_.backward(env, dln, dres, norm2_.out(env), aux_dloss);
+    else
+      mlp_.backward(env, s, dln, dres, norm2_.out(env));
+  }
   norm2_.backward(env, dtmp, dln, env.buf.get(mid_));
   accumulate(env.ctx, dres, dtmp);
-  attn_.backward(env, s, dln, dres, norm1_.out(env));
+  {
+    cuda::NvtxRange attn(nvtx_attn_bwd_.c_str());
+    attn_.backward(env, s, dln, dres, norm1_.out(env));
+  }
   norm1_.backward(env, dtmp, dln, in);
   accumulate(env.ctx, dres, dtmp);
 }

@@ -30,6 +30,9 @@ class Block {
   Moe moe_;
   bool is_moe_ = false;
   BufferId mid_ = -1, out_ = -1;
+  // NVTX range names (Nsight Systems shows each layer's forward and backward).
+  std::string nvtx_fwd_, nvtx_bwd_, nvtx_attn_fwd_, nvtx_attn_bwd_, nvtx_mlp_fwd_, nvtx_mlp_bwd_,
+      nvtx_recompute_;
 };
 
 }  // namespace trainer::model

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "kernels/cast.h"
+#include "kernels/cuda/nvtx.h"
 #include "kernels/elementwise.h"
 #include "kernels/memory.h"
 #include "model/rng.h"
@@ -214,13 +215,19 @@ Tensor Model::stage_output(Context& ctx, int c) {
 void Model::forward(Context& ctx, int c) {
   LayerEnv env = this->env(ctx);
   const Chunk& ch = chunk(c);
-  if (has_embedding(c)) embedding_.forward(env, scratch_, input_ids());
+  if (has_embedding(c)) {
+    cuda::NvtxRange range("embedding forward");
+    embedding_.forward(env, scratch_, input_ids());
+  }
   Tensor x = stage_in(env, c);
   for (int l = ch.block_begin; l < ch.block_end; ++l) {
     blocks_[l].forward(env, scratch_, x);
     x = blocks_[l].out(env);
   }
-  if (has_head(c)) head_.forward(env, x, targets());
+  if (has_head(c)) {
+    cuda::NvtxRange range("lm_head forward");
+    head_.forward(env, x, targets());
+  }
 }
 
 Tensor Model::losses(Context& ctx) { return head_.losses(env(ctx)); }
@@ -231,6 +238,7 @@ void Model::backward(Context& ctx, float dloss, int c) {
   const Chunk& ch = chunk(c);
   Tensor dres = buf_.get(scratch_.dres);
   if (has_head(c)) {
+    cuda::NvtxRange range("lm_head backward");
     head_.backward(env, scratch_, dres, stage_output(ctx, c), targets(), dloss);
     report_ready(head_params_);
   } else {
@@ -249,6 +257,7 @@ void Model::backward(Context& ctx, float dloss, int c) {
     report_ready(block_params_[l]);
   }
   if (has_embedding(c)) {
+    cuda::NvtxRange range("embedding backward");
     embedding_.backward(env, scratch_, dres, input_ids());
     report_ready(embedding_params_);
   }

@@ -20,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "kernels/cuda/nvtx.h"
 #include "parallel/bootstrap.h"
 #include "parallel/watchdog.h"
 
@@ -92,6 +93,18 @@ ncclConfig_t nonblocking_config() {
 }
 
 class NcclCommunicator;
+
+// Names a call's host scope in Nsight Systems ("nccl all_reduce dp"); the
+// kernels it enqueues show on the stream's row.
+class OpRange {
+ public:
+  OpRange(const char* op, const std::string& axis)
+      : label_(fmt::format("nccl {} {}", op, axis)), range_(label_.c_str()) {}
+
+ private:
+  std::string label_;
+  cuda::NvtxRange range_;
+};
 
 // Every live NCCL communicator, so the watchdog can abort them all.
 std::mutex& registry_mutex() {
@@ -177,6 +190,7 @@ class NcclCommunicator final : public Communicator {
   void set_stream(cudaStream_t stream) { stream_ = stream ? stream : own_stream_; }
 
   void all_reduce(Tensor buf, ReduceOp op) override {
+    OpRange range("all_reduce", name());
     if (buf.device == Device::cpu) {
       const ncclDataType_t type = reduce_type(buf, "all_reduce");
       through_staging(buf, "all_reduce", [&](void* dev, size_t count) {
@@ -191,6 +205,7 @@ class NcclCommunicator final : public Communicator {
     track("all_reduce");
   }
   void reduce_scatter(Tensor send, Tensor recv, ReduceOp op) override {
+    OpRange range("reduce_scatter", name());
     check(send, "reduce_scatter");
     check(recv, "reduce_scatter");
     check_count(*this, "reduce_scatter", send, recv.numel() * size(), "send");
@@ -200,6 +215,7 @@ class NcclCommunicator final : public Communicator {
     track("reduce_scatter");
   }
   void all_gather(Tensor send, Tensor recv) override {
+    OpRange range("all_gather", name());
     check(send, "all_gather");
     check(recv, "all_gather");
     check_count(*this, "all_gather", recv, send.numel() * size(), "recv");
@@ -208,6 +224,7 @@ class NcclCommunicator final : public Communicator {
     track("all_gather");
   }
   void broadcast(Tensor buf, int root) override {
+    OpRange range("broadcast", name());
     if (buf.device == Device::cpu) {
       through_staging(buf, "broadcast", [&](void* dev, size_t count) {
         NCCL_CHECK(comm_, ncclBroadcast(dev, dev, count, nccl_type(buf.dtype), root, comm_, stream_),
@@ -224,6 +241,7 @@ class NcclCommunicator final : public Communicator {
   void recv(Tensor buf, int peer) override { send_recv(Tensor(), -1, buf, peer); }
   void send_recv(Tensor s, int send_peer, Tensor r, int recv_peer) override {
     const char* op = s.empty() ? "recv" : r.empty() ? "send" : "send_recv";
+    OpRange range(op, name());
     if (!s.empty()) check(s, op);
     if (!r.empty()) check(r, op);
     // Paired inside one group so neighbours exchanging both ways cannot deadlock.
@@ -240,6 +258,7 @@ class NcclCommunicator final : public Communicator {
     track(op);
   }
   void batch_p2p(std::span<const P2pOp> ops) override {
+    OpRange range("batch_p2p", name());
     if (ops.empty()) return;
     for (const P2pOp& op : ops) {
       check(op.buf, op.kind == P2pOp::send ? "send" : "recv");
@@ -262,6 +281,7 @@ class NcclCommunicator final : public Communicator {
   }
   void all_to_allv(Tensor send, std::span<const int64_t> send_counts, Tensor recv,
                    std::span<const int64_t> recv_counts) override {
+    OpRange range("all_to_allv", name());
     check(send, "all_to_allv");
     check(recv, "all_to_allv");
     TRAINER_CHECK(static_cast<int>(send_counts.size()) == size() &&
