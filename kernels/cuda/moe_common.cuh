@@ -70,19 +70,6 @@ inline AnyFloat any_float(const Tensor& t, const char* op, const char* name) {
   return {t.data, float_code(t, op, name)};
 }
 
-// Typed element conversions for the packed kernels (T = float, __nv_bfloat16, __half).
-__device__ __forceinline__ float f32_of(float x) { return x; }
-__device__ __forceinline__ float f32_of(__nv_bfloat16 x) { return __bfloat162float(x); }
-__device__ __forceinline__ float f32_of(__half x) { return __half2float(x); }
-template <class T> __device__ __forceinline__ T narrow(float x);
-template <> __device__ __forceinline__ float narrow<float>(float x) { return x; }
-template <> __device__ __forceinline__ __nv_bfloat16 narrow<__nv_bfloat16>(float x) {
-  return __float2bfloat16_rn(x);
-}
-template <> __device__ __forceinline__ __half narrow<__half>(float x) {
-  return __float2half_rn(x);
-}
-
 // 16 bytes of T: one vector load or store. Only dereferenced at 16-byte-aligned
 // addresses (the launchers check every base pointer and that a row is a whole
 // number of packs).

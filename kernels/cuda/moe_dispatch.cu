@@ -22,8 +22,6 @@ namespace trainer::cuda {
 namespace {
 
 using moe::AnyFloat;
-using moe::f32_of;
-using moe::narrow;
 using moe::Pack;
 
 constexpr int kThreads = 256;
@@ -33,7 +31,7 @@ template <class T>
 __device__ __forceinline__ Pack<T> zero_pack() {
   Pack<T> p;
 #pragma unroll
-  for (int j = 0; j < Pack<T>::kN; ++j) p.v[j] = narrow<T>(0.0f);
+  for (int j = 0; j < Pack<T>::kN; ++j) p.v[j] = from_float<T>(0.0f);
   return p;
 }
 
@@ -60,54 +58,13 @@ __global__ void gather_any_kernel(AnyFloat out, AnyFloat inp, const int32_t* src
   }
 }
 
-// ---- gather backward: dinp (N, C) += dout rows of token n's kept slots, k order.
+// ---- slot sums: out (N, C) += the rows (S, C) of token n's kept slots in k order,
+// each times its combine weight (moe_combine) or as they are (moe_gather_backward,
+// the CPU's plain sum: kWeighted false never multiplies).
 
-template <class T>
-__global__ void gather_backward_packed_kernel(Pack<T>* dinp, const Pack<T>* dout,
-                                              const int32_t* slot, int64_t N, int64_t P,
-                                              int64_t K) {
-  const int64_t S = N * K;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < N * P;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t n = i / P, c = i - n * P;
-    Pack<T> x = dinp[i];
-    float acc[Pack<T>::kN];
-#pragma unroll
-    for (int j = 0; j < Pack<T>::kN; ++j) acc[j] = f32_of(x.v[j]);
-    for (int64_t k = 0; k < K; ++k) {
-      const int32_t s = slot[n * K + k];
-      if (s < 0 || s >= S) continue;
-      const Pack<T> g = dout[s * P + c];
-#pragma unroll
-      for (int j = 0; j < Pack<T>::kN; ++j) acc[j] = __fadd_rn(acc[j], f32_of(g.v[j]));
-    }
-#pragma unroll
-    for (int j = 0; j < Pack<T>::kN; ++j) x.v[j] = narrow<T>(acc[j]);
-    dinp[i] = x;
-  }
-}
-
-__global__ void gather_backward_any_kernel(AnyFloat dinp, AnyFloat dout, const int32_t* slot,
-                                           int64_t N, int64_t C, int64_t K) {
-  const int64_t S = N * K;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < N * C;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t n = i / C, c = i - n * C;
-    float acc = dinp.load(i);
-    for (int64_t k = 0; k < K; ++k) {
-      const int32_t s = slot[n * K + k];
-      if (s >= 0 && s < S) acc = __fadd_rn(acc, dout.load(s * C + c));
-    }
-    dinp.store(i, acc);
-  }
-}
-
-// ---- combine: out (N, C) += sum over token n's kept slots of weight * expert_out row.
-
-template <class T>
-__global__ void combine_packed_kernel(Pack<T>* out, const Pack<T>* expert_out,
-                                      const int32_t* slot, AnyFloat weight, int64_t N, int64_t P,
-                                      int64_t K) {
+template <bool kWeighted, class T>
+__global__ void sum_slots_packed_kernel(Pack<T>* out, const Pack<T>* rows, const int32_t* slot,
+                                        AnyFloat weight, int64_t N, int64_t P, int64_t K) {
   const int64_t S = N * K;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < N * P;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -115,24 +72,30 @@ __global__ void combine_packed_kernel(Pack<T>* out, const Pack<T>* expert_out,
     Pack<T> x = out[i];
     float acc[Pack<T>::kN];
 #pragma unroll
-    for (int j = 0; j < Pack<T>::kN; ++j) acc[j] = f32_of(x.v[j]);
+    for (int j = 0; j < Pack<T>::kN; ++j) acc[j] = to_float(x.v[j]);
     for (int64_t k = 0; k < K; ++k) {
       const int32_t s = slot[n * K + k];
       if (s < 0 || s >= S) continue;
-      const float w = weight.load(n * K + k);
-      const Pack<T> y = expert_out[s * P + c];
+      const Pack<T> y = rows[s * P + c];
+      if constexpr (kWeighted) {
+        const float w = weight.load(n * K + k);
 #pragma unroll
-      for (int j = 0; j < Pack<T>::kN; ++j)
-        acc[j] = __fadd_rn(acc[j], __fmul_rn(w, f32_of(y.v[j])));
+        for (int j = 0; j < Pack<T>::kN; ++j)
+          acc[j] = __fadd_rn(acc[j], __fmul_rn(w, to_float(y.v[j])));
+      } else {
+#pragma unroll
+        for (int j = 0; j < Pack<T>::kN; ++j) acc[j] = __fadd_rn(acc[j], to_float(y.v[j]));
+      }
     }
 #pragma unroll
-    for (int j = 0; j < Pack<T>::kN; ++j) x.v[j] = narrow<T>(acc[j]);
+    for (int j = 0; j < Pack<T>::kN; ++j) x.v[j] = from_float<T>(acc[j]);
     out[i] = x;
   }
 }
 
-__global__ void combine_any_kernel(AnyFloat out, AnyFloat expert_out, const int32_t* slot,
-                                   AnyFloat weight, int64_t N, int64_t C, int64_t K) {
+template <bool kWeighted>
+__global__ void sum_slots_any_kernel(AnyFloat out, AnyFloat rows, const int32_t* slot,
+                                     AnyFloat weight, int64_t N, int64_t C, int64_t K) {
   const int64_t S = N * K;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < N * C;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -140,8 +103,9 @@ __global__ void combine_any_kernel(AnyFloat out, AnyFloat expert_out, const int3
     float acc = out.load(i);
     for (int64_t k = 0; k < K; ++k) {
       const int32_t s = slot[n * K + k];
-      if (s >= 0 && s < S)
-        acc = __fadd_rn(acc, __fmul_rn(weight.load(n * K + k), expert_out.load(s * C + c)));
+      if (s < 0 || s >= S) continue;
+      const float y = rows.load(s * C + c);
+      acc = __fadd_rn(acc, kWeighted ? __fmul_rn(weight.load(n * K + k), y) : y);
     }
     out.store(i, acc);
   }
@@ -167,7 +131,7 @@ __global__ void combine_backward_rows_packed_kernel(Pack<T>* dexpert_out, const 
     const Pack<T> g = dout[(a / K) * P + c];
     Pack<T> d;
 #pragma unroll
-    for (int j = 0; j < Pack<T>::kN; ++j) d.v[j] = narrow<T>(__fmul_rn(w, f32_of(g.v[j])));
+    for (int j = 0; j < Pack<T>::kN; ++j) d.v[j] = from_float<T>(__fmul_rn(w, to_float(g.v[j])));
     dexpert_out[i] = d;
   }
 }
@@ -207,7 +171,7 @@ __global__ void combine_backward_weight_packed_kernel(AnyFloat dweight, const Pa
         const Pack<T> gc = g[c], yc = y[c];
 #pragma unroll
         for (int j = 0; j < Pack<T>::kN; ++j)
-          dot += static_cast<double>(f32_of(gc.v[j])) * f32_of(yc.v[j]);
+          dot += static_cast<double>(to_float(gc.v[j])) * to_float(yc.v[j]);
       }
     }
     dot = moe::warp_sum_double(dot);
@@ -257,6 +221,23 @@ Pack<T>* packs(const Tensor& t) {
   return static_cast<Pack<T>*>(t.data);
 }
 
+// out (N, C) += the slot rows (S, C) of each token, weighted or not (the
+// sum_slots kernels), packed when the two share a dtype and alignment allows.
+template <bool kWeighted>
+void sum_slots(CudaState& st, const char* op, Tensor out, Tensor rows, const int32_t* slot,
+               AnyFloat weight, int64_t N, int64_t C, int64_t K) {
+  if (const int64_t P = packs_per_row(C, {&out, &rows})) {
+    TRAINER_FLOAT_DISPATCH(out.dtype, op, {
+      sum_slots_packed_kernel<kWeighted, T><<<grid_for(N * P, kThreads), kThreads, 0, st.stream>>>(
+          packs<T>(out), packs<T>(rows), slot, weight, N, P, K);
+    });
+  } else {
+    sum_slots_any_kernel<kWeighted><<<grid_for(N * C, kThreads), kThreads, 0, st.stream>>>(
+        moe::any_float(out, op, "out"), moe::any_float(rows, op, "rows"), slot, weight, N, C, K);
+  }
+  CUDA_LAUNCH_CHECK();
+}
+
 }  // namespace
 
 void moe_gather(Context& ctx, Tensor out, Tensor inp, Tensor slot_src, int64_t top_k) {
@@ -300,16 +281,7 @@ void moe_gather_backward(Context& ctx, Tensor dinp, Tensor dout, Tensor assign_s
   check_shape(assign_slot, {N * K}, "moe_gather_backward assign_slot");
   if (N * C == 0 || K == 0) return;
   const auto* slot = static_cast<const int32_t*>(assign_slot.data);
-  if (const int64_t P = packs_per_row(C, {&dinp, &dout})) {
-    TRAINER_FLOAT_DISPATCH(dinp.dtype, op, {
-      gather_backward_packed_kernel<T><<<grid_for(N * P, kThreads), kThreads, 0, st.stream>>>(
-          packs<T>(dinp), packs<T>(dout), slot, N, P, K);
-    });
-  } else {
-    gather_backward_any_kernel<<<grid_for(N * C, kThreads), kThreads, 0, st.stream>>>(
-        moe::any_float(dinp, op, "dinp"), moe::any_float(dout, op, "dout"), slot, N, C, K);
-  }
-  CUDA_LAUNCH_CHECK();
+  sum_slots<false>(st, op, dinp, dout, slot, AnyFloat{}, N, C, K);
 }
 
 void moe_combine(Context& ctx, Tensor out, Tensor expert_out, Tensor assign_slot,
@@ -328,18 +300,8 @@ void moe_combine(Context& ctx, Tensor out, Tensor expert_out, Tensor assign_slot
   moe::check_i32_arg(assign_slot, op, "assign_slot");
   if (N * C == 0 || K == 0) return;
   const auto* slot = static_cast<const int32_t*>(assign_slot.data);
-  const AnyFloat w = moe::any_float(topk_weight, op, "topk_weight");
-  if (const int64_t P = packs_per_row(C, {&out, &expert_out})) {
-    TRAINER_FLOAT_DISPATCH(out.dtype, op, {
-      combine_packed_kernel<T><<<grid_for(N * P, kThreads), kThreads, 0, st.stream>>>(
-          packs<T>(out), packs<T>(expert_out), slot, w, N, P, K);
-    });
-  } else {
-    combine_any_kernel<<<grid_for(N * C, kThreads), kThreads, 0, st.stream>>>(
-        moe::any_float(out, op, "out"), moe::any_float(expert_out, op, "expert_out"), slot, w, N,
-        C, K);
-  }
-  CUDA_LAUNCH_CHECK();
+  sum_slots<true>(st, op, out, expert_out, slot, moe::any_float(topk_weight, op, "topk_weight"),
+                 N, C, K);
 }
 
 void moe_combine_backward(Context& ctx, Tensor dexpert_out, Tensor dtopk_weight, Tensor dout,
