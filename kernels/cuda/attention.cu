@@ -1,5 +1,6 @@
-// Causal attention with grouped-query heads, the unfused path (kernels/attention.h):
-// per query head h, strided-batched GEMMs over the batch around one fused causal
+// Causal attention with grouped-query heads (kernels/attention.h). 16-bit inputs
+// whose shapes allow it take the fused kernels of flash_attention.h; the rest
+// (fp32, odd head dims, unaligned views) the unfused path here: per query head h, strided-batched GEMMs over the batch around one fused causal
 // softmax kernel. Query head h reads KV head h / (H / Hkv); dK, dV of a KV head are
 // written by its group's first query head (beta = 0) and accumulated by the rest
 // (beta = 1), so no atomics are needed. fp32, bf16 or fp16 inputs; scores,
@@ -14,6 +15,7 @@
 #include "kernels/attention.h"
 #include "kernels/cast.h"
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/flash_attention.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/memory.h"
 
@@ -172,6 +174,10 @@ void attention_forward(Context& ctx, Tensor out, Tensor lse, Tensor q, Tensor k,
   check_dtype(lse, DType::f32, op, "lse");
   check_shape(lse, {s.B, s.H, s.T}, "attention lse");
   if (s.B * s.T * s.H * s.D == 0) return;
+  if (flash_attention_applies(st, q, k, v, lse, {&out})) {
+    flash_attention_forward(st, out, lse, q, k, v, 0);
+    return;
+  }
   const int64_t group = s.H / s.Hkv;
   const float scale = 1.0f / std::sqrt(static_cast<float>(s.D));
   const DType dtype = q.dtype;
@@ -214,6 +220,10 @@ void attention_backward(Context& ctx, Tensor dq, Tensor dk, Tensor dv, Tensor do
   check_dtype(lse, DType::f32, op, "lse");
   check_shape(lse, {s.B, s.H, s.T}, "attention lse");
   if (s.B * s.T * s.H * s.D == 0) return;
+  if (flash_attention_applies(st, q, k, v, lse, {&out, &dout, &dq, &dk, &dv})) {
+    flash_attention_backward(st, dq, dk, dv, dout, q, k, v, out, lse, 0);
+    return;
+  }
   const int64_t group = s.H / s.Hkv;
   const float scale = 1.0f / std::sqrt(static_cast<float>(s.D));
   const DType dtype = q.dtype;

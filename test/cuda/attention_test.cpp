@@ -1,7 +1,9 @@
 // [cuda][attention] causal GQA attention forward/backward against the CPU op on
 // the same dtypes (fp32, bf16, fp16; lse fp32): ragged lengths, grouped KV heads
 // (whose 16-bit dk, dv the GPU accumulates in fp32 and rounds once, as the CPU
-// does), and q/k/v as strided views of one fused buffer.
+// does), and q/k/v as strided views of one fused buffer. 16-bit cases run twice:
+// on the fused kernels (flash_attention.h, where the shape allows) and on the
+// unfused path (CudaState::flash_attention off).
 #include "kernels/attention.h"
 #include "test/cuda/harness.h"
 
@@ -22,7 +24,7 @@ Tensor heads_view(void* base, Device device, const AttnCase& c, int64_t heads, i
   return t;
 }
 
-void run_attention(const AttnCase& c, DType dtype) {
+void run_attention(const AttnCase& c, DType dtype, bool flash) {
   const int64_t Htot = c.H + 2 * c.Hkv;
   const int64_t nq = c.B * c.T * c.H * c.D, nkv = c.B * c.T * c.Hkv * c.D;
   const auto qkv = round_to(random_floats(c.B * c.T * Htot * c.D, 200 + c.T, -2.0f, 2.0f), dtype);
@@ -71,17 +73,20 @@ void run_attention(const AttnCase& c, DType dtype) {
       gdk({c.B, c.T, c.Hkv, c.D}, dtype), gdv({c.B, c.T, c.Hkv, c.D}, dtype);
   gdy.upload(dy);
   auto run = [&] {
+    gpu().cuda->flash_attention = flash;
     for (DeviceTensor* t : {&gy, &glse, &gdq, &gdk, &gdv}) t->poison();
     cuda::attention_forward(gpu(), gy, glse, gq, gk, gv);
     cuda::attention_backward(gpu(), gdq, gdk, gdv, gdy, gq, gk, gv, gy, glse);
     std::vector<std::vector<float>> r;
     for (DeviceTensor* t : {&gy, &glse, &gdq, &gdk, &gdv}) r.push_back(t->download());
+    gpu().cuda->flash_attention = true;
     return r;
   };
   const auto r1 = run();
   const auto r2 = run();
-  const std::string tag = fmt::format("attention {} B={} T={} H={} Hkv={} D={} fused={}",
-                                      dtype_name(dtype), c.B, c.T, c.H, c.Hkv, c.D, c.fused);
+  const std::string tag =
+      fmt::format("attention {} B={} T={} H={} Hkv={} D={} fused={} flash={}", dtype_name(dtype),
+                  c.B, c.T, c.H, c.Hkv, c.D, c.fused, flash);
   // 16-bit: P and dS are rounded to the dtype before their GEMMs (the CPU keeps
   // them fp32), and dS = P (dP - D) cancels, so the gradients get a looser bound
   // than the output. fp16 rounds 8x finer than bf16 (2^-11 vs 2^-8): its bounds
@@ -102,18 +107,21 @@ void run_attention(const AttnCase& c, DType dtype) {
 
 const AttnCase kCases[] = {{1, 1, 1, 1, 1, false},  {2, 17, 4, 2, 16, false},
                            {2, 17, 4, 2, 16, true},  {1, 130, 6, 1, 64, true},
-                           {3, 64, 2, 2, 24, false}, {1, 4097, 1, 1, 16, false}};
+                           {3, 64, 2, 2, 24, false}, {1, 4097, 1, 1, 16, false},
+                           {2, 300, 4, 2, 128, true}};
 
 TEST_CASE("attention forward/backward match the CPU op", "[cuda][attention]") {
-  for (const AttnCase& c : kCases) run_attention(c, DType::f32);
+  for (const AttnCase& c : kCases) run_attention(c, DType::f32, false);
 }
 
 TEST_CASE("attention bf16 matches the CPU op", "[cuda][attention][bf16]") {
-  for (const AttnCase& c : kCases) run_attention(c, DType::bf16);
+  for (const AttnCase& c : kCases)
+    for (bool flash : {true, false}) run_attention(c, DType::bf16, flash);
 }
 
 TEST_CASE("attention fp16 matches the CPU op", "[cuda][attention][fp16]") {
-  for (const AttnCase& c : kCases) run_attention(c, DType::f16);
+  for (const AttnCase& c : kCases)
+    for (bool flash : {true, false}) run_attention(c, DType::f16, flash);
 }
 
 }  // namespace trainer::cuda_test
