@@ -83,9 +83,9 @@ TEST_CASE("op benchmarks at GPT-2 124M shapes", "[.bench]") {
     for (DeviceTensor* t : {&q, &k, &v, &o}) t->upload(random_floats(t->numel(), 2));
     const double f = 4.0 * B * H * T * T * D;  // two full (unmasked) GEMMs, as computed
     report(fmt::format("attention fwd {} (unfused)", dtype_name(dtype)).c_str(),
-           time_ms([&] { cuda::attention_forward(ctx, o, lse, q, k, v); }), f, 0);
+           time_ms([&] { cuda::attention_forward(ctx, o, lse, q, k, v, 0); }), f, 0);
     report(fmt::format("attention bwd {} (unfused)", dtype_name(dtype)).c_str(),
-           time_ms([&] { cuda::attention_backward(ctx, dq, dk, dv, o, q, k, v, o, lse); }), 2.5 * f, 0);
+           time_ms([&] { cuda::attention_backward(ctx, dq, dk, dv, o, q, k, v, o, lse, 0); }), 2.5 * f, 0);
   }
   {
     DeviceTensor x({M, C}), y({M, C}), w({C}), b({C}), mean({M}), rstd({M}), dw({C}), db({C});
