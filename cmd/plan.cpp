@@ -66,9 +66,9 @@ Registrar reg("plan", "validate a job and print its per-rank memory plan", [](CL
                              model.config().local_kv_heads() * model.config().head_dim();
           fmt::print("context parallel: each rank holds {} of the {} tokens of a sequence (2 of {} "
                      "chunks); attention gathers the whole sequence's K/V ({} elements each, "
-                     "cp.* scratch); ZeRO shards over dp x cp {}\n",
+                     "cp.* scratch); gradients are averaged over dp x cp = {}{}\n",
                      spec.train.seq_len / shape.cp, spec.train.seq_len, 2 * shape.cp, kv,
-                     shape.dp_cp());
+                     shape.dp_cp(), spec.parallel.zero >= 1 ? ", ZeRO shards over them" : "");
         }
         if (spec.model.moe.enabled)
           fmt::print("experts: {} routed per MoE layer over ep {}: {} on each rank; ZeRO shards "
