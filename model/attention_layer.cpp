@@ -92,6 +92,8 @@ void Attention::rope(const LayerEnv& env, Tensor x, bool forward) const {
 
 void Attention::gather_kv(const LayerEnv& env, const Scratch& s, Tensor kg, Tensor vg) const {
   const Buffers& b = env.buf;
+  TRAINER_CHECK(env.cp != nullptr, "attention: context parallel over {} ranks but no cp group was "
+                "set (Model::set_cp_group)", cp_.cp);
   // The second gradient pair is free outside backward's attention: staging space.
   parallel::cp_gather_kv(env.ctx, *env.cp, cp_, b.get(k_), b.get(s.cp_dk2), kg);
   parallel::cp_gather_kv(env.ctx, *env.cp, cp_, b.get(v_), b.get(s.cp_dv2), vg);
