@@ -261,12 +261,13 @@ void Trainer::keep_local_tokens(int b) {
   // the next tokens of the same global positions.
   const model::BatchShape& batch = model_->batch();
   const parallel::CpLayout layout = model::cp_layout(model_->config(), batch);
-  const int64_t n = layout.cp == 1 ? batch.T : layout.chunk();
-  for (int j = 0; j < (layout.cp == 1 ? 1 : parallel::CpLayout::kLocalChunks); ++j) {
-    const int64_t from = layout.cp == 1 ? 0 : layout.offset(j), to = b * batch.T + j * n;
+  auto keep = [&](int64_t to, int64_t from, int64_t n) {
     std::copy_n(host_tokens_.begin() + from, n, host_ids_.begin() + to);
     std::copy_n(host_tokens_.begin() + from + 1, n, host_targets_.begin() + to);
-  }
+  };
+  if (layout.cp == 1) return keep(b * batch.T, 0, batch.T);
+  for (int j = 0; j < parallel::CpLayout::kLocalChunks; ++j)
+    keep(b * batch.T + j * layout.chunk(), layout.offset(j), layout.chunk());
 }
 
 void Trainer::await_device() {

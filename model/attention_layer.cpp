@@ -83,11 +83,9 @@ void Attention::rope(const LayerEnv& env, Tensor x, bool forward) const {
   // One contiguous (1, c, h, D) block per sequence and chunk, at its global offset.
   const int64_t c = cp_.chunk(), row = x.size(2) * x.size(3);
   Tensor flat = x.view({x.numel()});
-  for (int64_t b = 0; b < B_; ++b)
-    for (int j = 0; j < parallel::CpLayout::kLocalChunks; ++j) {
-      const int64_t first = (b * T_ + j * c) * row;
-      apply(flat.slice(first, first + c * row).view({1, c, x.size(2), x.size(3)}), cp_.offset(j));
-    }
+  cp_.for_each_chunk(B_, [&](int64_t first, int64_t pos) {
+    apply(flat.slice(first * row, (first + c) * row).view({1, c, x.size(2), x.size(3)}), pos);
+  });
 }
 
 void Attention::gather_kv(const LayerEnv& env, const Scratch& s, Tensor kg, Tensor vg) const {

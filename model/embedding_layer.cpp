@@ -38,12 +38,10 @@ ParamId Embedding::declare_token_table(Buffers& buf, const ModelConfig& cfg, boo
 template <class Op>
 void Embedding::by_positions(Tensor rows, Tensor ids, Op op) const {
   if (cp_.cp == 1) return op(rows, ids, T_, int64_t{0});
-  const int64_t c = cp_.chunk(), B = ids.numel() / T_;
-  for (int64_t b = 0; b < B; ++b)
-    for (int j = 0; j < parallel::CpLayout::kLocalChunks; ++j) {
-      const int64_t first = b * T_ + j * c;
-      op(rows.slice(first, first + c), ids.slice(first, first + c), c, cp_.offset(j));
-    }
+  const int64_t c = cp_.chunk();
+  cp_.for_each_chunk(ids.numel() / T_, [&](int64_t first, int64_t pos) {
+    op(rows.slice(first, first + c), ids.slice(first, first + c), c, pos);
+  });
 }
 
 void Embedding::forward(const LayerEnv& env, const Scratch& s, Tensor ids) const {

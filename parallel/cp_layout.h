@@ -23,6 +23,14 @@ struct CpLayout {
   int64_t global_chunk(int j) const { return global_chunk(j, rank); }
   // The global position of the first token of this rank's local chunk j.
   int64_t offset(int j) const { return global_chunk(j) * chunk(); }
+  // fn(first, position) for each of this rank's runs of consecutive positions
+  // over `sequences` sequences (each chunk of each sequence): `first` is the
+  // run's first local token (b * 2c + j * c), `position` its global position.
+  template <class Fn>
+  void for_each_chunk(int64_t sequences, Fn fn) const {
+    for (int64_t b = 0; b < sequences; ++b)
+      for (int j = 0; j < kLocalChunks; ++j) fn(b * local_tokens() + j * chunk(), offset(j));
+  }
 };
 
 }  // namespace trainer::parallel
