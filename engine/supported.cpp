@@ -2,7 +2,7 @@
 // Empty for now: what the spec accepts, the loop runs. Features refused for
 // one device or mesh only are refused where that is known (the trainer's
 // setup (CUDA with several ranks or mixed precision) or by resolve_mesh
-// (context parallelism, ZeRO-3).
+// (ZeRO-3, MoE capacity with context parallelism).
 #include "engine/supported.h"
 
 namespace trainer::engine {

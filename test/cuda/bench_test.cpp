@@ -89,9 +89,9 @@ TEST_CASE("op benchmarks at GPT-2 124M shapes", "[.bench]") {
       ctx.cuda->flash_attention = flash;
       const char* path = flash ? "fused" : "unfused";
       report(fmt::format("attention fwd {} ({})", dtype_name(dtype), path).c_str(),
-             time_ms([&] { cuda::attention_forward(ctx, o, lse, q, k, v); }), f, 0);
+             time_ms([&] { cuda::attention_forward(ctx, o, lse, q, k, v, 0); }), f, 0);
       report(fmt::format("attention bwd {} ({})", dtype_name(dtype), path).c_str(),
-             time_ms([&] { cuda::attention_backward(ctx, dq, dk, dv, o, q, k, v, o, lse); }),
+             time_ms([&] { cuda::attention_backward(ctx, dq, dk, dv, o, q, k, v, o, lse, 0); }),
              2.5 * f, 0);
     }
     ctx.cuda->flash_attention = true;
