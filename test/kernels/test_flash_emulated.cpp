@@ -47,10 +47,10 @@ Result cpu_attention(const Case& c, std::vector<float> q, std::vector<float> k,
            std::vector<float>(nkv), std::vector<float>(nkv)};
   const auto qs = {c.B, c.T, c.H, c.D}, kvs = {c.B, c.T, c.Hkv, c.D};
   cpu::attention_forward(ctx, view(r.out, qs), view(r.lse, {c.B, c.H, c.T}), view(q, qs),
-                         view(k, kvs), view(v, kvs));
+                         view(k, kvs), view(v, kvs), 0);
   cpu::attention_backward(ctx, view(r.dq, qs), view(r.dk, kvs), view(r.dv, kvs), view(dout, qs),
                           view(q, qs), view(k, kvs), view(v, kvs), view(r.out, qs),
-                          view(r.lse, {c.B, c.H, c.T}));
+                          view(r.lse, {c.B, c.H, c.T}), 0);
   return r;
 }
 
