@@ -32,14 +32,10 @@ EventFileWriter::EventFileWriter(const std::string& dir) {
   // "x": create or fail, so two writers can never share (and clobber) one file.
   for (int suffix = 0; !file_; ++suffix) {
     path_ = suffix == 0 ? base : fmt::format("{}.{}", base, suffix);
-    file_ = std::fopen(path_.c_str(), "wbx");
+    file_.reset(std::fopen(path_.c_str(), "wbx"));
     TRAINER_INPUT_CHECK(file_ || errno == EEXIST, "{}: cannot create: {}", path_, std::strerror(errno));
   }
   write_event(encode_file_version_event(now));
-}
-
-EventFileWriter::~EventFileWriter() {
-  if (file_) std::fclose(file_);
 }
 
 void EventFileWriter::write_scalars(int64_t step, const std::vector<Scalar>& scalars) {
@@ -48,8 +44,8 @@ void EventFileWriter::write_scalars(int64_t step, const std::vector<Scalar>& sca
 
 void EventFileWriter::write_event(std::string_view event) {
   std::string record = tfrecord_frame(event);
-  bool ok = std::fwrite(record.data(), 1, record.size(), file_) == record.size();
-  TRAINER_CHECK(ok && std::fflush(file_) == 0, "{}: write failed: {}", path_, std::strerror(errno));
+  bool ok = std::fwrite(record.data(), 1, record.size(), file_.get()) == record.size();
+  TRAINER_CHECK(ok && std::fflush(file_.get()) == 0, "{}: write failed: {}", path_, std::strerror(errno));
 }
 
 }  // namespace trainer::engine::tensorboard

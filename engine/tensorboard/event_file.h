@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -18,9 +19,6 @@ class EventFileWriter {
   // a ".1", ".2", ... suffix. TensorBoard reads every such file in the folder
   // and merges them by step. The first record says kFileVersion.
   explicit EventFileWriter(const std::string& dir);
-  ~EventFileWriter();
-  EventFileWriter(const EventFileWriter&) = delete;
-  EventFileWriter& operator=(const EventFileWriter&) = delete;
 
   // One Event of scalars at step, stamped with the current time, flushed at
   // once so a killed run keeps every step it logged.
@@ -31,8 +29,11 @@ class EventFileWriter {
   const std::string& path() const { return path_; }
 
  private:
+  struct Close {
+    void operator()(FILE* f) const { std::fclose(f); }
+  };
   std::string path_;
-  FILE* file_ = nullptr;
+  std::unique_ptr<FILE, Close> file_;
 };
 
 // Seconds since the Unix epoch, as Event.wall_time holds them.
