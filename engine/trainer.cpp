@@ -20,6 +20,7 @@
 #include "engine/peak_flops.h"
 #include "engine/stop_signal.h"
 #include "engine/supported.h"
+#include "engine/tensorboard_metrics.h"
 #include "kernels/cuda/nvtx.h"
 #include "kernels/elementwise.h"
 #include "kernels/memory.h"
@@ -197,11 +198,13 @@ void Trainer::setup() {
   if (options_.write_run_dir && mesh_->logs()) {
     fs::create_directories(spec.run.dir);
     write_resolved_spec(spec, (fs::path(spec.run.dir) / "job.yaml").string());
-    if (spec.log.metrics == "jsonl") {
+    if (spec.log.metrics != "none") {  // jsonl, tensorboard
       std::string path = (fs::path(spec.run.dir) / "metrics.jsonl").string();
       metrics_ = std::fopen(path.c_str(), "a");
       TRAINER_INPUT_CHECK(metrics_ != nullptr, "{}: cannot open for appending", path);
     }
+    if (spec.log.metrics == "tensorboard")
+      tensorboard_ = std::make_unique<TensorBoardMetrics>(spec.run.dir);
   }
   if (options_.log) {
     fmt::print(options_.log, "mesh: {}, zero {}\n", shape.str(), spec.parallel.zero);
@@ -520,6 +523,7 @@ void Trainer::log_step(const StepRecord& r) {
                r.tokens_per_s, r.tflops, r.mfu, extra);
     std::fflush(metrics_);
   }
+  if (tensorboard_) tensorboard_->log_step(r);
 }
 
 void Trainer::log_eval(int step, double val_loss) {
@@ -532,6 +536,7 @@ void Trainer::log_eval(int step, double val_loss) {
     fmt::print(metrics_, "{{\"step\": {}, \"val_loss\": {:.9g}}}\n", step, val_loss);
     std::fflush(metrics_);
   }
+  if (tensorboard_) tensorboard_->log_eval(step, val_loss);
 }
 
 int Trainer::run() {

@@ -29,6 +29,7 @@ class SampleSource;
 namespace checkpoint {
 class Checkpointer;
 }
+class TensorBoardMetrics;
 
 struct StepRecord {
   int step = 0;
@@ -143,6 +144,7 @@ class Trainer {
   std::unique_ptr<checkpoint::Checkpointer> checkpointer_;
   int start_step_ = 0;
   FILE* metrics_ = nullptr;
+  std::unique_ptr<TensorBoardMetrics> tensorboard_;  // log.metrics: tensorboard
 };
 
 }  // namespace trainer::engine

@@ -134,7 +134,7 @@ struct CheckpointSpec {
 };
 
 struct LogSpec {
-  std::string metrics = "jsonl";  // jsonl | none
+  std::string metrics = "jsonl";  // jsonl | tensorboard (metrics.jsonl and an event file) | none
   bool operator==(const LogSpec&) const = default;
 };
 

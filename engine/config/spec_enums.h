@@ -32,7 +32,8 @@ inline const Choices<PipelineSchedule> kPipelineChoices = {
 inline const Choices<Recompute> kRecomputeChoices = {
     {Recompute::none, "none"}, {Recompute::selective, "selective"}, {Recompute::full, "full"}};
 inline const Choices<std::string> kOptimizerChoices = {{"adamw", "adamw"}};
-inline const Choices<std::string> kMetricsChoices = {{"jsonl", "jsonl"}, {"none", "none"}};
+inline const Choices<std::string> kMetricsChoices = {
+    {"jsonl", "jsonl"}, {"tensorboard", "tensorboard"}, {"none", "none"}};
 
 template <typename E>
 const char* name_of(const Choices<E>& choices, const E& value) {

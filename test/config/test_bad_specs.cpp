@@ -70,6 +70,8 @@ const std::vector<Bad>& bad_specs() {
        "job.yaml:5: model.family: expected one of gpt2, llama, got 'gpt3'"},
       {"bad schedule", kData + "optimizer:\n  schedule: cosin\n", {},
        "job.yaml:5: optimizer.schedule: expected one of cosine, wsd, linear, constant, got 'cosin'"},
+      {"bad metrics", kData + "log:\n  metrics: tensorbord\n", {},
+       "job.yaml:5: log.metrics: expected one of jsonl, tensorboard, none, got 'tensorbord'"},
       {"bool expected", "data:\n  train: t.bin\n  val: v.bin\n  shuffle: maybe\n", {},
        "job.yaml:4: data.shuffle: expected true or false, got 'maybe'"},
       {"number expected", kData + "optimizer:\n  lr: fast\n", {},

@@ -271,6 +271,7 @@ checkpoint: {resume: "/x/y z"}
     s.data.val.clear();
     s.train.eval_every = 0;
     s.parallel.dp = 16;
+    s.log.metrics = "tensorboard";
     CHECK(round_trip(s) == s);
   }
 }

@@ -1,0 +1,40 @@
+#include "engine/tensorboard_metrics.h"
+
+#include <cmath>
+#include <filesystem>
+
+#include "engine/trainer.h"
+
+namespace trainer::engine {
+
+std::vector<tensorboard::Scalar> tensorboard_step_scalars(const StepRecord& r) {
+  auto f = [](double v) { return static_cast<float>(v); };
+  std::vector<tensorboard::Scalar> s = {{"lm loss", f(r.loss)}, {"learning-rate", f(r.lr)}};
+  if (!std::isnan(r.grad_norm)) s.push_back({"grad-norm", f(r.grad_norm)});
+  s.push_back({"tokens-per-sec", f(r.tokens_per_s)});
+  s.push_back({"tflops", f(r.tflops)});
+  s.push_back({"mfu", f(r.mfu)});
+  if (!std::isnan(r.moe_imbalance)) {
+    s.push_back({"load_balancing_loss", f(r.moe_aux_loss)});
+    s.push_back({"moe-imbalance", f(r.moe_imbalance)});
+    s.push_back({"moe-dropped", f(r.moe_dropped)});
+  }
+  if (!std::isnan(r.loss_scale)) {
+    s.push_back({"loss-scale", f(r.loss_scale)});
+    s.push_back({"skipped", r.skipped ? 1.0f : 0.0f});
+  }
+  return s;
+}
+
+TensorBoardMetrics::TensorBoardMetrics(const std::string& run_dir)
+    : file_((std::filesystem::path(run_dir) / "tensorboard").string()) {}
+
+void TensorBoardMetrics::log_step(const StepRecord& r) {
+  file_.write_scalars(r.step, tensorboard_step_scalars(r));
+}
+
+void TensorBoardMetrics::log_eval(int step, double val_loss) {
+  file_.write_scalars(step, {{"lm loss validation", static_cast<float>(val_loss)}});
+}
+
+}  // namespace trainer::engine
