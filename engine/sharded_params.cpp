@@ -54,6 +54,15 @@ void ShardedParams::gather(int unit, bool for_backward) {
   if (for_backward) fill(ctx_, arena_range(Category::gradients, unit), 0.0f);
 }
 
+void ShardedParams::update_outside_optimizer(int unit, const std::function<void()>& change) {
+  gather(unit, false);
+  change();
+  const OwnedRange& r = optimizer_.layout().owned.at(unit);
+  if (r.size() > 0)
+    copy(ctx_, optimizer_.param_shards().slice(r.state_at, r.state_at + r.size()),
+         arena_range(Category::parameters, unit).slice(r.begin, r.end));
+}
+
 void ShardedParams::reduce_scatter(int unit) {
   const OwnedRange& r = optimizer_.layout().owned.at(unit);
   if (r.size() == 0) return;

@@ -17,6 +17,8 @@
 // would halve the traffic at the cost of a second master-to-compute path.
 #pragma once
 
+#include <functional>
+
 #include "engine/optimizer.h"
 #include "kernels/context.h"
 #include "model/model.h"
@@ -40,6 +42,11 @@ class ShardedParams : public model::BlockParamHooks {
   void reduce_whole_step();
   // Gradient shards to zero (a step's start; the arenas are zeroed by the model).
   void zero_grads();
+
+  // Runs `change` on the gathered unit and keeps this rank's shard of what it
+  // wrote: parameters changed outside the optimizer (aux_free's expert bias;
+  // every rank changes them alike).
+  void update_outside_optimizer(int unit, const std::function<void()>& change);
 
   void gather(int unit, bool for_backward) override;
   void release_gradients(int unit) override;

@@ -12,16 +12,10 @@ namespace trainer::engine {
 
 void check_supported(const JobSpec& spec) {
   if (spec.parallel.zero != 3) return;
-  // Both write whole parameters outside the optimizer, where ZeRO-3 keeps
-  // only the block being run.
+  // The import writes whole parameters, where ZeRO-3 keeps only the block being run.
   TRAINER_INPUT_CHECK(spec.model.init_from.empty(),
                       "{}: model.init_from with parallel.zero: 3 is not supported yet (import with "
                       "zero 0, 1 or 2 and resume its checkpoint with zero 3)",
-                      spec.source_path);
-  TRAINER_INPUT_CHECK(!spec.model.moe.enabled || spec.model.moe.balance != Balance::aux_free,
-                      "{}: model.moe.balance: aux_free with parallel.zero: 3 is not supported yet "
-                      "(its expert bias is updated outside the optimizer; use aux_loss or none, "
-                      "or zero 0, 1 or 2)",
                       spec.source_path);
 }
 

@@ -439,14 +439,23 @@ void Trainer::finish_moe_step(StepRecord& r, double aux_sum) {
     for (const model::Moe* m : layers) aux_sum += m->step_aux_loss(model_->buffers());
   }
   double imbalance = 0, dropped = 0;
-  for (const model::Moe* m : layers) {
+  const std::vector<int> units = model_->moe_layer_units();
+  for (size_t i = 0; i < layers.size(); ++i) {
+    const model::Moe* m = layers[i];
     // Expert loads summed over dp, so every replica sees (and biases by) the same numbers.
     Tensor counts = m->step_counts(model_->buffers());
     if (dp.size() > 1) dp.all_reduce(counts, parallel::ReduceOp::sum);
     model::MoeStats st = m->stats(model_->buffers());
     imbalance = std::max(imbalance, st.imbalance);
     dropped += static_cast<double>(st.dropped);
-    m->update_bias(ctx_, model_->buffers(), static_cast<float>(spec_.model.moe.bias_update_rate));
+    auto update = [&] {
+      m->update_bias(ctx_, model_->buffers(), static_cast<float>(spec_.model.moe.bias_update_rate));
+    };
+    // aux_free's bias is a parameter: under zero 3 it lives in the shards.
+    if (sharded_ && m->selection_bias().index >= 0)
+      sharded_->update_outside_optimizer(units[i], update);
+    else
+      update();
   }
   if (pipeline_) {  // the logging rank holds the first stage's layers only
     parallel::Communicator& pp = mesh_->comm(parallel::Axis::pp);
@@ -459,6 +468,8 @@ void Trainer::finish_moe_step(StepRecord& r, double aux_sum) {
   r.moe_dropped = dropped;
 }
 
+bool Trainer::lockstep_forwards() const { return mesh_->shape().ep > 1 || sharded_ != nullptr; }
+
 double Trainer::evaluate_pipeline() {
   // Forward only, one micro-batch at a time down the stages.
   const int B = spec_.train.micro_batch, T = spec_.train.seq_len;
@@ -467,7 +478,7 @@ double Trainer::evaluate_pipeline() {
   const int E = spec_.train.eval_batches, rounds = (E + dp_size_ - 1) / dp_size_;
   for (int k = 0; k < rounds; ++k) {
     const int i = dp_rank_ + k * dp_size_;  // see evaluate()
-    if (i >= E && mesh_->shape().ep == 1) break;
+    if (i >= E && !lockstep_forwards()) break;
     const double s = pipeline_->run_forward(
         *model_, ctx_, *arenas_, [&] { load_micro_batch(val_data_.get(), int64_t(i % E) * B); },
         [&] { return micro_batch_loss_sum(); });
@@ -483,13 +494,13 @@ double Trainer::evaluate() {
   if (pipeline_) return evaluate_pipeline();
   const int B = spec_.train.micro_batch, T = spec_.train.seq_len;
   double sum = 0;
-  // With ep the ranks of an ep group exchange tokens in every MoE forward, so
-  // all run the same number of forwards: a rank past the last batch repeats
-  // one and does not count it.
+  // With ep the ranks of an ep group exchange tokens in every MoE forward
+  // (zero 3: the dp group gathers every block), so all run the same number
+  // of forwards: a rank past the last batch repeats one and does not count it.
   const int E = spec_.train.eval_batches, rounds = (E + dp_size_ - 1) / dp_size_;
   for (int k = 0; k < rounds; ++k) {
     const int i = dp_rank_ + k * dp_size_;
-    if (i >= E && mesh_->shape().ep == 1) break;
+    if (i >= E && !lockstep_forwards()) break;
     load_micro_batch(val_data_.get(), int64_t(i % E) * B);
     model_->forward(ctx_);
     if (i < E) sum += micro_batch_loss_sum();

@@ -96,6 +96,8 @@ class Trainer {
   void finish_moe_step(StepRecord& r, double aux_sum);
   void sync_tied_table();
   double evaluate_pipeline();
+  // Every dp rank must run each evaluation forward (collectives inside it).
+  bool lockstep_forwards() const;
   void load_micro_batch(const data::SampleSource* source, int64_t first_sample);
   double micro_batch_loss_sum();
   void await_device();  // before a host copy on a multi-GPU rank: poll, never block

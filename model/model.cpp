@@ -323,6 +323,13 @@ std::vector<const Moe*> Model::moe_layers() const {
   return out;
 }
 
+std::vector<int> Model::moe_layer_units() const {
+  std::vector<int> out;
+  for (size_t b = 0; b < blocks_.size(); ++b)
+    if (blocks_[b].moe()) out.push_back(block_unit_[b]);
+  return out;
+}
+
 double Model::aux_loss() const {
   double sum = 0;
   for (const Moe* m : moe_layers()) sum += m->aux_loss(buf_);

@@ -116,6 +116,8 @@ class Model {
 
   // The mixture-of-experts layers of this stage (empty for a dense model).
   std::vector<const Moe*> moe_layers() const;
+  // Their blocks' parameter units (into buffers().param_units()), in the same order.
+  std::vector<int> moe_layer_units() const;
   // Sum of the MoE layers' auxiliary losses of the last forward.
   double aux_loss() const;
   void reset_moe_stats(Context& ctx);
