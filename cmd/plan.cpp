@@ -39,7 +39,8 @@ Registrar reg("plan", "validate a job and print its per-rank memory plan", [](CL
       model::ModelConfig cfg = engine::model_config(spec);
       engine::apply_pipeline_stage(cfg, shape.pp, stage, shape.virtual_stages);
       cfg.moe.ep = shape.ep;  // each rank holds n_experts / ep routed experts
-      // ZeRO shards over dp, or over edp with expert parallelism (Trainer::setup).
+      // ZeRO shards over the gradient group (dp, or dp x cp with context
+      // parallelism), or over edp with expert parallelism (Trainer::setup).
       const int zero_size = shape.size(engine::zero_axis(shape));
       cfg.shard_align = engine::zero_shard_align(spec.parallel.zero, zero_size);
       model::Model model(cfg, engine::micro_batch_shape(spec));
@@ -61,6 +62,15 @@ Registrar reg("plan", "validate a job and print its per-rank memory plan", [](CL
                    spec.train.micro_batch, spec.train.seq_len, spec.train.global_batch,
                    micro_batches);
         fmt::print("mesh: {}, zero {}\n", shape.str(), spec.parallel.zero);
+        if (shape.cp > 1) {
+          const int64_t kv = int64_t(spec.train.micro_batch) * spec.train.seq_len *
+                             model.config().local_kv_heads() * model.config().head_dim();
+          fmt::print("context parallel: each rank holds {} of the {} tokens of a sequence (2 of {} "
+                     "chunks); attention gathers the whole sequence's K/V ({} elements each, "
+                     "cp.* scratch); gradients are averaged over dp x cp = {}{}\n",
+                     spec.train.seq_len / shape.cp, spec.train.seq_len, 2 * shape.cp, kv,
+                     shape.dp_cp(), spec.parallel.zero >= 1 ? ", ZeRO shards over them" : "");
+        }
         if (spec.model.moe.enabled)
           fmt::print("experts: {} routed per MoE layer over ep {}: {} on each rank; ZeRO shards "
                      "over {}\n",

@@ -29,7 +29,8 @@ void MixedPrecision::finish_fp8_step(model::Buffers& buffers, parallel::Mesh& me
   if (!f || f->size() == 0) return;
   buffers.fp8_amax_to_host();  // the GPU recorded them in the state's device copy
   Tensor amax(f->current_amax(), {int64_t(f->size())}, DType::f32, Device::cpu);
-  for (parallel::Axis axis : {parallel::Axis::tp, parallel::Axis::dp}) {
+  // Every replica must take the same scales: cp ranks saw other tokens too.
+  for (parallel::Axis axis : {parallel::Axis::tp, parallel::Axis::cp, parallel::Axis::dp}) {
     parallel::Communicator& c = mesh.comm(axis);
     if (c.size() > 1) c.all_reduce(amax, parallel::ReduceOp::max);
   }

@@ -20,6 +20,7 @@ model::ModelConfig model_config(const JobSpec& spec) {
   c.init_std = static_cast<float>(m.init_std);
   c.seed = spec.run.seed;
   c.tp = spec.parallel.tp;
+  c.cp = spec.parallel.cp;
   c.sequence_parallel = spec.parallel.sequence_parallel;
   c.recompute_full = spec.parallel.recompute == Recompute::full;
   const PrecisionSpec& pr = spec.precision;
@@ -47,7 +48,8 @@ model::ModelConfig model_config(const JobSpec& spec) {
 }
 
 model::BatchShape micro_batch_shape(const JobSpec& spec) {
-  return model::BatchShape{spec.train.micro_batch, spec.train.seq_len};
+  // Each context-parallel rank holds seq_len / cp tokens of every sequence.
+  return model::BatchShape{spec.train.micro_batch, spec.train.seq_len / spec.parallel.cp};
 }
 
 }  // namespace trainer::engine

@@ -52,13 +52,11 @@ void Trainer::setup() {
   ctx_ = device_->context();
   // GPU ranks: every collective in stream order with the ops (stream_order.h).
   for (parallel::Axis axis : parallel::kAllAxes) parallel::bind_compute_stream(mesh_->comm(axis), ctx_);
-  TRAINER_INPUT_CHECK(shape.cp == 1,
-                      "{}: parallel: {}: context parallelism is not implemented yet (cp = 1; "
-                      "tp, pp, dp and ep work)",
-                      spec.source_path, shape.str());
   if (!mesh_->logs()) options_.log = nullptr;
   dp_size_ = shape.dp;
   dp_rank_ = mesh_->coords().dp;
+  grad_axis_ = shape.cp > 1 ? parallel::Axis::dp_cp : parallel::Axis::dp;
+  grad_size_ = shape.size(grad_axis_);
   const int T = spec.train.seq_len, B = spec.train.micro_batch;
   accum_steps_ = spec.train.global_batch / (B * dp_size_);
 
@@ -77,10 +75,11 @@ void Trainer::setup() {
                         spec.source_path, tokens, cfg.d_model, q, kv, cfg.d_ff);
   }
   cfg.tp_rank = mesh_->coords().tp;
+  cfg.cp_rank = mesh_->coords().cp;
   cfg.moe.ep = shape.ep;
   cfg.moe.ep_rank = mesh_->coords().ep;
   apply_pipeline_stage(cfg, shape.pp, mesh_->coords().pp, shape.virtual_stages);
-  // With ep > 1 ZeRO shards over edp instead of dp (zero_layout.h).
+  // ZeRO shards over the gradient group, or over edp with ep > 1 (zero_layout.h).
   zero_axis_ = zero_axis(shape);
   const int zero_size = shape.size(zero_axis_), zero_rank = mesh_->coords().along(zero_axis_);
   cfg.shard_align = zero_shard_align(spec.parallel.zero, zero_size);
@@ -90,14 +89,16 @@ void Trainer::setup() {
   model_ = std::make_unique<model::Model>(cfg, micro_batch_shape(spec));
   model_->set_tp_group(&mesh_->comm(parallel::Axis::tp));
   model_->set_ep_group(&mesh_->comm(parallel::Axis::ep));
+  model_->set_cp_group(&mesh_->comm(parallel::Axis::cp));
   std::unique_ptr<parallel::Communicator> kv =
       parallel::make_kv_replica_group(*mesh_, model_->config().kv_replicas());
   if (kv) parallel::bind_compute_stream(*kv, ctx_);
   model_->set_kv_group(std::move(kv));
   model::Buffers& buf = model_->buffers();
-  // ZeRO 1/2 shard the optimizer over dp; the arenas are padded so every
-  // shard has the same aligned size. zero 0 keeps the whole state everywhere;
-  // zero 3 shards each parameter unit, values and gradients too.
+  // ZeRO 1/2 shard the optimizer over the gradient group (dp, or dp x cp; edp
+  // with ep > 1); the arenas are padded so every shard has the same aligned
+  // size. zero 0 keeps the whole state everywhere; zero 3 shards each
+  // parameter unit, values and gradients too.
   ZeroLayout layout = zero_layout(buf, spec.parallel.zero, zero_size, zero_rank);
   if (!layout.shards_parameters()) {
     int64_t arena = static_cast<int64_t>(buf.category_bytes(model::Category::parameters) / 4);
@@ -119,9 +120,12 @@ void Trainer::setup() {
   }
   if (options_.write_run_dir) {
     const parallel::Coords& c = mesh_->coords();
+    // With cp > 1 the dp x cp group plays dp's part: parameters are written by
+    // its rank 0, ZeRO shards by each of its ranks.
+    const bool cp_in_dp = grad_axis_ == parallel::Axis::dp_cp;
     checkpoint::ShardPosition pos = checkpoint::shard_position(
-        {.tp = c.tp, .dp = c.dp, .cp = c.cp, .dp_size = shape.dp, .zero = spec.parallel.zero,
-         .ep = c.ep, .ep_size = shape.ep, .edp = c.edp});
+        {.tp = c.tp, .dp = c.along(grad_axis_), .cp = cp_in_dp ? 0 : c.cp, .dp_size = grad_size_,
+         .zero = spec.parallel.zero, .ep = c.ep, .ep_size = shape.ep, .edp = c.edp});
     checkpointer_ = std::make_unique<checkpoint::Checkpointer>(
         spec, mesh_->comm(parallel::Axis::world), ctx_.device, pos, mesh_->logs() ? stderr : nullptr);
     std::map<std::string, double> scalars;
@@ -158,9 +162,9 @@ void Trainer::setup() {
                         p.spec.expert});
     }
     expert_reducer_ = std::make_unique<parallel::ExpertGradReducer>(
-        mesh_->comm(parallel::Axis::dp), mesh_->comm(parallel::Axis::edp), shape.ep,
+        grad_comm(), mesh_->comm(parallel::Axis::edp), shape.ep,
         flat_arena(model::Category::gradients), std::move(ranges));
-  } else if (dp_size_ > 1 && spec.parallel.zero < 2) {
+  } else if (grad_size_ > 1 && spec.parallel.zero < 2) {
     // Buckets in the order backward finishes gradients: last parameter first.
     std::vector<parallel::GradRange> ranges;
     for (auto it = buf.params().rbegin(); it != buf.params().rend(); ++it) {
@@ -168,11 +172,11 @@ void Trainer::setup() {
       ranges.push_back({static_cast<int64_t>(info.offset / 4), static_cast<int64_t>(info.bytes / 4)});
     }
     reducer_ = std::make_unique<parallel::GradReducer>(
-        mesh_->comm(parallel::Axis::dp), flat_arena(model::Category::gradients), ranges,
+        grad_comm(), flat_arena(model::Category::gradients), ranges,
         options_.grad_bucket_bytes);
     // GPU: each bucket on the communication stream after an event on the
     // compute stream; the optimizer's stream waits for the last one.
-    dp_overlap_ = std::make_unique<parallel::CommStreamOverlap>(mesh_->comm(parallel::Axis::dp), ctx_);
+    dp_overlap_ = std::make_unique<parallel::CommStreamOverlap>(grad_comm(), ctx_);
     if (dp_overlap_->active()) {
       reducer_->set_before_reduce([this] { dp_overlap_->before_collective(); });
       reducer_->set_after_reduce([this] { dp_overlap_->join(); });
@@ -181,8 +185,9 @@ void Trainer::setup() {
     // A pipeline's last backward of each chunk is spread over its table:
     // reduced after it. With tp > 1 the TP collectives of backward would run
     // on another NCCL communicator at the same time, which NCCL documents as
-    // unsafe unless ordered: auto keeps the buckets after backward there.
-    const bool only_dp_in_backward = shape.tp == 1;
+    // unsafe unless ordered: auto keeps the buckets after backward there (and
+    // with cp > 1, whose attention exchanges keys and values in backward).
+    const bool only_dp_in_backward = shape.tp == 1 && shape.cp == 1;
     reduce_in_backward_ = !pipeline_ && (options_.grad_overlap == Overlap::on ||
                                          (options_.grad_overlap == Overlap::auto_ &&
                                           device == Device::cuda && only_dp_in_backward));
@@ -196,10 +201,11 @@ void Trainer::setup() {
       val_data_ = data::SampleSource::open(d.val, d.format, T, spec.model.vocab_size,
                                            spec.run.seed, false);
   }
+  const int64_t local_tokens = model_->batch().tokens();  // B * T / cp
   host_tokens_.resize(static_cast<size_t>(T + 1));
-  host_ids_.resize(static_cast<size_t>(B) * T);
-  host_targets_.resize(static_cast<size_t>(B) * T);
-  host_losses_.resize(static_cast<size_t>(B) * T);
+  host_ids_.resize(static_cast<size_t>(local_tokens));
+  host_targets_.resize(static_cast<size_t>(local_tokens));
+  host_losses_.resize(static_cast<size_t>(local_tokens));
   peak_flops_ = peak_flops(ctx_, spec.precision.compute);
 
   if (options_.write_run_dir && mesh_->logs()) {
@@ -256,12 +262,26 @@ void Trainer::load_micro_batch(const data::SampleSource* source, int64_t first_s
         host_tokens_[t] = static_cast<int32_t>(
             model::counter_bits(spec_.run.seed, uint64_t(first_sample + b), uint64_t(t)) % V);
     }
-    std::copy(host_tokens_.begin(), host_tokens_.begin() + T, host_ids_.begin() + b * T);
-    std::copy(host_tokens_.begin() + 1, host_tokens_.end(), host_targets_.begin() + b * T);
+    keep_local_tokens(b);
   }
   // A pipeline stage reads ids only with the embedding, targets only with the head.
   if (model_->config().first_stage) copy_from_host(model_->input_ids(), host_ids_.data());
   if (model_->config().last_stage) copy_from_host(model_->targets(), host_targets_.data());
+}
+
+void Trainer::keep_local_tokens(int b) {
+  // Context parallelism: every cp rank of a dp rank reads the same sequences
+  // and keeps its two chunks of them (parallel/cp_layout.h); the targets are
+  // the next tokens of the same global positions.
+  const model::BatchShape& batch = model_->batch();
+  const parallel::CpLayout layout = model::cp_layout(model_->config(), batch);
+  auto keep = [&](int64_t to, int64_t from, int64_t n) {
+    std::copy_n(host_tokens_.begin() + from, n, host_ids_.begin() + to);
+    std::copy_n(host_tokens_.begin() + from + 1, n, host_targets_.begin() + to);
+  };
+  if (layout.cp == 1) return keep(b * batch.T, 0, batch.T);
+  for (int j = 0; j < parallel::CpLayout::kLocalChunks; ++j)
+    keep(b * batch.T + j * layout.chunk(), layout.offset(j), layout.chunk());
 }
 
 void Trainer::await_device() {
@@ -279,7 +299,7 @@ double Trainer::micro_batch_loss_sum() {
 bool Trainer::gradients_sharded() const {
   // zero 2 holds only its shard of the averaged gradient; the others hold all
   // of it. With ep every rank holds the whole reduced gradient (expert_reducer_).
-  return spec_.parallel.zero == 2 && dp_size_ > 1 && !expert_reducer_;
+  return spec_.parallel.zero == 2 && grad_size_ > 1 && !expert_reducer_;
 }
 
 Tensor Trainer::owned_gradients() const {
@@ -346,14 +366,14 @@ void Trainer::synchronize_gradients() {
     sharded_->reduce_whole_step();
     return;
   }
-  if (dp_size_ == 1) return;
+  if (grad_size_ == 1) return;
   cuda::NvtxRange range("gradient sync");
   if (expert_reducer_)
     expert_reducer_->reduce_all(ctx_);
   else if (reducer_)
     reducer_->reduce_all();
   else
-    parallel::zero_reduce_scatter(mesh_->comm(parallel::Axis::dp),
+    parallel::zero_reduce_scatter(grad_comm(),
                                   flat_arena(model::Category::gradients), shard_);
 }
 
@@ -366,10 +386,12 @@ StepRecord Trainer::train_step(int step) {
   if (sharded_) sharded_->zero_grads();
   model_->reset_moe_stats(ctx_);
   double loss_sum = 0, aux_sum = 0;
-  // Gradients are averaged over dp, so each rank scales by its share of the tokens.
-  // fp16 also multiplies by the loss scale, divided out of the gradients below.
+  // Gradients are averaged over the gradient group (dp, or dp x cp), so each
+  // rank's backward is scaled up by its size: the average is then the sum over
+  // all tokens / tokens. fp16 also multiplies by the loss scale, divided out of
+  // the gradients below.
   const float loss_scale = precision_->loss_scale();
-  const float dloss = static_cast<float>(dp_size_ / tokens) * loss_scale;
+  const float dloss = static_cast<float>(grad_size_ / tokens) * loss_scale;
   if (pipeline_) {
     loss_sum = pipeline_->run_step(
         *model_, ctx_, *arenas_,
@@ -394,7 +416,7 @@ StepRecord Trainer::train_step(int step) {
   synchronize_gradients();
   StepRecord r;
   r.step = step;
-  r.loss = parallel::group_sum(mesh_->comm(parallel::Axis::dp), loss_sum) / tokens;
+  r.loss = parallel::group_sum(grad_comm(), loss_sum) / tokens;  // every token once
   if (pipeline_) r.loss = parallel::group_sum(mesh_->comm(parallel::Axis::pp), r.loss);
   finish_moe_step(r, aux_sum);
   MixedPrecision::finish_fp8_step(model_->buffers(), *mesh_);
@@ -484,7 +506,7 @@ double Trainer::evaluate_pipeline() {
         [&] { return micro_batch_loss_sum(); });
     if (i < E) sum += s;
   }
-  sum = parallel::group_sum(mesh_->comm(parallel::Axis::dp), sum);
+  sum = parallel::group_sum(grad_comm(), sum);  // cp ranks hold other tokens of the same batches
   sum = parallel::group_sum(pp, sum);
   return sum / (double(spec_.train.eval_batches) * B * T);
 }
@@ -505,7 +527,7 @@ double Trainer::evaluate() {
     model_->forward(ctx_);
     if (i < E) sum += micro_batch_loss_sum();
   }
-  sum = parallel::group_sum(mesh_->comm(parallel::Axis::dp), sum);
+  sum = parallel::group_sum(grad_comm(), sum);
   return sum / (double(spec_.train.eval_batches) * B * T);
 }
 

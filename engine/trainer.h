@@ -114,11 +114,17 @@ class Trainer {
   parallel::Mesh* mesh_ = nullptr;
   parallel::ZeroShard shard_;  // this rank's range of the flat parameter arena
   parallel::Axis zero_axis_ = parallel::Axis::dp;  // what shard_ splits over (edp with ep > 1)
+  // What replicated parameters' gradients are averaged over: the data-parallel
+  // ranks, and with context parallelism (each cp rank's backward covers other
+  // tokens of the same sequences) the whole dp x cp group, as in Megatron-Core.
+  parallel::Axis grad_axis_ = parallel::Axis::dp;
+  int grad_size_ = 1;
+  parallel::Communicator& grad_comm() { return mesh_->comm(grad_axis_); }
   std::unique_ptr<parallel::GradReducer> reducer_;
   std::unique_ptr<parallel::CommStreamOverlap> dp_overlap_;  // reducer_'s buckets on the comm stream
   bool reduce_in_backward_ = false;  // reducer_ fed by the model's gradient-ready hook
   std::unique_ptr<parallel::ExpertGradReducer> expert_reducer_;  // ep > 1
-  int dp_size_ = 1, dp_rank_ = 0;
+  int dp_size_ = 1, dp_rank_ = 0;  // the data axis: which samples this rank reads
   std::unique_ptr<PipelineRunner> pipeline_;  // pp > 1 only
   std::unique_ptr<MixedPrecision> precision_;
   Tensor tied_zeros_;                          // middle stages' share of the tied-table all-reduce
@@ -131,7 +137,8 @@ class Trainer {
   std::unique_ptr<Arenas> arenas_;
   std::unique_ptr<ShardedParams> sharded_;  // zero 3 only
   std::unique_ptr<data::SampleSource> train_data_, val_data_;
-  std::vector<int32_t> host_tokens_, host_ids_, host_targets_;
+  std::vector<int32_t> host_tokens_, host_ids_, host_targets_;  // ids, targets: this rank's tokens
+  void keep_local_tokens(int b);  // host_tokens_ (one sequence) -> sequence b of ids, targets
   std::vector<float> host_losses_;
   Tensor norm_out_;  // (1) f32 on the device, for the gradient norm
   void* norm_mem_ = nullptr;

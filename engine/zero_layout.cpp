@@ -9,7 +9,8 @@
 namespace trainer::engine {
 
 parallel::Axis zero_axis(const parallel::MeshShape& shape) {
-  return shape.ep > 1 ? parallel::Axis::edp : parallel::Axis::dp;
+  if (shape.ep > 1) return parallel::Axis::edp;
+  return shape.cp > 1 ? parallel::Axis::dp_cp : parallel::Axis::dp;
 }
 
 int64_t zero_shard_align(int zero, int size) { return zero == 3 ? int64_t(size) * 64 : 0; }

@@ -31,8 +31,10 @@ struct ZeroLayout {
   bool shards_parameters() const { return stage == 3; }
 };
 
-// The axis ZeRO shards over: dp, or edp when experts are split over ep (every
-// member of an edp group holds the same experts at the same offsets).
+// The axis ZeRO shards over: the gradient group (dp, or dp x cp with context
+// parallelism: cp ranks hold the same parameters), or edp when experts are
+// split over ep (every member of an edp group holds the same experts at the
+// same offsets).
 parallel::Axis zero_axis(const parallel::MeshShape& shape);
 // ModelConfig::shard_align for `zero` over `size` ranks: size * 64 elements
 // (aligned shards) under ZeRO-3, else 0 (blocks not shared).

@@ -1,7 +1,10 @@
 // Causal scaled-dot-product attention with grouped-query heads: query head h reads
 // KV head h / (H / Hkv); scale 1/sqrt(D). Forward saves only the log-sum-exp of
 // each row, so memory is O(T) per head; backward recomputes the probabilities
-// (as FlashAttention does).
+// (as FlashAttention does). The queries may be a block of a longer sequence
+// (context parallelism): query i sits at position q_offset + i of the Tk keys
+// and sees keys [0, q_offset + i]; q_offset = 0 with Tq = Tk is plain causal
+// self-attention.
 // Float tensors: f32, bf16 or f16 on the CPU backend, each independently; fp32 math.
 #pragma once
 
@@ -11,23 +14,26 @@ namespace trainer {
 
 #define TRAINER_OPS(NS)                                                                      \
   namespace NS {                                                                             \
-  /* out (B, T, H, D) = softmax(q k^T / sqrt(D), causal) v; lse (B, H, T) f32; written    */ \
-  /* q (B, T, H, D), k, v (B, T, Hkv, D), H a multiple of Hkv                             */ \
-  void attention_forward(Context& ctx, Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v); \
-  /* dq (B, T, H, D), dk, dv (B, T, Hkv, D) written                                       */ \
+  /* out (B, Tq, H, D) = softmax(q k^T / sqrt(D), causal) v; lse (B, H, Tq) f32; written */ \
+  /* q (B, Tq, H, D), k, v (B, Tk, Hkv, D), H a multiple of Hkv, q_offset + Tq <= Tk      */ \
+  void attention_forward(Context& ctx, Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v, \
+                         int64_t q_offset);                                                  \
+  /* dq (B, Tq, H, D), dk, dv (B, Tk, Hkv, D) written (keys no query sees get 0)          */ \
   void attention_backward(Context& ctx, Tensor dq, Tensor dk, Tensor dv, Tensor dout,        \
-                          Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse);             \
+                          Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse,              \
+                          int64_t q_offset);                                                 \
   }
 TRAINER_OPS(cpu)
 TRAINER_OPS(cuda)
 #undef TRAINER_OPS
 
 inline void attention_forward(Context& ctx, Tensor out, Tensor lse, Tensor q, Tensor k,
-                              Tensor v) {
-  TRAINER_DISPATCH(ctx, attention_forward, out, lse, q, k, v);
+                              Tensor v, int64_t q_offset = 0) {
+  TRAINER_DISPATCH(ctx, attention_forward, out, lse, q, k, v, q_offset);
 }
 inline void attention_backward(Context& ctx, Tensor dq, Tensor dk, Tensor dv, Tensor dout,
-                               Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse) {
-  TRAINER_DISPATCH(ctx, attention_backward, dq, dk, dv, dout, q, k, v, out, lse);
+                               Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse,
+                               int64_t q_offset = 0) {
+  TRAINER_DISPATCH(ctx, attention_backward, dq, dk, dv, dout, q, k, v, out, lse, q_offset);
 }
 }  // namespace trainer

@@ -7,6 +7,7 @@
 #include "kernels/attention.h"
 #include "kernels/elementwise.h"
 #include "kernels/rope.h"
+#include "parallel/cp_kv_exchange.h"
 
 namespace trainer::model {
 
@@ -38,11 +39,62 @@ void Attention::declare(Buffers& buf, const std::string& prefix, const ModelConf
   k_ = buf.add(Category::activations, p + "k", {N, Hkv_ * D_}, buf.act_dtype());
   v_ = buf.add(Category::activations, p + "v", {N, Hkv_ * D_}, buf.act_dtype());
   att_ = buf.add(Category::activations, p + "out", {N, H_ * D_}, buf.act_dtype());
-  lse_ = buf.add(Category::activations, p + "lse", {B_, H_, T_});
+  // Under cp one (B, H, c) block per local query chunk, each contiguous for the op.
+  cp_ = cp_layout(cfg, batch);
+  lse_ = cp_.cp == 1 ? buf.add(Category::activations, p + "lse", {B_, H_, T_})
+                     : buf.add(Category::activations, p + "lse",
+                               {parallel::CpLayout::kLocalChunks, B_, H_, cp_.chunk()});
 }
 
 Tensor Attention::heads(const LayerEnv& env, BufferId id, int64_t h) const {
   return env.buf.get(id).view({B_, T_, h, D_});
+}
+
+namespace {
+
+// Local chunk j (B, c, h, D) of a (B, 2c, h, D) tensor: a strided view.
+Tensor chunk_of(Tensor t, int j, int64_t c) {
+  Tensor v = t;
+  v.shape[1] = c;
+  v.data = static_cast<char*>(t.data) + j * c * t.stride[1] * int64_t(dtype_size(t.dtype));
+  return v;
+}
+
+// Chunk j's log-sum-exps (B, H, c) in the (2, B, H, c) lse buffer (contiguous).
+Tensor lse_of(Tensor lse, int j) {
+  return lse.slice(j, j + 1).view({lse.size(1), lse.size(2), lse.size(3)});
+}
+
+// (B, T, h, D) views of flat (B * T * h * D) scratch.
+Tensor kv_view(Tensor flat, int64_t B, int64_t T, int64_t h, int64_t D) {
+  return flat.view({B, T, h, D});
+}
+
+}  // namespace
+
+void Attention::rope(const LayerEnv& env, Tensor x, bool forward) const {
+  auto apply = [&](Tensor t, int64_t pos) {
+    if (forward)
+      rope_forward(env.ctx, t, t, theta_, pos);
+    else
+      rope_backward(env.ctx, t, t, theta_, pos);
+  };
+  if (cp_.cp == 1) return apply(x, 0);
+  // One contiguous (1, c, h, D) block per sequence and chunk, at its global offset.
+  const int64_t c = cp_.chunk(), row = x.size(2) * x.size(3);
+  Tensor flat = x.view({x.numel()});
+  cp_.for_each_chunk(B_, [&](int64_t first, int64_t pos) {
+    apply(flat.slice(first * row, (first + c) * row).view({1, c, x.size(2), x.size(3)}), pos);
+  });
+}
+
+void Attention::gather_kv(const LayerEnv& env, const Scratch& s, Tensor kg, Tensor vg) const {
+  const Buffers& b = env.buf;
+  TRAINER_CHECK(env.cp != nullptr, "attention: context parallel over {} ranks but no cp group was "
+                "set (Model::set_cp_group)", cp_.cp);
+  // The second gradient pair is free outside backward's attention: staging space.
+  parallel::cp_gather_kv(env.ctx, *env.cp, cp_, b.get(k_), b.get(s.cp_dk2), kg);
+  parallel::cp_gather_kv(env.ctx, *env.cp, cp_, b.get(v_), b.get(s.cp_dv2), vg);
 }
 
 void Attention::forward(const LayerEnv& env, const Scratch& s, Tensor out, Tensor in) const {
@@ -53,10 +105,20 @@ void Attention::forward(const LayerEnv& env, const Scratch& s, Tensor out, Tenso
   v_proj_.forward(env, b.get(v_), x);
   Tensor q = heads(env, q_, H_), k = heads(env, k_, Hkv_), v = heads(env, v_, Hkv_);
   if (rope_) {
-    rope_forward(env.ctx, q, q, theta_, 0);
-    rope_forward(env.ctx, k, k, theta_, 0);
+    rope(env, q, true);
+    rope(env, k, true);
   }
-  attention_forward(env.ctx, heads(env, att_, H_), b.get(lse_), q, k, v);
+  Tensor att = heads(env, att_, H_);
+  if (cp_.cp == 1) {
+    attention_forward(env.ctx, att, b.get(lse_), q, k, v);
+  } else {
+    const int64_t Tg = cp_.seq;
+    Tensor kg = kv_view(b.get(s.cp_k), B_, Tg, Hkv_, D_), vg = kv_view(b.get(s.cp_v), B_, Tg, Hkv_, D_);
+    gather_kv(env, s, kg, vg);
+    for (int j = 0; j < parallel::CpLayout::kLocalChunks; ++j)
+      attention_forward(env.ctx, chunk_of(att, j, cp_.chunk()), lse_of(b.get(lse_), j),
+                        chunk_of(q, j, cp_.chunk()), kg, vg, cp_.offset(j));
+  }
   Tensor partial = io_.partial_out(env, s, out);
   o_proj_.forward(env, partial, b.get(att_));
   io_.leave(env, partial, out);
@@ -70,12 +132,30 @@ void Attention::backward(const LayerEnv& env, const Scratch& s, Tensor dinp, Ten
   Tensor dq = b.get(s.dq).view({B_, T_, H_, D_});
   Tensor dk = b.get(s.dk).view({B_, T_, Hkv_, D_});
   Tensor dv = b.get(s.dv).view({B_, T_, Hkv_, D_});
-  attention_backward(env.ctx, dq, dk, dv, b.get(s.datt).view({B_, T_, H_, D_}),
-                     heads(env, q_, H_), heads(env, k_, Hkv_), heads(env, v_, Hkv_),
-                     heads(env, att_, H_), b.get(lse_));
+  Tensor datt = b.get(s.datt).view({B_, T_, H_, D_});
+  Tensor q = heads(env, q_, H_), att = heads(env, att_, H_);
+  if (cp_.cp == 1) {
+    attention_backward(env.ctx, dq, dk, dv, datt, q, heads(env, k_, Hkv_), heads(env, v_, Hkv_),
+                       att, b.get(lse_));
+  } else {
+    const int64_t Tg = cp_.seq, c = cp_.chunk();
+    auto whole = [&](BufferId id) { return kv_view(b.get(id), B_, Tg, Hkv_, D_); };
+    Tensor kg = whole(s.cp_k), vg = whole(s.cp_v);
+    gather_kv(env, s, kg, vg);
+    // Each query chunk's dK, dV cover the whole sequence (0 past its position).
+    const BufferId dks[] = {s.cp_dk, s.cp_dk2}, dvs[] = {s.cp_dv, s.cp_dv2};
+    for (int j = 0; j < parallel::CpLayout::kLocalChunks; ++j)
+      attention_backward(env.ctx, chunk_of(dq, j, c), whole(dks[j]), whole(dvs[j]),
+                         chunk_of(datt, j, c), chunk_of(q, j, c), kg, vg, chunk_of(att, j, c),
+                         lse_of(b.get(lse_), j), cp_.offset(j));
+    accumulate(env.ctx, b.get(s.cp_dk), b.get(s.cp_dk2));
+    accumulate(env.ctx, b.get(s.cp_dv), b.get(s.cp_dv2));
+    parallel::cp_reduce_scatter_kv(env.ctx, *env.cp, cp_, whole(s.cp_dk), b.get(s.cp_dk2), dk);
+    parallel::cp_reduce_scatter_kv(env.ctx, *env.cp, cp_, whole(s.cp_dv), b.get(s.cp_dv2), dv);
+  }
   if (rope_) {
-    rope_backward(env.ctx, dq, dq, theta_, 0);
-    rope_backward(env.ctx, dk, dk, theta_, 0);
+    rope(env, dq, false);
+    rope(env, dk, false);
   }
   Tensor x = io_.saved_input(env, in);
   Tensor dx = io_.dinput(env, s, dinp), tmp = io_.dinput_tmp(env, s);

@@ -1,6 +1,11 @@
 // Self-attention: q/k/v projections (column-parallel: each tp rank owns whole
 // heads), RoPE (llama), causal GQA attention, output projection (row-parallel).
-// Saves q, k, v (after RoPE), the attention output and its lse.
+// Saves q, k, v (after RoPE), the attention output and its lse. Under context
+// parallelism the rank's tokens are two chunks of each sequence: RoPE uses
+// their global positions, keys and values of the whole sequence are gathered
+// over cp (forward, and again in backward rather than kept), each query chunk
+// attends to the keys up to its own position, and the key/value gradients go
+// back to their owners summed over cp.
 #pragma once
 
 #include <string>
@@ -22,7 +27,14 @@ class Attention {
 
  private:
   Tensor heads(const LayerEnv& env, BufferId id, int64_t h) const;  // (B, T, h, D) view
+  // RoPE forward (sign +1) or backward (-1) in place on x (B, T, h, D) at its
+  // tokens' global positions.
+  void rope(const LayerEnv& env, Tensor x, bool forward) const;
+  // Context parallelism: the whole sequence's keys and values (B, T_global, Hkv, D)
+  // gathered into the scratch from this rank's k_ and v_.
+  void gather_kv(const LayerEnv& env, const Scratch& s, Tensor kg, Tensor vg) const;
 
+  parallel::CpLayout cp_;
   bool rope_ = false;
   float theta_ = 10000.0f;
   int64_t B_ = 0, T_ = 0, H_ = 0, Hkv_ = 0, D_ = 0;  // H_, Hkv_: heads on this rank

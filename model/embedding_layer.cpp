@@ -8,6 +8,7 @@ namespace trainer::model {
 
 void Embedding::declare(Buffers& buf, const ModelConfig& cfg, const BatchShape& batch) {
   T_ = batch.T;
+  cp_ = cp_layout(cfg, batch);
   sp_ = cfg.sequence_parallel;
   vocab_start_ = cfg.vocab_start();
   adds_positions_ = cfg.tp_rank == 0;  // summed over tp: counted once
@@ -34,10 +35,22 @@ ParamId Embedding::declare_token_table(Buffers& buf, const ModelConfig& cfg, boo
                        {cfg.local_vocab(), C});
 }
 
+template <class Op>
+void Embedding::by_positions(Tensor rows, Tensor ids, Op op) const {
+  if (cp_.cp == 1) return op(rows, ids, T_, int64_t{0});
+  const int64_t c = cp_.chunk();
+  cp_.for_each_chunk(ids.numel() / T_, [&](int64_t first, int64_t pos) {
+    op(rows.slice(first, first + c), ids.slice(first, first + c), c, pos);
+  });
+}
+
 void Embedding::forward(const LayerEnv& env, const Scratch& s, Tensor ids) const {
   Tensor wpe = wpe_.index >= 0 && adds_positions_ ? env.buf.weight(wpe_) : Tensor{};
   Tensor full = sp_ ? env.buf.get(s.full_a) : out(env);
-  embedding_forward(env.ctx, full, ids, env.buf.weight(wte_), wpe, T_, 0, vocab_start_);
+  Tensor wte = env.buf.weight(wte_);
+  by_positions(full, ids, [&](Tensor rows, Tensor chunk_ids, int64_t T, int64_t pos) {
+    embedding_forward(env.ctx, rows, chunk_ids, wte, wpe, T, pos, vocab_start_);
+  });
   if (sp_)
     parallel::scatter_to_sp_forward(env.tp, full, out(env));
   else
@@ -51,7 +64,10 @@ void Embedding::backward(const LayerEnv& env, const Scratch& s, Tensor dout, Ten
     dfull = env.buf.get(s.full_a);
     parallel::scatter_to_sp_backward(env.tp, dout, dfull);
   }
-  embedding_backward(env.ctx, env.buf.grad(wte_), dwpe, dfull, ids, T_, 0, vocab_start_);
+  Tensor dwte = env.buf.grad(wte_);
+  by_positions(dfull, ids, [&](Tensor drows, Tensor chunk_ids, int64_t T, int64_t pos) {
+    embedding_backward(env.ctx, dwte, dwpe, drows, chunk_ids, T, pos, vocab_start_);
+  });
 }
 
 }  // namespace trainer::model

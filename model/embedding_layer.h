@@ -2,6 +2,8 @@
 // positions (max_seq_len, C). The token table is also the LM head when tied.
 // Vocab-parallel: a tp rank holds a block of table rows, looks up only ids in
 // it (zero rows elsewhere), and the partial embeddings are summed over tp.
+// Context parallel: the rank's tokens are two chunks of each sequence, whose
+// learned positions are their global ones.
 #pragma once
 
 #include "model/layer_env.h"
@@ -23,7 +25,13 @@ class Embedding {
   static ParamId declare_token_table(Buffers& buf, const ModelConfig& cfg, bool tied_copy);
 
  private:
+  // The op over every run of consecutive positions: all tokens at once, or
+  // one call per sequence and chunk under context parallelism.
+  template <class Op>
+  void by_positions(Tensor rows, Tensor ids, Op op) const;
+
   int64_t T_ = 0, vocab_start_ = 0;
+  parallel::CpLayout cp_;
   bool sp_ = false, adds_positions_ = true;
   ParamId wte_, wpe_;
   BufferId out_ = -1;

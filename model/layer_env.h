@@ -17,6 +17,7 @@ struct LayerEnv {
   // A forward run again just before its backward (full recomputation): same
   // outputs, but per-step counters must not count it twice.
   bool recompute = false;
+  parallel::Communicator* cp = nullptr;  // the context-parallel group (cp > 1 only)
 };
 
 }  // namespace trainer::model

@@ -24,6 +24,8 @@ Model::Model(const ModelConfig& cfg, const BatchShape& batch) : cfg_(cfg), batch
                     (cfg.n_kv_head % cfg.tp == 0 || cfg.tp % cfg.n_kv_head == 0) && cfg.d_ff % cfg.tp == 0 &&
                     (!cfg.sequence_parallel || batch.tokens() % cfg.tp == 0),
                 "model does not split over tp {}", cfg.tp);
+  TRAINER_CHECK(cfg.cp == 1 || batch.T % parallel::CpLayout::kLocalChunks == 0,
+                "model does not split over cp {}: {} local tokens per sequence", cfg.cp, batch.T);
   single_tp_ = parallel::make_single_communicator("tp");
   tp_ = single_tp_.get();
   int64_t N = batch.B * batch.T;
@@ -284,8 +286,9 @@ void Model::backward(Context& ctx, float dloss, int c) {
       again.recompute = true;
       blocks_[l].forward(again, scratch_, in);
     }
-    // An MoE aux loss counts once per micro-batch, as the token losses do in sum.
-    blocks_[l].backward(env, scratch_, dres, in, dloss * float(batch_.tokens()));
+    // An MoE aux loss counts once per micro-batch, as the token losses do in
+    // sum (all of its tokens: every cp rank's chunks).
+    blocks_[l].backward(env, scratch_, dres, in, dloss * float(batch_.tokens() * cfg_.cp));
     if (block_hooks_) block_hooks_->release_gradients(block_unit_[l]);
     report_ready(block_params_[l]);
   }
@@ -341,7 +344,7 @@ void Model::reset_moe_stats(Context& ctx) {
 }
 
 double Model::flops_per_token() const {
-  double C = cfg_.d_model, F = cfg_.d_ff, D = cfg_.head_dim(), T = batch_.T;
+  double C = cfg_.d_model, F = cfg_.d_ff, D = cfg_.head_dim(), T = batch_.T * cfg_.cp;
   double H = cfg_.n_head, Hkv = cfg_.n_kv_head, V = cfg_.padded_vocab();
   double mlp = (cfg_.is_llama() ? 3.0 : 2.0) * C * F;
   double attn_proj = C * H * D * 2 + C * Hkv * D * 2;

@@ -105,6 +105,8 @@ class Model {
   void set_tp_group(parallel::Communicator* tp);
   // The expert-parallel group the MoE layers exchange tokens over (ep > 1).
   void set_ep_group(parallel::Communicator* ep) { ep_ = ep; }
+  // The context-parallel group attention exchanges keys and values over (cp > 1).
+  void set_cp_group(parallel::Communicator* cp) { cp_ = cp; }
   // n_kv_head < tp with kv_replicas() < tp: the tp ranks holding this rank's
   // KV head (parallel/kv_replicas.h); with kv_replicas() == tp the tp group is used.
   void set_kv_group(std::unique_ptr<parallel::Communicator> kv);
@@ -161,7 +163,8 @@ class Model {
   std::unique_ptr<parallel::Communicator> kv_;
   parallel::Communicator* kv_group() const;
   parallel::Communicator* ep_ = nullptr;
-  LayerEnv env(Context& ctx) const { return LayerEnv{ctx, buf_, *tp_, ep_}; }
+  parallel::Communicator* cp_ = nullptr;
+  LayerEnv env(Context& ctx) const { return LayerEnv{ctx, buf_, *tp_, ep_, false, cp_}; }
 };
 
 }  // namespace trainer::model

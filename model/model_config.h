@@ -8,6 +8,7 @@
 
 #include "kernels/tensor.h"
 #include "model/moe_config.h"
+#include "parallel/cp_layout.h"
 
 namespace trainer::model {
 
@@ -33,6 +34,13 @@ struct ModelConfig {
   int tp = 1;
   int tp_rank = 0;
   bool sequence_parallel = false;
+
+  // Context parallelism: each sequence is split over cp ranks in 2 * cp chunks
+  // (parallel/cp_layout.h); this rank holds two of them, so BatchShape::T is
+  // the local T / cp tokens, attention gathers the keys and values of the whole
+  // sequence, and positions (RoPE, learned) are the chunks' global ones.
+  int cp = 1;
+  int cp_rank = 0;
 
   // Full activation recomputation: a block keeps only its output (the
   // residual stream); its internal activations share one region with every
@@ -99,9 +107,14 @@ struct ModelConfig {
 // One micro-batch's geometry: the activation buffers are planned for it.
 struct BatchShape {
   int64_t B = 1;  // sequences per micro-batch
-  int64_t T = 1;  // tokens per sequence
+  int64_t T = 1;  // tokens per sequence on this rank (seq_len / cp)
   int64_t tokens() const { return B * T; }
 };
+
+// This rank's chunks of each sequence under context parallelism.
+inline parallel::CpLayout cp_layout(const ModelConfig& cfg, const BatchShape& batch) {
+  return parallel::CpLayout{cfg.cp, cfg.cp_rank, batch.T * cfg.cp};
+}
 
 // Rows of the residual stream this rank holds: all tokens, or its 1/tp block
 // of them under sequence parallelism.

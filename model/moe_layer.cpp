@@ -22,7 +22,10 @@ void Moe::declare(Buffers& buf, const std::string& prefix, const ModelConfig& cf
   // each tp rank routes only its block of tokens (MoE is per token): the
   // weights' gradients are then partial sums over tp (sp_partial), and the
   // balance statistics, z-loss and counters are summed over tp so every rank
-  // sees the whole micro-batch's, as one rank would.
+  // sees the whole micro-batch's, as one rank would. Context parallelism is
+  // the same over cp: each cp rank routes its chunks of the sequences, and the
+  // statistics are summed over cp too (its gradients are summed over dp x cp
+  // with every replicated parameter's).
   TRAINER_CHECK(moe.n_experts >= 1 && moe.top_k >= 1 && moe.top_k <= moe.n_experts &&
                     moe.d_ff_expert >= 1 && moe.n_shared_experts >= 0,
                 "{}: bad MoE shape: {} experts, top_k {}, d_ff_expert {}, {} shared", prefix,
@@ -35,7 +38,10 @@ void Moe::declare(Buffers& buf, const std::string& prefix, const ModelConfig& cf
   swiglu_ = cfg.is_llama();
   sp_ = cfg.sequence_parallel && cfg.tp > 1;
   tp_ = cfg.tp, tp_rank_ = cfg.tp_rank;
-  Ng_ = batch.tokens(), N_ = residual_rows(cfg, batch);
+  cp_ = cfg.cp;
+  TRAINER_CHECK(cp_ == 1 || moe.capacity_factor <= 0,
+                "{}: MoE capacity is not shared over cp {}", prefix, cp_);
+  Ng_ = batch.tokens() * cp_, N_ = residual_rows(cfg, batch);
   C_ = cfg.d_model, E_ = moe.n_experts, K_ = moe.top_k;
   F_ = moe.d_ff_expert, Fs_ = int64_t{moe.n_shared_experts} * moe.d_ff_expert;
   const int64_t S = N_ * K_;
@@ -108,8 +114,8 @@ void Moe::declare(Buffers& buf, const std::string& prefix, const ModelConfig& cf
   // Read right after each forward (Model::aux_loss), never by backward: one
   // copy per layer in scratch, outside the region full recomputation shares.
   losses_ = buf.add(G, p + "aux_losses", {2});
-  if (sp_) {
-    // The micro-batch's load per expert (all tp blocks), for the balance
+  if (shared_stats()) {
+    // The micro-batch's load per expert (all tp blocks and cp chunks), for the balance
     // loss's backward; the reduction's staging, and the blocks' loads.
     global_load_ = buf.add(A, p + "sp_global_load", {E_});
     sp_sums_ = buf.add(G, p + "sp_sums", {3 * E_ + 1}, DType::f64);
@@ -298,10 +304,15 @@ void Moe::forward(const LayerEnv& env, Tensor out, Tensor in) const {
     const double lse = m + std::log(sum);
     sums[3 * E_] += lse * lse;
   }
-  if (sp_) {
+  if (shared_stats()) {
     Tensor staged = b.get(sp_sums_);
     copy_from_host(staged, sums.data());
-    env.tp.all_reduce(staged, parallel::ReduceOp::sum);
+    if (sp_) env.tp.all_reduce(staged, parallel::ReduceOp::sum);
+    if (cp_ > 1) {
+      TRAINER_CHECK(env.cp != nullptr && env.cp->size() == cp_,
+                    "{}: MoE layer planned for cp {} without a cp group of that size", name_, cp_);
+      env.cp->all_reduce(staged, parallel::ReduceOp::sum);
+    }
     copy_to_host(sums.data(), staged);
     std::vector<float> global_load(sums.begin(), sums.begin() + E_);
     copy_from_host(b.get(global_load_), global_load.data());
@@ -358,9 +369,9 @@ void Moe::backward(const LayerEnv& env, Tensor dinp, Tensor dout, Tensor in, flo
   Tensor dprob;
   if (moe_.balance == MoeBalance::aux_loss && moe_.aux_loss_coeff != 0.0f) {
     // The load is the whole micro-batch's (under sequence parallelism, the
-    // sum over tp saved by forward).
+    // sum over tp and cp saved by forward).
     std::vector<float> load(E_);
-    if (sp_) {
+    if (shared_stats()) {
       copy_to_host(load.data(), b.get(global_load_));
     } else {
       std::vector<int32_t> cnt(2 * E_);

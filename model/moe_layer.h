@@ -106,9 +106,14 @@ class Moe {
 
   MoeConfig moe_;
   bool swiglu_ = false;
-  // N_: tokens this rank routes (its sequence-parallel block), Ng_: the micro-batch's.
+  // N_: tokens this rank routes (its sequence-parallel block), Ng_: the
+  // micro-batch's (every cp rank's chunks of its sequences included).
   int64_t N_ = 0, Ng_ = 0, C_ = 0, E_ = 0, K_ = 0, F_ = 0, Fs_ = 0, capacity_ = 0;
   bool sp_ = false;
+  int64_t cp_ = 1;
+  // The micro-batch's tokens are routed on several ranks (tp blocks under
+  // sequence parallelism, cp chunks): balance statistics are summed over them.
+  bool shared_stats() const { return sp_ || cp_ > 1; }
   int64_t tp_ = 1, tp_rank_ = 0;
   int64_t ep_ = 1, El_ = 0, R_ = 0;  // ep group size, local experts, expert rows planned
   static constexpr int64_t kEpRecvHeadroom = 2;  // dropless ep: rows planned / balanced load

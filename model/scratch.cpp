@@ -23,6 +23,12 @@ void Scratch::declare(Buffers& buf, const ModelConfig& cfg, const BatchShape& ba
     full_b = buf.add(Category::scratch, "sp.full_b", {N, C}, buf.act_dtype());
     full_c = buf.add(Category::scratch, "sp.full_c", {N, C}, buf.act_dtype());
   }
+  if (cfg.cp > 1) {
+    const int64_t kv = N * cfg.cp * Hkv * D;
+    for (auto [id, name] : {std::pair{&cp_k, "cp.k"}, {&cp_v, "cp.v"}, {&cp_dk, "cp.grad_k"},
+                            {&cp_dv, "cp.grad_v"}, {&cp_dk2, "cp.grad_k2"}, {&cp_dv2, "cp.grad_v2"}})
+      *id = buf.add(Category::scratch, name, {kv}, buf.act_dtype());
+  }
 }
 
 }  // namespace trainer::model

@@ -23,6 +23,11 @@ struct Scratch {
   BufferId dff3 = -1;  // (N, F_local) llama only: SwiGLU's up gradient
   // Sequence parallelism only: all-token (N, C) buffers around the gathers.
   BufferId full_a = -1, full_b = -1, full_c = -1;
+  // Context parallelism only, each (B, T_global, Hkv_local, D): the whole
+  // sequence's keys and values (gathered in forward, again in backward), and
+  // two pairs of their gradients (one per local query chunk; the second pair
+  // also stages the collectives' rank-blocked order).
+  BufferId cp_k = -1, cp_v = -1, cp_dk = -1, cp_dv = -1, cp_dk2 = -1, cp_dv2 = -1;
 
   void declare(Buffers& buf, const ModelConfig& cfg, const BatchShape& batch);
 };

@@ -72,10 +72,6 @@ MeshShape resolve_mesh(const MeshRequest& r) {
                       "parallel.zero: 3 with parallel.ep {} is not supported yet (ZeRO-3 works "
                       "with MoE at ep 1; use zero 0, 1 or 2 with ep > 1)",
                       r.ep);
-  TRAINER_INPUT_CHECK(r.cp == 1,
-                      "parallel.cp: {} is not supported yet (context parallelism has its own "
-                      "issue); use cp: 1",
-                      r.cp);
 
   const long model_ranks = static_cast<long>(r.tp) * r.pp * r.cp;
   TRAINER_INPUT_CHECK(r.world % model_ranks == 0,
@@ -138,11 +134,32 @@ MeshShape resolve_mesh(const MeshRequest& r) {
   // would silently do nothing, so the job is refused rather than misread.
   TRAINER_INPUT_CHECK(!r.sequence_parallel || r.tp > 1,
                       "parallel.sequence_parallel: true needs parallel.tp > 1 (tp is {})", r.tp);
-  if (r.sequence_parallel && r.seq_len > 0) {
+  // Context parallelism: each sequence in 2 * cp chunks, two per cp rank
+  // (parallel/cp_layout.h).
+  if (r.cp > 1 && r.seq_len > 0) {
+    TRAINER_INPUT_CHECK(r.seq_len % (2 * r.cp) == 0,
+                        "train.seq_len: {} is not divisible by 2 * parallel.cp = {} (context "
+                        "parallelism splits each sequence into 2 * cp chunks)",
+                        r.seq_len, 2 * r.cp);
+  }
+  // MoE capacity is shared in token order by the tp blocks under sequence
+  // parallelism; a cp rank's tokens are two chunks out of that order.
+  TRAINER_INPUT_CHECK(r.cp == 1 || !r.moe_capacity,
+                      "parallel.cp: {} with model.moe.capacity_factor is not supported yet (the "
+                      "capacity is not shared over the cp ranks' chunks); use dropless routing (no "
+                      "capacity_factor) or parallel.cp: 1",
+                      r.cp);
+  if (r.sequence_parallel && r.seq_len > 0 && r.cp == 1) {
     TRAINER_INPUT_CHECK(r.seq_len % r.tp == 0,
                         "train.seq_len: {} is not divisible by parallel.tp {} (sequence_parallel "
                         "splits the sequence over tp)",
                         r.seq_len, r.tp);
+  }
+  if (r.sequence_parallel && r.seq_len > 0 && r.cp > 1 && r.seq_len % (2 * r.cp) == 0) {
+    TRAINER_INPUT_CHECK((r.seq_len / r.cp) % r.tp == 0,
+                        "train.seq_len: {} / parallel.cp {} = {} tokens per rank are not divisible "
+                        "by parallel.tp {} (sequence_parallel splits a rank's tokens over tp)",
+                        r.seq_len, r.cp, r.seq_len / r.cp, r.tp);
   }
 
   MeshShape s;

@@ -64,8 +64,6 @@ void check_parallel(const JobSpec& s, const SpecReader& r) {
     r.fail("parallel.pp",
            fmt::format("every pipeline stage needs a layer: pp * virtual_stages = {} * {} must be <= "
                        "model.n_layer ({})", p.pp, p.virtual_stages, s.model.n_layer));
-  if (s.train.seq_len % p.cp != 0)
-    r.fail("parallel.cp", fmt::format("must divide train.seq_len ({}), got {}", s.train.seq_len, p.cp));
   if (p.ep > 1 && !s.model.moe.enabled)
     r.fail("parallel.ep", fmt::format("expert parallelism needs a model.moe block, got ep {}", p.ep));
   if (s.model.moe.enabled && s.model.moe.n_experts % p.ep != 0)

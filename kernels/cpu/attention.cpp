@@ -1,8 +1,9 @@
 // CPU causal grouped-query attention. One (batch, head) pair is a sequence of
 // 64-query blocks; each block is three or five single-threaded sgemm calls over
-// only the keys it can see (the upper triangle is skipped), with the softmax
-// between them. Forward keeps only the log-sum-exp; backward recomputes the
-// probabilities. Scratch: two (64, T) fp32 buffers per OpenMP thread, kept
+// only the keys it can see (the upper triangle is skipped; with a query offset
+// the block sees the whole prefix before it too), with the softmax between
+// them. Forward keeps only the log-sum-exp; backward recomputes the
+// probabilities. Scratch: two (64, Tk) fp32 buffers per OpenMP thread, kept
 // across calls (thread_scratch slots 0 and 1). bf16/fp16 q, k, v, ... are staged
 // into contiguous fp32 copies (staging.h); fp32 views are used with their strides.
 #include "kernels/attention.h"
@@ -38,7 +39,7 @@ Heads heads(Staging& st, const Tensor& t, int64_t B, int64_t T, int64_t H, int64
   return Heads{v.data, v.stride[0], v.stride[1], v.stride[2]};
 }
 
-// Rows r of s (rows, ld) belong to query i0 + r and see keys [0, i0 + r].
+// Rows r of s (rows, ld) belong to the query at position i0 + r and see keys [0, i0 + r].
 // Turns scores into normalised probabilities (masked entries 0); writes lse.
 TRAINER_CPU_CLONES void softmax_block(float* s, int64_t rows, int64_t ld, int64_t i0,
                                       float* lse) {
@@ -85,25 +86,28 @@ TRAINER_CPU_CLONES void softmax_grad_block(float* p, float* dp, int64_t rows, in
   }
 }
 
-// The checks and views both directions share: (B, T, H, D) queries and
-// outputs, (B, T, Hkv, D) keys and values, lse (B, H, T). out and lse are
+// The checks and views both directions share: (B, Tq, H, D) queries and
+// outputs, (B, Tk, Hkv, D) keys and values, lse (B, H, Tq). out and lse are
 // written forward, read backward.
 struct Problem {
-  int64_t B, T, H, D, Hkv, group;
+  int64_t B, T, Tk, H, D, Hkv, group, q_offset;  // T: queries
   float scale;
   Heads Q, K, V, O;
   float* L;
   Problem(const char* op, Staging& st, const Tensor& q, const Tensor& k, const Tensor& v,
-          const Tensor& out, const Tensor& lse, bool forward) {
+          const Tensor& out, const Tensor& lse, int64_t q_off, bool forward) {
     TRAINER_CHECK(q.ndim == 4 && k.ndim == 4, "{}: q {} and k {} must be (B, T, H, D)", op,
                   q.str(), k.str());
-    B = q.size(0), T = q.size(1), H = q.size(2), D = q.size(3), Hkv = k.size(2);
+    B = q.size(0), T = q.size(1), H = q.size(2), D = q.size(3), Tk = k.size(1), Hkv = k.size(2);
+    q_offset = q_off;
     TRAINER_CHECK(D > 0, "{}: head dim of {} must be positive", op, q.str());
     TRAINER_CHECK(Hkv > 0 && H % Hkv == 0, "{}: {} query heads are not a multiple of {} KV heads",
                   op, H, Hkv);
+    TRAINER_CHECK(q_offset >= 0 && q_offset + T <= Tk,
+                  "{}: {} queries at offset {} need at most {} keys", op, T, q_offset, Tk);
     Q = heads(st, q, B, T, H, D, op, "attention q", false);
-    K = heads(st, k, B, T, Hkv, D, op, "attention k", false);
-    V = heads(st, v, B, T, Hkv, D, op, "attention v", false);
+    K = heads(st, k, B, Tk, Hkv, D, op, "attention k", false);
+    V = heads(st, v, B, Tk, Hkv, D, op, "attention v", false);
     O = heads(st, out, B, T, H, D, op, "attention out", forward);
     check_shape(lse, {B, H, T}, "attention lse");
     L = forward ? st.out(lse, "lse") : const_cast<float*>(st.in(lse, "lse"));
@@ -114,18 +118,19 @@ struct Problem {
 
 }  // namespace
 
-void attention_forward(Context& ctx, Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v) {
+void attention_forward(Context& ctx, Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v,
+                       int64_t q_offset) {
   const char* op = "attention_forward";
   Staging st(op);
-  const Problem P(op, st, q, k, v, out, lse, true);
-  const int64_t B = P.B, T = P.T, H = P.H, D = P.D, group = P.group;
+  const Problem P(op, st, q, k, v, out, lse, q_offset, true);
+  const int64_t B = P.B, T = P.T, Tk = P.Tk, H = P.H, D = P.D, group = P.group;
   const Heads &Q = P.Q, &K = P.K, &V = P.V, &O = P.O;
   float* L = P.L;
   const float scale = P.scale;
   blas_single_threaded();
 #pragma omp parallel
   {
-    float* s = thread_scratch(0, kBlockQ * T);
+    float* s = thread_scratch(0, kBlockQ * Tk);
 #pragma omp for collapse(2) schedule(static)
     for (int64_t b = 0; b < B; ++b) {
       for (int64_t h = 0; h < H; ++h) {
@@ -135,10 +140,10 @@ void attention_forward(Context& ctx, Tensor out, Tensor lse, Tensor q, Tensor k,
         float* oh = O.at(b, h);
         float* lh = L + (b * H + h) * T;
         for (int64_t i0 = 0; i0 < T; i0 += kBlockQ) {
-          const int64_t rows = std::min(kBlockQ, T - i0), keys = i0 + rows;
+          const int64_t rows = std::min(kBlockQ, T - i0), keys = q_offset + i0 + rows;
           cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, keys, D, scale,
                       qh + i0 * Q.stride_t, Q.stride_t, kh, K.stride_t, 0.0f, s, keys);
-          softmax_block(s, rows, keys, i0, lh + i0);
+          softmax_block(s, rows, keys, q_offset + i0, lh + i0);
           cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, D, keys, 1.0f, s, keys,
                       vh, V.stride_t, 0.0f, oh + i0 * O.stride_t, O.stride_t);
         }
@@ -149,16 +154,16 @@ void attention_forward(Context& ctx, Tensor out, Tensor lse, Tensor q, Tensor k,
 }
 
 void attention_backward(Context& ctx, Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor q,
-                        Tensor k, Tensor v, Tensor out, Tensor lse) {
+                        Tensor k, Tensor v, Tensor out, Tensor lse, int64_t q_offset) {
   const char* op = "attention_backward";
   Staging st(op);
-  const Problem P(op, st, q, k, v, out, lse, false);
-  const int64_t B = P.B, T = P.T, H = P.H, D = P.D, Hkv = P.Hkv, group = P.group;
+  const Problem P(op, st, q, k, v, out, lse, q_offset, false);
+  const int64_t B = P.B, T = P.T, Tk = P.Tk, H = P.H, D = P.D, Hkv = P.Hkv, group = P.group;
   const Heads &Q = P.Q, &K = P.K, &V = P.V, &O = P.O;
   const Heads dO = heads(st, dout, B, T, H, D, op, "attention dout", false);
   const Heads dQ = heads(st, dq, B, T, H, D, op, "attention dq", true);
-  const Heads dK = heads(st, dk, B, T, Hkv, D, op, "attention dk", true);
-  const Heads dV = heads(st, dv, B, T, Hkv, D, op, "attention dv", true);
+  const Heads dK = heads(st, dk, B, Tk, Hkv, D, op, "attention dk", true);
+  const Heads dV = heads(st, dv, B, Tk, Hkv, D, op, "attention dv", true);
   const float* L = P.L;
   const float scale = P.scale;
   blas_single_threaded();
@@ -166,8 +171,8 @@ void attention_backward(Context& ctx, Tensor dq, Tensor dk, Tensor dv, Tensor do
   // in a fixed order, so no two threads write the same rows.
 #pragma omp parallel
   {
-    float* p = thread_scratch(0, kBlockQ * T);
-    float* dp = thread_scratch(1, kBlockQ * T);
+    float* p = thread_scratch(0, kBlockQ * Tk);
+    float* dp = thread_scratch(1, kBlockQ * Tk);
     float delta[kBlockQ];
 #pragma omp for collapse(2) schedule(static)
     for (int64_t b = 0; b < B; ++b) {
@@ -176,7 +181,7 @@ void attention_backward(Context& ctx, Tensor dq, Tensor dk, Tensor dv, Tensor do
         const float* vh = V.at(b, g);
         float* dkh = dK.at(b, g);
         float* dvh = dV.at(b, g);
-        for (int64_t t = 0; t < T; ++t) {
+        for (int64_t t = 0; t < Tk; ++t) {
           std::memset(dkh + t * dK.stride_t, 0, sizeof(float) * D);
           std::memset(dvh + t * dV.stride_t, 0, sizeof(float) * D);
         }
@@ -187,7 +192,7 @@ void attention_backward(Context& ctx, Tensor dq, Tensor dk, Tensor dv, Tensor do
           float* dqh = dQ.at(b, h);
           const float* lh = L + (b * H + h) * T;
           for (int64_t i0 = 0; i0 < T; i0 += kBlockQ) {
-            const int64_t rows = std::min(kBlockQ, T - i0), keys = i0 + rows;
+            const int64_t rows = std::min(kBlockQ, T - i0), keys = q_offset + i0 + rows;
             const float* qb = qh + i0 * Q.stride_t;
             const float* dob = doh + i0 * dO.stride_t;
             for (int64_t r = 0; r < rows; ++r) {
@@ -201,7 +206,7 @@ void attention_backward(Context& ctx, Tensor dq, Tensor dk, Tensor dv, Tensor do
                         Q.stride_t, kh, K.stride_t, 0.0f, p, keys);
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, keys, D, 1.0f, dob,
                         dO.stride_t, vh, V.stride_t, 0.0f, dp, keys);
-            softmax_grad_block(p, dp, rows, keys, i0, lh + i0, delta, scale);
+            softmax_grad_block(p, dp, rows, keys, q_offset + i0, lh + i0, delta, scale);
             // dv += p^T dout; dq = ds k; dk += ds^T q (ds already carries the scale)
             cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, keys, D, rows, 1.0f, p, keys,
                         dob, dO.stride_t, 1.0f, dvh, dV.stride_t);

@@ -1,9 +1,12 @@
-// Causal attention with grouped-query heads, the unfused path (kernels/attention.h):
-// per query head h, strided-batched GEMMs over the batch around one fused causal
-// softmax kernel. Query head h reads KV head h / (H / Hkv); dK, dV of a KV head are
+// Causal attention with grouped-query heads (kernels/attention.h). 16-bit inputs
+// whose shapes allow it take the fused kernels of flash_attention.h; the rest
+// (fp32, odd head dims, unaligned views) the unfused path here: per query head h,
+// strided-batched GEMMs over the batch around one fused causal softmax kernel.
+// Query head h reads KV head h / (H / Hkv); query t sits at position
+// q_offset + t of the Tk keys (a context-parallel chunk). dK, dV of a KV head are
 // written by its group's first query head (beta = 0) and accumulated by the rest
 // (beta = 1), so no atomics are needed. fp32, bf16 or fp16 inputs; scores,
-// probabilities and their gradients are fp32 (B, T, T) scratch buffers reused head
+// probabilities and their gradients are fp32 (B, Tq, Tk) scratch buffers reused head
 // after head, with 16-bit copies of P and dS feeding the 16-bit GEMMs. With 16-bit
 // dk, dv and more than one query head per KV head, the group accumulates into
 // fp32 scratch that is rounded once at the end (as the CPU op rounds once).
@@ -14,6 +17,7 @@
 #include "kernels/attention.h"
 #include "kernels/cast.h"
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/flash_attention.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/memory.h"
 
@@ -22,42 +26,48 @@ namespace {
 
 constexpr int kThreads = 128;
 
-// One block per row r = b * T + t of the fp32 scores S (already scaled): turns the
-// row into probabilities over columns <= t (zeros beyond), in place, writes
-// lse[b, h, t], and (16-bit inputs) a TP copy of the row for the P @ V GEMM.
+// The score rows: B * Tq rows of Tk columns; query t sees columns <= q_offset + t.
+struct Rows {
+  int64_t Tq, Tk, q_offset;
+};
+
+// One block per row r = b * Tq + t of the fp32 scores S (already scaled): turns
+// the row into probabilities over columns <= q_offset + t (zeros beyond), in
+// place, writes lse[b, h, t], and (16-bit inputs) a TP copy of the row for the
+// P @ V GEMM.
 template <class TP>
-__global__ void causal_softmax_kernel(float* S, TP* P, float* lse, int64_t T, int64_t H,
+__global__ void causal_softmax_kernel(float* S, TP* P, float* lse, Rows rows, int64_t H,
                                       int64_t h) {
   __shared__ float shared[32];
-  const int64_t r = blockIdx.x, b = r / T, t = r % T;
-  float* row = S + r * T;
+  const int64_t r = blockIdx.x, b = r / rows.Tq, t = r % rows.Tq, last = rows.q_offset + t;
+  float* row = S + r * rows.Tk;
   float m = -INFINITY;
-  for (int64_t c = threadIdx.x; c <= t; c += blockDim.x) m = fmaxf(m, row[c]);
+  for (int64_t c = threadIdx.x; c <= last; c += blockDim.x) m = fmaxf(m, row[c]);
   m = block_max(m, shared);
   float s = 0.0f;
-  for (int64_t c = threadIdx.x; c <= t; c += blockDim.x) s += expf(row[c] - m);
+  for (int64_t c = threadIdx.x; c <= last; c += blockDim.x) s += expf(row[c] - m);
   s = block_sum(s, shared);
   const float row_lse = m + logf(s);
-  for (int64_t c = threadIdx.x; c < T; c += blockDim.x) {
-    const float p = c <= t ? expf(row[c] - row_lse) : 0.0f;
+  for (int64_t c = threadIdx.x; c < rows.Tk; c += blockDim.x) {
+    const float p = c <= last ? expf(row[c] - row_lse) : 0.0f;
     row[c] = p;
-    if constexpr (!std::is_same_v<TP, float>) P[r * T + c] = from_float<TP>(p);
+    if constexpr (!std::is_same_v<TP, float>) P[r * rows.Tk + c] = from_float<TP>(p);
   }
-  if (threadIdx.x == 0) lse[(b * H + h) * T + t] = row_lse;
+  if (threadIdx.x == 0) lse[(b * H + h) * rows.Tq + t] = row_lse;
 }
 
 // P = exp(S - lse) on the causal triangle, 0 above it (backward's recomputation),
 // in place in S, plus the TP copy as above.
 template <class TP>
-__global__ void causal_probs_kernel(float* S, TP* P, const float* lse, int64_t T, int64_t H,
+__global__ void causal_probs_kernel(float* S, TP* P, const float* lse, Rows rows, int64_t H,
                                     int64_t h) {
-  const int64_t r = blockIdx.x, b = r / T, t = r % T;
-  float* row = S + r * T;
-  const float row_lse = lse[(b * H + h) * T + t];
-  for (int64_t c = threadIdx.x; c < T; c += blockDim.x) {
-    const float p = c <= t ? expf(row[c] - row_lse) : 0.0f;
+  const int64_t r = blockIdx.x, b = r / rows.Tq, t = r % rows.Tq, last = rows.q_offset + t;
+  float* row = S + r * rows.Tk;
+  const float row_lse = lse[(b * H + h) * rows.Tq + t];
+  for (int64_t c = threadIdx.x; c < rows.Tk; c += blockDim.x) {
+    const float p = c <= last ? expf(row[c] - row_lse) : 0.0f;
     row[c] = p;
-    if constexpr (!std::is_same_v<TP, float>) P[r * T + c] = from_float<TP>(p);
+    if constexpr (!std::is_same_v<TP, float>) P[r * rows.Tk + c] = from_float<TP>(p);
   }
 }
 
@@ -71,24 +81,26 @@ struct HeadStrides {
 template <class T>
 __global__ void softmax_backward_kernel(T* dS, const float* dP, const float* P, const T* dout,
                                         HeadStrides dout_stride, const T* out,
-                                        HeadStrides out_stride, int64_t T_len, int64_t D,
+                                        HeadStrides out_stride, Rows rows, int64_t D,
                                         int64_t h, float scale) {
   __shared__ float shared[32];
-  const int64_t r = blockIdx.x, b = r / T_len, t = r % T_len;
+  const int64_t r = blockIdx.x, b = r / rows.Tq, t = r % rows.Tq;
   const T* dy = dout + b * dout_stride.b + t * dout_stride.t + h * dout_stride.h;
   const T* y = out + b * out_stride.b + t * out_stride.t + h * out_stride.h;
   float dot = 0.0f;
   for (int64_t d = threadIdx.x; d < D; d += blockDim.x) dot += to_float(dy[d]) * to_float(y[d]);
   dot = block_sum(dot, shared);
-  const float* drow = dP + r * T_len;
-  const float* prow = P + r * T_len;
-  T* srow = dS + r * T_len;
-  for (int64_t c = threadIdx.x; c < T_len; c += blockDim.x)
+  const float* drow = dP + r * rows.Tk;
+  const float* prow = P + r * rows.Tk;
+  T* srow = dS + r * rows.Tk;
+  for (int64_t c = threadIdx.x; c < rows.Tk; c += blockDim.x)
     srow[c] = from_float<T>(prow[c] * (drow[c] - dot) * scale);
 }
 
 struct Shape {
-  int64_t B, T, H, Hkv, D;
+  int64_t B, T, H, Hkv, D;  // T: queries
+  int64_t Tk, q_offset;     // keys; the first query's position among them
+  Rows rows() const { return {T, Tk, q_offset}; }
 };
 
 // q, k, v, out and their gradients may be views into fused buffers (as on the
@@ -102,18 +114,21 @@ void check_heads(const Tensor& t, const char* op, const char* name) {
                 "{}: {} {} has negative strides", op, name, t.str());
 }
 
-Shape check_shapes(const char* op, const Tensor& q, const Tensor& k, const Tensor& v) {
+Shape check_shapes(const char* op, const Tensor& q, const Tensor& k, const Tensor& v,
+                   int64_t q_offset) {
   for (const Tensor* t : {&q, &k, &v}) {
     check_heads(*t, op, "q/k/v");
     TRAINER_CHECK(t->ndim == 4, "{}: {} must be (B, T, heads, D)", op, t->str());
   }
-  const Shape s{q.shape[0], q.shape[1], q.shape[2], k.shape[2], q.shape[3]};
-  check_shape(k, {s.B, s.T, s.Hkv, s.D}, "attention k");
+  const Shape s{q.shape[0], q.shape[1], q.shape[2], k.shape[2], q.shape[3], k.shape[1], q_offset};
+  check_shape(k, {s.B, s.Tk, s.Hkv, s.D}, "attention k");
   TRAINER_CHECK(k.dtype == q.dtype && v.dtype == q.dtype, "{}: q {}, k {}, v {} dtypes differ",
                 op, q.str(), k.str(), v.str());
-  check_shape(v, {s.B, s.T, s.Hkv, s.D}, "attention v");
+  check_shape(v, {s.B, s.Tk, s.Hkv, s.D}, "attention v");
   TRAINER_CHECK(s.Hkv > 0 && s.H % s.Hkv == 0, "{}: {} query heads not a multiple of {} KV heads",
                 op, s.H, s.Hkv);
+  TRAINER_CHECK(q_offset >= 0 && q_offset + s.T <= s.Tk,
+                "{}: {} queries at offset {} need at most {} keys", op, s.T, q_offset, s.Tk);
   TRAINER_CHECK(s.B <= INT32_MAX && s.B * s.T < (int64_t{1} << 31),
                 "{}: B * T = {} rows exceed the grid", op, s.B * s.T);
   return s;
@@ -134,9 +149,9 @@ GemmOperand head(const Tensor& t, int64_t h) {
           t.stride[0]};
 }
 HeadStrides strides(const Tensor& t) { return {t.stride[0], t.stride[1], t.stride[2]}; }
-// B row-major (T, T) score matrices (fp32 scores, or their fp32/16-bit probabilities).
+// B row-major (Tq, Tk) score matrices (fp32 scores, or their fp32/16-bit probabilities).
 GemmOperand scores(const void* S, DType dtype, const Shape& s) {
-  return {S, dtype, s.T, s.T * s.T};
+  return {S, dtype, s.Tk, s.T * s.Tk};
 }
 
 // Scratch carved into parts that each start 256-byte aligned (cuBLASLt's best case).
@@ -163,21 +178,26 @@ void batched(CudaState& st, GemmOperand a, bool trans_a, GemmOperand b, bool tra
 
 }  // namespace
 
-void attention_forward(Context& ctx, Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v) {
+void attention_forward(Context& ctx, Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v,
+                       int64_t q_offset) {
   const char* op = "attention_forward";
   CudaState& st = state_of(ctx);
-  const Shape s = check_shapes(op, q, k, v);
+  const Shape s = check_shapes(op, q, k, v, q_offset);
   check_like(out, q, op, "out");
   check_cuda(lse, op, "lse");
   check_dtype(lse, DType::f32, op, "lse");
   check_shape(lse, {s.B, s.H, s.T}, "attention lse");
   if (s.B * s.T * s.H * s.D == 0) return;
+  if (flash_attention_applies(st, q, k, v, lse, {&out})) {
+    flash_attention_forward(st, out, lse, q, k, v, q_offset);
+    return;
+  }
   const int64_t group = s.H / s.Hkv;
   const float scale = 1.0f / std::sqrt(static_cast<float>(s.D));
   const DType dtype = q.dtype;
   const bool f32 = dtype == DType::f32;
   // fp32 scores; 16-bit inputs also need a 16-bit copy of the probabilities.
-  const size_t score_elems = static_cast<size_t>(s.B * s.T * s.T);
+  const size_t score_elems = static_cast<size_t>(s.B * s.T * s.Tk);
   const size_t score_bytes = padded(score_elems * sizeof(float));
   auto* base = static_cast<char*>(
       scratch(st, score_bytes + (f32 ? 0 : score_elems * dtype_size(dtype))));
@@ -186,25 +206,25 @@ void attention_forward(Context& ctx, Tensor out, Tensor lse, Tensor q, Tensor k,
   const int batch = static_cast<int>(s.B);
   for (int64_t h = 0; h < s.H; ++h) {
     const int64_t j = h / group;
-    // S (T, T) = scale * q_h (T, D) @ k_j (T, D)^T
-    batched(st, head(q, h), false, head(k, j), true, scores(S, DType::f32, s), s.T, s.T, s.D,
+    // S (Tq, Tk) = scale * q_h (Tq, D) @ k_j (Tk, D)^T
+    batched(st, head(q, h), false, head(k, j), true, scores(S, DType::f32, s), s.T, s.Tk, s.D,
             batch, scale, 0.0f);
     TRAINER_FLOAT_DISPATCH(dtype, op, {
       causal_softmax_kernel<T><<<static_cast<unsigned>(s.B * s.T), kThreads, 0, st.stream>>>(
-          S, static_cast<T*>(P), static_cast<float*>(lse.data), s.T, s.H, h);
+          S, static_cast<T*>(P), static_cast<float*>(lse.data), s.rows(), s.H, h);
     });
     CUDA_LAUNCH_CHECK();
-    // out_h (T, D) = P (T, T) @ v_j (T, D)
-    batched(st, scores(P, dtype, s), false, head(v, j), false, head(out, h), s.T, s.D, s.T,
+    // out_h (Tq, D) = P (Tq, Tk) @ v_j (Tk, D)
+    batched(st, scores(P, dtype, s), false, head(v, j), false, head(out, h), s.T, s.D, s.Tk,
             batch, 1.0f, 0.0f);
   }
 }
 
 void attention_backward(Context& ctx, Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor q,
-                        Tensor k, Tensor v, Tensor out, Tensor lse) {
+                        Tensor k, Tensor v, Tensor out, Tensor lse, int64_t q_offset) {
   const char* op = "attention_backward";
   CudaState& st = state_of(ctx);
-  const Shape s = check_shapes(op, q, k, v);
+  const Shape s = check_shapes(op, q, k, v, q_offset);
   check_like(dq, q, op, "dq");
   check_like(dout, q, op, "dout");
   check_like(out, q, op, "out");
@@ -214,14 +234,18 @@ void attention_backward(Context& ctx, Tensor dq, Tensor dk, Tensor dv, Tensor do
   check_dtype(lse, DType::f32, op, "lse");
   check_shape(lse, {s.B, s.H, s.T}, "attention lse");
   if (s.B * s.T * s.H * s.D == 0) return;
+  if (flash_attention_applies(st, q, k, v, lse, {&out, &dout, &dq, &dk, &dv})) {
+    flash_attention_backward(st, dq, dk, dv, dout, q, k, v, out, lse, q_offset);
+    return;
+  }
   const int64_t group = s.H / s.Hkv;
   const float scale = 1.0f / std::sqrt(static_cast<float>(s.D));
   const DType dtype = q.dtype;
   const bool f32 = dtype == DType::f32;
   // fp32 P and dP; 16-bit inputs add 16-bit copies of P and dS for the GEMMs and,
   // when a KV head serves several query heads, fp32 dk and dv accumulators.
-  const size_t score_elems = static_cast<size_t>(s.B * s.T * s.T);
-  const size_t kv_elems = static_cast<size_t>(s.B * s.T * s.Hkv * s.D);
+  const size_t score_elems = static_cast<size_t>(s.B * s.T * s.Tk);
+  const size_t kv_elems = static_cast<size_t>(s.B * s.Tk * s.Hkv * s.D);
   const bool kv_f32 = !f32 && group > 1;
   const size_t f32_part = padded(score_elems * sizeof(float));
   const size_t narrow_part = f32 ? 0 : padded(score_elems * dtype_size(dtype));
@@ -234,38 +258,38 @@ void attention_backward(Context& ctx, Tensor dq, Tensor dk, Tensor dv, Tensor do
   void* dS = f32 ? static_cast<void*>(dP) : static_cast<void*>(narrow + narrow_part);
   char* kv = narrow + 2 * narrow_part;
   const Tensor dk_acc =
-      kv_f32 ? Tensor(kv, {s.B, s.T, s.Hkv, s.D}, DType::f32, Device::cuda) : dk;
+      kv_f32 ? Tensor(kv, {s.B, s.Tk, s.Hkv, s.D}, DType::f32, Device::cuda) : dk;
   const Tensor dv_acc =
-      kv_f32 ? Tensor(kv + kv_part, {s.B, s.T, s.Hkv, s.D}, DType::f32, Device::cuda) : dv;
+      kv_f32 ? Tensor(kv + kv_part, {s.B, s.Tk, s.Hkv, s.D}, DType::f32, Device::cuda) : dv;
   const int batch = static_cast<int>(s.B);
   const unsigned rows = static_cast<unsigned>(s.B * s.T);
   for (int64_t h = 0; h < s.H; ++h) {
     const int64_t j = h / group;
     const float kv_beta = h % group == 0 ? 0.0f : 1.0f;  // first head of the group writes
-    batched(st, head(q, h), false, head(k, j), true, scores(P, DType::f32, s), s.T, s.T, s.D,
+    batched(st, head(q, h), false, head(k, j), true, scores(P, DType::f32, s), s.T, s.Tk, s.D,
             batch, scale, 0.0f);
     TRAINER_FLOAT_DISPATCH(dtype, op, {
       causal_probs_kernel<T><<<rows, kThreads, 0, st.stream>>>(
-          P, static_cast<T*>(Pt), static_cast<const float*>(lse.data), s.T, s.H, h);
+          P, static_cast<T*>(Pt), static_cast<const float*>(lse.data), s.rows(), s.H, h);
     });
     CUDA_LAUNCH_CHECK();
-    // dv_j (T, D) (+)= P^T (T, T) @ dout_h (T, D)
-    batched(st, scores(Pt, dtype, s), true, head(dout, h), false, head(dv_acc, j), s.T, s.D,
+    // dv_j (Tk, D) (+)= P^T (Tk, Tq) @ dout_h (Tq, D)
+    batched(st, scores(Pt, dtype, s), true, head(dout, h), false, head(dv_acc, j), s.Tk, s.D,
             s.T, batch, 1.0f, kv_beta);
-    // dP (T, T) = dout_h (T, D) @ v_j (T, D)^T
-    batched(st, head(dout, h), false, head(v, j), true, scores(dP, DType::f32, s), s.T, s.T,
+    // dP (Tq, Tk) = dout_h (Tq, D) @ v_j (Tk, D)^T
+    batched(st, head(dout, h), false, head(v, j), true, scores(dP, DType::f32, s), s.T, s.Tk,
             s.D, batch, 1.0f, 0.0f);
     TRAINER_FLOAT_DISPATCH(dtype, op, {
       softmax_backward_kernel<T><<<rows, kThreads, 0, st.stream>>>(
           static_cast<T*>(dS), dP, P, static_cast<const T*>(dout.data), strides(dout),
-          static_cast<const T*>(out.data), strides(out), s.T, s.D, h, scale);
+          static_cast<const T*>(out.data), strides(out), s.rows(), s.D, h, scale);
     });
     CUDA_LAUNCH_CHECK();
-    // dq_h (T, D) = dS (T, T) @ k_j (T, D)
-    batched(st, scores(dS, dtype, s), false, head(k, j), false, head(dq, h), s.T, s.D, s.T,
+    // dq_h (Tq, D) = dS (Tq, Tk) @ k_j (Tk, D)
+    batched(st, scores(dS, dtype, s), false, head(k, j), false, head(dq, h), s.T, s.D, s.Tk,
             batch, 1.0f, 0.0f);
-    // dk_j (T, D) (+)= dS^T (T, T) @ q_h (T, D)
-    batched(st, scores(dS, dtype, s), true, head(q, h), false, head(dk_acc, j), s.T, s.D,
+    // dk_j (Tk, D) (+)= dS^T (Tk, Tq) @ q_h (Tq, D)
+    batched(st, scores(dS, dtype, s), true, head(q, h), false, head(dk_acc, j), s.Tk, s.D,
             s.T, batch, 1.0f, kv_beta);
   }
   if (kv_f32) {

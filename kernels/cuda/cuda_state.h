@@ -35,6 +35,9 @@ struct CudaState {
   // false: skip cuBLASLt's bias epilogues and take the fallback kernels (the tests
   // use it so both branches of the linear layer are checked).
   bool gemm_epilogues = true;
+  // false: 16-bit attention always takes the unfused path (tests compare both;
+  // true uses the fused kernels of flash_attention.h where their shapes allow).
+  bool flash_attention = true;
   GemmAlgoCache* gemm_cache = nullptr;
 };
 

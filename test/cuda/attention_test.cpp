@@ -1,7 +1,10 @@
 // [cuda][attention] causal GQA attention forward/backward against the CPU op on
 // the same dtypes (fp32, bf16, fp16; lse fp32): ragged lengths, grouped KV heads
 // (whose 16-bit dk, dv the GPU accumulates in fp32 and rounds once, as the CPU
-// does), and q/k/v as strided views of one fused buffer.
+// does), q/k/v as strided views of one fused buffer, and query blocks at an
+// offset into a longer key sequence (context parallelism's chunks). 16-bit cases
+// run twice: on the fused kernels (flash_attention.h, where the shape allows) and
+// on the unfused path (CudaState::flash_attention off).
 #include "kernels/attention.h"
 #include "test/cuda/harness.h"
 
@@ -9,23 +12,26 @@ namespace trainer::cuda_test {
 namespace {
 
 struct AttnCase {
-  int64_t B, T, H, Hkv, D;
-  bool fused;  // q, k, v are views into one (B, T, H + 2 Hkv, D) buffer
+  int64_t B, T, H, Hkv, D;  // T: queries
+  bool fused;  // q, k, v are views into one (B, Tk, H + 2 Hkv, D) buffer
+  int64_t Tk = 0, q_offset = 0;  // keys (0: T) and the first query's position among them
+  int64_t keys() const { return Tk > 0 ? Tk : T; }
 };
 
-// A (B, T, heads, D) view at head offset h0 of a (B, T, Htot, D) buffer.
+// A (B, len, heads, D) view at head offset h0 of a (B, Tk, Htot, D) buffer
+// (queries: its first T positions, whatever their offset among the keys).
 Tensor heads_view(void* base, Device device, const AttnCase& c, int64_t heads, int64_t h0,
-                  int64_t Htot, DType dtype = DType::f32) {
-  Tensor t(static_cast<char*>(base) + h0 * c.D * dtype_size(dtype), {c.B, c.T, heads, c.D}, dtype,
+                  int64_t Htot, DType dtype, int64_t len) {
+  Tensor t(static_cast<char*>(base) + h0 * c.D * dtype_size(dtype), {c.B, len, heads, c.D}, dtype,
            device);
-  t.stride = {c.T * Htot * c.D, Htot * c.D, c.D, 1};
+  t.stride = {c.keys() * Htot * c.D, Htot * c.D, c.D, 1};
   return t;
 }
 
-void run_attention(const AttnCase& c, DType dtype) {
-  const int64_t Htot = c.H + 2 * c.Hkv;
-  const int64_t nq = c.B * c.T * c.H * c.D, nkv = c.B * c.T * c.Hkv * c.D;
-  const auto qkv = round_to(random_floats(c.B * c.T * Htot * c.D, 200 + c.T, -2.0f, 2.0f), dtype);
+void run_attention(const AttnCase& c, DType dtype, bool flash) {
+  const int64_t Htot = c.H + 2 * c.Hkv, Tk = c.keys();
+  const int64_t nq = c.B * c.T * c.H * c.D, nkv = c.B * Tk * c.Hkv * c.D;
+  const auto qkv = round_to(random_floats(c.B * Tk * Htot * c.D, 200 + c.T, -2.0f, 2.0f), dtype);
   const auto dy = round_to(random_floats(nq, 201 + c.T), dtype);
 
   // CPU reference on the fused layout (it accepts strided heads).
@@ -34,54 +40,64 @@ void run_attention(const AttnCase& c, DType dtype) {
       hlse({c.B, c.H, c.T}, std::vector<float>(c.B * c.H * c.T));
   HostTensor hdy({c.B, c.T, c.H, c.D}, dy, dtype),
       hdq({c.B, c.T, c.H, c.D}, std::vector<float>(nq), dtype),
-      hdk({c.B, c.T, c.Hkv, c.D}, std::vector<float>(nkv), dtype),
-      hdv({c.B, c.T, c.Hkv, c.D}, std::vector<float>(nkv), dtype);
-  const Tensor hq = heads_view(hqkv.data(), Device::cpu, c, c.H, 0, Htot, dtype);
-  const Tensor hk = heads_view(hqkv.data(), Device::cpu, c, c.Hkv, c.H, Htot, dtype);
-  const Tensor hv = heads_view(hqkv.data(), Device::cpu, c, c.Hkv, c.H + c.Hkv, Htot, dtype);
-  cpu::attention_forward(cpu(), hy, hlse, hq, hk, hv);
-  cpu::attention_backward(cpu(), hdq, hdk, hdv, hdy, hq, hk, hv, hy, hlse);
+      hdk({c.B, Tk, c.Hkv, c.D}, std::vector<float>(nkv), dtype),
+      hdv({c.B, Tk, c.Hkv, c.D}, std::vector<float>(nkv), dtype);
+  const Tensor hq = heads_view(hqkv.data(), Device::cpu, c, c.H, 0, Htot, dtype, c.T);
+  const Tensor hk = heads_view(hqkv.data(), Device::cpu, c, c.Hkv, c.H, Htot, dtype, Tk);
+  const Tensor hv = heads_view(hqkv.data(), Device::cpu, c, c.Hkv, c.H + c.Hkv, Htot, dtype, Tk);
+  cpu::attention_forward(cpu(), hy, hlse, hq, hk, hv, c.q_offset);
+  cpu::attention_backward(cpu(), hdq, hdk, hdv, hdy, hq, hk, hv, hy, hlse, c.q_offset);
 
-  DeviceTensor gqkv({c.B, c.T, Htot, c.D}, dtype);
+  DeviceTensor gqkv({c.B, Tk, Htot, c.D}, dtype);
   gqkv.upload(qkv);
   // The unfused case copies each head group into its own contiguous tensor.
-  DeviceTensor cq({c.B, c.T, c.H, c.D}, dtype), ck({c.B, c.T, c.Hkv, c.D}, dtype),
-      cv({c.B, c.T, c.Hkv, c.D}, dtype);
+  DeviceTensor cq({c.B, c.T, c.H, c.D}, dtype), ck({c.B, Tk, c.Hkv, c.D}, dtype),
+      cv({c.B, Tk, c.Hkv, c.D}, dtype);
   if (!c.fused) {
     std::vector<float> q(nq), k(nkv), v(nkv);
-    for (int64_t bt = 0; bt < c.B * c.T; ++bt)
-      for (int64_t h = 0; h < Htot; ++h)
-        for (int64_t d = 0; d < c.D; ++d) {
-          const float x = qkv[(bt * Htot + h) * c.D + d];
-          if (h < c.H) q[(bt * c.H + h) * c.D + d] = x;
-          else if (h < c.H + c.Hkv) k[(bt * c.Hkv + h - c.H) * c.D + d] = x;
-          else v[(bt * c.Hkv + h - c.H - c.Hkv) * c.D + d] = x;
-        }
+    for (int64_t b = 0; b < c.B; ++b)
+      for (int64_t t = 0; t < Tk; ++t)
+        for (int64_t h = 0; h < Htot; ++h)
+          for (int64_t d = 0; d < c.D; ++d) {
+            const float x = qkv[(((b * Tk + t) * Htot) + h) * c.D + d];
+            if (h < c.H) {
+              if (t < c.T) q[((b * c.T + t) * c.H + h) * c.D + d] = x;
+            } else if (h < c.H + c.Hkv) {
+              k[((b * Tk + t) * c.Hkv + h - c.H) * c.D + d] = x;
+            } else {
+              v[((b * Tk + t) * c.Hkv + h - c.H - c.Hkv) * c.D + d] = x;
+            }
+          }
     cq.upload(q);
     ck.upload(k);
     cv.upload(v);
   }
   void* fused = gqkv.view().data;
-  const Tensor gq = c.fused ? heads_view(fused, Device::cuda, c, c.H, 0, Htot, dtype) : cq.view();
-  const Tensor gk = c.fused ? heads_view(fused, Device::cuda, c, c.Hkv, c.H, Htot, dtype) : ck.view();
+  const Tensor gq =
+      c.fused ? heads_view(fused, Device::cuda, c, c.H, 0, Htot, dtype, c.T) : cq.view();
+  const Tensor gk =
+      c.fused ? heads_view(fused, Device::cuda, c, c.Hkv, c.H, Htot, dtype, Tk) : ck.view();
   const Tensor gv =
-      c.fused ? heads_view(fused, Device::cuda, c, c.Hkv, c.H + c.Hkv, Htot, dtype) : cv.view();
+      c.fused ? heads_view(fused, Device::cuda, c, c.Hkv, c.H + c.Hkv, Htot, dtype, Tk) : cv.view();
   DeviceTensor gy({c.B, c.T, c.H, c.D}, dtype), glse({c.B, c.H, c.T}),
       gdy({c.B, c.T, c.H, c.D}, dtype), gdq({c.B, c.T, c.H, c.D}, dtype),
-      gdk({c.B, c.T, c.Hkv, c.D}, dtype), gdv({c.B, c.T, c.Hkv, c.D}, dtype);
+      gdk({c.B, Tk, c.Hkv, c.D}, dtype), gdv({c.B, Tk, c.Hkv, c.D}, dtype);
   gdy.upload(dy);
   auto run = [&] {
+    gpu().cuda->flash_attention = flash;
     for (DeviceTensor* t : {&gy, &glse, &gdq, &gdk, &gdv}) t->poison();
-    cuda::attention_forward(gpu(), gy, glse, gq, gk, gv);
-    cuda::attention_backward(gpu(), gdq, gdk, gdv, gdy, gq, gk, gv, gy, glse);
+    cuda::attention_forward(gpu(), gy, glse, gq, gk, gv, c.q_offset);
+    cuda::attention_backward(gpu(), gdq, gdk, gdv, gdy, gq, gk, gv, gy, glse, c.q_offset);
     std::vector<std::vector<float>> r;
     for (DeviceTensor* t : {&gy, &glse, &gdq, &gdk, &gdv}) r.push_back(t->download());
+    gpu().cuda->flash_attention = true;
     return r;
   };
   const auto r1 = run();
   const auto r2 = run();
-  const std::string tag = fmt::format("attention {} B={} T={} H={} Hkv={} D={} fused={}",
-                                      dtype_name(dtype), c.B, c.T, c.H, c.Hkv, c.D, c.fused);
+  const std::string tag =
+      fmt::format("attention {} B={} T={} H={} Hkv={} D={} fused={} Tk={} q_offset={} flash={}",
+                  dtype_name(dtype), c.B, c.T, c.H, c.Hkv, c.D, c.fused, Tk, c.q_offset, flash);
   // 16-bit: P and dS are rounded to the dtype before their GEMMs (the CPU keeps
   // them fp32), and dS = P (dP - D) cancels, so the gradients get a looser bound
   // than the output. fp16 rounds 8x finer than bf16 (2^-11 vs 2^-8): its bounds
@@ -102,18 +118,36 @@ void run_attention(const AttnCase& c, DType dtype) {
 
 const AttnCase kCases[] = {{1, 1, 1, 1, 1, false},  {2, 17, 4, 2, 16, false},
                            {2, 17, 4, 2, 16, true},  {1, 130, 6, 1, 64, true},
-                           {3, 64, 2, 2, 24, false}, {1, 4097, 1, 1, 16, false}};
+                           {3, 64, 2, 2, 24, false}, {1, 4097, 1, 1, 16, false},
+                           {2, 300, 4, 2, 128, true}};
+// Context-parallel query chunks: the first chunk (offset 0, keys past it unseen),
+// a middle and the last chunk of a longer sequence, GQA, strided and contiguous.
+const AttnCase kOffsetCases[] = {{2, 8, 4, 2, 16, false, 32, 0},
+                                 {2, 8, 4, 2, 16, true, 32, 12},
+                                 {1, 70, 6, 1, 64, true, 280, 210},
+                                 {3, 5, 2, 2, 24, false, 23, 9}};
 
 TEST_CASE("attention forward/backward match the CPU op", "[cuda][attention]") {
-  for (const AttnCase& c : kCases) run_attention(c, DType::f32);
+  for (const AttnCase& c : kCases) run_attention(c, DType::f32, false);
+}
+
+TEST_CASE("attention of a query block at an offset matches the CPU op", "[cuda][attention][cp]") {
+  for (DType dtype : {DType::f32, DType::bf16, DType::f16})
+    for (const AttnCase& c : kOffsetCases)
+      for (bool flash : {true, false}) {
+        if (flash && dtype == DType::f32) continue;  // the fused kernels are 16-bit only
+        run_attention(c, dtype, flash);
+      }
 }
 
 TEST_CASE("attention bf16 matches the CPU op", "[cuda][attention][bf16]") {
-  for (const AttnCase& c : kCases) run_attention(c, DType::bf16);
+  for (const AttnCase& c : kCases)
+    for (bool flash : {true, false}) run_attention(c, DType::bf16, flash);
 }
 
 TEST_CASE("attention fp16 matches the CPU op", "[cuda][attention][fp16]") {
-  for (const AttnCase& c : kCases) run_attention(c, DType::f16);
+  for (const AttnCase& c : kCases)
+    for (bool flash : {true, false}) run_attention(c, DType::f16, flash);
 }
 
 }  // namespace trainer::cuda_test

@@ -81,11 +81,20 @@ TEST_CASE("op benchmarks at GPT-2 124M shapes", "[.bench]") {
         o({B, T, H, D}, dtype), lse({B, H, T}), dq({B, T, H, D}, dtype), dk({B, T, H, D}, dtype),
         dv({B, T, H, D}, dtype);
     for (DeviceTensor* t : {&q, &k, &v, &o}) t->upload(random_floats(t->numel(), 2));
-    const double f = 4.0 * B * H * T * T * D;  // two full (unmasked) GEMMs, as computed
-    report(fmt::format("attention fwd {} (unfused)", dtype_name(dtype)).c_str(),
-           time_ms([&] { cuda::attention_forward(ctx, o, lse, q, k, v); }), f, 0);
-    report(fmt::format("attention bwd {} (unfused)", dtype_name(dtype)).c_str(),
-           time_ms([&] { cuda::attention_backward(ctx, dq, dk, dv, o, q, k, v, o, lse); }), 2.5 * f, 0);
+    // Two full (unmasked) GEMMs, as the unfused path computes; the fused one
+    // skips the masked tiles, so its figure is that count over its time.
+    const double f = 4.0 * B * H * T * T * D;
+    for (bool flash : {false, true}) {
+      if (flash && dtype == DType::f32) continue;  // the fused kernels are 16-bit only
+      ctx.cuda->flash_attention = flash;
+      const char* path = flash ? "fused" : "unfused";
+      report(fmt::format("attention fwd {} ({})", dtype_name(dtype), path).c_str(),
+             time_ms([&] { cuda::attention_forward(ctx, o, lse, q, k, v, 0); }), f, 0);
+      report(fmt::format("attention bwd {} ({})", dtype_name(dtype), path).c_str(),
+             time_ms([&] { cuda::attention_backward(ctx, dq, dk, dv, o, q, k, v, o, lse, 0); }),
+             2.5 * f, 0);
+    }
+    ctx.cuda->flash_attention = true;
   }
   {
     DeviceTensor x({M, C}), y({M, C}), w({C}), b({C}), mean({M}), rstd({M}), dw({C}), db({C});

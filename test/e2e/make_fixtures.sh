@@ -80,6 +80,10 @@ for p in bf16 fp16 fp8; do
       mesh_${family}_l4.yaml >mesh_${family}_$p.yaml
   done
 done
+# Evaluation on a mesh (context parallelism: every cp rank holds part of each
+# validation sequence): 3 batches over dp 2, so the dp ranks run unequal rounds.
+sed 's|data: {train: data/random.bin}|data: {train: data/random.bin, val: data/random.bin}|; s|eval_every: 0|eval_every: 5, eval_batches: 3|' \
+  mesh_gpt2.yaml >mesh_gpt2_eval.yaml
 # Eight layers: interleaved pp 4 x virtual_stages 2 (one layer per chunk).
 sed 's/n_layer: 2/n_layer: 8/' mesh_gpt2.yaml >mesh_gpt2_l8.yaml
 

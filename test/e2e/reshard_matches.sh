@@ -1,14 +1,10 @@
 #!/usr/bin/env bash
-# reshard_matches.sh FIXTURES TRAINER MPIEXEC [SRC_NP "SRC_OVERRIDES" ["NP OVERRIDES"...]]:
-# a checkpoint saved on 4 ranks by a dp2 x tp2 run (ZeRO-1, the default
-# source) or the given layout resumes on other layouts (by default dp 4 with
-# ZeRO-2, tp 2, one rank; or the "NP OVERRIDES" given) and training continues
-# with the saving run's losses within 1e-5 relative.
+# reshard_matches.sh FIXTURES TRAINER MPIEXEC [SRC_NP "SRC_OVERRIDES"]: a
+# checkpoint saved on 4 ranks by a dp2 x tp2 run (ZeRO-1, the default source)
+# or the given layout resumes on other layouts (dp 4 with ZeRO-2, tp 2, one
+# rank) and training continues with the saving run's losses within 1e-5 relative.
 set -euo pipefail
 fx=$1 trainer=$2 mpiexec=$3 src_np=${4:-4} src_args=${5:---set parallel.tp=2 --set parallel.zero=1}
-shift $(($# < 5 ? $# : 5))
-layouts=("4 --set parallel.zero=2" "2 --set parallel.tp=2" "1")
-(($#)) && layouts=("$@")
 cd "$fx"
 export OMP_NUM_THREADS=1
 job=(mesh_gpt2.yaml --set train.steps=30 --set checkpoint.every=10)
@@ -20,7 +16,7 @@ rm -rf runs/reshard_*_"$tag"*
   --set run.dir="$src" $src_args >/dev/null
 losses() { grep '"loss"' "$1/metrics.jsonl" | sed 's/.*"step": \([0-9]*\), "loss": \([^,]*\),.*/\1 \2/'; }
 status=0
-for layout in "${layouts[@]}"; do
+for layout in "4 --set parallel.zero=2" "2 --set parallel.tp=2" "1"; do
   read -r np extra <<<"$layout"
   dst=runs/reshard_${tag}_to_np${np}_$(echo "$extra" | tr -c 'a-z0-9' '_')
   # shellcheck disable=SC2086

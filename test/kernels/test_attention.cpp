@@ -1,5 +1,6 @@
 // Causal GQA attention against a double reference, finite differences, masking
-// and strided (fused QKV) views.
+// and strided (fused QKV) views; query blocks at an offset into longer keys
+// (context parallelism's chunks).
 #include "kernels/attention.h"
 
 #include "test/kernels/kernel_test_util.h"
@@ -10,36 +11,41 @@ using namespace trainer::test;
 namespace {
 
 struct Dims {
-  int64_t B, T, H, Hkv, D;
+  int64_t B, T, H, Hkv, D;       // T: queries
+  int64_t Tk = 0, offset = 0;    // keys (0: T) and the first query's position among them
+  int64_t keys() const { return Tk > 0 ? Tk : T; }
 };
 
-// out (B, T, H, D) and lse (B, H, T) in double, straight from the definition.
+// out (B, T, H, D) and lse (B, H, T) in double, straight from the definition:
+// query i at position offset + i sees keys [0, offset + i] of the (B, Tk) keys.
 std::vector<double> ref_attention(const Dims& s, const std::vector<double>& q,
                                   const std::vector<double>& k, const std::vector<double>& v,
                                   std::vector<double>* lse = nullptr) {
   std::vector<double> out(s.B * s.T * s.H * s.D, 0.0);
   if (lse) lse->assign(s.B * s.H * s.T, 0.0);
   const double scale = 1.0 / std::sqrt(double(s.D));
-  std::vector<double> p(s.T);
+  const int64_t Tk = s.keys();
+  std::vector<double> p(Tk);
   for (int64_t b = 0; b < s.B; ++b)
     for (int64_t h = 0; h < s.H; ++h) {
       const int64_t g = h / (s.H / s.Hkv);
       for (int64_t i = 0; i < s.T; ++i) {
         const double* qi = &q[((b * s.T + i) * s.H + h) * s.D];
+        const int64_t last = s.offset + i;
         double m = -1e300;
-        for (int64_t j = 0; j <= i; ++j) {
-          const double* kj = &k[((b * s.T + j) * s.Hkv + g) * s.D];
+        for (int64_t j = 0; j <= last; ++j) {
+          const double* kj = &k[((b * Tk + j) * s.Hkv + g) * s.D];
           double dotp = 0.0;
           for (int64_t d = 0; d < s.D; ++d) dotp += qi[d] * kj[d];
           p[j] = dotp * scale;
           m = std::max(m, p[j]);
         }
         double sum = 0.0;
-        for (int64_t j = 0; j <= i; ++j) sum += std::exp(p[j] - m);
+        for (int64_t j = 0; j <= last; ++j) sum += std::exp(p[j] - m);
         double* oi = &out[((b * s.T + i) * s.H + h) * s.D];
-        for (int64_t j = 0; j <= i; ++j) {
+        for (int64_t j = 0; j <= last; ++j) {
           const double w = std::exp(p[j] - m) / sum;
-          const double* vj = &v[((b * s.T + j) * s.Hkv + g) * s.D];
+          const double* vj = &v[((b * Tk + j) * s.Hkv + g) * s.D];
           for (int64_t d = 0; d < s.D; ++d) oi[d] += w * vj[d];
         }
         if (lse) (*lse)[(b * s.H + h) * s.T + i] = m + std::log(sum);
@@ -55,7 +61,8 @@ struct Run {
 Run run_attention(const Dims& s, uint32_t seed) {
   Context ctx;
   Run r;
-  const int64_t nq = s.B * s.T * s.H * s.D, nkv = s.B * s.T * s.Hkv * s.D;
+  const int64_t Tk = s.keys();
+  const int64_t nq = s.B * s.T * s.H * s.D, nkv = s.B * Tk * s.Hkv * s.D;
   r.q = random_floats(nq, seed, -2.0f, 2.0f);
   r.k = random_floats(nkv, seed + 1, -2.0f, 2.0f);
   r.v = random_floats(nkv, seed + 2);
@@ -65,20 +72,21 @@ Run run_attention(const Dims& s, uint32_t seed) {
   r.dq.assign(nq, 9.0f);  // outputs start dirty: they must be written, not accumulated
   r.dk.assign(nkv, 9.0f);
   r.dv.assign(nkv, 9.0f);
-  const Tensor q = view(r.q, {s.B, s.T, s.H, s.D}), k = view(r.k, {s.B, s.T, s.Hkv, s.D}),
-               v = view(r.v, {s.B, s.T, s.Hkv, s.D}), out = view(r.out, {s.B, s.T, s.H, s.D}),
+  const Tensor q = view(r.q, {s.B, s.T, s.H, s.D}), k = view(r.k, {s.B, Tk, s.Hkv, s.D}),
+               v = view(r.v, {s.B, Tk, s.Hkv, s.D}), out = view(r.out, {s.B, s.T, s.H, s.D}),
                lse = view(r.lse, {s.B, s.H, s.T});
-  cpu::attention_forward(ctx, out, lse, q, k, v);
-  cpu::attention_backward(ctx, view(r.dq, {s.B, s.T, s.H, s.D}), view(r.dk, {s.B, s.T, s.Hkv, s.D}),
-                          view(r.dv, {s.B, s.T, s.Hkv, s.D}), view(r.dout, {s.B, s.T, s.H, s.D}),
-                          q, k, v, out, lse);
+  cpu::attention_forward(ctx, out, lse, q, k, v, s.offset);
+  cpu::attention_backward(ctx, view(r.dq, {s.B, s.T, s.H, s.D}), view(r.dk, {s.B, Tk, s.Hkv, s.D}),
+                          view(r.dv, {s.B, Tk, s.Hkv, s.D}), view(r.dout, {s.B, s.T, s.H, s.D}),
+                          q, k, v, out, lse, s.offset);
   return r;
 }
 
 // Backward against central differences of the double forward; `stride` > 1
 // checks every stride-th coordinate only (for the larger shapes).
 void check_attention(const Dims& s, int64_t stride) {
-  INFO("B " << s.B << " T " << s.T << " H " << s.H << " Hkv " << s.Hkv << " D " << s.D);
+  INFO("B " << s.B << " T " << s.T << " H " << s.H << " Hkv " << s.Hkv << " D " << s.D << " Tk "
+            << s.keys() << " offset " << s.offset);
   Run r = run_attention(s, 100 + static_cast<uint32_t>(s.T));
   const auto qd = to_double(r.q), kd = to_double(r.k), vd = to_double(r.v), dyd = to_double(r.dout);
   std::vector<double> lse_ref;
@@ -119,6 +127,14 @@ TEST_CASE("attention matches the double reference and finite differences", "[cpu
   check_attention({2, 6, 4, 1, 8}, 1);   // multi-query
 }
 
+TEST_CASE("attention of a query block at an offset into longer keys matches finite differences",
+          "[cpu][attention][cp]") {
+  check_attention({2, 4, 4, 2, 8, 16, 0}, 1);    // the first chunk: later keys unseen, dk 0
+  check_attention({2, 4, 4, 2, 8, 16, 8}, 1);    // a middle chunk, GQA
+  check_attention({1, 5, 2, 1, 4, 10, 5}, 1);    // the last chunk, multi-query
+  check_attention({1, 70, 2, 2, 8, 200, 90}, 37);  // two 64-query blocks behind a long prefix
+}
+
 TEST_CASE("attention across several 64-query blocks", "[cpu][attention]") {
   check_attention({1, 131, 4, 2, 8}, 97);  // three blocks, the last one ragged
   check_attention({1, 256, 2, 1, 64}, 1601);  // the benchmark model's head dim and length
@@ -140,7 +156,7 @@ TEST_CASE("attention is causal: a change at token t leaves earlier outputs bitwi
   }
   cpu::attention_forward(ctx, view(b.out, {s.B, s.T, s.H, s.D}), view(b.lse, {s.B, s.H, s.T}),
                          view(b.q, {s.B, s.T, s.H, s.D}), view(b.k, {s.B, s.T, s.Hkv, s.D}),
-                         view(b.v, {s.B, s.T, s.Hkv, s.D}));
+                         view(b.v, {s.B, s.T, s.Hkv, s.D}), 0);
   bool later_changed = false;
   for (int64_t bb = 0; bb < s.B; ++bb)
     for (int64_t t = 0; t < s.T; ++t)
@@ -172,11 +188,13 @@ TEST_CASE("attention reads q, k, v as strided views of a fused QKV buffer", "[cp
   std::vector<float> out(r.out.size()), lse(r.lse.size());
   const Tensor q = strided(qkv, 0, s.H), k = strided(qkv, s.H * s.D, s.Hkv),
                v = strided(qkv, (s.H + s.Hkv) * s.D, s.Hkv);
-  cpu::attention_forward(ctx, view(out, {s.B, s.T, s.H, s.D}), view(lse, {s.B, s.H, s.T}), q, k, v);
+  cpu::attention_forward(ctx, view(out, {s.B, s.T, s.H, s.D}), view(lse, {s.B, s.H, s.T}), q, k, v,
+                         0);
   require_close(out, to_double(r.out), 1e-6, 1e-6, "strided out");
   cpu::attention_backward(ctx, strided(dqkv, 0, s.H), strided(dqkv, s.H * s.D, s.Hkv),
                           strided(dqkv, (s.H + s.Hkv) * s.D, s.Hkv), view(r.dout, {s.B, s.T, s.H, s.D}),
-                          q, k, v, view(out, {s.B, s.T, s.H, s.D}), view(lse, {s.B, s.H, s.T}));
+                          q, k, v, view(out, {s.B, s.T, s.H, s.D}), view(lse, {s.B, s.H, s.T}),
+                          0);
   std::vector<float> dq, dk, dv;
   for (int64_t n = 0; n < s.B * s.T; ++n) {
     dq.insert(dq.end(), &dqkv[n * row], &dqkv[n * row + s.H * s.D]);
@@ -193,5 +211,15 @@ TEST_CASE("attention refuses heads that do not group", "[cpu][attention]") {
   std::vector<float> q(1 * 2 * 3 * 4), kv(1 * 2 * 2 * 4), out(q.size()), lse(1 * 3 * 2);
   CHECK_THROWS_AS(cpu::attention_forward(ctx, view(out, {1, 2, 3, 4}), view(lse, {1, 3, 2}),
                                          view(q, {1, 2, 3, 4}), view(kv, {1, 2, 2, 4}),
-                                         view(kv, {1, 2, 2, 4})), Error);
+                                         view(kv, {1, 2, 2, 4}), 0), Error);
+}
+
+TEST_CASE("attention refuses queries past the end of the keys", "[cpu][attention][cp]") {
+  Context ctx;
+  std::vector<float> q(1 * 4 * 2 * 4), kv(1 * 6 * 2 * 4), out(q.size()), lse(1 * 2 * 4);
+  const Tensor k = view(kv, {1, 6, 2, 4});
+  CHECK_NOTHROW(cpu::attention_forward(ctx, view(out, {1, 4, 2, 4}), view(lse, {1, 2, 4}),
+                                       view(q, {1, 4, 2, 4}), k, k, 2));
+  CHECK_THROWS_AS(cpu::attention_forward(ctx, view(out, {1, 4, 2, 4}), view(lse, {1, 2, 4}),
+                                         view(q, {1, 4, 2, 4}), k, k, 3), Error);
 }

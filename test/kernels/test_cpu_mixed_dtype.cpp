@@ -394,9 +394,9 @@ TEST_CASE("mixed dtype: attention on fused QKV views", "[cpu][mixed_dtype]") {
     const int dv = f.strided(dqkv, (H + Hkv) * D, {B, T, Hkv, D}, qs);
     const int dout = f.tensor(Role::act, {B, T, H, D});
     f.check({
-        OP(cpu::attention_forward(ctx, t[out], t[lse], t[q], t[k], t[v])),
+        OP(cpu::attention_forward(ctx, t[out], t[lse], t[q], t[k], t[v], 0)),
         OP(cpu::attention_backward(ctx, t[dq], t[dk], t[dv], t[dout], t[q], t[k], t[v], t[out],
-                                   t[lse])),
+                                   t[lse], 0)),
     });
   }
 }

@@ -195,9 +195,23 @@ TEST_CASE("resolve_mesh: every error message", "[cpu]") {
   r = base_request(); r.zero = 3; r.ep = 2;
   require_error(r, "parallel.zero: 3 with parallel.ep 2 is not supported yet (ZeRO-3 works with "
                    "MoE at ep 1; use zero 0, 1 or 2 with ep > 1)");
+  r = base_request(); r.cp = 2; r.seq_len = 1022;
+  require_error(r, "train.seq_len: 1022 is not divisible by 2 * parallel.cp = 4 (context "
+                   "parallelism splits each sequence into 2 * cp chunks)");
   r = base_request(); r.cp = 2;
-  require_error(r, "parallel.cp: 2 is not supported yet (context parallelism has its own issue); "
-                   "use cp: 1");
+  REQUIRE(resolve_mesh(r).dp_cp() == 4);  // dp 2 x cp 2 beside tp 2
+  r = base_request(); r.cp = 4; r.seq_len = 36;
+  require_error(r, "train.seq_len: 36 is not divisible by 2 * parallel.cp = 8 (context parallelism "
+                   "splits each sequence into 2 * cp chunks)");
+  r = base_request(); r.cp = 2; r.n_experts = 4; r.moe_capacity = true;
+  require_error(r, "parallel.cp: 2 with model.moe.capacity_factor is not supported yet (the "
+                   "capacity is not shared over the cp ranks' chunks); use dropless routing (no "
+                   "capacity_factor) or parallel.cp: 1");
+  r = base_request(); r.cp = 2; r.n_experts = 4; r.ep = 4;
+  REQUIRE(resolve_mesh(r).ep == 4);  // ep splits the dp 2 x cp 2 ranks
+  r = base_request(); r.tp = 4; r.cp = 2; r.sequence_parallel = true; r.seq_len = 12;
+  require_error(r, "train.seq_len: 12 / parallel.cp 2 = 6 tokens per rank are not divisible by "
+                   "parallel.tp 4 (sequence_parallel splits a rank's tokens over tp)");
   r = base_request(); r.tp = 3;
   require_error(r, "parallel: world 8 is not divisible by tp 3 * pp 1 * cp 1 = 3");
   r = base_request(); r.dp = 3;
