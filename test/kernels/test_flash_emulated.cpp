@@ -1,0 +1,174 @@
+// The fused attention's tile programs (kernels/cuda/flash_attention_tiles.h, the
+// code the GPU runs) on the CPU warp emulator, against the CPU attention op on
+// the same 16-bit-rounded inputs: bf16 and fp16, ragged lengths, grouped KV
+// heads, head dims 16..128, and a query block at an offset into a longer key
+// sequence (context parallelism's case). Outputs start as NaN, so an element no
+// block writes fails.
+#include "kernels/attention.h"
+#include "test/kernels/flash_emulator.h"
+#include "test/kernels/kernel_test_util.h"
+
+using namespace trainer;
+using namespace trainer::test;
+
+namespace {
+
+struct Case {
+  int64_t B, T, H, Hkv, D;
+};
+
+template <class E>
+std::vector<E> encode(const std::vector<float>& v) {
+  std::vector<E> out(v.size());
+  for (size_t i = 0; i < v.size(); ++i) out[i] = flash::from_f32<E>(v[i]);
+  return out;
+}
+template <class E>
+std::vector<float> decode(const std::vector<E>& v) {
+  std::vector<float> out(v.size());
+  for (size_t i = 0; i < v.size(); ++i) out[i] = flash::to_f32(v[i]);
+  return out;
+}
+template <class E>
+std::vector<float> rounded(const std::vector<float>& v) {
+  return decode(encode<E>(v));
+}
+
+struct Result {
+  std::vector<float> out, lse, dq, dk, dv;
+};
+
+// The CPU op in fp32 on (B, T) queries and keys.
+Result cpu_attention(const Case& c, std::vector<float> q, std::vector<float> k,
+                     std::vector<float> v, std::vector<float> dout) {
+  Context ctx;
+  const int64_t nq = c.B * c.T * c.H * c.D, nkv = c.B * c.T * c.Hkv * c.D;
+  Result r{std::vector<float>(nq), std::vector<float>(c.B * c.H * c.T), std::vector<float>(nq),
+           std::vector<float>(nkv), std::vector<float>(nkv)};
+  const auto qs = {c.B, c.T, c.H, c.D}, kvs = {c.B, c.T, c.Hkv, c.D};
+  cpu::attention_forward(ctx, view(r.out, qs), view(r.lse, {c.B, c.H, c.T}), view(q, qs),
+                         view(k, kvs), view(v, kvs), /*q_offset=*/0);
+  cpu::attention_backward(ctx, view(r.dq, qs), view(r.dk, kvs), view(r.dv, kvs), view(dout, qs),
+                          view(q, qs), view(k, kvs), view(v, kvs), view(r.out, qs),
+                          view(r.lse, {c.B, c.H, c.T}), /*q_offset=*/0);
+  return r;
+}
+
+// The tile programs on Tq queries at q_offset against c.T keys.
+template <class E>
+Result flash_attention(const Case& c, int64_t Tq, int64_t q_offset, const std::vector<float>& q,
+                       const std::vector<float>& k, const std::vector<float>& v,
+                       const std::vector<float>& dout) {
+  const float nan = std::nanf("");
+  std::vector<E> eq = encode<E>(q), ek = encode<E>(k), ev = encode<E>(v), edo = encode<E>(dout);
+  std::vector<E> out = encode<E>(std::vector<float>(q.size(), nan)), dq = out;
+  std::vector<E> dk = encode<E>(std::vector<float>(k.size(), nan)), dv = dk;
+  std::vector<float> lse(c.B * c.H * Tq, nan), delta(c.B * c.H * Tq, nan);
+  auto heads = [&](void* data, int64_t T, int64_t H) {
+    return flash::Heads{data, T * H * c.D, H * c.D, c.D};
+  };
+  flash::Problem p;
+  p.q = heads(eq.data(), Tq, c.H), p.out = heads(out.data(), Tq, c.H);
+  p.dout = heads(edo.data(), Tq, c.H), p.dq = heads(dq.data(), Tq, c.H);
+  p.k = heads(ek.data(), c.T, c.Hkv), p.v = heads(ev.data(), c.T, c.Hkv);
+  p.dk = heads(dk.data(), c.T, c.Hkv), p.dv = heads(dv.data(), c.T, c.Hkv);
+  p.lse = lse.data(), p.delta = delta.data(), p.lse_bh = Tq, p.q_offset = q_offset;
+  p.B = int(c.B), p.H = int(c.H), p.Hkv = int(c.Hkv), p.Tq = int(Tq), p.Tk = int(c.T);
+  p.D = int(c.D), p.scale = 1.0f / std::sqrt(float(c.D));
+  flash::emulated_forward<E>(p);
+  flash::emulated_backward<E>(p);
+  return {decode(out), lse, decode(dq), decode(dk), decode(dv)};
+}
+
+struct Bounds {
+  double atol, rtol, rel_l2;
+};
+
+void expect_close(const std::vector<float>& got, const std::vector<float>& want, Bounds b,
+                  const std::string& what) {
+  require_close(got, to_double(want), b.rtol, b.atol, what);
+  double num = 0.0, den = 0.0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    num += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
+    den += double(want[i]) * want[i];
+  }
+  INFO(what << ": relative L2 " << std::sqrt(num / std::max(den, 1e-30)));
+  CHECK(std::sqrt(num / std::max(den, 1e-30)) <= b.rel_l2);
+}
+
+// 16-bit P and dS feed the tile products (the CPU keeps them fp32), and the
+// outputs are rounded once: the [cuda] suite's bounds for the unfused path.
+template <class E>
+std::pair<Bounds, Bounds> bounds() {
+  if constexpr (std::is_same_v<E, flash::EmuBf16>) return {{2e-2, 2e-2, 1e-2}, {5e-2, 5e-2, 1e-2}};
+  return {{5e-3, 5e-3, 2.5e-3}, {1.25e-2, 1.25e-2, 2.5e-3}};
+}
+
+template <class E>
+void check_self_attention(const Case& c, const char* dtype) {
+  const int64_t nq = c.B * c.T * c.H * c.D, nkv = c.B * c.T * c.Hkv * c.D;
+  const uint32_t seed = uint32_t(c.T * 7 + c.D);
+  const auto q = rounded<E>(random_floats(nq, seed, -2.0f, 2.0f));
+  const auto k = rounded<E>(random_floats(nkv, seed + 1, -2.0f, 2.0f));
+  const auto v = rounded<E>(random_floats(nkv, seed + 2, -2.0f, 2.0f));
+  const auto dout = rounded<E>(random_floats(nq, seed + 3));
+  const Result want = cpu_attention(c, q, k, v, dout);
+  const Result got = flash_attention<E>(c, c.T, 0, q, k, v, dout);
+  const auto [out_b, grad_b] = bounds<E>();
+  const std::string tag = std::string(dtype) + " B=" + std::to_string(c.B) +
+                          " T=" + std::to_string(c.T) + " H=" + std::to_string(c.H) +
+                          " Hkv=" + std::to_string(c.Hkv) + " D=" + std::to_string(c.D);
+  expect_close(got.out, want.out, out_b, tag + " out");
+  expect_close(got.lse, want.lse, {1e-5, 1e-5, 1e-6}, tag + " lse");
+  expect_close(got.dq, want.dq, grad_b, tag + " dq");
+  expect_close(got.dk, want.dk, grad_b, tag + " dk");
+  expect_close(got.dv, want.dv, grad_b, tag + " dv");
+}
+
+const Case kCases[] = {{1, 1, 1, 1, 16},  {2, 17, 4, 2, 16}, {1, 130, 2, 1, 64},
+                       {1, 65, 1, 1, 128}, {2, 64, 2, 2, 32}};
+
+}  // namespace
+
+TEST_CASE("fused attention tiles (emulated) match the CPU op in bf16", "[cpu][attention][flash]") {
+  for (const Case& c : kCases) check_self_attention<flash::EmuBf16>(c, "bf16");
+}
+
+TEST_CASE("fused attention tiles (emulated) match the CPU op in fp16", "[cpu][attention][flash]") {
+  for (const Case& c : kCases) check_self_attention<flash::EmuF16>(c, "fp16");
+}
+
+// Queries T0.. of a T-token sequence against all T keys equal the full op's
+// last rows; with dout zero on the first T0 rows, the full op's dK and dV are
+// exactly what those queries contribute.
+TEST_CASE("fused attention tiles (emulated) take a query block at an offset",
+          "[cpu][attention][flash]") {
+  using E = flash::EmuBf16;
+  const Case c{2, 100, 2, 1, 32};
+  const int64_t T0 = 63, Tq = c.T - T0, row = c.H * c.D;
+  const int64_t nq = c.B * c.T * row, nkv = c.B * c.T * c.Hkv * c.D;
+  const auto q = rounded<E>(random_floats(nq, 5, -2.0f, 2.0f));
+  const auto k = rounded<E>(random_floats(nkv, 6, -2.0f, 2.0f));
+  const auto v = rounded<E>(random_floats(nkv, 7, -2.0f, 2.0f));
+  auto dout = rounded<E>(random_floats(nq, 8));
+  auto tail = [&](const std::vector<float>& x, int64_t width) {  // rows T0.. of (B, T, width)
+    std::vector<float> t;
+    for (int64_t b = 0; b < c.B; ++b)
+      t.insert(t.end(), x.begin() + (b * c.T + T0) * width, x.begin() + (b + 1) * c.T * width);
+    return t;
+  };
+  for (int64_t b = 0; b < c.B; ++b)
+    std::fill(dout.begin() + b * c.T * row, dout.begin() + (b * c.T + T0) * row, 0.0f);
+  const Result want = cpu_attention(c, q, k, v, dout);
+  const Result got = flash_attention<E>(c, Tq, T0, tail(q, row), k, v, tail(dout, row));
+  const auto [out_b, grad_b] = bounds<E>();
+  expect_close(got.out, tail(want.out, row), out_b, "offset out");
+  std::vector<float> lse_tail;  // (B, H, T) rows T0..
+  for (int64_t bh = 0; bh < c.B * c.H; ++bh)
+    lse_tail.insert(lse_tail.end(), want.lse.begin() + bh * c.T + T0,
+                    want.lse.begin() + (bh + 1) * c.T);
+  expect_close(got.lse, lse_tail, {1e-5, 1e-5, 1e-6}, "offset lse");
+  expect_close(got.dq, tail(want.dq, row), grad_b, "offset dq");
+  expect_close(got.dk, want.dk, grad_b, "offset dk");
+  expect_close(got.dv, want.dv, grad_b, "offset dv");
+}
