@@ -310,7 +310,8 @@ Tensor Trainer::owned_gradients() const {
 
 double Trainer::grad_norm() {
   const bool shard_only = gradients_sharded() || sharded_;
-  int64_t lo = gradients_sharded() ? shard_.begin : 0, hi = gradients_sharded() ? shard_.end() : INT64_MAX;
+  const bool range_only = gradients_sharded();  // zero 2: its range of the gradient arena
+  int64_t lo = range_only ? shard_.begin : 0, hi = range_only ? shard_.end() : INT64_MAX;
   // Partial sums: parameters split over tp (each rank holds other elements),
   // replicated ones (each tp rank holds the same values) and, in slot 3,
   // routed experts (each ep rank holds other experts).
