@@ -11,7 +11,7 @@
 #include "engine/supported.h"
 #include "engine/pipeline_runner.h"
 #include "model/model.h"
-#include "parallel/grad_sync.h"
+#include "engine/zero_layout.h"
 
 namespace trainer::cmd {
 namespace {
@@ -39,19 +39,20 @@ Registrar reg("plan", "validate a job and print its per-rank memory plan", [](CL
       model::ModelConfig cfg = engine::model_config(spec);
       engine::apply_pipeline_stage(cfg, shape.pp, stage, shape.virtual_stages);
       cfg.moe.ep = shape.ep;  // each rank holds n_experts / ep routed experts
-      model::Model model(cfg, engine::micro_batch_shape(spec));
-      int64_t arena = int64_t(model.buffers().category_bytes(model::Category::parameters) / 4);
       // ZeRO shards over the gradient group (dp, or dp x cp with context
       // parallelism), or over edp with expert parallelism (Trainer::setup).
-      const int zero_size = shape.ep > 1 ? shape.edp() : shape.cp > 1 ? shape.dp_cp() : shape.dp;
-      bool sharded = spec.parallel.zero >= 1 && zero_size > 1;
-      parallel::ZeroShard shard = parallel::zero_shard(arena, sharded ? zero_size : 1, 0);
-      engine::AdamW optimizer(spec.optimizer, model.buffers(), shard.begin, shard.end());
+      const int zero_size = shape.size(engine::zero_axis(shape));
+      cfg.shard_align = engine::zero_shard_align(spec.parallel.zero, zero_size);
+      model::Model model(cfg, engine::micro_batch_shape(spec));
+      engine::ZeroLayout layout =
+          engine::zero_layout(model.buffers(), spec.parallel.zero, zero_size, 0);
+      const int64_t arena_elems = layout.arena_elems;
+      engine::AdamW optimizer(spec.optimizer, model.buffers(), std::move(layout));
       std::vector<std::pair<int, size_t>> slots;  // per model chunk
       if (shape.pp > 1)
         slots = engine::activation_slot_plan(
             parallel::pipeline_schedule(shape.pp, stage, micro_batches, shape.virtual_stages), model);
-      engine::MemoryPlan plan = engine::plan_memory(model.buffers(), optimizer, shard.padded, 1, slots);
+      engine::MemoryPlan plan = engine::plan_memory(model.buffers(), optimizer, arena_elems, 1, slots);
       if (stage == 0) {
         fmt::print("job {}: {} model, {} layers, d_model {}, {} heads ({} kv), vocab {} (padded {})\n",
                    spec.source_path, engine::to_string(spec.model.family), spec.model.n_layer,

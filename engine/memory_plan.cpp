@@ -14,7 +14,7 @@ namespace trainer::engine {
 using model::Category;
 
 size_t MemoryPlan::total() const {
-  size_t t = optimizer;
+  size_t t = optimizer + param_shards + grad_shards + shard_staging;
   for (size_t b : category) t += b;
   return t;
 }
@@ -53,7 +53,15 @@ std::string MemoryPlan::describe() const {
              : model::category_name(static_cast<Category>(c)),
          category[c]);
   line("optimizer", optimizer);
+  if (param_shards > 0) {
+    line("param shard", param_shards);
+    line("grad shard", grad_shards);
+    line("rs staging", shard_staging);
+  }
   line("total", total());
+  if (param_shards > 0)
+    s += "  zero 3: parameters, gradients and compute copy hold the embedding, the head and one\n"
+         "  block, all-gathered over dp when used; only the shards persist\n";
   if (activation_slots > 1)
     s += chunk_slots.size() > 1
              ? fmt::format("  * micro-batches in flight per model chunk: {}\n",
@@ -86,6 +94,9 @@ MemoryPlan plan_memory(const model::Buffers& buffers, const AdamW& optimizer,
     plan.category[static_cast<int>(c)] = std::max(
         plan.category[static_cast<int>(c)], static_cast<size_t>(arena_elems) * sizeof(float));
   plan.optimizer = optimizer.state_bytes();
+  plan.param_shards = plan.grad_shards = optimizer.shard_bytes();
+  if (optimizer.layout().shards_parameters())
+    plan.shard_staging = static_cast<size_t>(optimizer.layout().max_unit_shard) * sizeof(float);
   plan.num_params = buffers.num_param_elements();
   return plan;
 }
@@ -96,8 +107,18 @@ Arenas::Arenas(const MemoryPlan& plan, model::Buffers& buffers, AdamW& optimizer
     blocks_[c] = take(plan.category[c], ctx);
     buffers.bind(static_cast<Category>(c), blocks_[c], device_);
   }
-  blocks_[model::kNumCategories] = take(plan.optimizer, ctx);
-  optimizer.bind(blocks_[model::kNumCategories], device_);
+  const int k = model::kNumCategories;
+  blocks_[k] = take(plan.optimizer, ctx);
+  optimizer.bind(blocks_[k], device_);
+  blocks_[k + 1] = take(plan.param_shards, ctx);
+  blocks_[k + 2] = take(plan.grad_shards, ctx);
+  blocks_[k + 3] = take(plan.shard_staging, ctx);
+  optimizer.bind_shards(blocks_[k + 1], blocks_[k + 2], device_);
+}
+
+Tensor Arenas::shard_staging() const {
+  return Tensor(blocks_[model::kNumCategories + 3],
+                {static_cast<int64_t>(plan_.shard_staging / sizeof(float))}, DType::f32, device_);
 }
 
 void* Arenas::activation_slot(int k) const {

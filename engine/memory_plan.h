@@ -16,6 +16,10 @@ namespace trainer::engine {
 struct MemoryPlan {
   std::array<size_t, model::kNumCategories> category{};  // parameters, gradients, activations, scratch
   size_t optimizer = 0;                                  // AdamW m and v
+  // ZeRO-3: this rank's shards of the fp32 parameters and of their gradients
+  // (the arenas above then hold the embedding, the head and one block's
+  // worth, gathered), and one unit shard of reduce-scatter staging.
+  size_t param_shards = 0, grad_shards = 0, shard_staging = 0;
   int64_t num_params = 0;                                // elements held by this rank
   // Copies of the activations one micro-batch needs: a pipeline stage holds
   // that many micro-batches in flight (category[activations] counts them all).
@@ -51,13 +55,16 @@ class Arenas {
   void* activation_slot(int k) const;
   // Slot k of model chunk `chunk`'s pool (MemoryPlan::chunk_slots).
   void* activation_slot(int chunk, int k) const;
+  // ZeRO-3's reduce-scatter staging (fp32, MemoryPlan::shard_staging bytes).
+  Tensor shard_staging() const;
 
  private:
   void* take(size_t bytes, Context& ctx);
   Device device_;
   size_t slot_bytes_ = 0;
   MemoryPlan plan_;
-  std::array<void*, model::kNumCategories + 1> blocks_{};
+  // The categories, then the optimizer state, the ZeRO-3 shards and staging.
+  std::array<void*, model::kNumCategories + 4> blocks_{};
   size_t allocated_ = 0;
 };
 

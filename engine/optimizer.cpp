@@ -7,22 +7,29 @@
 
 namespace trainer::engine {
 
-using model::Category;
+AdamW::AdamW(const OptimizerSpec& spec, const model::Buffers& buffers, int64_t begin, int64_t end)
+    : AdamW(spec, buffers, arena_range_layout(buffers, begin, end)) {}
 
-AdamW::AdamW(const OptimizerSpec& spec, const model::Buffers& buffers, int64_t begin,
-             int64_t end)
-    : spec_(spec), buf_(buffers), begin_(begin) {
-  int64_t arena = static_cast<int64_t>(buffers.category_bytes(Category::parameters) / sizeof(float));
-  end_ = end < 0 ? arena : end;
-  TRAINER_CHECK(0 <= begin_ && begin_ <= end_, "AdamW range [{}, {})", begin_, end_);
+AdamW::AdamW(const OptimizerSpec& spec, const model::Buffers& buffers, ZeroLayout layout)
+    : spec_(spec), buf_(buffers), layout_(std::move(layout)) {
+  TRAINER_CHECK(!layout_.owned.empty(), "AdamW over no parameters");
 }
 
-size_t AdamW::state_bytes() const { return 2 * static_cast<size_t>(end_ - begin_) * sizeof(float); }
+size_t AdamW::state_bytes() const { return 2 * static_cast<size_t>(layout_.state_elems) * sizeof(float); }
+
+size_t AdamW::shard_bytes() const {
+  return layout_.shards_parameters() ? static_cast<size_t>(layout_.state_elems) * sizeof(float) : 0;
+}
 
 void AdamW::bind(void* base, Device device) {
-  int64_t n = end_ - begin_;
+  int64_t n = layout_.state_elems;
   m_ = Tensor(base, {n}, DType::f32, device);
   v_ = Tensor(static_cast<float*>(base) + n, {n}, DType::f32, device);
+}
+
+void AdamW::bind_shards(void* params, void* grads, Device device) {
+  params_ = Tensor(params, {layout_.state_elems}, DType::f32, device);
+  grads_ = Tensor(grads, {layout_.state_elems}, DType::f32, device);
 }
 
 void AdamW::step(Context& ctx, int64_t step, float lr, float grad_scale) {
@@ -33,17 +40,17 @@ void AdamW::step(Context& ctx, int64_t step, float lr, float grad_scale) {
   args.eps = static_cast<float>(spec_.eps);
   args.step = step;
   args.grad_scale = grad_scale;
-  for (const auto& p : buf_.params()) {
-    const model::BufferInfo& info = buf_.buffers()[p.value];
-    int64_t first = static_cast<int64_t>(info.offset / sizeof(float));
-    Tensor param = buf_.get(p.value), grad = buf_.get(p.grad);
-    int64_t lo = std::max(first, begin_), hi = std::min(first + param.numel(), end_);
-    if (lo >= hi) continue;
+  const bool shards = layout_.shards_parameters();
+  for (int i = 0; i < static_cast<int>(buf_.params().size()); ++i) {
+    const model::Buffers::Param& p = buf_.params()[i];
+    const OwnedPart o = owned(i);
+    if (o.empty()) continue;
     args.weight_decay = p.spec.weight_decay ? static_cast<float>(spec_.weight_decay) : 0.0f;
-    Tensor pf = param.view({param.numel()}).slice(lo - first, hi - first);
-    Tensor gf = grad.view({grad.numel()}).slice(lo - first, hi - first);
-    adamw_update(ctx, pf, gf, m_.slice(lo - begin_, hi - begin_), v_.slice(lo - begin_, hi - begin_),
-                 args);
+    const int64_t s = o.state_at, e = o.state_at + o.size();
+    Tensor param = buf_.get(p.value), grad = buf_.get(p.grad);
+    Tensor pf = shards ? params_.slice(s, e) : param.view({param.numel()}).slice(o.lo, o.hi);
+    Tensor gf = shards ? grads_.slice(s, e) : grad.view({grad.numel()}).slice(o.lo, o.hi);
+    adamw_update(ctx, pf, gf, m_.slice(s, e), v_.slice(s, e), args);
   }
 }
 

@@ -80,6 +80,10 @@ void Trainer::setup() {
   cfg.moe.ep = shape.ep;
   cfg.moe.ep_rank = mesh_->coords().ep;
   apply_pipeline_stage(cfg, shape.pp, mesh_->coords().pp, shape.virtual_stages);
+  // ZeRO shards over the gradient group, or over edp with ep > 1 (zero_layout.h).
+  zero_axis_ = zero_axis(shape);
+  const int zero_size = shape.size(zero_axis_), zero_rank = mesh_->coords().along(zero_axis_);
+  cfg.shard_align = zero_shard_align(spec.parallel.zero, zero_size);
   if (shape.pp > 1)
     pipeline_ = std::make_unique<PipelineRunner>(mesh_->comm(parallel::Axis::pp), accum_steps_,
                                                  shape.virtual_stages);
@@ -92,22 +96,29 @@ void Trainer::setup() {
   if (kv) parallel::bind_compute_stream(*kv, ctx_);
   model_->set_kv_group(std::move(kv));
   model::Buffers& buf = model_->buffers();
-  // ZeRO >= 1 shards the optimizer over the gradient group (dp, or dp x cp);
-  // the arenas are padded so every shard has the same aligned size. zero 0
-  // keeps the whole state everywhere.
-  int64_t arena = static_cast<int64_t>(buf.category_bytes(model::Category::parameters) / 4);
-  // With ep > 1 it shards over edp instead: every member of an edp group holds
-  // the same experts at the same offsets, so a shard means the same elements.
-  zero_axis_ = shape.ep > 1 ? parallel::Axis::edp : grad_axis_;
-  const int zero_size = shape.size(zero_axis_), zero_rank = mesh_->coords().along(zero_axis_);
-  bool sharded = spec.parallel.zero >= 1 && zero_size > 1;
-  shard_ = parallel::zero_shard(arena, sharded ? zero_size : 1, sharded ? zero_rank : 0);
-  optimizer_ = std::make_unique<AdamW>(spec.optimizer, buf, shard_.begin, shard_.end());
+  // ZeRO 1/2 shard the optimizer over the gradient group (dp, or dp x cp; edp
+  // with ep > 1); the arenas are padded so every shard has the same aligned
+  // size. zero 0 keeps the whole state everywhere; zero 3 shards each
+  // parameter unit, values and gradients too.
+  ZeroLayout layout = zero_layout(buf, spec.parallel.zero, zero_size, zero_rank);
+  if (!layout.shards_parameters()) {
+    int64_t arena = static_cast<int64_t>(buf.category_bytes(model::Category::parameters) / 4);
+    bool sharded = spec.parallel.zero >= 1 && zero_size > 1;
+    shard_ = parallel::zero_shard(arena, sharded ? zero_size : 1, sharded ? zero_rank : 0);
+  }
+  optimizer_ = std::make_unique<AdamW>(spec.optimizer, buf, std::move(layout));
   std::vector<std::pair<int, size_t>> slots;  // a pipeline stage's activation slots per chunk
   if (pipeline_) slots = activation_slot_plan(pipeline_->table(), *model_);
-  plan_ = plan_memory(buf, *optimizer_, shard_.padded, 1, slots);
+  plan_ = plan_memory(buf, *optimizer_, optimizer_->layout().arena_elems, 1, slots);
   arenas_ = std::make_unique<Arenas>(plan_, buf, *optimizer_, ctx_);
-  model_->init_parameters(ctx_);
+  if (optimizer_->layout().shards_parameters()) {
+    sharded_ = std::make_unique<ShardedParams>(*model_, *optimizer_, mesh_->comm(zero_axis_), ctx_,
+                                               arenas_->shard_staging());
+    model_->set_block_param_hooks(sharded_.get());
+    sharded_->init_parameters();
+  } else {
+    model_->init_parameters(ctx_);
+  }
   if (options_.write_run_dir) {
     const parallel::Coords& c = mesh_->coords();
     // With cp > 1 the dp x cp group plays dp's part: parameters are written by
@@ -124,7 +135,10 @@ void Trainer::setup() {
     if (start_step_ == 0 && !spec.model.init_from.empty())
       checkpoint::load_hf_weights(spec.model.init_from, model_->config(), buf, ctx_, pos);
   }
-  model_->refresh_compute_weights(ctx_);
+  if (sharded_)
+    sharded_->gather_whole_step();
+  else
+    model_->refresh_compute_weights(ctx_);
   const Fp8Scaling* fp8 = buf.fp8();
   if (ctx_.device == Device::cuda && fp8 && fp8->size() > 0) {
     fp8_mem_ = device_alloc(ctx_.device, size_t(3 * fp8->size()) * sizeof(float));
@@ -288,31 +302,41 @@ double Trainer::micro_batch_loss_sum() {
 bool Trainer::gradients_sharded() const {
   // zero 2 holds only its shard of the averaged gradient; the others hold all
   // of it. With ep every rank holds the whole reduced gradient (expert_reducer_).
-  return spec_.parallel.zero >= 2 && grad_size_ > 1 && !expert_reducer_;
+  return spec_.parallel.zero == 2 && grad_size_ > 1 && !expert_reducer_;
 }
 
 Tensor Trainer::owned_gradients() const {
+  if (sharded_) return optimizer_->grad_shards();
   Tensor g = flat_arena(model::Category::gradients);
   return gradients_sharded() ? g.slice(shard_.begin, shard_.end()) : g;
 }
 
 double Trainer::grad_norm() {
-  const bool shard_only = gradients_sharded();
-  int64_t lo = shard_only ? shard_.begin : 0, hi = shard_only ? shard_.end() : INT64_MAX;
+  const bool shard_only = gradients_sharded() || sharded_;
+  const bool range_only = gradients_sharded();  // zero 2: its range of the gradient arena
+  int64_t lo = range_only ? shard_.begin : 0, hi = range_only ? shard_.end() : INT64_MAX;
   // Partial sums: parameters split over tp (each rank holds other elements),
   // replicated ones (each tp rank holds the same values) and, in slot 3,
   // routed experts (each ep rank holds other experts).
   fill(ctx_, norm_out_, 0.0f);
   const model::Buffers& buf = model_->buffers();
-  for (const auto& p : buf.params()) {
+  for (int i = 0; i < static_cast<int>(buf.params().size()); ++i) {
+    const model::Buffers::Param& p = buf.params()[i];
     if (p.spec.tied_copy) continue;  // counted on the first stage
     // A replicated KV head (its gradient summed over its replicas): its first replica counts it.
     if (model_->config().tp_rank % p.spec.tp_replicas != 0) continue;
-    const model::BufferInfo& info = buf.buffers()[p.grad];
-    int64_t first = static_cast<int64_t>(info.offset / 4), n = static_cast<int64_t>(info.bytes / 4);
-    int64_t a = std::max(first, lo), b = std::min(first + n, hi);
-    if (a >= b) continue;
-    Tensor g = buf.get(p.grad).view({n}).slice(a - first, b - first);
+    Tensor g;
+    if (sharded_) {  // zero 3: its part of this rank's gradient shard
+      const OwnedPart o = optimizer_->owned(i);
+      if (o.empty()) continue;
+      g = optimizer_->grad_shards().slice(o.state_at, o.state_at + o.size());
+    } else {
+      const model::BufferInfo& info = buf.buffers()[p.grad];
+      int64_t first = static_cast<int64_t>(info.offset / 4), n = static_cast<int64_t>(info.bytes / 4);
+      int64_t a = std::max(first, lo), b = std::min(first + n, hi);
+      if (a >= b) continue;
+      g = buf.get(p.grad).view({n}).slice(a - first, b - first);
+    }
     // Routed experts under ep: each ep rank holds other experts (slot 3).
     int k = p.spec.expert ? 3 : p.spec.tp_dim >= 0 ? 0 : 1;
     sum_of_squares(ctx_, norm_out_.slice(k, k + 1), g);
@@ -322,7 +346,7 @@ double Trainer::grad_norm() {
   copy_to_host(sq, norm_out_);
   double total = parallel::group_sum(mesh_->comm(parallel::Axis::tp), sq[0]) + sq[1] +
                  parallel::group_sum(mesh_->comm(parallel::Axis::ep), sq[3]);
-  if (shard_only) total = parallel::group_sum(grad_comm(), total);
+  if (shard_only) total = parallel::group_sum(mesh_->comm(zero_axis_), total);
   if (pipeline_) total = parallel::group_sum(mesh_->comm(parallel::Axis::pp), total);
   return std::sqrt(total);
 }
@@ -341,6 +365,11 @@ void Trainer::sync_tied_table() {
 }
 
 void Trainer::synchronize_gradients() {
+  if (sharded_) {  // zero 3: the blocks' were reduce-scattered during backward
+    cuda::NvtxRange range("gradient sync");
+    sharded_->reduce_whole_step();
+    return;
+  }
   if (grad_size_ == 1) return;
   cuda::NvtxRange range("gradient sync");
   if (expert_reducer_)
@@ -358,6 +387,7 @@ StepRecord Trainer::train_step(int step) {
   const double tokens = double(G) * T;
   const int64_t rank_first = int64_t(step - 1) * G + int64_t(dp_rank_) * (G / dp_size_);
   model_->zero_grads(ctx_);
+  if (sharded_) sharded_->zero_grads();
   model_->reset_moe_stats(ctx_);
   double loss_sum = 0, aux_sum = 0;
   // Gradients are averaged over the gradient group (dp, or dp x cp), so each
@@ -406,10 +436,14 @@ StepRecord Trainer::train_step(int step) {
     if (clip > 0 && r.grad_norm > clip) grad_scale *= static_cast<float>(clip / r.grad_norm);
     cuda::NvtxRange range("optimizer step");
     optimizer_->step(ctx_, step, static_cast<float>(r.lr), grad_scale);
-    if (shard_.shard != shard_.padded)  // sharded update: every rank needs all parameters back
-      parallel::zero_all_gather(mesh_->comm(zero_axis_),
-                                flat_arena(model::Category::parameters), shard_);
-    model_->refresh_compute_weights(ctx_);
+    if (sharded_) {  // zero 3: blocks are gathered when they run, the rest now
+      sharded_->gather_whole_step();
+    } else {
+      if (shard_.shard != shard_.padded)  // sharded update: every rank needs all parameters back
+        parallel::zero_all_gather(mesh_->comm(zero_axis_),
+                                  flat_arena(model::Category::parameters), shard_);
+      model_->refresh_compute_weights(ctx_);
+    }
   }
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   r.tokens_per_s = tokens / r.seconds;
@@ -431,14 +465,23 @@ void Trainer::finish_moe_step(StepRecord& r, double aux_sum) {
     for (const model::Moe* m : layers) aux_sum += m->step_aux_loss(model_->buffers());
   }
   double imbalance = 0, dropped = 0;
-  for (const model::Moe* m : layers) {
+  const std::vector<int> units = model_->moe_layer_units();
+  for (size_t i = 0; i < layers.size(); ++i) {
+    const model::Moe* m = layers[i];
     // Expert loads summed over dp, so every replica sees (and biases by) the same numbers.
     Tensor counts = m->step_counts(model_->buffers());
     if (dp.size() > 1) dp.all_reduce(counts, parallel::ReduceOp::sum);
     model::MoeStats st = m->stats(model_->buffers());
     imbalance = std::max(imbalance, st.imbalance);
     dropped += static_cast<double>(st.dropped);
-    m->update_bias(ctx_, model_->buffers(), static_cast<float>(spec_.model.moe.bias_update_rate));
+    auto update = [&] {
+      m->update_bias(ctx_, model_->buffers(), static_cast<float>(spec_.model.moe.bias_update_rate));
+    };
+    // aux_free's bias is a parameter: under zero 3 it lives in the shards.
+    if (sharded_ && m->selection_bias().index >= 0)
+      sharded_->update_outside_optimizer(units[i], update);
+    else
+      update();
   }
   if (pipeline_) {  // the logging rank holds the first stage's layers only
     parallel::Communicator& pp = mesh_->comm(parallel::Axis::pp);
@@ -451,6 +494,8 @@ void Trainer::finish_moe_step(StepRecord& r, double aux_sum) {
   r.moe_dropped = dropped;
 }
 
+bool Trainer::lockstep_forwards() const { return mesh_->shape().ep > 1 || sharded_ != nullptr; }
+
 double Trainer::evaluate_pipeline() {
   // Forward only, one micro-batch at a time down the stages.
   const int B = spec_.train.micro_batch, T = spec_.train.seq_len;
@@ -459,7 +504,7 @@ double Trainer::evaluate_pipeline() {
   const int E = spec_.train.eval_batches, rounds = (E + dp_size_ - 1) / dp_size_;
   for (int k = 0; k < rounds; ++k) {
     const int i = dp_rank_ + k * dp_size_;  // see evaluate()
-    if (i >= E && mesh_->shape().ep == 1) break;
+    if (i >= E && !lockstep_forwards()) break;
     const double s = pipeline_->run_forward(
         *model_, ctx_, *arenas_, [&] { load_micro_batch(val_data_.get(), int64_t(i % E) * B); },
         [&] { return micro_batch_loss_sum(); });
@@ -475,13 +520,13 @@ double Trainer::evaluate() {
   if (pipeline_) return evaluate_pipeline();
   const int B = spec_.train.micro_batch, T = spec_.train.seq_len;
   double sum = 0;
-  // With ep the ranks of an ep group exchange tokens in every MoE forward, so
-  // all run the same number of forwards: a rank past the last batch repeats
-  // one and does not count it.
+  // With ep the ranks of an ep group exchange tokens in every MoE forward
+  // (zero 3: the dp group gathers every block), so all run the same number
+  // of forwards: a rank past the last batch repeats one and does not count it.
   const int E = spec_.train.eval_batches, rounds = (E + dp_size_ - 1) / dp_size_;
   for (int k = 0; k < rounds; ++k) {
     const int i = dp_rank_ + k * dp_size_;
-    if (i >= E && mesh_->shape().ep == 1) break;
+    if (i >= E && !lockstep_forwards()) break;
     load_micro_batch(val_data_.get(), int64_t(i % E) * B);
     model_->forward(ctx_);
     if (i < E) sum += micro_batch_loss_sum();

@@ -15,6 +15,7 @@
 #include "engine/mixed_precision.h"
 #include "engine/optimizer.h"
 #include "engine/pipeline_runner.h"
+#include "engine/sharded_params.h"
 #include "model/model.h"
 #include "parallel/expert_grad_sync.h"
 #include "parallel/grad_sync.h"
@@ -85,6 +86,8 @@ class Trainer {
   AdamW& optimizer() { return *optimizer_; }
   parallel::Mesh& mesh() { return *mesh_; }
   Context& context() { return ctx_; }
+  // ZeRO-3's gathers and shards (parallel.zero: 3), else nullptr.
+  const ShardedParams* sharded_params() const { return sharded_.get(); }
   // The dp bucket reducer (zero 0/1 with dp > 1 and no ep), else nullptr.
   const parallel::GradReducer* grad_reducer() const { return reducer_.get(); }
 
@@ -94,12 +97,14 @@ class Trainer {
   void finish_moe_step(StepRecord& r, double aux_sum);
   void sync_tied_table();
   double evaluate_pipeline();
+  // Every dp rank must run each evaluation forward (collectives inside it).
+  bool lockstep_forwards() const;
   void load_micro_batch(const data::SampleSource* source, int64_t first_sample);
   double micro_batch_loss_sum();
   void await_device();  // before a host copy on a multi-GPU rank: poll, never block
   double grad_norm();
-  bool gradients_sharded() const;  // this rank holds only its ZeRO-2 shard of the gradients
-  Tensor owned_gradients() const;  // the gradient elements this rank holds
+  bool gradients_sharded() const;  // this rank's ZeRO-2 shard of the gradient arena is reduced
+  Tensor owned_gradients() const;  // the reduced gradient elements this rank holds (zero 3: its shards)
   Tensor flat_arena(model::Category category) const;
   void log_step(const StepRecord& r);
   void log_eval(int step, double val_loss);
@@ -131,6 +136,7 @@ class Trainer {
   std::unique_ptr<AdamW> optimizer_;
   MemoryPlan plan_;
   std::unique_ptr<Arenas> arenas_;
+  std::unique_ptr<ShardedParams> sharded_;  // zero 3 only
   std::unique_ptr<data::SampleSource> train_data_, val_data_;
   std::vector<int32_t> host_tokens_, host_ids_, host_targets_;  // ids, targets: this rank's tokens
   void keep_local_tokens(int b);  // host_tokens_ (one sequence) -> sequence b of ids, targets

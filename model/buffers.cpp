@@ -29,10 +29,18 @@ BufferId Buffers::add(Category category, std::string name, std::vector<int64_t> 
   BufferInfo info{std::move(name), category, std::move(shape), dtype, 0, numel * dtype_size(dtype)};
   const size_t aligned = (info.bytes + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment;
   size_t& used = bytes_[static_cast<int>(category)];
+  const bool shared = sharing_ && (category == Category::parameters ||
+                                   category == Category::gradients ||
+                                   category == Category::compute_weights);
   if (category == Category::recomputed) {
     info.offset = recomputed_cursor_;
     recomputed_cursor_ += aligned;
     used = std::max(used, recomputed_cursor_);
+  } else if (shared) {
+    const int c = static_cast<int>(category);
+    info.offset = region_base_[c] + region_cursor_[c];
+    region_cursor_[c] += aligned;
+    used = std::max(used, region_base_[c] + region_cursor_[c]);
   } else {
     info.offset = used;
     used += aligned;
@@ -46,9 +54,51 @@ void Buffers::begin_recomputed_block() {
   recomputed_cursor_ = 0;
 }
 
+void Buffers::share_block_parameters(int64_t align) {
+  TRAINER_CHECK(align > 0 && params_.empty(), "share_block_parameters({}) after declaring parameters",
+                align);
+  unit_align_ = align;
+}
+
+void Buffers::begin_param_unit(bool block) {
+  TRAINER_CHECK(!in_unit_, "parameter unit begun inside another");
+  in_unit_ = true;
+  sharing_ = block && unit_align_ > 0;
+  if (sharing_ && !region_open_) {
+    // A run of blocks: its region starts where the arenas end now.
+    region_base_ = bytes_;
+    region_open_ = true;
+  }
+  if (!sharing_) region_open_ = false;  // what follows this unit must not overlap it
+  region_cursor_.fill(0);
+  ParamUnit u;
+  u.param_begin = static_cast<int>(params_.size());
+  u.first = static_cast<int64_t>(
+      (sharing_ ? region_base_ : bytes_)[static_cast<int>(Category::parameters)] / sizeof(float));
+  u.shared = sharing_;
+  units_.push_back(u);
+}
+
+void Buffers::end_param_unit() {
+  TRAINER_CHECK(in_unit_, "parameter unit ended without one begun");
+  ParamUnit& u = units_.back();
+  u.param_end = static_cast<int>(params_.size());
+  const int pc = static_cast<int>(Category::parameters), gc = static_cast<int>(Category::gradients);
+  const size_t end = sharing_ ? region_base_[pc] + region_cursor_[pc] : bytes_[pc];
+  int64_t elems = static_cast<int64_t>(end / sizeof(float)) - u.first;
+  const int64_t align = std::max<int64_t>(unit_align_, 1);
+  u.padded = (elems + align - 1) / align * align;
+  // Both arenas reach the padded end (the padding stays zero).
+  const size_t padded_end = static_cast<size_t>(u.first + u.padded) * sizeof(float);
+  for (int c : {pc, gc}) bytes_[c] = std::max(bytes_[c], padded_end);
+  in_unit_ = sharing_ = false;
+}
+
 ParamId Buffers::add_param(ParamSpec spec, std::vector<int64_t> local_shape) {
   BufferId value = add(Category::parameters, spec.name, local_shape);
   BufferId grad = add(Category::gradients, spec.name, local_shape);
+  TRAINER_CHECK(buffers_[value].offset == buffers_[grad].offset,
+                "{}: parameter and gradient arenas out of step", spec.name);
   // Vectors (norm weights, biases) are read in fp32 by the ops; only the
   // matrices the GEMMs and lookups read get a compute-dtype copy.
   BufferId compute = -1;

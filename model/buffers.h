@@ -79,6 +79,29 @@ class Buffers {
   // blocks (the residual stream) stays in the activations arena.
   void begin_recomputed_block();
   void end_recomputed_block() { recomputing_ = false; }
+
+  // Parameter units: the embedding, each block, the head (the Model declares
+  // them). Every parameter declared between begin_param_unit and
+  // end_param_unit belongs to the unit, which is contiguous in the parameter
+  // and gradient arenas (same layout in both). ZeRO-3 all-gathers a unit's
+  // shards before using it and reduce-scatters its gradients after.
+  struct ParamUnit {
+    int param_begin = 0, param_end = 0;  // into params()
+    int64_t first = 0;    // its first element in the parameter (and gradient) arena
+    int64_t padded = 0;   // its elements, padded to a multiple of the unit alignment
+    bool shared = false;  // a block under ZeRO-3: at the region every block shares
+  };
+  // ZeRO-3 (call before declaring anything): each unit is padded to a
+  // multiple of `align` elements, so the dp shards of one all-gather land in
+  // place; and a block's parameters, gradients and compute copies go to one
+  // region shared by every block, the size of the largest (as
+  // begin_recomputed_block does for activations): only the block being run
+  // holds its whole parameters.
+  void share_block_parameters(int64_t align);
+  bool blocks_shared() const { return unit_align_ > 0; }
+  void begin_param_unit(bool block);
+  void end_param_unit();
+  const std::vector<ParamUnit>& param_units() const { return units_; }
   size_t total_bytes() const;
 
   // Points every buffer of `category` into `base` (an arena of category_bytes).
@@ -144,6 +167,14 @@ class Buffers {
   std::array<size_t, kNumCategories> bytes_{};
   bool recomputing_ = false;
   size_t recomputed_cursor_ = 0;  // next offset in Category::recomputed
+  std::vector<ParamUnit> units_;
+  bool in_unit_ = false;
+  int64_t unit_align_ = 0;        // > 0: ZeRO-3's padding and shared block region
+  bool sharing_ = false;          // declaring a shared unit
+  bool region_open_ = false;      // the last unit was shared: the next one reuses its region
+  // The shared region's start and next offset, per category (parameters,
+  // gradients and compute copies use theirs).
+  std::array<size_t, kNumCategories> region_base_{}, region_cursor_{};
   std::array<void*, kNumCategories> base_{};
   Device device_ = Device::cpu;
   DType compute_dtype_ = DType::f32;

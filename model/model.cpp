@@ -30,6 +30,7 @@ Model::Model(const ModelConfig& cfg, const BatchShape& batch) : cfg_(cfg), batch
   tp_ = single_tp_.get();
   int64_t N = batch.B * batch.T;
   buf_.set_compute_dtype(cfg.act_dtype);
+  if (cfg.shard_align > 0) buf_.share_block_parameters(cfg.shard_align);
   if (cfg.fp8) declare_fp8_workspace();
   std::vector<std::pair<int, int>> ranges = cfg.chunk_layers;
   if (ranges.empty()) ranges.emplace_back(cfg.layer_begin, cfg.stage_layer_end());
@@ -55,7 +56,9 @@ Model::Model(const ModelConfig& cfg, const BatchShape& batch) : cfg_(cfg), batch
     if (has_embedding(c)) {
       ids_ = buf_.add(Category::activations, "input_ids", {N}, DType::i32);
       embedding_params_.begin = params_now();
+      buf_.begin_param_unit(false);
       embedding_.declare(buf_, cfg_, batch_);
+      buf_.end_param_unit();
       embedding_params_.end = params_now();
     } else {
       ch.stage_in = buf_.add(Category::activations, io + ".input", {R, cfg.d_model}, buf_.act_dtype());
@@ -68,18 +71,24 @@ Model::Model(const ModelConfig& cfg, const BatchShape& batch) : cfg_(cfg), batch
       buf_.set_fp8_active(cfg.fp8_layer(l));
       const int b = ch.block_begin + l - ranges[c].first;
       block_params_[b].begin = params_now();
+      block_unit_.resize(blocks_.size());
+      block_unit_[b] = static_cast<int>(buf_.param_units().size());
+      buf_.begin_param_unit(true);
       blocks_[b].declare(buf_, l, cfg_, batch_);
+      buf_.end_param_unit();
       block_params_[b].end = params_now();
     }
     buf_.set_fp8_active(false);
     if (has_head(c)) {
       head_params_.begin = params_now();
+      buf_.begin_param_unit(false);
       // A last stage without the embedding keeps its own copy of a tied table
       // (same name and init); the trainer sums the two copies' gradients.
       ParamId table = has_embedding(c)       ? embedding_.token_table()
                       : cfg.tie_embeddings ? Embedding::declare_token_table(buf_, cfg_, true)
                                            : ParamId{};
       head_.declare(buf_, cfg_, batch_, table);
+      buf_.end_param_unit();
       head_params_.end = params_now();
     } else {
       ch.stage_dout =
@@ -106,59 +115,80 @@ void Model::declare_fp8_workspace() {
 }
 
 void Model::refresh_compute_weights(Context& ctx) {
-  for (const auto& p : buf_.params())
+  for (const Buffers::ParamUnit& u : buf_.param_units())
+    if (!u.shared) refresh_compute_weights(ctx, u);
+}
+
+void Model::refresh_compute_weights(Context& ctx, const Buffers::ParamUnit& unit) {
+  for (int i = unit.param_begin; i < unit.param_end; ++i) {
+    const Buffers::Param& p = buf_.params()[i];
     if (p.compute >= 0) cast(ctx, buf_.get(p.compute), buf_.get(p.value));
+  }
 }
 
 void Model::set_tp_group(parallel::Communicator* tp) { tp_ = tp ? tp : single_tp_.get(); }
 
 void Model::init_parameters(Context& ctx) {
+  TRAINER_CHECK(!buf_.blocks_shared(), "init_parameters: blocks share one region: init unit by unit");
+  for (const auto& p : buf_.params()) init_parameter(p);
+}
+
+void Model::init_parameters(Context& ctx, const Buffers::ParamUnit& unit) {
+  for (int i = unit.param_begin; i < unit.param_end; ++i) init_parameter(buf_.params()[i]);
+}
+
+void Model::init_parameter(const Buffers::Param& p) {
   std::vector<float> host;
-  for (const auto& p : buf_.params()) {
-    Tensor t = buf_.get(p.value);
-    host.assign(t.numel(), 0.0f);
-    const ParamSpec& s = p.spec;
-    if (s.init == Init::ones) host.assign(t.numel(), 1.0f);
-    if (s.init == Init::normal) {
-      // Local element (i, j) of this rank's shard is global element (gi, gj):
-      // the value depends only on the global index, so every layout agrees.
-      int64_t rows = t.ndim == 2 ? t.size(0) : 1, cols = t.size(-1);
-      int64_t gcols = s.global_shape.size() == 2 ? s.global_shape[1] : s.global_shape[0];
-      // A tp shard is a block of rows (tp_dim 0 of a matrix) or of columns
-      // (tp_dim 1, or the only dim of a vector).
-      bool splits_rows = s.tp_dim == 0 && t.ndim == 2;
-      bool splits_cols = s.tp_dim == 1 || (s.tp_dim == 0 && t.ndim == 1);
-      int64_t shard = cfg_.tp_rank / s.tp_replicas;
-      int64_t row0 = splits_rows ? rows * shard : 0;
-      int64_t col0 = splits_cols ? cols * shard : 0;
-      int64_t valid_rows = s.valid_rows < 0 ? INT64_MAX : s.valid_rows;
-      uint64_t key = hash_name(s.name);
+  Tensor t = buf_.get(p.value);
+  host.assign(t.numel(), 0.0f);
+  const ParamSpec& s = p.spec;
+  if (s.init == Init::ones) host.assign(t.numel(), 1.0f);
+  if (s.init == Init::normal) {
+    // Local element (i, j) of this rank's shard is global element (gi, gj):
+    // the value depends only on the global index, so every layout agrees.
+    int64_t rows = t.ndim == 2 ? t.size(0) : 1, cols = t.size(-1);
+    int64_t gcols = s.global_shape.size() == 2 ? s.global_shape[1] : s.global_shape[0];
+    // A tp shard is a block of rows (tp_dim 0 of a matrix) or of columns
+    // (tp_dim 1, or the only dim of a vector).
+    bool splits_rows = s.tp_dim == 0 && t.ndim == 2;
+    bool splits_cols = s.tp_dim == 1 || (s.tp_dim == 0 && t.ndim == 1);
+    int64_t shard = cfg_.tp_rank / s.tp_replicas;
+    int64_t row0 = splits_rows ? rows * shard : 0;
+    int64_t col0 = splits_cols ? cols * shard : 0;
+    int64_t valid_rows = s.valid_rows < 0 ? INT64_MAX : s.valid_rows;
+    uint64_t key = hash_name(s.name);
 #pragma omp parallel for schedule(static)
-      for (int64_t i = 0; i < rows; ++i) {
-        int64_t gi = row0 + i;
-        if (gi >= valid_rows) continue;
-        for (int64_t j = 0; j < cols; ++j)
-          host[i * cols + j] = s.std * normal_at(cfg_.seed, key, uint64_t(gi * gcols + col0 + j));
-      }
+    for (int64_t i = 0; i < rows; ++i) {
+      int64_t gi = row0 + i;
+      if (gi >= valid_rows) continue;
+      for (int64_t j = 0; j < cols; ++j)
+        host[i * cols + j] = s.std * normal_at(cfg_.seed, key, uint64_t(gi * gcols + col0 + j));
     }
-    copy_from_host(t, host.data());
   }
+  copy_from_host(t, host.data());
 }
 
 void Model::set_kv_group(std::unique_ptr<parallel::Communicator> kv) { kv_ = std::move(kv); }
 
 void Model::finish_gradients(Context& ctx) {
+  for (const Buffers::ParamUnit& u : buf_.param_units())
+    if (!u.shared) finish_gradients(ctx, u);
+}
+
+void Model::finish_gradients(Context& ctx, const Buffers::ParamUnit& unit) {
   if (tp_->size() == 1) return;
-  for (const auto& p : buf_.params()) {
-    if (p.spec.sp_partial) parallel::copy_to_tp_backward(*tp_, buf_.get(p.grad));
-    // A replicated KV head's gradient on each replica covers only that
-    // replica's query heads: the sum over its replicas is the whole gradient.
-    if (p.spec.tp_replicas > 1) {
-      parallel::Communicator& group = p.spec.tp_replicas == tp_->size() ? *tp_ : *kv_group();
-      TRAINER_CHECK(group.size() == p.spec.tp_replicas, "{}: KV replica group of {} ranks, expected {}",
-                    p.spec.name, group.size(), p.spec.tp_replicas);
-      group.all_reduce(buf_.get(p.grad), parallel::ReduceOp::sum);
-    }
+  for (int i = unit.param_begin; i < unit.param_end; ++i) finish_gradient(buf_.params()[i]);
+}
+
+void Model::finish_gradient(const Buffers::Param& p) {
+  if (p.spec.sp_partial) parallel::copy_to_tp_backward(*tp_, buf_.get(p.grad));
+  // A replicated KV head's gradient on each replica covers only that
+  // replica's query heads: the sum over its replicas is the whole gradient.
+  if (p.spec.tp_replicas > 1) {
+    parallel::Communicator& group = p.spec.tp_replicas == tp_->size() ? *tp_ : *kv_group();
+    TRAINER_CHECK(group.size() == p.spec.tp_replicas, "{}: KV replica group of {} ranks, expected {}",
+                  p.spec.name, group.size(), p.spec.tp_replicas);
+    group.all_reduce(buf_.get(p.grad), parallel::ReduceOp::sum);
   }
 }
 
@@ -223,6 +253,7 @@ void Model::forward(Context& ctx, int c) {
   }
   Tensor x = stage_in(env, c);
   for (int l = ch.block_begin; l < ch.block_end; ++l) {
+    if (block_hooks_) block_hooks_->gather(block_unit_[l], false);
     blocks_[l].forward(env, scratch_, x);
     x = blocks_[l].out(env);
   }
@@ -248,6 +279,7 @@ void Model::backward(Context& ctx, float dloss, int c) {
   }
   for (int l = ch.block_end - 1; l >= ch.block_begin; --l) {
     Tensor in = l == ch.block_begin ? stage_in(env, c) : blocks_[l - 1].out(env);
+    if (block_hooks_) block_hooks_->gather(block_unit_[l], true);
     if (cfg_.recompute_full) {
       // Every block's internals share one region: bring back this block's.
       LayerEnv again = env;
@@ -257,6 +289,7 @@ void Model::backward(Context& ctx, float dloss, int c) {
     // An MoE aux loss counts once per micro-batch, as the token losses do in
     // sum (all of its tokens: every cp rank's chunks).
     blocks_[l].backward(env, scratch_, dres, in, dloss * float(batch_.tokens() * cfg_.cp));
+    if (block_hooks_) block_hooks_->release_gradients(block_unit_[l]);
     report_ready(block_params_[l]);
   }
   if (has_embedding(c)) {
@@ -290,6 +323,13 @@ std::vector<const Moe*> Model::moe_layers() const {
   std::vector<const Moe*> out;
   for (const Block& b : blocks_)
     if (b.moe()) out.push_back(b.moe());
+  return out;
+}
+
+std::vector<int> Model::moe_layer_units() const {
+  std::vector<int> out;
+  for (size_t b = 0; b < blocks_.size(); ++b)
+    if (blocks_[b].moe()) out.push_back(block_unit_[b]);
   return out;
 }
 

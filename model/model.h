@@ -14,6 +14,21 @@
 
 namespace trainer::model {
 
+// ZeRO-3: what the engine does around a block whose parameters this rank
+// holds only a shard of (engine/sharded_params.h). Units index
+// buffers().param_units().
+class BlockParamHooks {
+ public:
+  virtual ~BlockParamHooks() = default;
+  // Before the block's forward, or its backward (with the recompute before
+  // it): its whole parameters into the shared region; for backward also its
+  // gradients there zeroed.
+  virtual void gather(int unit, bool for_backward) = 0;
+  // After its backward: its gradients out of the shared region, before the
+  // next block overwrites them.
+  virtual void release_gradients(int unit) = 0;
+};
+
 class Model {
  public:
   Model(const ModelConfig& cfg, const BatchShape& batch);
@@ -24,11 +39,17 @@ class Model {
   const Buffers& buffers() const { return buf_; }
 
   // Parameters from the counter-based RNG (seed, name, global index).
+  // The overloads with a unit act on that parameter unit only
+  // (buffers().param_units(); ZeRO-3, where blocks share one region).
   void init_parameters(Context& ctx);
+  void init_parameters(Context& ctx, const Buffers::ParamUnit& unit);
   // Mixed precision: casts every fp32 matrix into its compute-dtype copy. Call
   // after anything changes the parameters (init, load, optimizer step).
   void refresh_compute_weights(Context& ctx);
+  void refresh_compute_weights(Context& ctx, const Buffers::ParamUnit& unit);
   void zero_grads(Context& ctx);
+  // ZeRO-3: called around every block's forward and backward; nullptr = none.
+  void set_block_param_hooks(BlockParamHooks* hooks) { block_hooks_ = hooks; }
 
   Tensor input_ids() const { return buf_.get(ids_); }  // (N) int32, the caller fills it
   Tensor targets() const { return buf_.get(targets_); }  // (N) int32, < 0 = ignored
@@ -93,9 +114,12 @@ class Model {
   // rank holds only partially (norms under sequence parallelism), and over
   // the KV replica group those of replicated KV heads.
   void finish_gradients(Context& ctx);
+  void finish_gradients(Context& ctx, const Buffers::ParamUnit& unit);
 
   // The mixture-of-experts layers of this stage (empty for a dense model).
   std::vector<const Moe*> moe_layers() const;
+  // Their blocks' parameter units (into buffers().param_units()), in the same order.
+  std::vector<int> moe_layer_units() const;
   // Sum of the MoE layers' auxiliary losses of the last forward.
   double aux_loss() const;
   void reset_moe_stats(Context& ctx);
@@ -124,6 +148,10 @@ class Model {
   };
   ParamRange embedding_params_, head_params_;
   std::vector<ParamRange> block_params_;  // per blocks_ index
+  std::vector<int> block_unit_;           // per blocks_ index: into buffers().param_units()
+  BlockParamHooks* block_hooks_ = nullptr;
+  void init_parameter(const Buffers::Param& p);
+  void finish_gradient(const Buffers::Param& p);
   std::function<void(int)> grad_ready_;
   void report_ready(ParamRange r) const;
   int bound_chunk_ = -1;  // the chunk bind_chunk() last bound; -1: the whole arena

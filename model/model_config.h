@@ -48,6 +48,12 @@ struct ModelConfig {
   // before its backward (Megatron's --recompute-granularity full, per layer).
   bool recompute_full = false;
 
+  // ZeRO-3 (parallel.zero: 3): > 0 pads each parameter unit (embedding,
+  // block, head) to a multiple of this many elements (dp shards of 64) and
+  // puts every block's parameters in one shared region (Buffers::
+  // share_block_parameters); the engine gathers a block's before running it.
+  int64_t shard_align = 0;
+
   // Pipeline parallelism: this rank holds global layers [layer_begin,
   // layer_end) (layer_end < 0 = n_layer), the embedding when first_stage and
   // the final norm and LM head when last_stage.

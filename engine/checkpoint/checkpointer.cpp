@@ -22,12 +22,13 @@ namespace {
 
 constexpr int kDigestInts = 5;  // writes, xxh3 lo, xxh3 hi, bytes lo, bytes hi
 
-// The part of a parameter's AdamW state this rank holds: m and v cover arena
-// elements [begin, end) (all of it, or a ZeRO shard), so a parameter's state
-// is the overlap of that range with the parameter's own elements.
+// The part of a parameter's AdamW state this rank holds (AdamW::owned: all
+// of it, the overlap of a ZeRO 1/2 shard of the arena with it, or its part of
+// a ZeRO-3 unit shard), as a flat range of its local slice. Under ZeRO-3 the
+// rank holds its parameter values for exactly the same range.
 struct StateRange {
   Slice slice;         // the parameter's local slice, flat range set to the overlap
-  int64_t state_at = 0;  // element index into m and v
+  int64_t state_at = 0;  // element index into m and v (and the ZeRO-3 shards)
   bool empty() const { return slice.numel() <= 0; }
   std::vector<int64_t> stored_shape(const model::BufferInfo& info) const {
     return slice.numel() == slice.block_numel() ? info.shape : std::vector<int64_t>{slice.numel()};
@@ -37,14 +38,11 @@ struct StateRange {
   }
 };
 
-StateRange state_range(const Slice& local, const model::BufferInfo& info, const AdamW& opt) {
-  TRAINER_CHECK(info.offset % sizeof(float) == 0, "{}: misaligned", info.name);
-  const int64_t first = static_cast<int64_t>(info.offset / sizeof(float));
-  const int64_t count = static_cast<int64_t>(info.bytes / sizeof(float));
-  const int64_t a = std::max(first, opt.begin()), b = std::min(first + count, opt.end());
-  StateRange r{local, std::max<int64_t>(0, a - opt.begin())};
-  r.slice.flat_begin = std::clamp<int64_t>(a - first, 0, count);
-  r.slice.flat_end = std::clamp<int64_t>(b - first, r.slice.flat_begin, count);
+StateRange state_range(const Slice& local, int param, const AdamW& opt) {
+  const OwnedPart o = opt.owned(param);
+  StateRange r{local, o.state_at};
+  r.slice.flat_begin = o.lo;
+  r.slice.flat_end = std::max(o.lo, o.hi);
   return r;
 }
 
@@ -184,7 +182,9 @@ void Checkpointer::save(int step, const model::Buffers& buffers, const AdamW& op
     w.set_metadata("rank", std::to_string(rank));
     w.set_metadata("step", std::to_string(step));
     Tensor m = optimizer.m(), v = optimizer.v();
-    for (const auto& p : buffers.params()) {
+    const bool sharded = optimizer.layout().shards_parameters();
+    for (int i = 0; i < static_cast<int>(buffers.params().size()); ++i) {
+      const model::Buffers::Param& p = buffers.params()[i];
       // A parameter replicated over tp (norms, biases of row-parallel layers,
       // positions) is identical on every tp rank, state included: tp rank 0 writes it.
       if (p.spec.tp_dim < 0 && position_.tp_rank != 0) continue;
@@ -193,12 +193,17 @@ void Checkpointer::save(int step, const model::Buffers& buffers, const AdamW& op
       if (p.spec.tied_copy) continue;  // the first pipeline stage writes the tied table
       const model::BufferInfo& info = buffers.buffers()[p.value];
       Slice slice = local_slice(p.spec, info.shape, position_);
-      if (position_.writes_params(p.spec)) {
+      StateRange st = state_range(slice, i, optimizer);
+      if (position_.writes_params(p.spec) && sharded && !st.empty()) {
+        // ZeRO-3: every dp rank writes its shard of the values, as of the state.
+        Tensor value = st.view(optimizer.param_shards());
+        w.add_lazy(p.spec.name, "F32", st.stored_shape(info), [value](void* dst) { copy_to_host(dst, value); });
+        w.set_metadata("slice." + p.spec.name, st.slice.to_json().dump());
+      } else if (position_.writes_params(p.spec) && !sharded) {
         Tensor value = buffers.get(p.value);
         w.add_lazy(p.spec.name, "F32", info.shape, [value](void* dst) { copy_to_host(dst, value); });
         w.set_metadata("slice." + p.spec.name, slice.to_json().dump());
       }
-      StateRange st = state_range(slice, info, optimizer);
       if (!position_.writes_optimizer(p.spec) || st.empty()) continue;
       std::string sj = st.slice.to_json().dump();
       for (auto [suffix, flat] : {std::pair{".exp_avg", m}, std::pair{".exp_avg_sq", v}}) {
@@ -341,14 +346,23 @@ int Checkpointer::resume(model::Buffers& buffers, AdamW& optimizer,
   CheckpointReader reader(chosen);
   std::vector<float> host;
   Tensor m = optimizer.m(), v = optimizer.v();
-  for (const auto& p : buffers.params()) {
+  const bool sharded = optimizer.layout().shards_parameters();
+  for (int i = 0; i < static_cast<int>(buffers.params().size()); ++i) {
+    const model::Buffers::Param& p = buffers.params()[i];
     const model::BufferInfo& info = buffers.buffers()[p.value];
     Slice slice = local_slice(p.spec, info.shape, position_);
-    host.resize(static_cast<size_t>(slice.numel()));
-    reader.read(p.spec.name, slice, host.data());
-    copy_from_host(buffers.get(p.value), host.data());
-    StateRange st = state_range(slice, info, optimizer);
+    StateRange st = state_range(slice, i, optimizer);
+    if (!sharded) {
+      host.resize(static_cast<size_t>(slice.numel()));
+      reader.read(p.spec.name, slice, host.data());
+      copy_from_host(buffers.get(p.value), host.data());
+    }
     if (st.empty()) continue;
+    if (sharded) {  // ZeRO-3: only this rank's shard of the values
+      host.resize(static_cast<size_t>(st.slice.numel()));
+      reader.read(p.spec.name, st.slice, host.data());
+      copy_from_host(st.view(optimizer.param_shards()), host.data());
+    }
     host.resize(static_cast<size_t>(st.slice.numel()));
     reader.read(p.spec.name + ".exp_avg", st.slice, host.data());
     copy_from_host(st.view(m), host.data());

@@ -83,7 +83,8 @@ Slice Slice::whole(const std::vector<int64_t>& global_shape, int tp_dim, int64_t
 ShardPosition shard_position(const MeshPlace& place) {
   ShardPosition pos;
   pos.tp_rank = place.tp;
-  pos.write_params = place.dp == 0 && place.cp == 0;
+  // ZeRO-3: every dp rank holds (and writes) its own shard of the values.
+  pos.write_params = (place.dp == 0 || place.zero == 3) && place.cp == 0;
   if (place.ep_size <= 1) {
     bool zero_sharded = place.zero >= 1 && place.dp_size > 1;
     pos.write_optimizer = place.cp == 0 && (place.dp == 0 || zero_sharded);

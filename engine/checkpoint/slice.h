@@ -39,7 +39,8 @@ struct Slice {
 struct ShardPosition {
   int tp_rank = 0;
   // False on data-parallel replicas whose parameters another rank writes
-  // (only dp_idx == 0 and cp_idx == 0 write them).
+  // (only dp_idx == 0 and cp_idx == 0 write them; every dp rank under ZeRO-3,
+  // each its shard).
   bool write_params = true;
   // False on replicas whose whole optimizer state another rank writes (zero 0
   // with dp > 1); true for every rank holding a ZeRO shard of it.

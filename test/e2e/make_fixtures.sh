@@ -67,6 +67,8 @@ sed 's/n_kv_head: 2/n_kv_head: 4/' mesh_llama.yaml >mesh_llama_kv4.yaml
 # so a gradient norm counting a replicated head twice would change the losses;
 # and 3 KV heads (6 query heads) that tp 2 cannot hold.
 sed 's/warmup_steps: 2}/warmup_steps: 2, grad_clip: 0.3}/' mesh_llama.yaml >mesh_llama_clip.yaml
+# Clipped on every step: a gradient norm summed wrongly over ZeRO-3 shards shows.
+sed 's/warmup_steps: 2}/warmup_steps: 2, grad_clip: 0.3}/' mesh_gpt2.yaml >mesh_gpt2_clip.yaml
 sed 's/n_kv_head: 2/n_kv_head: 1/' mesh_llama_clip.yaml >mesh_llama_kv1.yaml
 sed 's/d_model: 32, n_head: 4, n_kv_head: 2/d_model: 48, n_head: 6, n_kv_head: 3/' mesh_llama.yaml >mesh_llama_kv3.yaml
 # Four layers, so pp 4 has one per stage (and pp 2 two).

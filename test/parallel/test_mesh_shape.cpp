@@ -170,6 +170,8 @@ TEST_CASE("resolve_mesh: auto dp and a valid request", "[cpu]") {
   REQUIRE(resolve_mesh(r).dp == 4);
   r.sequence_parallel = true;
   REQUIRE(resolve_mesh(r).sequence_parallel);
+  r.zero = 3;  // ZeRO-3 (without ep)
+  REQUIRE(resolve_mesh(r).zero == 3);
 }
 
 TEST_CASE("resolve_mesh: every error message", "[cpu]") {
@@ -188,10 +190,11 @@ TEST_CASE("resolve_mesh: every error message", "[cpu]") {
   require_error(r, "parallel.dp: -2 must be auto or at least 1");
   r = base_request(); r.virtual_stages = 0;
   require_error(r, "parallel.virtual_stages: 0 must be at least 1");
-  r = base_request(); r.zero = 3;
-  require_error(r, "parallel.zero: 3 is not supported yet (0, 1 or 2)");
   r = base_request(); r.zero = 4;
-  require_error(r, "parallel.zero: 4 is not valid (0, 1 or 2)");
+  require_error(r, "parallel.zero: 4 is not valid (0, 1, 2 or 3)");
+  r = base_request(); r.zero = 3; r.ep = 2;
+  require_error(r, "parallel.zero: 3 with parallel.ep 2 is not supported yet (ZeRO-3 works with "
+                   "MoE at ep 1; use zero 0, 1 or 2 with ep > 1)");
   r = base_request(); r.cp = 2; r.seq_len = 1022;
   require_error(r, "train.seq_len: 1022 is not divisible by 2 * parallel.cp = 4 (context "
                    "parallelism splits each sequence into 2 * cp chunks)");

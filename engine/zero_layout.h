@@ -1,0 +1,57 @@
+// ZeroLayout: which parameter elements this rank's optimizer state covers.
+// ZeRO 0-2 shard the flat parameter arena as one range (all of it without
+// sharding); ZeRO-3 shards each parameter unit (embedding, block, head) over
+// dp, so a unit is all-gathered in one collective of equal shards, and this
+// rank then holds its shard of every unit's fp32 parameters and gradients as
+// well as of their AdamW moments, back to back in unit order.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "model/buffers.h"
+#include "parallel/mesh_shape.h"
+
+namespace trainer::engine {
+
+struct OwnedRange {
+  int param_begin = 0, param_end = 0;  // the parameters it can intersect
+  int64_t unit_first = 0;              // arena element that begin and end count from
+  int64_t begin = 0, end = 0;          // held elements [unit_first + begin, unit_first + end)
+  int64_t state_at = 0;                // where they start in m and v (ZeRO-3: and in the shards)
+  int64_t size() const { return end - begin; }
+};
+
+struct ZeroLayout {
+  int stage = 0;                  // parallel.zero
+  std::vector<OwnedRange> owned;  // ZeRO-3: one per Buffers::param_units() entry
+  int64_t state_elems = 0;        // elements of m (and v), the sum of owned sizes
+  int64_t arena_elems = 0;        // ZeRO 1/2: the arenas padded to equal shards; 0 = as declared
+  int64_t max_unit_shard = 0;     // ZeRO-3: the largest unit shard (reduce-scatter staging)
+  bool shards_parameters() const { return stage == 3; }
+};
+
+// The axis ZeRO shards over: the gradient group (dp, or dp x cp with context
+// parallelism: cp ranks hold the same parameters), or edp when experts are
+// split over ep (every member of an edp group holds the same experts at the
+// same offsets).
+parallel::Axis zero_axis(const parallel::MeshShape& shape);
+// ModelConfig::shard_align for `zero` over `size` ranks: size * 64 elements
+// (aligned shards) under ZeRO-3, else 0 (blocks not shared).
+int64_t zero_shard_align(int zero, int size);
+
+// `size` ranks share the state (dp, or edp with experts split over ep); this is `rank`.
+ZeroLayout zero_layout(const model::Buffers& buffers, int zero, int size, int rank);
+// ZeRO 0-2 over arena elements [begin, end) (end < 0: the whole arena).
+ZeroLayout arena_range_layout(const model::Buffers& buffers, int64_t begin, int64_t end);
+
+// The part of parameter `param` (index into buffers.params()) whose state
+// this rank holds: its flat elements [lo, hi), from state_at in m and v.
+struct OwnedPart {
+  int64_t lo = 0, hi = 0, state_at = 0;
+  bool empty() const { return hi <= lo; }
+  int64_t size() const { return hi - lo; }
+};
+OwnedPart owned_part(const ZeroLayout& layout, const model::Buffers& buffers, int param);
+
+}  // namespace trainer::engine

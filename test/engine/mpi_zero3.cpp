@@ -1,0 +1,138 @@
+// On 4 MPI ranks (dp 4), ZeRO-3 in the trainer: each rank's persistent
+// parameters, gradients and AdamW state are 1/dp of the model (up to each
+// unit's padding) and the arenas hold only the embedding, the head and one
+// block, as allocated; every block is gathered twice per micro-batch (forward,
+// backward) and reduce-scattered once, the embedding and head once per step;
+// and an fp16 overflow on one rank's gathered table skips the update on
+// every rank, leaving every shard as it was.
+// Usage: mpirun -np 4 engine_mpi_zero3
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <vector>
+
+#include "../parallel/mpi_check.h"
+#include "engine/mesh_from_spec.h"
+#include "engine/trainer.h"
+#include "kernels/memory.h"
+#include "parallel/launch_env.h"
+#include "parallel/mesh.h"
+#include "test/common/tiny_job.h"
+
+using namespace trainer;
+using namespace trainer::engine;
+using namespace trainer::parallel;
+
+namespace {
+
+constexpr int kLayers = 4;
+
+JobSpec job(Family family, int zero) {
+  JobSpec s = testing::tiny_job(family, 3);
+  s.source_path = "mpi_zero3";
+  s.model.n_layer = kLayers;
+  s.train.micro_batch = 1;
+  s.train.global_batch = 8;  // 2 micro-batches per dp rank
+  s.parallel.zero = zero;
+  return s;
+}
+
+std::vector<float> host_copy(const Tensor& t) {
+  std::vector<float> out(static_cast<size_t>(t.numel()));
+  copy_to_host(out.data(), t);
+  return out;
+}
+
+void check_memory(Family family, Mesh& mesh) {
+  const int rank = mesh.rank(), dp = mesh.shape().dp;
+  Trainer z1(job(family, 1), mesh, testing::quiet_options());
+  Trainer z3(job(family, 3), mesh, testing::quiet_options());
+  const MemoryPlan &a = z1.plan(), &b = z3.plan();
+  const int P = static_cast<int>(model::Category::parameters);
+  const int G = static_cast<int>(model::Category::gradients);
+  const auto& units = z3.model().buffers().param_units();
+  size_t padded = 0, whole_step = 0, largest_block = 0, smallest_block = SIZE_MAX;
+  for (const auto& u : units) {
+    const size_t bytes = static_cast<size_t>(u.padded) * sizeof(float);
+    padded += bytes;
+    if (!u.shared) whole_step += bytes;
+    if (u.shared) largest_block = std::max(largest_block, bytes);
+    if (u.shared) smallest_block = std::min(smallest_block, bytes);
+  }
+  const size_t model_bytes = a.category[P];  // the whole (tp-local) model, zero 1
+  // Persistent: 1/dp of the units, each padded to at most dp * 64 elements more.
+  MPI_TEST_CHECK(b.param_shards * dp == padded, rank);
+  MPI_TEST_CHECK(padded <= model_bytes + units.size() * size_t(dp) * 64 * sizeof(float), rank);
+  MPI_TEST_CHECK(b.grad_shards == b.param_shards && b.optimizer == 2 * b.param_shards, rank);
+  MPI_TEST_CHECK(b.optimizer <= a.optimizer + units.size() * 2 * 64 * sizeof(float), rank);
+  // Gathered: the embedding, the head and one block, not kLayers blocks.
+  MPI_TEST_CHECK(b.category[P] == whole_step + largest_block && b.category[G] == b.category[P], rank);
+  MPI_TEST_CHECK(b.category[P] + (kLayers - 1) * smallest_block <= model_bytes + units.size() * 64 * dp * 4,
+                 rank);
+  MPI_TEST_CHECK(z3.allocated_bytes() == b.total(), rank);
+  if (rank == 0)
+    std::printf("%s: zero 1 holds %zu B of parameters + %zu B of gradients + %zu B of state; zero 3 %zu + %zu "
+                "B of shards, %zu + %zu B gathered, %zu B of state\n",
+                family == Family::gpt2 ? "gpt2" : "llama", a.category[P], a.category[G], a.optimizer,
+                b.param_shards, b.grad_shards, b.category[P], b.category[G], b.optimizer);
+
+  // Collectives per step: each block gathered for forward and backward of
+  // each micro-batch, reduce-scattered after each backward; the embedding and
+  // head (non-empty units) once each per step.
+  const ShardedParams* sp = z3.sharded_params();
+  MPI_TEST_CHECK(sp != nullptr && z1.sharded_params() == nullptr, rank);
+  int whole = 0;
+  for (const auto& u : units) whole += !u.shared && u.param_end > u.param_begin;
+  const int64_t g0 = sp->gathers(), r0 = sp->reduce_scatters();
+  z3.train_step(1);
+  const int micro = 2;
+  MPI_TEST_CHECK(sp->gathers() - g0 == 2 * kLayers * micro + whole, rank);
+  MPI_TEST_CHECK(sp->reduce_scatters() - r0 == kLayers * micro + whole, rank);
+}
+
+void check_fp16_overflow(Mesh& mesh) {
+  const int rank = mesh.rank();
+  JobSpec spec = job(Family::gpt2, 3);
+  spec.precision.compute = ComputeDtype::fp16;
+  Trainer t(spec, mesh, testing::quiet_options());
+  StepRecord r1 = t.train_step(1);
+  MPI_TEST_CHECK(!r1.skipped && r1.loss_scale == 65536.0, rank);
+  // Rank 0's gathered token table gets one entry beyond fp16's range: only
+  // its forward is non-finite, yet every rank must skip.
+  const model::Buffers& b = t.model().buffers();
+  float* w = nullptr;
+  for (const auto& p : b.params())
+    if (p.spec.name == "transformer.wte.weight") w = static_cast<float*>(b.get(p.value).data);
+  MPI_TEST_CHECK(w != nullptr, rank);
+  const float saved = w[5];
+  if (rank == 0) {
+    w[5] = 1e6f;
+    t.model().refresh_compute_weights(t.context());
+  }
+  const std::vector<float> before = host_copy(t.optimizer().param_shards());
+  StepRecord r2 = t.train_step(2);
+  MPI_TEST_CHECK(r2.skipped && std::isnan(r2.grad_norm), rank);
+  const std::vector<float> after = host_copy(t.optimizer().param_shards());
+  MPI_TEST_CHECK(std::memcmp(before.data(), after.data(), before.size() * sizeof(float)) == 0, rank);
+  if (rank == 0) {
+    w[5] = saved;
+    t.model().refresh_compute_weights(t.context());
+  }
+  StepRecord r3 = t.train_step(3);
+  MPI_TEST_CHECK(!r3.skipped && r3.loss_scale == 32768.0 && std::isfinite(r3.grad_norm), rank);
+  if (rank == 0) std::printf("fp16: an overflow on rank 0 skipped the step on every rank\n");
+}
+
+}  // namespace
+
+int main() {
+  return run_mpi_test([&] {
+    const LaunchEnv env = detect_launch_env();
+    MPI_TEST_CHECK(env.world == 4, env.rank);
+    JobSpec spec = job(Family::gpt2, 3);
+    Mesh mesh(env, resolve_job_mesh(spec, env.world), Device::cpu, 60.0);
+    check_memory(Family::gpt2, mesh);
+    check_memory(Family::llama, mesh);
+    check_fp16_overflow(mesh);
+  });
+}
