@@ -52,7 +52,11 @@ Registrar reg("plan", "validate a job and print its per-rank memory plan", [](CL
       if (shape.pp > 1)
         slots = engine::activation_slot_plan(
             parallel::pipeline_schedule(shape.pp, stage, micro_batches, shape.virtual_stages), model);
-      engine::MemoryPlan plan = engine::plan_memory(model.buffers(), optimizer, arena_elems, 1, slots);
+      // run.device: cuda adds the CUDA backend's lines (auto plans the CPU's:
+      // what it resolves to depends on the machine that trains).
+      const Device device = spec.run.device == engine::DeviceKind::cuda ? Device::cuda : Device::cpu;
+      engine::MemoryPlan plan =
+          engine::plan_memory(model.buffers(), optimizer, arena_elems, 1, slots, device);
       if (stage == 0) {
         fmt::print("job {}: {} model, {} layers, d_model {}, {} heads ({} kv), vocab {} (padded {})\n",
                    spec.source_path, engine::to_string(spec.model.family), spec.model.n_layer,

@@ -8,13 +8,18 @@
 
 #include "kernels/elementwise.h"
 #include "kernels/memory.h"
+#include "kernels/op_scratch.h"
+
+#ifdef TRAINER_CUDA
+#include "kernels/cuda/cuda_state.h"
+#endif
 
 namespace trainer::engine {
 
 using model::Category;
 
 size_t MemoryPlan::total() const {
-  size_t t = optimizer + param_shards + grad_shards + shard_staging;
+  size_t t = optimizer + param_shards + grad_shards + shard_staging + op_scratch + gemm_workspace;
   for (size_t b : category) t += b;
   return t;
 }
@@ -58,10 +63,17 @@ std::string MemoryPlan::describe() const {
     line("grad shard", grad_shards);
     line("rs staging", shard_staging);
   }
+  if (cuda) {
+    line("op scratch", op_scratch);
+    line("cuBLASLt ws", gemm_workspace);
+  }
   line("total", total());
   if (param_shards > 0)
     s += "  zero 3: parameters, gradients and compute copy hold the embedding, the head and one\n"
          "  block, all-gathered over dp when used; only the shards persist\n";
+  if (cuda)
+    s += "  op scratch, cuBLASLt ws: the CUDA backend's (largest op temporary, reserved at start;\n"
+         "  the GEMM workspace); not counted: the CUDA context, NCCL's buffers, cuBLASLt's own\n";
   if (activation_slots > 1)
     s += chunk_slots.size() > 1
              ? fmt::format("  * micro-batches in flight per model chunk: {}\n",
@@ -73,7 +85,7 @@ std::string MemoryPlan::describe() const {
 
 MemoryPlan plan_memory(const model::Buffers& buffers, const AdamW& optimizer,
                        int64_t arena_elems, int activation_slots,
-                       std::vector<std::pair<int, size_t>> chunk_slots) {
+                       std::vector<std::pair<int, size_t>> chunk_slots, Device device) {
   MemoryPlan plan;
   for (int c = 0; c < model::kNumCategories; ++c)
     plan.category[c] = buffers.category_bytes(static_cast<Category>(c));
@@ -98,6 +110,16 @@ MemoryPlan plan_memory(const model::Buffers& buffers, const AdamW& optimizer,
   if (optimizer.layout().shards_parameters())
     plan.shard_staging = static_cast<size_t>(optimizer.layout().max_unit_shard) * sizeof(float);
   plan.num_params = buffers.num_param_elements();
+  if (device == Device::cuda) {
+    plan.cuda = true;
+    // The layers' ops, and the trainer's own: the gradient norm's sums of
+    // squares (over at most all this rank's elements) and the overflow checks.
+    size_t bytes = std::max({buffers.op_scratch_bytes(), amax_scratch_bytes(),
+                             sum_of_squares_scratch_bytes(std::max<int64_t>(
+                                 plan.num_params, arena_elems))});
+    plan.op_scratch = scratch_padded(bytes);  // what reserve_scratch allocates
+    plan.gemm_workspace = kCublasLtWorkspaceBytes;
+  }
   return plan;
 }
 
@@ -114,6 +136,14 @@ Arenas::Arenas(const MemoryPlan& plan, model::Buffers& buffers, AdamW& optimizer
   blocks_[k + 2] = take(plan.grad_shards, ctx);
   blocks_[k + 3] = take(plan.shard_staging, ctx);
   optimizer.bind_shards(blocks_[k + 1], blocks_[k + 2], device_);
+#ifdef TRAINER_CUDA
+  if (device_ == Device::cuda && plan.cuda) {
+    // The workspace came with the CudaState; the scratch is reserved now, so
+    // step 1 neither grows it nor synchronizes, and a request the plan missed throws.
+    cuda::reserve_scratch(*ctx.cuda, plan.op_scratch);
+    allocated_ += plan.op_scratch + plan.gemm_workspace;
+  }
+#endif
 }
 
 Tensor Arenas::shard_staging() const {

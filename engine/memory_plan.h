@@ -21,6 +21,12 @@ struct MemoryPlan {
   // worth, gathered), and one unit shard of reduce-scatter staging.
   size_t param_shards = 0, grad_shards = 0, shard_staging = 0;
   int64_t num_params = 0;                                // elements held by this rank
+  // The CUDA backend's own device memory (planned when the job runs on cuda):
+  // the largest temporary any op takes from CudaState scratch (kernels/op_scratch.h,
+  // declared by the layers), reserved at start and never grown, and cuBLASLt's
+  // workspace.
+  bool cuda = false;
+  size_t op_scratch = 0, gemm_workspace = 0;
   // Copies of the activations one micro-batch needs: a pipeline stage holds
   // that many micro-batches in flight (category[activations] counts them all).
   int activation_slots = 1;
@@ -38,9 +44,11 @@ struct MemoryPlan {
 // ZeRO pads them to a multiple of the dp size (0 = as declared); chunk_slots:
 // a pipeline stage's slot pools (MemoryPlan::chunk_slots; then activation_slots
 // is their sum and is ignored).
+// device: cuda adds the backend's lines.
 MemoryPlan plan_memory(const model::Buffers& buffers, const AdamW& optimizer,
                        int64_t arena_elems = 0, int activation_slots = 1,
-                       std::vector<std::pair<int, size_t>> chunk_slots = {});
+                       std::vector<std::pair<int, size_t>> chunk_slots = {},
+                       Device device = Device::cpu);
 
 // One allocation per arena of the plan, zeroed, bound to the buffers and the optimizer.
 class Arenas {

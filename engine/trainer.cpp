@@ -109,7 +109,7 @@ void Trainer::setup() {
   optimizer_ = std::make_unique<AdamW>(spec.optimizer, buf, std::move(layout));
   std::vector<std::pair<int, size_t>> slots;  // a pipeline stage's activation slots per chunk
   if (pipeline_) slots = activation_slot_plan(pipeline_->table(), *model_);
-  plan_ = plan_memory(buf, *optimizer_, optimizer_->layout().arena_elems, 1, slots);
+  plan_ = plan_memory(buf, *optimizer_, optimizer_->layout().arena_elems, 1, slots, ctx_.device);
   arenas_ = std::make_unique<Arenas>(plan_, buf, *optimizer_, ctx_);
   if (optimizer_->layout().shards_parameters()) {
     sharded_ = std::make_unique<ShardedParams>(*model_, *optimizer_, mesh_->comm(zero_axis_), ctx_,

@@ -8,6 +8,7 @@
 #include "kernels/elementwise.h"
 #include "kernels/rope.h"
 #include "parallel/cp_kv_exchange.h"
+#include "kernels/op_scratch.h"
 
 namespace trainer::model {
 
@@ -26,15 +27,15 @@ void Attention::declare(Buffers& buf, const std::string& prefix, const ModelConf
   float out_std = cfg.init_std / std::sqrt(2.0f * cfg.n_layer);  // GPT-2 residual scaling
   std::string p = prefix + (cfg.is_llama() ? ".self_attn." : ".attn.");
   io_.declare(buf, p + "input", cfg, batch);
-  q_proj_.declare(buf, p + "q_proj", C, Hg * D_, bias, cfg.init_std, Split::column, cfg);
+  q_proj_.declare(buf, p + "q_proj", C, Hg * D_, bias, cfg.init_std, Split::column, cfg, N);
   // n_kv_head < tp: tp rank r holds KV head r / kv_replicas, the one its own
   // query heads (h / (Hg / Hkvg), kernels/attention.h) read.
   k_proj_.declare(buf, p + "k_proj", C, Hkvg * D_, bias, cfg.init_std, Split::column, cfg,
-                  cfg.kv_replicas());
+                  N, cfg.kv_replicas());
   v_proj_.declare(buf, p + "v_proj", C, Hkvg * D_, bias, cfg.init_std, Split::column, cfg,
-                  cfg.kv_replicas());
+                  N, cfg.kv_replicas());
   o_proj_.declare(buf, p + (cfg.is_llama() ? "o_proj" : "c_proj"), Hg * D_, C, bias, out_std,
-                  Split::row, cfg);
+                  Split::row, cfg, N);
   q_ = buf.add(Category::activations, p + "q", {N, H_ * D_}, buf.act_dtype());
   k_ = buf.add(Category::activations, p + "k", {N, Hkv_ * D_}, buf.act_dtype());
   v_ = buf.add(Category::activations, p + "v", {N, Hkv_ * D_}, buf.act_dtype());
@@ -44,6 +45,10 @@ void Attention::declare(Buffers& buf, const std::string& prefix, const ModelConf
   lse_ = cp_.cp == 1 ? buf.add(Category::activations, p + "lse", {B_, H_, T_})
                      : buf.add(Category::activations, p + "lse",
                                {parallel::CpLayout::kLocalChunks, B_, H_, cp_.chunk()});
+  // Under cp each local query chunk attends to the whole gathered sequence.
+  buf.declare_op_scratch(attention_scratch_bytes({B_, cp_.cp == 1 ? T_ : cp_.chunk(),
+                                                  cp_.cp == 1 ? T_ : cp_.seq, H_, Hkv_, D_,
+                                                  buf.act_dtype()}));
 }
 
 Tensor Attention::heads(const LayerEnv& env, BufferId id, int64_t h) const {

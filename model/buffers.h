@@ -5,6 +5,7 @@
 // `trainer plan` prints is computed from this same list.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <memory>
 #include <string>
@@ -70,6 +71,13 @@ class Buffers {
                DType dtype = DType::f32);
 
   size_t category_bytes(Category c) const { return bytes_[static_cast<int>(c)]; }
+
+  // The temporaries an op takes from the backend's own scratch (CudaState's on
+  // the GPU, sized by kernels/op_scratch.h), declared by each layer for the ops
+  // it calls at the shapes it calls them. Ops run one after another on one
+  // stream, so the memory plan holds the largest, not the sum.
+  void declare_op_scratch(size_t bytes) { op_scratch_ = std::max(op_scratch_, bytes); }
+  size_t op_scratch_bytes() const { return op_scratch_; }
 
   // Full activation recomputation (parallel.recompute: full): between these
   // calls, what is declared as an activation goes to Category::recomputed,
@@ -165,6 +173,7 @@ class Buffers {
   std::vector<BufferInfo> buffers_;
   std::vector<Param> params_;
   std::array<size_t, kNumCategories> bytes_{};
+  size_t op_scratch_ = 0;
   bool recomputing_ = false;
   size_t recomputed_cursor_ = 0;  // next offset in Category::recomputed
   std::vector<ParamUnit> units_;

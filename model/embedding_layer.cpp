@@ -3,6 +3,7 @@
 
 #include "kernels/embedding.h"
 #include "parallel/tp_regions.h"
+#include "kernels/op_scratch.h"
 
 namespace trainer::model {
 
@@ -13,6 +14,8 @@ void Embedding::declare(Buffers& buf, const ModelConfig& cfg, const BatchShape& 
   vocab_start_ = cfg.vocab_start();
   adds_positions_ = cfg.tp_rank == 0;  // summed over tp: counted once
   int64_t C = cfg.d_model;
+  // Backward sorts all the micro-batch's ids at most (a cp chunk's at a time).
+  buf.declare_op_scratch(embedding_backward_scratch_bytes(batch.tokens()));
   wte_ = declare_token_table(buf, cfg, false);
   if (!cfg.is_llama())
     wpe_ = buf.add_param({.name = "transformer.wpe.weight",

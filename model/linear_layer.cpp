@@ -3,11 +3,12 @@
 
 #include "kernels/linear.h"
 #include "model/fp8_gemm.h"
+#include "kernels/op_scratch.h"
 
 namespace trainer::model {
 
 void Linear::declare(Buffers& buf, const std::string& name, int64_t in, int64_t out,
-                     bool has_bias, float std, Split split, const ModelConfig& cfg,
+                     bool has_bias, float std, Split split, const ModelConfig& cfg, int64_t rows,
                      int tp_replicas) {
   TRAINER_CHECK(tp_replicas == 1 || (split == Split::column && cfg.tp % tp_replicas == 0),
                 "{}: {} tp replicas of a {} split over tp {}", name, tp_replicas,
@@ -37,6 +38,17 @@ void Linear::declare(Buffers& buf, const std::string& name, int64_t in, int64_t 
                           .weight_decay = false,
                           .sp_partial = false},
                          {out_local});
+  // Only the rank that adds the bias takes forward's bias scratch; every rank
+  // sums its bias gradient.
+  const bool fwd_bias = has_bias && adds_bias_;
+  if (fp8_ >= 0) {
+    buf.declare_op_scratch(amax_scratch_bytes());
+    buf.declare_op_scratch(fp8_linear_forward_scratch_bytes(rows, out_local, fwd_bias));
+    buf.declare_op_scratch(fp8_linear_backward_scratch_bytes(rows, out_local, has_bias));
+  } else {
+    buf.declare_op_scratch(linear_forward_scratch_bytes(rows, out_local, buf.act_dtype(), fwd_bias));
+    buf.declare_op_scratch(linear_backward_scratch_bytes(rows, out_local, has_bias));
+  }
 }
 
 void Linear::forward(const LayerEnv& env, Tensor out, Tensor in) const {

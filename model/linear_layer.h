@@ -19,8 +19,10 @@ class Linear {
   // in/out are global sizes; `std` is the init standard deviation of the weight.
   // tp_replicas (column split only): consecutive tp ranks sharing one shard, so
   // out splits over tp / tp_replicas shards (KV heads when n_kv_head < tp).
+  // rows: the M of its GEMMs, for the op scratch they take (Buffers::declare_op_scratch).
   void declare(Buffers& buf, const std::string& name, int64_t in, int64_t out, bool bias,
-               float std, Split split, const ModelConfig& cfg, int tp_replicas = 1);
+               float std, Split split, const ModelConfig& cfg, int64_t rows,
+               int tp_replicas = 1);
   // out (M, out_local) = in (M, in_local) @ W^T + b; written
   void forward(const LayerEnv& env, Tensor out, Tensor in) const;
   // dinp (M, in_local) written (skipped when empty); dW, db accumulated

@@ -17,13 +17,13 @@ void Mlp::declare(Buffers& buf, const std::string& prefix, const ModelConfig& cf
   std::string p = prefix + ".mlp.";
   io_.declare(buf, p + "input", cfg, batch);
   if (swiglu_) {
-    fc_.declare(buf, p + "gate_proj", C, F, false, cfg.init_std, Split::column, cfg);
-    up_.declare(buf, p + "up_proj", C, F, false, cfg.init_std, Split::column, cfg);
-    proj_.declare(buf, p + "down_proj", F, C, false, out_std, Split::row, cfg);
+    fc_.declare(buf, p + "gate_proj", C, F, false, cfg.init_std, Split::column, cfg, N);
+    up_.declare(buf, p + "up_proj", C, F, false, cfg.init_std, Split::column, cfg, N);
+    proj_.declare(buf, p + "down_proj", F, C, false, out_std, Split::row, cfg, N);
     up_out_ = buf.add(Category::activations, p + "up", {N, Fl}, buf.act_dtype());
   } else {
-    fc_.declare(buf, p + "c_fc", C, F, true, cfg.init_std, Split::column, cfg);
-    proj_.declare(buf, p + "c_proj", F, C, true, out_std, Split::row, cfg);
+    fc_.declare(buf, p + "c_fc", C, F, true, cfg.init_std, Split::column, cfg, N);
+    proj_.declare(buf, p + "c_proj", F, C, true, out_std, Split::row, cfg, N);
   }
   pre_ = buf.add(Category::activations, p + "pre_activation", {N, Fl}, buf.act_dtype());
   act_ = buf.add(Category::activations, p + "activation", {N, Fl}, buf.act_dtype());

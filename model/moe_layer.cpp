@@ -11,6 +11,7 @@
 #include "kernels/moe_routing.h"
 #include "kernels/swiglu.h"
 #include "parallel/expert_dispatch.h"
+#include "kernels/op_scratch.h"
 
 namespace trainer::model {
 
@@ -43,6 +44,7 @@ void Moe::declare(Buffers& buf, const std::string& prefix, const ModelConfig& cf
                 "{}: MoE capacity is not shared over cp {}", prefix, cp_);
   Ng_ = batch.tokens() * cp_, N_ = residual_rows(cfg, batch);
   C_ = cfg.d_model, E_ = moe.n_experts, K_ = moe.top_k;
+  buf.declare_op_scratch(moe_plan_scratch_bytes(N_ * K_, E_));  // its routers' GEMMs take none
   F_ = moe.d_ff_expert, Fs_ = int64_t{moe.n_shared_experts} * moe.d_ff_expert;
   const int64_t S = N_ * K_;
   // Capacity is the whole micro-batch's (as on one rank), shared by the tp

@@ -3,6 +3,7 @@
 
 #include "kernels/layernorm.h"
 #include "kernels/rmsnorm.h"
+#include "kernels/op_scratch.h"
 
 namespace trainer::model {
 
@@ -10,6 +11,7 @@ void Norm::declare(Buffers& buf, const std::string& name, const ModelConfig& cfg
   rms_ = cfg.is_llama();
   eps_ = cfg.norm_eps;
   int64_t C = cfg.d_model;
+  buf.declare_op_scratch(norm_scratch_bytes(rows, C));  // the weight gradient's column sums
   bool sp = cfg.sequence_parallel;  // each rank normalises only its token block
   weight_ = buf.add_param({.name = name + ".weight", .global_shape = {C}, .init = Init::ones,
                            .weight_decay = false, .sp_partial = sp},

@@ -18,6 +18,7 @@
 #include "kernels/cast.h"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/flash_attention.h"
+#include "kernels/op_scratch.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/memory.h"
 
@@ -155,8 +156,10 @@ GemmOperand scores(const void* S, DType dtype, const Shape& s) {
 }
 
 // Scratch carved into parts that each start 256-byte aligned (cuBLASLt's best case).
-size_t padded(size_t bytes) {
-  return (bytes + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment;
+size_t padded(size_t bytes) { return scratch_padded(bytes); }
+
+AttentionShape scratch_shape(const Shape& s, DType dtype) {
+  return {s.B, s.T, s.Tk, s.H, s.Hkv, s.D, dtype};
 }
 
 void batched(CudaState& st, GemmOperand a, bool trans_a, GemmOperand b, bool trans_b,
@@ -200,7 +203,7 @@ void attention_forward(Context& ctx, Tensor out, Tensor lse, Tensor q, Tensor k,
   const size_t score_elems = static_cast<size_t>(s.B * s.T * s.Tk);
   const size_t score_bytes = padded(score_elems * sizeof(float));
   auto* base = static_cast<char*>(
-      scratch(st, score_bytes + (f32 ? 0 : score_elems * dtype_size(dtype))));
+      scratch(st, attention_forward_scratch_bytes(scratch_shape(s, dtype), false), op));
   auto* S = reinterpret_cast<float*>(base);
   void* P = f32 ? static_cast<void*>(S) : static_cast<void*>(base + score_bytes);
   const int batch = static_cast<int>(s.B);
@@ -250,7 +253,8 @@ void attention_backward(Context& ctx, Tensor dq, Tensor dk, Tensor dv, Tensor do
   const size_t f32_part = padded(score_elems * sizeof(float));
   const size_t narrow_part = f32 ? 0 : padded(score_elems * dtype_size(dtype));
   const size_t kv_part = kv_f32 ? padded(kv_elems * sizeof(float)) : 0;
-  auto* base = static_cast<char*>(scratch(st, 2 * (f32_part + narrow_part + kv_part)));
+  auto* base = static_cast<char*>(
+      scratch(st, attention_backward_scratch_bytes(scratch_shape(s, dtype), false), op));
   auto* P = reinterpret_cast<float*>(base);
   auto* dP = reinterpret_cast<float*>(base + f32_part);
   char* narrow = base + 2 * f32_part;

@@ -7,6 +7,7 @@
 #include "kernels/cuda/common.cuh"
 #include "kernels/float_formats.h"
 #include "kernels/numeric.h"
+#include "kernels/op_scratch.h"
 
 namespace trainer::cuda {
 namespace {
@@ -91,7 +92,7 @@ void check_on_gpu(const Tensor& t, const char* op, const char* name) { check_gpu
 // Max over |x| bits into a fresh scratch word, then `finish` on the device.
 template <bool kNanAsZero>
 unsigned* reduce_abs_bits(CudaState& st, const Tensor& x, const char* op) {
-  auto* bits = static_cast<unsigned*>(scratch(st, sizeof(unsigned)));
+  auto* bits = static_cast<unsigned*>(scratch(st, amax_scratch_bytes(), op));
   CUDA_CHECK(cudaMemsetAsync(bits, 0, sizeof(unsigned), st.stream));
   const int64_t n = x.numel();
   with_format(x.dtype, op, "x", [&](auto fmt) {

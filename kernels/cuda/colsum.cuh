@@ -8,6 +8,7 @@
 #include <algorithm>
 
 #include "kernels/cuda/common.cuh"
+#include "kernels/op_scratch.h"
 
 namespace trainer::cuda {
 
@@ -35,13 +36,8 @@ __global__ void column_partials_kernel(F f, int64_t num_rows, int64_t num_cols,
 __global__ void column_finish_kernel(const float* partial, int64_t num_chunks, int64_t num_cols,
                                      float* out, bool accumulate);
 
-// Partials needed for (N, C): the caller provides column_sums_scratch(N, C) floats.
-inline int64_t column_sum_chunks(int64_t num_rows) {
-  return std::clamp<int64_t>((num_rows + 63) / 64, 1, 1024);
-}
-inline size_t column_sums_scratch(int64_t num_rows, int64_t num_cols) {
-  return static_cast<size_t>(column_sum_chunks(num_rows) * num_cols) * sizeof(float);
-}
+// Partials needed for (N, C): the caller provides column_sums_scratch_bytes(N, C)
+// (kernels/op_scratch.h).
 
 template <class F>
 void column_sums(CudaState& st, F f, int64_t num_rows, int64_t num_cols, float* partial,

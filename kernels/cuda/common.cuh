@@ -11,11 +11,12 @@
 #include "kernels/context.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_state.h"
+#include "kernels/op_scratch.h"
 #include "kernels/tensor.h"
 
 namespace trainer::cuda {
 
-constexpr int kMaxGridY = 65535;  // gridDim.y and gridDim.z limit
+constexpr int kMaxGridY = kCudaMaxGridY;  // gridDim.y and gridDim.z limit
 
 inline CudaState& state_of(Context& ctx) {
   TRAINER_CHECK(ctx.device == Device::cuda && ctx.cuda != nullptr,

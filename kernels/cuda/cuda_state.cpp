@@ -1,6 +1,8 @@
 // CudaState lifetime, scratch, stream ordering and kernels/memory.h's cuda:: calls.
 #include "kernels/cuda/cuda_state.h"
 
+#include <algorithm>
+
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/memory.h"
@@ -51,8 +53,8 @@ void destroy_cuda_state(CudaState* state) {
 
 namespace cuda {
 
-void* scratch(CudaState& state, size_t bytes) {
-  if (bytes <= state.scratch_bytes) return state.scratch;
+namespace {
+void grow_scratch(CudaState& state, size_t bytes) {
   // Earlier ops on the stream may still read the old buffer.
   CUDA_CHECK(cudaStreamSynchronize(state.stream));
   if (state.scratch) CUDA_CHECK(cudaFree(state.scratch));
@@ -61,7 +63,23 @@ void* scratch(CudaState& state, size_t bytes) {
   size_t rounded = (bytes + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment;
   CUDA_CHECK(cudaMalloc(&state.scratch, rounded));
   state.scratch_bytes = rounded;
+}
+}  // namespace
+
+void* scratch(CudaState& state, size_t bytes, const char* op) {
+  state.scratch_peak = std::max(state.scratch_peak, bytes);
+  if (bytes <= state.scratch_bytes) return state.scratch;
+  TRAINER_CHECK(!state.scratch_fixed,
+                "{}: asks for {} bytes of CUDA scratch, over the {} the memory plan reserved "
+                "(kernels/op_scratch.h and the layers' declare_op_scratch disagree with the op)",
+                op, bytes, state.scratch_bytes);
+  grow_scratch(state, bytes);
   return state.scratch;
+}
+
+void reserve_scratch(CudaState& state, size_t bytes) {
+  if (bytes > state.scratch_bytes) grow_scratch(state, bytes);
+  state.scratch_fixed = true;
 }
 
 void comm_wait_for_compute(CudaState& state) {

@@ -10,12 +10,14 @@
 #include <cstddef>
 #include <memory>
 
+#include "kernels/op_scratch.h"
+
 namespace trainer {
 
 struct GemmAlgoCache;  // kernels/cuda/gemm.cpp
 
 struct CudaState {
-  static constexpr size_t kWorkspaceBytes = size_t{32} << 20;
+  static constexpr size_t kWorkspaceBytes = kCublasLtWorkspaceBytes;
 
   int device_index = 0;
   int num_sms = 0;
@@ -25,10 +27,14 @@ struct CudaState {
   cudaEvent_t comm_done = nullptr;     // recorded by compute_wait_for_comm
   cublasLtHandle_t cublaslt = nullptr;
   void* workspace = nullptr;  // kWorkspaceBytes, 256-byte aligned, used on `stream` only
-  // Op temporaries (attention scores, reduction partials). Grows, never shrinks;
-  // growing synchronizes `stream`, so a training loop reaches its size in step 1.
+  // Op temporaries (attention scores, reduction partials), sized by
+  // kernels/op_scratch.h. Grows, never shrinks, and growing synchronizes
+  // `stream`; the trainer reserves the memory plan's size up front instead
+  // (reserve_scratch), after which a larger request is refused.
   void* scratch = nullptr;
   size_t scratch_bytes = 0;
+  bool scratch_fixed = false;  // set by reserve_scratch
+  size_t scratch_peak = 0;     // the largest request so far (the plan check reads it)
   // false: fp32 GEMMs use full fp32 (CUBLAS_COMPUTE_32F), as the CPU reference does;
   // true: TF32 tensor cores (CUBLAS_COMPUTE_32F_FAST_TF32), ~10 bits of mantissa.
   bool allow_tf32 = false;
@@ -47,9 +53,13 @@ CudaState* create_cuda_state(int device_index);
 void destroy_cuda_state(CudaState* state);
 
 namespace cuda {
-// A pointer to at least `bytes` of device scratch, valid until the next call
+// A pointer to at least `bytes` of device scratch for `op`, valid until the next call
 // (stream-ordered: ops on state.stream may use it in turn). 256-byte aligned.
-void* scratch(CudaState& state, size_t bytes);
+void* scratch(CudaState& state, size_t bytes, const char* op);
+// Allocates `bytes` of scratch now (the memory plan's op scratch) and fixes it:
+// a later request above it throws, naming the op and the bytes, so a plan that
+// misses an op fails loudly instead of growing (and synchronizing) silently.
+void reserve_scratch(CudaState& state, size_t bytes);
 // The comm stream waits for all work queued so far on the compute stream.
 void comm_wait_for_compute(CudaState& state);
 // The compute stream waits for all work queued so far on the comm stream.

@@ -6,6 +6,7 @@
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/embedding.h"
+#include "kernels/op_scratch.h"
 
 namespace trainer::cuda {
 namespace {
@@ -131,7 +132,11 @@ void embedding_backward(Context& ctx, Tensor dwte, Tensor dwpe, Tensor dout, Ten
                                              static_cast<const int32_t*>(nullptr),
                                              static_cast<int32_t*>(nullptr), n, 0, 32, st.stream));
   const size_t ints = (static_cast<size_t>(n) + 63) / 64 * 64;  // keep each part 256-byte aligned
-  auto* base = static_cast<int32_t*>(scratch(st, 3 * ints * sizeof(int32_t) + temp_bytes));
+  const size_t bytes = embedding_backward_scratch_bytes(n);
+  TRAINER_CHECK(3 * ints * sizeof(int32_t) + temp_bytes <= bytes,
+                "{}: cub's sort of {} ids needs {} bytes, over the {} planned (op_scratch.cpp)", op,
+                n, temp_bytes, bytes - 3 * ints * sizeof(int32_t));
+  auto* base = static_cast<int32_t*>(scratch(st, bytes, op));
   int32_t* sorted_ids = base;
   int32_t* tokens = base + ints;
   int32_t* sorted_tokens = base + 2 * ints;

@@ -33,6 +33,7 @@ __device__ __forceinline__ void copy16(void* dst, const void* src) {
 }  // namespace trainer::flash
 
 #include "kernels/cuda/flash_attention_tiles.h"
+#include "kernels/op_scratch.h"
 
 namespace trainer::cuda {
 namespace {
@@ -110,12 +111,10 @@ bool flash_attention_applies(const CudaState& st, const Tensor& q, const Tensor&
                              const Tensor& v, const Tensor& lse,
                              std::initializer_list<const Tensor*> others) {
   if (!st.flash_attention) return false;
-  if (q.dtype != DType::bf16 && q.dtype != DType::f16) return false;
-  const int64_t D = q.shape[3];
-  if (D < flash::kMinHeadDim || D > flash::kMaxHeadDim || D % 16 != 0) return false;
-  if (q.shape[1] > INT32_MAX || k.shape[1] > INT32_MAX) return false;
-  if (q.shape[0] * q.shape[2] > INT32_MAX || q.shape[0] * k.shape[2] > INT32_MAX) return false;
-  if (flash::tiles(std::max(q.shape[1], k.shape[1])) > kMaxGridY) return false;
+  // The shape part is the planner's too (kernels/op_scratch.h).
+  if (!flash_attention_shape_applies(q.dtype, q.shape[0], q.shape[1], k.shape[1], q.shape[2],
+                                     k.shape[2], q.shape[3]))
+    return false;
   if (!lse.contiguous()) return false;
   for (const Tensor* t : {&q, &k, &v})
     if (!vector_aligned(*t)) return false;
@@ -165,7 +164,9 @@ void flash_attention_backward(CudaState& st, Tensor dq, Tensor dk, Tensor dv, Te
   p.k = heads_of(k), p.v = heads_of(v), p.out = heads_of(out), p.dout = heads_of(dout);
   p.dq = heads_of(dq), p.dk = heads_of(dk), p.dv = heads_of(dv);
   const int64_t rows = static_cast<int64_t>(p.B) * p.H * p.Tq;
-  p.delta = static_cast<float*>(scratch(st, static_cast<size_t>(rows) * sizeof(float)));
+  p.delta = static_cast<float*>(scratch(
+      st, attention_backward_scratch_bytes({p.B, p.Tq, p.Tk, p.H, p.Hkv, q.shape[3], q.dtype}, true),
+      "flash_attention_backward"));
   if (q.dtype == DType::bf16) backward_as<__nv_bfloat16>(st, p, rows);
   else backward_as<__half>(st, p, rows);
 }

@@ -27,12 +27,14 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "kernels/op_scratch.h"
+
 namespace trainer::flash {
 
-constexpr int kTile = 64;  // query rows and key columns per tile
+constexpr int kTile = kFlashTile;  // query rows and key columns per tile
 constexpr int kWarps = 4;
 constexpr int kThreads = 32 * kWarps;
-constexpr int kMinHeadDim = 16, kMaxHeadDim = 128;  // multiples of 16 (WMMA's k)
+constexpr int kMinHeadDim = kFlashMinHeadDim, kMaxHeadDim = kFlashMaxHeadDim;  // multiples of 16 (WMMA's k)
 constexpr int kVec = 8;                            // 16-bit elements per 16-byte copy
 
 // A (B, T, heads, D) tensor: element strides, head dim contiguous.

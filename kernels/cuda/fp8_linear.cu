@@ -11,6 +11,7 @@
 #include "kernels/cuda/gemm.h"
 #include "kernels/float_formats.h"
 #include "kernels/fp8_linear.h"
+#include "kernels/op_scratch.h"
 
 namespace trainer::cuda {
 namespace {
@@ -97,7 +98,7 @@ void fp8_linear_forward(Context& ctx, Tensor out, Tensor xq, Tensor x_scale_inv,
     gemm(st, g);
     return;
   }
-  auto* acc = static_cast<float*>(scratch(st, static_cast<size_t>(M * N) * sizeof(float)));
+  auto* acc = static_cast<float*>(scratch(st, fp8_linear_forward_scratch_bytes(M, N, true), op));
   g.c = {acc, DType::f32, N, 0};
   gemm(st, g);
   TRAINER_FLOAT_DISPATCH(out.dtype, op, {
@@ -144,7 +145,7 @@ void fp8_linear_backward(Context& ctx, Tensor dinp, Tensor dweight, Tensor dbias
   g.beta = 1.0f;
   gemm(st, g);
   if (!dbias.empty()) {
-    float* partial = static_cast<float*>(scratch(st, column_sums_scratch(M, N)));
+    float* partial = static_cast<float*>(scratch(st, fp8_linear_backward_scratch_bytes(M, N, true), op));
     const auto* s = static_cast<const float*>(g_scale_inv.data);
     if (gq.dtype == DType::e4m3)
       column_sums(st, Dequantised<E4M3>{static_cast<const uint8_t*>(gq.data), s, N}, M, N, partial,

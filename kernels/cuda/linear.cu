@@ -12,6 +12,7 @@
 #include "kernels/cuda/colsum.cuh"
 #include "kernels/cuda/gemm.h"
 #include "kernels/linear.h"
+#include "kernels/op_scratch.h"
 
 namespace trainer::cuda {
 namespace {
@@ -84,7 +85,7 @@ void linear_forward(Context& ctx, Tensor out, Tensor inp, Tensor weight, Tensor 
   // so it is rounded once, after the bias is added (the CPU op's arithmetic).
   float* acc = static_cast<float*>(out.data);
   if (out.dtype != DType::f32) {
-    acc = static_cast<float*>(scratch(st, static_cast<size_t>(d.M * d.N) * sizeof(float)));
+    acc = static_cast<float*>(scratch(st, linear_forward_scratch_bytes(d.M, d.N, out.dtype, true), op));
     g.c = {acc, DType::f32, d.N, 0};
   }
   gemm(st, g);
@@ -142,7 +143,7 @@ void linear_backward(Context& ctx, Tensor dinp, Tensor dweight, Tensor dbias, Te
   float* bias_tmp = nullptr;
   if (!bias_done && dweight.dtype == DType::f32) {
     // BGRADB writes the bias gradient in C's dtype (fp32 here).
-    bias_tmp = static_cast<float*>(scratch(st, static_cast<size_t>(d.N) * sizeof(float)));
+    bias_tmp = static_cast<float*>(scratch(st, linear_bias_grad_scratch_bytes(d.N), op));
     GemmArgs gb = g;
     gb.epilogue = GemmEpilogue::bias_grad_b;
     gb.bias = bias_tmp;
@@ -156,7 +157,7 @@ void linear_backward(Context& ctx, Tensor dinp, Tensor dweight, Tensor dbias, Te
   }
   gemm(st, g);
   if (!bias_done) {  // no BGRADB algorithm for this case: deterministic column sums
-    float* partial = static_cast<float*>(scratch(st, column_sums_scratch(d.M, d.N)));
+    float* partial = static_cast<float*>(scratch(st, column_sums_scratch_bytes(d.M, d.N), op));
     TRAINER_FLOAT_DISPATCH(dout.dtype, op, {
       column_sums(st, Column<T>{static_cast<const T*>(dout.data), d.N}, d.M, d.N, partial,
                   static_cast<float*>(dbias.data), true);

@@ -13,6 +13,7 @@
 
 #include "kernels/cuda/moe_common.cuh"
 #include "kernels/moe_routing.h"
+#include "kernels/op_scratch.h"
 
 namespace trainer::cuda {
 namespace {
@@ -154,8 +155,11 @@ void moe_plan(Context& ctx, Tensor slot_src, Tensor assign_slot, Tensor load, Te
   // and sorted, run starts, slot starts, the slot total, the bad-expert record,
   // then cub's storage.
   const size_t ints = round_up(M * sizeof(int32_t)), experts = round_up(E * sizeof(int32_t));
-  const size_t bytes = 3 * ints + 2 * experts + 2 * 256 + sort_bytes;
-  auto* base = static_cast<unsigned char*>(scratch(st, bytes));
+  const size_t bytes = moe_plan_scratch_bytes(M, E);
+  TRAINER_CHECK(3 * ints + 2 * experts + 2 * 256 + sort_bytes <= bytes,
+                "{}: cub's sort of {} assignments needs {} bytes, over the {} planned "
+                "(op_scratch.cpp)", op, M, sort_bytes, bytes - (3 * ints + 2 * experts + 2 * 256));
+  auto* base = static_cast<unsigned char*>(scratch(st, bytes, op));
   auto* sorted_e = reinterpret_cast<uint32_t*>(base);
   auto* iota = reinterpret_cast<int32_t*>(base + ints);
   auto* sorted_a = reinterpret_cast<int32_t*>(base + 2 * ints);

@@ -3,12 +3,12 @@
 // sum as exact as the CPU's over 10^9 elements.
 #include "kernels/cuda/common.cuh"
 #include "kernels/norm.h"
+#include "kernels/op_scratch.h"
 
 namespace trainer::cuda {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int kMaxBlocks = 1024;
 
 __device__ double block_sum_double(double v, double* shared) {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
@@ -52,8 +52,8 @@ void sum_of_squares(Context& ctx, Tensor out, Tensor x) {
   TRAINER_CHECK(out.numel() == 1, "{}: out {} must hold one value", op, out.str());
   const int64_t n = x.numel();
   if (n == 0) return;
-  const unsigned blocks = grid_for(n, kThreads, kMaxBlocks);
-  double* partial = static_cast<double*>(scratch(st, blocks * sizeof(double)));
+  const auto blocks = static_cast<unsigned>(sum_of_squares_blocks(n));
+  double* partial = static_cast<double*>(scratch(st, sum_of_squares_scratch_bytes(n), op));
   TRAINER_FLOAT_DISPATCH(x.dtype, op, {
     partial_kernel<T><<<blocks, kThreads, 0, st.stream>>>(partial, static_cast<const T*>(x.data), n);
   });

@@ -4,6 +4,7 @@
 // deterministic column sums of colsum.cuh.
 #include "kernels/cuda/colsum.cuh"
 #include "kernels/rmsnorm.h"
+#include "kernels/op_scratch.h"
 
 namespace trainer::cuda {
 namespace {
@@ -111,7 +112,7 @@ void rmsnorm_backward(Context& ctx, Tensor dinp, Tensor dweight, Tensor dout, Te
   if (N == 0) return;
   const int64_t blocks = (N + kRowsPerBlock - 1) / kRowsPerBlock;
   TRAINER_CHECK(blocks < (int64_t{1} << 31), "{}: {} rows exceed the grid", op, N);
-  float* partial = static_cast<float*>(scratch(st, column_sums_scratch(N, C)));
+  float* partial = static_cast<float*>(scratch(st, norm_scratch_bytes(N, C), op));
   TRAINER_FLOAT_DISPATCH(inp.dtype, op,
                          TRAINER_PARAM_DISPATCH(weight.dtype, inp.dtype, op, "weight", {
     const T* dy = static_cast<const T*>(dout.data);

@@ -27,10 +27,10 @@ TEST_CASE("CudaState carries streams, handle and workspace; scratch grows", "[cu
   CHECK(st.cublaslt != nullptr);
   CHECK(reinterpret_cast<uintptr_t>(st.workspace) % 256 == 0);
   CHECK(st.num_sms > 0);
-  void* a = cuda::scratch(st, 1000);
+  void* a = cuda::scratch(st, 1000, "test");
   CHECK(st.scratch_bytes >= 1000);
-  CHECK(cuda::scratch(st, 10) == a);  // no shrink, same buffer
-  cuda::scratch(st, size_t{1} << 26);
+  CHECK(cuda::scratch(st, 10, "test") == a);  // no shrink, same buffer
+  cuda::scratch(st, size_t{1} << 26, "test");
   CHECK(st.scratch_bytes >= (size_t{1} << 26));
   CHECK(reinterpret_cast<uintptr_t>(st.scratch) % 256 == 0);
   // Work on the compute stream is visible to the comm stream after the event wait.
@@ -41,6 +41,17 @@ TEST_CASE("CudaState carries streams, handle and workspace; scratch grows", "[cu
   cuda::synchronize(st);
   CHECK(x.download() == std::vector<float>(4097, 2.0f));
   { cuda::NvtxRange range("state_test"); }
+}
+
+TEST_CASE("reserved scratch is not grown: a larger request names the op", "[cuda][state]") {
+  CudaState* st = create_cuda_state(0);
+  cuda::reserve_scratch(*st, 4096);
+  CHECK(st->scratch_bytes == 4096);
+  CHECK(cuda::scratch(*st, 4096, "fits") == st->scratch);
+  CHECK_THROWS_WITH(cuda::scratch(*st, 4097, "too_big"),
+                    Catch::Contains("too_big: asks for 4097 bytes"));
+  CHECK(st->scratch_bytes == 4096);
+  destroy_cuda_state(st);
 }
 
 TEST_CASE("CUDA ops reject bad arguments with trainer::Error", "[cuda][state]") {

@@ -1,0 +1,39 @@
+// [cuda][plan] A training step on the GPU takes exactly the op scratch the
+// memory plan reserved: no growth, no request above it (which would throw),
+// and the largest request is the one the plan sized.
+#include "engine/memory_plan.h"
+#include "kernels/cuda/cuda_state.h"
+#include "test/common/tiny_job.h"
+#include "test/cuda/harness.h"
+
+namespace trainer::cuda_test {
+
+TEST_CASE("a GPU training step uses the planned op scratch", "[cuda][plan]") {
+  using engine::Family;
+  for (Family family : {Family::gpt2, Family::llama}) {
+    // bf16, 4 x 64 tokens: gpt2 with head dim 8 (unfused attention, c_fc's fp32
+    // bias scratch the largest), llama with head dim 64 (fused, GQA).
+    engine::JobSpec spec = testing::tiny_job(family, 2);
+    spec.run.device = engine::DeviceKind::cuda;
+    spec.precision.compute = engine::ComputeDtype::bf16;
+    if (family == Family::llama) spec.model.d_model = 256;
+    spec.model.d_ff = 256;
+    spec.model.max_seq_len = spec.train.seq_len = 64;
+    spec.train.micro_batch = 4;
+    spec.train.global_batch = 4;
+    engine::Trainer t(spec, testing::quiet_options());
+    const engine::MemoryPlan& plan = t.plan();
+    REQUIRE(plan.cuda);
+    CudaState& st = *t.context().cuda;
+    CHECK(st.scratch_bytes == plan.op_scratch);
+    CHECK(st.scratch_fixed);
+    testing::train_losses(t, 1, 2);
+    INFO(engine::to_string(family) << ": peak request " << st.scratch_peak << ", planned "
+                                   << plan.op_scratch);
+    CHECK(st.scratch_bytes == plan.op_scratch);
+    CHECK(st.scratch_peak == plan.op_scratch);
+    CHECK(t.allocated_bytes() == plan.total());
+  }
+}
+
+}  // namespace trainer::cuda_test
