@@ -72,8 +72,9 @@ std::string MemoryPlan::describe() const {
     s += "  zero 3: parameters, gradients and compute copy hold the embedding, the head and one\n"
          "  block, all-gathered over dp when used; only the shards persist\n";
   if (cuda)
-    s += "  op scratch, cuBLASLt ws: the CUDA backend's (largest op temporary, reserved at start;\n"
-         "  the GEMM workspace); not counted: the CUDA context, NCCL's buffers, cuBLASLt's own\n";
+    s += "  op scratch and cuBLASLt ws are the CUDA backend's: the largest temporary of any op\n"
+         "  (reserved at start) and the GEMM workspace; not counted: the CUDA context, NCCL's and\n"
+         "  cuBLASLt's own buffers\n";
   if (activation_slots > 1)
     s += chunk_slots.size() > 1
              ? fmt::format("  * micro-batches in flight per model chunk: {}\n",

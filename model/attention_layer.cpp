@@ -6,9 +6,9 @@
 
 #include "kernels/attention.h"
 #include "kernels/elementwise.h"
+#include "kernels/op_scratch.h"
 #include "kernels/rope.h"
 #include "parallel/cp_kv_exchange.h"
-#include "kernels/op_scratch.h"
 
 namespace trainer::model {
 

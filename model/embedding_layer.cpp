@@ -2,8 +2,8 @@
 #include "model/embedding_layer.h"
 
 #include "kernels/embedding.h"
-#include "parallel/tp_regions.h"
 #include "kernels/op_scratch.h"
+#include "parallel/tp_regions.h"
 
 namespace trainer::model {
 

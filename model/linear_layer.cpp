@@ -2,8 +2,8 @@
 #include "model/linear_layer.h"
 
 #include "kernels/linear.h"
-#include "model/fp8_gemm.h"
 #include "kernels/op_scratch.h"
+#include "model/fp8_gemm.h"
 
 namespace trainer::model {
 

@@ -9,9 +9,9 @@
 #include "kernels/linear.h"
 #include "kernels/memory.h"
 #include "kernels/moe_routing.h"
+#include "kernels/op_scratch.h"
 #include "kernels/swiglu.h"
 #include "parallel/expert_dispatch.h"
-#include "kernels/op_scratch.h"
 
 namespace trainer::model {
 

@@ -2,8 +2,8 @@
 #include "model/norm_layer.h"
 
 #include "kernels/layernorm.h"
-#include "kernels/rmsnorm.h"
 #include "kernels/op_scratch.h"
+#include "kernels/rmsnorm.h"
 
 namespace trainer::model {
 

@@ -18,9 +18,9 @@
 #include "kernels/cast.h"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/flash_attention.h"
-#include "kernels/op_scratch.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/memory.h"
+#include "kernels/op_scratch.h"
 
 namespace trainer::cuda {
 namespace {
