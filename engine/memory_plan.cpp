@@ -61,7 +61,7 @@ std::string MemoryPlan::describe() const {
   line("total", total());
   if (param_shards > 0)
     s += "  zero 3: parameters, gradients and compute copy hold the embedding, the head and one\n"
-         "  block, all-gathered over dp when used; only the shards persist\n";
+         "  block, all-gathered over dp (dp x cp with cp) when used; only the shards persist\n";
   if (activation_slots > 1)
     s += chunk_slots.size() > 1
              ? fmt::format("  * micro-batches in flight per model chunk: {}\n",
