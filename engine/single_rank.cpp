@@ -3,7 +3,7 @@
 
 namespace trainer::engine {
 
-std::unique_ptr<Trainer> single_rank_trainer(JobSpec spec, int seq_len) {
+JobSpec single_rank_spec(JobSpec spec, int seq_len) {
   spec.run.device = DeviceKind::cpu;
   spec.parallel = ParallelSpec{};
   spec.parallel.dp = 1;
@@ -15,11 +15,15 @@ std::unique_ptr<Trainer> single_rank_trainer(JobSpec spec, int seq_len) {
   spec.train.eval_every = 0;
   spec.model.init_from.clear();
   spec.checkpoint.resume = "never";
+  return spec;
+}
+
+std::unique_ptr<Trainer> single_rank_trainer(JobSpec spec, int seq_len) {
   TrainerOptions quiet;
   quiet.synthetic_data = true;
   quiet.write_run_dir = false;
   quiet.log = nullptr;
-  return std::make_unique<Trainer>(spec, quiet);
+  return std::make_unique<Trainer>(single_rank_spec(std::move(spec), seq_len), quiet);
 }
 
 }  // namespace trainer::engine

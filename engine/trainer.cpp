@@ -101,11 +101,7 @@ void Trainer::setup() {
   // size. zero 0 keeps the whole state everywhere; zero 3 shards each
   // parameter unit, values and gradients too.
   ZeroLayout layout = zero_layout(buf, spec.parallel.zero, zero_size, zero_rank);
-  if (!layout.shards_parameters()) {
-    int64_t arena = static_cast<int64_t>(buf.category_bytes(model::Category::parameters) / 4);
-    bool sharded = spec.parallel.zero >= 1 && zero_size > 1;
-    shard_ = parallel::zero_shard(arena, sharded ? zero_size : 1, sharded ? zero_rank : 0);
-  }
+  shard_ = layout.arena_shard;
   optimizer_ = std::make_unique<AdamW>(spec.optimizer, buf, std::move(layout));
   std::vector<std::pair<int, size_t>> slots;  // a pipeline stage's activation slots per chunk
   if (pipeline_) slots = activation_slot_plan(pipeline_->table(), *model_);

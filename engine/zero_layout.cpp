@@ -35,6 +35,7 @@ ZeroLayout zero_layout(const model::Buffers& buffers, int zero, int size, int ra
     ZeroLayout z = arena_range_layout(buffers, s.begin, s.end());
     z.stage = zero;
     z.arena_elems = s.padded;
+    z.arena_shard = s;
     return z;
   }
   TRAINER_CHECK(buffers.blocks_shared(), "ZeRO-3 layout of a model declared without shared blocks");

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "model/buffers.h"
+#include "parallel/grad_sync.h"
 #include "parallel/mesh_shape.h"
 
 namespace trainer::engine {
@@ -28,6 +29,9 @@ struct ZeroLayout {
   int64_t state_elems = 0;        // elements of m (and v), the sum of owned sizes
   int64_t arena_elems = 0;        // ZeRO 1/2: the arenas padded to equal shards; 0 = as declared
   int64_t max_unit_shard = 0;     // ZeRO-3: the largest unit shard (reduce-scatter staging)
+  // ZeRO 0-2: this rank's range of the flat arena (the whole of it unsharded),
+  // what the gradient reduce-scatter and parameter all-gather take.
+  parallel::ZeroShard arena_shard;
   bool shards_parameters() const { return stage == 3; }
 };
 

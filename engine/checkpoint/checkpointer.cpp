@@ -127,11 +127,12 @@ Json Checkpointer::make_metadata(int step, const std::map<std::string, double>& 
 
 // FP8 delayed-scaling state, one small tensor per GEMM operand under the
 // operand's global name: after the step's amax max-reduction it is the same
-// on every tp and dp rank, so the rank writing the stage's replicated
-// parameters writes it, and any layout finds its own layers' entries.
+// on every tp, cp and dp rank, so the stage's first replica writes it (one
+// copy: under ZeRO-3 every dp rank writes parameters, and two copies of a
+// whole tensor would not load), and any layout finds its own layers' entries.
 void Checkpointer::add_fp8_state(SafetensorsWriter& w, const model::Buffers& buffers) const {
   const Fp8Scaling* f = buffers.fp8();
-  if (!f || !position_.write_params || position_.tp_rank != 0) return;
+  if (!f || !position_.write_replicated || position_.tp_rank != 0) return;
   for (int i = 0; i < f->size(); ++i) {
     auto state = std::make_shared<std::vector<float>>(f->tensor_state(i));
     const std::string name = buffers.fp8_names()[i] + ".fp8_state";

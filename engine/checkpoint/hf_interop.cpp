@@ -13,6 +13,7 @@
 #include "engine/checkpoint/safetensors.h"
 #include "engine/json.h"
 #include "engine/model_from_spec.h"
+#include "engine/single_rank.h"
 #include "kernels/error.h"
 #include "kernels/memory.h"
 #include "model/model.h"
@@ -289,9 +290,9 @@ std::string hf_config_json(const model::ModelConfig& cfg) {
 std::string export_hf(const std::string& path, const std::string& out_dir, FILE* log) {
   std::string step_dir = resolve_checkpoint(path, stderr);
   CheckpointReader reader(step_dir);
-  JobSpec spec = reader.job_spec();
-  spec.parallel.tp = 1;  // global tensors: the single-rank layout
-  model::ModelConfig cfg = model_config(spec);
+  // Global tensors: the single-rank layout (a cp, tp or ZeRO-3 job declares
+  // split or shared parameters).
+  const model::ModelConfig cfg = model_config(single_rank_spec(reader.job_spec(), 1));
   // Declaring a model allocates nothing; it lists the parameters and their global shapes.
   model::Model declared(cfg, model::BatchShape{1, 1});
   std::map<std::string, HostTensor> ours;

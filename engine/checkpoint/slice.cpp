@@ -85,6 +85,7 @@ ShardPosition shard_position(const MeshPlace& place) {
   pos.tp_rank = place.tp;
   // ZeRO-3: every dp rank holds (and writes) its own shard of the values.
   pos.write_params = (place.dp == 0 || place.zero == 3) && place.cp == 0;
+  pos.write_replicated = place.dp == 0 && place.cp == 0;
   if (place.ep_size <= 1) {
     bool zero_sharded = place.zero >= 1 && place.dp_size > 1;
     pos.write_optimizer = place.cp == 0 && (place.dp == 0 || zero_sharded);

@@ -42,6 +42,10 @@ struct ShardPosition {
   // (only dp_idx == 0 and cp_idx == 0 write them; every dp rank under ZeRO-3,
   // each its shard).
   bool write_params = true;
+  // The one copy of per-rank state every data-parallel replica holds alike
+  // (fp8 scaling): dp_idx == 0 and cp_idx == 0 only, even under ZeRO-3, where
+  // write_params is true on every dp rank.
+  bool write_replicated = true;
   // False on replicas whose whole optimizer state another rank writes (zero 0
   // with dp > 1); true for every rank holding a ZeRO shard of it.
   bool write_optimizer = true;

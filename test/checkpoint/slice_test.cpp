@@ -102,6 +102,14 @@ TEST_CASE("slices: which ranks write parameters and optimizer state", "[cpu][che
   ShardPosition d = shard_position({.tp = 0, .dp = 0, .cp = 1, .dp_size = 1, .zero = 1});
   CHECK(!d.write_params);
   CHECK(!d.write_optimizer);
+  // ZeRO-3: every dp rank writes its shard of the parameters, but the state
+  // all replicas hold alike (fp8 scaling) only once.
+  ShardPosition e = shard_position({.tp = 0, .dp = 1, .cp = 0, .dp_size = 2, .zero = 3});
+  CHECK(e.write_params);
+  CHECK(!e.write_replicated);
+  CHECK(shard_position({.tp = 0, .dp = 0, .cp = 0, .dp_size = 2, .zero = 3}).write_replicated);
+  CHECK(a.write_replicated);
+  CHECK(!b.write_replicated);
 }
 
 TEST_CASE("slices: expert parallelism writes each expert once, ZeRO shards over edp",

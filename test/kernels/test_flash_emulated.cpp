@@ -172,3 +172,47 @@ TEST_CASE("fused attention tiles (emulated) take a query block at an offset",
   expect_close(got.dk, want.dk, grad_b, "offset dk");
   expect_close(got.dv, want.dv, grad_b, "offset dv");
 }
+
+// Context parallelism's early chunk: queries T0 .. T0 + Tq - 1 of a T-token
+// sequence against all T keys, so key tiles lie wholly past the last query
+// (their dK, dV must be written as zeros: the layer sums two chunks' dK, dV).
+// The full op with dout zero outside the block gives the block's rows and,
+// exactly, its dK and dV (rows with dout zero contribute nothing).
+TEST_CASE("fused attention tiles (emulated) take a query block before the last keys",
+          "[cpu][attention][flash]") {
+  using E = flash::EmuF16;
+  const Case c{2, 200, 4, 2, 16};
+  const int64_t T0 = 40, Tq = 50, row = c.H * c.D;
+  const int64_t nq = c.B * c.T * row, nkv = c.B * c.T * c.Hkv * c.D;
+  const auto q = rounded<E>(random_floats(nq, 15, -2.0f, 2.0f));
+  const auto k = rounded<E>(random_floats(nkv, 16, -2.0f, 2.0f));
+  const auto v = rounded<E>(random_floats(nkv, 17, -2.0f, 2.0f));
+  auto dout = rounded<E>(random_floats(nq, 18));
+  auto block = [&](const std::vector<float>& x, int64_t width) {  // rows T0 .. T0 + Tq of (B, T, width)
+    std::vector<float> t;
+    for (int64_t b = 0; b < c.B; ++b)
+      t.insert(t.end(), x.begin() + (b * c.T + T0) * width, x.begin() + (b * c.T + T0 + Tq) * width);
+    return t;
+  };
+  for (int64_t b = 0; b < c.B; ++b)
+    for (int64_t t = 0; t < c.T; ++t)
+      if (t < T0 || t >= T0 + Tq)
+        std::fill(dout.begin() + (b * c.T + t) * row, dout.begin() + (b * c.T + t + 1) * row, 0.0f);
+  const Result want = cpu_attention(c, q, k, v, dout);
+  const Result got = flash_attention<E>(c, Tq, T0, block(q, row), k, v, block(dout, row));
+  const auto [out_b, grad_b] = bounds<E>();
+  expect_close(got.out, block(want.out, row), out_b, "early block out");
+  std::vector<float> lse_block;  // (B, H, T) rows T0 .. T0 + Tq
+  for (int64_t bh = 0; bh < c.B * c.H; ++bh)
+    lse_block.insert(lse_block.end(), want.lse.begin() + bh * c.T + T0,
+                     want.lse.begin() + bh * c.T + T0 + Tq);
+  expect_close(got.lse, lse_block, {1e-5, 1e-5, 1e-6}, "early block lse");
+  expect_close(got.dq, block(want.dq, row), grad_b, "early block dq");
+  expect_close(got.dk, want.dk, grad_b, "early block dk");
+  expect_close(got.dv, want.dv, grad_b, "early block dv");
+  for (int64_t b = 0; b < c.B; ++b)  // keys no query of the block sees: exact zeros
+    for (int64_t i = (b * c.T + T0 + Tq) * c.Hkv * c.D; i < (b + 1) * c.T * c.Hkv * c.D; ++i) {
+      REQUIRE(got.dk[i] == 0.0f);
+      REQUIRE(got.dv[i] == 0.0f);
+    }
+}
