@@ -13,3 +13,9 @@ run env OMP_NUM_THREADS=2 build/trainer bench $job --steps "$steps"
 run env OMP_NUM_THREADS=2 build/trainer bench $job --steps "$steps" --set train.global_batch=8
 run env OMP_NUM_THREADS=1 mpirun --allow-run-as-root --oversubscribe -np 2 \
   build/trainer bench $job --steps "$steps" --set train.global_batch=8
+# ZeRO-3 and context parallelism on the same two ranks (cp: each rank holds
+# half of every sequence, so a step is half the tokens of dp 2's).
+run env OMP_NUM_THREADS=1 mpirun --allow-run-as-root --oversubscribe -np 2 \
+  build/trainer bench $job --steps "$steps" --set train.global_batch=8 --set parallel.zero=3
+run env OMP_NUM_THREADS=1 mpirun --allow-run-as-root --oversubscribe -np 2 \
+  build/trainer bench $job --steps "$steps" --set train.global_batch=4 --set parallel.cp=2
