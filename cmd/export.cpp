@@ -19,10 +19,7 @@ struct ExportArgs {
 Registrar reg("export", "export a checkpoint (Hugging Face safetensors + config.json)",
               [](CLI::App& sub) {
   auto args = std::make_shared<ExportArgs>();
-  sub.add_option("source", args->source,
-                 "a run directory, a checkpoint directory, or one step_* directory "
-                 "(the newest intact checkpoint is used)")
-      ->required();
+  add_checkpoint_source(sub, args->source);
   sub.add_option("--format", args->format, "output format: hf (GPT2LMHeadModel / LlamaForCausalLM)");
   sub.add_option("--out", args->out, "output directory")->required();
   sub.add_option("--reference-logits", args->reference_tokens,

@@ -45,10 +45,7 @@ std::vector<int32_t> parse_ids(const std::string& text) {
 Registrar reg("sample", "continue a prompt with a checkpoint's model (one CPU rank, fp32)",
               [](CLI::App& sub) {
   auto a = std::make_shared<SampleArgs>();
-  sub.add_option("source", a->source,
-                 "a run directory, a checkpoint directory, or one step_* directory "
-                 "(the newest intact checkpoint is used)")
-      ->required();
+  add_checkpoint_source(sub, a->source);
   sub.add_option("--prompt", a->prompt, "text to continue (default: <|endoftext|>, as llm.c)");
   sub.add_option("--prompt-ids", a->prompt_ids, "token ids to continue instead, comma-separated");
   sub.add_option("--tokens", a->options.tokens, "new tokens to generate (default 64)");

@@ -28,4 +28,13 @@ struct Registrar {
   }
 };
 
+// The positional SOURCE of the commands that read a trained model (export,
+// sample): what they accept is the checkpoint loader's, so the help is one text.
+inline void add_checkpoint_source(CLI::App& sub, std::string& source) {
+  sub.add_option("source", source,
+                 "a run directory, a checkpoint directory, or one step_* directory "
+                 "(the newest intact checkpoint is used)")
+      ->required();
+}
+
 }  // namespace trainer::cmd

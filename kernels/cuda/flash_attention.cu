@@ -46,24 +46,15 @@ __device__ __forceinline__ flash::Thread this_thread() {
           static_cast<int>(blockIdx.y)};
 }
 
-template <class T>
-__global__ void __launch_bounds__(kThreads) forward_kernel(Problem p) {
+// Every pass is one tile program of flash_attention_tiles.h run by one block.
+template <void (*Tile)(const Problem&, unsigned char*, const flash::Thread&)>
+__global__ void __launch_bounds__(kThreads) tile_kernel(Problem p) {
   extern __shared__ __align__(128) unsigned char smem[];
-  flash::forward_tile<T>(p, smem, this_thread());
+  Tile(p, smem, this_thread());
 }
 template <class T>
 __global__ void __launch_bounds__(kThreads) delta_kernel(Problem p) {
   flash::delta_rows<T>(p, this_thread());
-}
-template <class T>
-__global__ void __launch_bounds__(kThreads) backward_kv_kernel(Problem p) {
-  extern __shared__ __align__(128) unsigned char smem[];
-  flash::backward_kv_tile<T>(p, smem, this_thread());
-}
-template <class T>
-__global__ void __launch_bounds__(kThreads) backward_q_kernel(Problem p) {
-  extern __shared__ __align__(128) unsigned char smem[];
-  flash::backward_q_tile<T>(p, smem, this_thread());
 }
 
 flash::Heads heads_of(const Tensor& t) {
@@ -127,7 +118,7 @@ namespace {
 
 template <class T>
 void forward_as(CudaState& st, const Problem& p) {
-  launch(forward_kernel<T>,
+  launch(tile_kernel<flash::forward_tile<T>>,
          dim3(static_cast<unsigned>(p.B * p.H), static_cast<unsigned>(flash::tiles(p.Tq))),
          flash::ForwardSmem<T>(nullptr, p.D).bytes(), p, st.stream);
 }
@@ -137,10 +128,10 @@ void backward_as(CudaState& st, const Problem& p, int64_t rows) {
   delta_kernel<T><<<static_cast<unsigned>((rows + kThreads - 1) / kThreads), kThreads, 0,
                     st.stream>>>(p);
   CUDA_LAUNCH_CHECK();
-  launch(backward_kv_kernel<T>,
+  launch(tile_kernel<flash::backward_kv_tile<T>>,
          dim3(static_cast<unsigned>(p.B * p.Hkv), static_cast<unsigned>(flash::tiles(p.Tk))),
          flash::BackwardKvSmem<T>(nullptr, p.D).bytes(), p, st.stream);
-  launch(backward_q_kernel<T>,
+  launch(tile_kernel<flash::backward_q_tile<T>>,
          dim3(static_cast<unsigned>(p.B * p.H), static_cast<unsigned>(flash::tiles(p.Tq))),
          flash::BackwardQSmem<T>(nullptr, p.D).bytes(), p, st.stream);
 }

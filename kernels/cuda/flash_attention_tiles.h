@@ -58,6 +58,10 @@ struct Thread {
 };
 
 FA_HD int tiles(int64_t n) { return static_cast<int>((n + kTile - 1) / kTile); }
+// Rows of the tile starting at t0 of n (the last tile may be short).
+FA_FN int tile_len(int64_t n, int64_t t0) {
+  return n - t0 < kTile ? static_cast<int>(n - t0) : kTile;
+}
 
 // Shared memory carved into 128-byte aligned parts; with a null base it only
 // counts bytes (the launcher's dynamic shared memory size).
@@ -231,7 +235,7 @@ FA_FN void forward_tile(const Problem& P, unsigned char* smem, const Thread& th)
   const int D = P.D, b = th.bx / P.H, h = th.bx % P.H, g = h / (P.H / P.Hkv);
   const int qt = tiles(P.Tq) - 1 - th.by;  // the longest rows start first
   const int64_t q0 = static_cast<int64_t>(qt) * kTile;
-  const int rows = P.Tq - q0 < kTile ? static_cast<int>(P.Tq - q0) : kTile;
+  const int rows = tile_len(P.Tq, q0);
   ForwardSmem<T> sm(smem, D);
   load_tile(sm.q, P.q, b, q0, rows, h, D, th);
   fill(sm.o, kTile * D, 0.0f, th);
@@ -242,7 +246,7 @@ FA_FN void forward_tile(const Problem& P, unsigned char* smem, const Thread& th)
   sync_block();
   for (int kt = 0; kt < n_kt; ++kt) {
     const int64_t k0 = static_cast<int64_t>(kt) * kTile;
-    const int krows = P.Tk - k0 < kTile ? static_cast<int>(P.Tk - k0) : kTile;
+    const int krows = tile_len(P.Tk, k0);
     load_tile(sm.k, P.k, b, k0, krows, g, D, th);
     load_tile(sm.v, P.v, b, k0, krows, g, D, th);
     sync_block();
@@ -341,7 +345,7 @@ template <class T>
 FA_FN void backward_kv_tile(const Problem& P, unsigned char* smem, const Thread& th) {
   const int D = P.D, group = P.H / P.Hkv, b = th.bx / P.Hkv, g = th.bx % P.Hkv;
   const int64_t k0 = static_cast<int64_t>(th.by) * kTile;
-  const int krows = P.Tk - k0 < kTile ? static_cast<int>(P.Tk - k0) : kTile;
+  const int krows = tile_len(P.Tk, k0);
   BackwardKvSmem<T> sm(smem, D);
   load_tile(sm.k, P.k, b, k0, krows, g, D, th);
   load_tile(sm.v, P.v, b, k0, krows, g, D, th);
@@ -354,7 +358,7 @@ FA_FN void backward_kv_tile(const Problem& P, unsigned char* smem, const Thread&
     const int h = g * group + hh;
     for (int qt = qt0; qt < tiles(P.Tq); ++qt) {
       const int64_t q0 = static_cast<int64_t>(qt) * kTile;
-      const int rows = P.Tq - q0 < kTile ? static_cast<int>(P.Tq - q0) : kTile;
+      const int rows = tile_len(P.Tq, q0);
       const RowSlot row(th, rows, P.q_offset + q0);
       sync_block();  // the previous tile's readers of q, dout, p, ds are done
       load_query_side(P, sm.q, sm.dout, sm.lse, sm.delta, b, h, q0, rows, th);
@@ -382,7 +386,7 @@ FA_FN void backward_q_tile(const Problem& P, unsigned char* smem, const Thread& 
   const int D = P.D, b = th.bx / P.H, h = th.bx % P.H, g = h / (P.H / P.Hkv);
   const int qt = tiles(P.Tq) - 1 - th.by;
   const int64_t q0 = static_cast<int64_t>(qt) * kTile;
-  const int rows = P.Tq - q0 < kTile ? static_cast<int>(P.Tq - q0) : kTile;
+  const int rows = tile_len(P.Tq, q0);
   BackwardQSmem<T> sm(smem, D);
   load_query_side(P, sm.q, sm.dout, sm.lse, sm.delta, b, h, q0, rows, th);
   fill(sm.dq, kTile * D, 0.0f, th);
@@ -390,7 +394,7 @@ FA_FN void backward_q_tile(const Problem& P, unsigned char* smem, const Thread& 
   const int n_kt = tiles(visible_keys(P, q0, rows));
   for (int kt = 0; kt < n_kt; ++kt) {
     const int64_t k0 = static_cast<int64_t>(kt) * kTile;
-    const int krows = P.Tk - k0 < kTile ? static_cast<int>(P.Tk - k0) : kTile;
+    const int krows = tile_len(P.Tk, k0);
     sync_block();  // the previous tile's readers of k, v are done
     load_tile(sm.k, P.k, b, k0, krows, g, D, th);
     load_tile(sm.v, P.v, b, k0, krows, g, D, th);
