@@ -9,6 +9,16 @@ scripts/setup.sh
 ninja -C build
 # The real-text tests need the Brown corpus and GPT-2's vocabulary.
 scripts/get_data.sh
-cd build
-ctest --output-on-failure --timeout 900 "$@"
+(cd build && ctest --output-on-failure --timeout 900 "$@")
+# The CUDA backend again, built against the host CUDA emulator (test/cuda_emu):
+# its [cuda] suite, the emulator's own tests and the GPU-vs-CPU training
+# comparison run here whether or not a GPU exists. TRAINER_EMULATOR=0 skips it.
+if [[ ${TRAINER_EMULATOR:-1} != 0 ]]; then
+  if [[ ! -f build-emu/build.ninja ]]; then
+    cmake -S . -B build-emu -G Ninja -DCMAKE_BUILD_TYPE=Release -DTRAINER_CUDA_EMULATOR=ON \
+      -DTRAINER_MPI=OFF "-DTRAINER_TEST_DIRS=cuda;cuda_emu;e2e"
+  fi
+  ninja -C build-emu trainer cuda_ops_test cuda_emulator_test
+  (cd build-emu && ctest --output-on-failure --timeout 900 -L cuda)
+fi
 echo "test.sh: finished in $(( $(date +%s) - start )) s"

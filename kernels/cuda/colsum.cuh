@@ -49,8 +49,9 @@ void column_sums(CudaState& st, F f, int64_t num_rows, int64_t num_cols, float* 
   TRAINER_CHECK(col_blocks < (int64_t{1} << 31) && chunks <= kMaxGridY,
                 "column_sums: grid ({}, {}) too large", col_blocks, chunks);
   dim3 grid(static_cast<unsigned>(col_blocks), static_cast<unsigned>(chunks));
-  column_partials_kernel<<<grid, dim3(32, kColsumRows), 0, st.stream>>>(f, num_rows, num_cols,
-                                                                        rows_per_chunk, partial);
+  // <F> spelled out: the emulator's launch (test/cuda_emu) takes the kernel's address.
+  column_partials_kernel<F><<<grid, dim3(32, kColsumRows), 0, st.stream>>>(
+      f, num_rows, num_cols, rows_per_chunk, partial);
   CUDA_LAUNCH_CHECK();
   column_finish_kernel<<<grid_for(num_cols, 256), 256, 0, st.stream>>>(partial, chunks, num_cols,
                                                                      out, accumulate);

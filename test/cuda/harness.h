@@ -23,6 +23,19 @@ namespace trainer::cuda_test {
 
 // The process-wide CUDA context (device 0) and a CPU context.
 Context& gpu();
+
+// True in a build against the host CUDA emulator (test/cuda_emu), where every
+// GPU thread is a fiber and a warp collective costs a context switch per lane.
+// The largest sweeps there keep one case per shape class at their biggest size
+// (every case still runs at the ragged small sizes, which cross the same block
+// boundaries); on a GPU everything runs.
+constexpr bool emulated() {
+#ifdef TRAINER_CUDA_EMULATOR
+  return true;
+#else
+  return false;
+#endif
+}
 Context& cpu();
 
 // Values rounded to `dtype` (f32: unchanged; bf16, f16: to nearest even), the

@@ -1,0 +1,36 @@
+# The CUDA emulator (-DTRAINER_CUDA_EMULATOR=ON; included by the top-level CMakeLists.txt
+# before kernels/, its self-tests are test/cuda_emu/CMakeLists.txt): the CUDA backend's own sources
+# (kernels/cuda) built by the host compiler against a host runtime, cuBLASLt and
+# cub, so the [cuda] suite and GPU training runs execute in CI without a GPU.
+# It proves the kernels' logic (indexing, barriers, warp collectives, launch
+# limits, what they write) against the CPU ops; a GPU still has the last word on
+# speed, real tensor-core fragments and the real libraries' numerics.
+set(_emu_dir ${CMAKE_SOURCE_DIR}/test/cuda_emu)
+add_library(trainer_cuda_emu STATIC ${_emu_dir}/runtime.cpp ${_emu_dir}/scheduler.cpp ${_emu_dir}/cublaslt.cpp)
+target_include_directories(trainer_cuda_emu PUBLIC ${_emu_dir}/include)
+target_compile_options(trainer_cuda_emu PUBLIC -ffp-contract=off)
+target_link_libraries(trainer_cuda_emu PRIVATE trainer_warnings)
+
+# trainer_emulated_cuda_sources(OUT_VAR file.cu ...): each .cu/.cuh rewritten
+# (rewrite_cu.cmake) under the build tree at the same relative path; the .cu
+# files become .cu.cpp sources, the .cuh files headers found first on the
+# include path (${TRAINER_CUDA_EMU_SRC}).
+set(TRAINER_CUDA_EMU_SRC ${CMAKE_BINARY_DIR}/cuda_emu_src CACHE INTERNAL "")
+function(trainer_emulated_cuda_sources out_var)
+  set(_outs)
+  foreach(_in ${ARGN})
+    file(RELATIVE_PATH _rel ${CMAKE_SOURCE_DIR} ${_in})
+    if(_in MATCHES "\\.cu$")
+      set(_out ${TRAINER_CUDA_EMU_SRC}/${_rel}.cpp)
+    else()
+      set(_out ${TRAINER_CUDA_EMU_SRC}/${_rel})
+    endif()
+    add_custom_command(OUTPUT ${_out}
+      COMMAND ${CMAKE_COMMAND} -DIN=${_in} -DOUT=${_out}
+              -P ${CMAKE_SOURCE_DIR}/test/cuda_emu/rewrite_cu.cmake
+      DEPENDS ${_in} ${CMAKE_SOURCE_DIR}/test/cuda_emu/rewrite_cu.cmake
+      COMMENT "emulator: rewriting ${_rel}" VERBATIM)
+    list(APPEND _outs ${_out})
+  endforeach()
+  set(${out_var} ${_outs} PARENT_SCOPE)
+endfunction()

@@ -1,0 +1,372 @@
+// The emulator's own tests (CUDA source: built through rewrite_cu.cmake as the
+// backend is): that it runs correct kernels as a GPU would and
+// that each GPU failure it claims to catch is caught. A kernel that would hang
+// or misbehave on a GPU runs in a forked child, which must abort with the
+// emulator's message.
+#include <fcntl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <cub/block/block_scan.cuh>
+#include <cub/device/device_radix_sort.cuh>
+#include <cublasLt.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+namespace {
+
+// Runs f in a child process; returns its stderr, and whether it aborted.
+std::pair<bool, std::string> run_child(const std::function<void()>& f) {
+  int fds[2];
+  REQUIRE(pipe(fds) == 0);
+  std::fflush(nullptr);
+  const pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    std::signal(SIGABRT, SIG_DFL);  // not Catch2's handler: the parent judges the abort
+    const int null = open("/dev/null", O_WRONLY);
+    dup2(null, 1);
+    dup2(fds[1], 2);
+    close(fds[0]);
+    f();
+    std::_Exit(0);
+  }
+  close(fds[1]);
+  std::string err;
+  char buf[512];
+  for (ssize_t n; (n = read(fds[0], buf, sizeof buf)) > 0;) err.append(buf, static_cast<size_t>(n));
+  close(fds[0]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return {WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT, err};
+}
+
+template <class T>
+T* device_array(size_t n) {
+  void* p = nullptr;
+  REQUIRE(cudaMalloc(&p, n * sizeof(T)) == cudaSuccess);
+  return static_cast<T*>(p);
+}
+
+void warp_sum_kernel(const float* in, float* out) {
+  float v = in[blockIdx.x * blockDim.x + threadIdx.x];
+  for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+  if (threadIdx.x % 32 == 0) out[blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32] = v;
+}
+
+// Reverses a block's values through shared memory; `fenced` false drops the
+// barrier between the writes and the reads.
+void reverse_kernel(const int* in, int* out, bool fenced) {
+  __shared__ int tile[256];
+  tile[threadIdx.x] = in[threadIdx.x];
+  if (fenced) __syncthreads();
+  out[threadIdx.x] = tile[blockDim.x - 1 - threadIdx.x];
+}
+
+void split_barrier_kernel() {
+  if (threadIdx.x < 16)
+    __syncthreads();
+  else
+    (void)__shfl_xor_sync(0xffffffffu, 1, 1);
+}
+
+void exited_lane_kernel() {
+  if (threadIdx.x == 5) return;
+  (void)__shfl_down_sync(0xffffffffu, 1.0f, 1);
+}
+
+__global__ void dynamic_smem_kernel(int* out) {
+  extern __shared__ int buf[];
+  buf[threadIdx.x] = static_cast<int>(threadIdx.x);
+  __syncthreads();
+  if (threadIdx.x == 0) out[0] = buf[blockDim.x - 1];
+}
+
+void scan_kernel(const int* in, int* out, int* total) {
+  using Scan = cub::BlockScan<int, 128>;
+  __shared__ typename Scan::TempStorage temp;
+  int items[2] = {in[2 * threadIdx.x], in[2 * threadIdx.x + 1]}, sums[2], all;
+  Scan(temp).ExclusiveSum(items, sums, all);
+  out[2 * threadIdx.x] = sums[0];
+  out[2 * threadIdx.x + 1] = sums[1];
+  if (threadIdx.x == 0) *total = all;
+}
+
+}  // namespace
+
+TEST_CASE("warp shuffles reduce as on a GPU", "[emulator]") {
+  const int blocks = 3, threads = 128;
+  float* in = device_array<float>(blocks * threads);
+  float* out = device_array<float>(blocks * threads / 32);
+  for (int i = 0; i < blocks * threads; ++i) in[i] = static_cast<float>(i % 7);
+  warp_sum_kernel<<<blocks, threads>>>(in, out);
+  REQUIRE(cudaGetLastError() == cudaSuccess);
+  for (int w = 0; w < blocks * threads / 32; ++w) {
+    float expect = 0;
+    for (int l = 0; l < 32; ++l) expect += static_cast<float>((w * 32 + l) % 7);
+    CHECK(out[w] == expect);
+  }
+  cudaFree(in);
+  cudaFree(out);
+}
+
+TEST_CASE("a missing __syncthreads reads unwritten shared memory", "[emulator]") {
+  int* in = device_array<int>(256);
+  int* out = device_array<int>(256);
+  for (int i = 0; i < 256; ++i) in[i] = i;
+  for (int run = 0; run < 2; ++run) {  // both thread orders
+    reverse_kernel<<<1, 256>>>(in, out, true);
+    for (int i = 0; i < 256; ++i) REQUIRE(out[i] == 255 - i);
+  }
+  int wrong = 0;
+  for (int run = 0; run < 2; ++run) {
+    reverse_kernel<<<1, 256>>>(in, out, false);
+    for (int i = 0; i < 256; ++i) wrong += out[i] != 255 - i;
+  }
+  CHECK(wrong > 0);
+  cudaFree(in);
+  cudaFree(out);
+}
+
+TEST_CASE("a barrier only some threads reach is reported as a hang", "[emulator]") {
+  auto [aborted, err] = run_child([] {
+    split_barrier_kernel<<<1, 32>>>();
+  });
+  CHECK(aborted);
+  CHECK_THAT(err, Catch::Contains("deadlock"));
+  CHECK_THAT(err, Catch::Contains("emulator_test.cu:"));
+}
+
+TEST_CASE("a full-mask shuffle after a lane exited is reported", "[emulator]") {
+  auto [aborted, err] = run_child([] {
+    exited_lane_kernel<<<1, 32>>>();
+  });
+  CHECK(aborted);
+  CHECK_THAT(err, Catch::Contains("exited"));
+}
+
+TEST_CASE("launches the driver refuses are refused", "[emulator]") {
+  int* out = device_array<int>(1);
+  warp_sum_kernel<<<1, 2048>>>(nullptr, nullptr);
+  CHECK(cudaGetLastError() == cudaErrorInvalidConfiguration);
+  CHECK(cudaGetLastError() == cudaSuccess);  // not sticky
+  warp_sum_kernel<<<dim3(1, 70000), 32>>>(nullptr, nullptr);
+  CHECK(cudaGetLastError() == cudaErrorInvalidConfiguration);
+  // Dynamic shared memory above 48 KiB needs the kernel's opt-in.
+  dynamic_smem_kernel<<<1, 64, 64 * 1024>>>(out);
+  CHECK(cudaGetLastError() == cudaErrorInvalidValue);
+  REQUIRE(cudaFuncSetAttribute(dynamic_smem_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               64 * 1024) == cudaSuccess);
+  dynamic_smem_kernel<<<1, 64, 64 * 1024>>>(out);
+  CHECK(cudaGetLastError() == cudaSuccess);
+  CHECK(out[0] == 63);
+  CHECK(cudaFuncSetAttribute(dynamic_smem_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             228 * 1024) == cudaErrorInvalidValue);
+  cudaStream_t s;
+  REQUIRE(cudaStreamCreate(&s) == cudaSuccess);
+  REQUIRE(cudaStreamDestroy(s) == cudaSuccess);
+  dynamic_smem_kernel<<<1, 64, 0, s>>>(out);
+  CHECK(cudaGetLastError() == cudaErrorInvalidResourceHandle);
+  cudaFree(out);
+}
+
+TEST_CASE("device memory starts as NaN and copies check their direction", "[emulator]") {
+  float* d = device_array<float>(4);
+  CHECK(std::isnan(d[0]));
+  float h[4] = {1, 2, 3, 4};
+  CHECK(cudaMemcpy(d, h, sizeof h, cudaMemcpyHostToDevice) == cudaSuccess);
+  CHECK(cudaMemcpy(h, d, sizeof h, cudaMemcpyHostToDevice) == cudaErrorInvalidValue);
+  CHECK(cudaMemcpy(d, h, 2 * sizeof h, cudaMemcpyHostToDevice) == cudaErrorInvalidValue);  // overruns
+  CHECK(cudaFree(h) == cudaErrorInvalidValue);
+  cudaGetLastError();
+  cudaFree(d);
+}
+
+TEST_CASE("cub's block scan and radix sort as cub defines them", "[emulator]") {
+  int* in = device_array<int>(256);
+  int* out = device_array<int>(256);
+  int* total = device_array<int>(1);
+  for (int i = 0; i < 256; ++i) in[i] = i % 5;
+  scan_kernel<<<1, 128>>>(in, out, total);
+  int run = 0;
+  for (int i = 0; i < 256; ++i) {
+    CHECK(out[i] == run);
+    run += i % 5;
+  }
+  CHECK(*total == run);
+
+  // Stable on the low 3 bits, signed keys in two's-complement order.
+  const int n = 6;
+  int32_t keys[n] = {5, -3, 13, 5, 2, 21}, vals[n] = {0, 1, 2, 3, 4, 5};
+  int32_t *dk = device_array<int32_t>(n), *dv = device_array<int32_t>(n);
+  int32_t *sk = device_array<int32_t>(n), *sv = device_array<int32_t>(n);
+  std::memcpy(dk, keys, sizeof keys);
+  std::memcpy(dv, vals, sizeof vals);
+  size_t bytes = 0;
+  REQUIRE(cub::DeviceRadixSort::SortPairs(nullptr, bytes, dk, sk, dv, sv, n, 0, 3) == cudaSuccess);
+  void* temp = device_array<unsigned char>(bytes);
+  REQUIRE(cub::DeviceRadixSort::SortPairs(temp, bytes, dk, sk, dv, sv, n, 0, 3) == cudaSuccess);
+  // low 3 bits: 5->5, -3->5, 13->5, 5->5, 2->2, 21->5
+  const int32_t expect_vals[n] = {4, 0, 1, 2, 3, 5};
+  for (int i = 0; i < n; ++i) CHECK(sv[i] == expect_vals[i]);
+  REQUIRE(cub::DeviceRadixSort::SortPairs(temp, bytes, dk, sk, dv, sv, n) == cudaSuccess);
+  const int32_t expect_keys[n] = {-3, 2, 5, 5, 13, 21};
+  for (int i = 0; i < n; ++i) CHECK(sk[i] == expect_keys[i]);
+  for (void* p : {(void*)in, (void*)out, (void*)total, (void*)dk, (void*)dv, (void*)sk, (void*)sv, temp})
+    cudaFree(p);
+}
+
+namespace {
+struct Lt {
+  cublasLtHandle_t h;
+  Lt() { REQUIRE(cublasLtCreate(&h) == CUBLAS_STATUS_SUCCESS); }
+  ~Lt() { cublasLtDestroy(h); }
+};
+
+// D = op(A) op(B) (+ bias) in cuBLASLt's column-major terms on small matrices.
+void check_matmul(bool ta, bool tb, int m, int n, int k, uint32_t epilogue) {
+  Lt lt;
+  const int lda = (ta ? k : m) + 1, ldb = (tb ? n : k) + 2, ldd = m + 3;
+  float* A = device_array<float>(static_cast<size_t>(lda) * (ta ? m : k));
+  float* B = device_array<float>(static_cast<size_t>(ldb) * (tb ? k : n));
+  float* D = device_array<float>(static_cast<size_t>(ldd) * n);
+  float* bias = device_array<float>(std::max(m, n));
+  auto a = [&](int i, int p) -> float& { return ta ? A[p + i * lda] : A[i + p * lda]; };
+  auto b = [&](int p, int j) -> float& { return tb ? B[j + p * ldb] : B[p + j * ldb]; };
+  for (int i = 0; i < m; ++i)
+    for (int p = 0; p < k; ++p) a(i, p) = static_cast<float>((i * 3 + p) % 5 - 2);
+  for (int p = 0; p < k; ++p)
+    for (int j = 0; j < n; ++j) b(p, j) = static_cast<float>((p + 2 * j) % 4 - 1);
+  for (int i = 0; i < m; ++i) bias[i] = static_cast<float>(i);
+  cublasLtMatmulDesc_t desc;
+  REQUIRE(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F) == CUBLAS_STATUS_SUCCESS);
+  int32_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+  cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa);
+  cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb);
+  cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof epilogue);
+  cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias);
+  cublasLtMatrixLayout_t la, lb, ld;
+  cublasLtMatrixLayoutCreate(&la, CUDA_R_32F, ta ? k : m, ta ? m : k, lda);
+  cublasLtMatrixLayoutCreate(&lb, CUDA_R_32F, tb ? n : k, tb ? k : n, ldb);
+  cublasLtMatrixLayoutCreate(&ld, CUDA_R_32F, m, n, ldd);
+  cublasLtMatmulPreference_t pref;
+  cublasLtMatmulPreferenceCreate(&pref);
+  const uint32_t align = 4;  // odd leading dims: only element alignment
+  for (auto attr : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
+    cublasLtMatmulPreferenceSetAttribute(pref, attr, &align, sizeof align);
+  cublasLtMatmulHeuristicResult_t res;
+  int got = 0;
+  REQUIRE(cublasLtMatmulAlgoGetHeuristic(lt.h, desc, la, lb, ld, ld, pref, 1, &res, &got) ==
+          CUBLAS_STATUS_SUCCESS);
+  REQUIRE(got == 1);
+  const float alpha = 1.0f, beta = 0.0f;  // D starts as NaN: beta 0 must not read it
+  REQUIRE(cublasLtMatmul(lt.h, desc, &alpha, A, la, B, lb, &beta, D, ld, D, ld, &res.algo, nullptr,
+                         0, nullptr) == CUBLAS_STATUS_SUCCESS);
+  for (int i = 0; i < m; ++i)
+    for (int j = 0; j < n; ++j) {
+      float s = epilogue == CUBLASLT_EPILOGUE_BIAS ? static_cast<float>(i) : 0.0f;
+      for (int p = 0; p < k; ++p) s += a(i, p) * b(p, j);
+      REQUIRE(D[i + j * ldd] == s);
+    }
+  if (epilogue == CUBLASLT_EPILOGUE_BGRADB)
+    for (int j = 0; j < n; ++j) {
+      float s = 0;
+      for (int p = 0; p < k; ++p) s += b(p, j);
+      CHECK(bias[j] == s);
+    }
+  cublasLtMatrixLayoutDestroy(la);
+  cublasLtMatrixLayoutDestroy(lb);
+  cublasLtMatrixLayoutDestroy(ld);
+  cublasLtMatmulPreferenceDestroy(pref);
+  cublasLtMatmulDescDestroy(desc);
+  for (void* p : {(void*)A, (void*)B, (void*)D, (void*)bias}) cudaFree(p);
+}
+}  // namespace
+
+TEST_CASE("cuBLASLt's column-major matmul, transposes and epilogues", "[emulator]") {
+  for (bool ta : {false, true})
+    for (bool tb : {false, true}) {
+      check_matmul(ta, tb, 5, 3, 4, CUBLASLT_EPILOGUE_DEFAULT);
+      check_matmul(ta, tb, 2, 7, 3, CUBLASLT_EPILOGUE_BIAS);
+      check_matmul(ta, tb, 4, 6, 5, CUBLASLT_EPILOGUE_BGRADB);
+    }
+}
+
+TEST_CASE("cuBLASLt refuses FP8 layouts Hopper refuses", "[emulator]") {
+  Lt lt;
+  cublasLtMatmulDesc_t desc;
+  cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F);
+  cublasLtMatrixLayout_t la, lb, ld;
+  cublasLtMatrixLayoutCreate(&la, CUDA_R_8F_E4M3, 16, 16, 16);
+  cublasLtMatrixLayoutCreate(&lb, CUDA_R_8F_E4M3, 16, 16, 16);
+  cublasLtMatrixLayoutCreate(&ld, CUDA_R_32F, 16, 16, 16);
+  cublasLtMatmulPreference_t pref;
+  cublasLtMatmulPreferenceCreate(&pref);
+  cublasLtMatmulHeuristicResult_t res;
+  int got = 0;
+  CHECK(cublasLtMatmulAlgoGetHeuristic(lt.h, desc, la, lb, ld, ld, pref, 1, &res, &got) ==
+        CUBLAS_STATUS_NOT_SUPPORTED);  // NN
+  int32_t t = CUBLAS_OP_T;
+  cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &t, sizeof t);
+  CHECK(cublasLtMatmulAlgoGetHeuristic(lt.h, desc, la, lb, ld, ld, pref, 1, &res, &got) ==
+        CUBLAS_STATUS_SUCCESS);  // TN
+  cublasLtMatrixLayoutDestroy(la);
+  cublasLtMatrixLayoutDestroy(lb);
+  cublasLtMatrixLayoutDestroy(ld);
+  cublasLtMatmulPreferenceDestroy(pref);
+  cublasLtMatmulDescDestroy(desc);
+}
+
+TEST_CASE("bf16 conversion rounds to nearest even", "[emulator]") {
+  CHECK(__float2bfloat16_rn(1.0f + 1.0f / 256).__x == 0x3f80);  // tie to even
+  CHECK(__float2bfloat16_rn(1.0f + 3.0f / 256).__x == 0x3f82);
+  CHECK(__float2bfloat16_rn(NAN).__x == 0x7fff);
+  CHECK(__bfloat162float(__ushort_as_bfloat16(0x4049)) == 3.140625f);
+}
+
+TEST_CASE("fp16 conversions equal IEEE binary16 on every code and a float sweep", "[emulator]") {
+  int bad = 0;
+  for (uint32_t code = 0; code < 65536; ++code) {
+    const auto c = static_cast<uint16_t>(code);
+    _Float16 ref;
+    std::memcpy(&ref, &c, 2);
+    const float got = __half2float(__ushort_as_half(c)), want = static_cast<float>(ref);
+    const bool same = std::isnan(want) ? std::isnan(got)
+                                       : got == want && std::signbit(got) == std::signbit(want);
+    if (!same && bad++ < 5) FAIL_CHECK("half code " << code << ": " << got << " != " << want);
+  }
+  CHECK(bad == 0);
+  // Every 1021st float bit pattern (ties, subnormals, overflow and NaN among them)
+  // and the exact ties around 65504 and the subnormal boundary.
+  std::vector<uint32_t> patterns;
+  for (uint64_t u = 0; u <= 0xffffffffull; u += 1021) patterns.push_back(static_cast<uint32_t>(u));
+  for (float f : {65504.0f, 65519.99f, 65520.0f, 6.1035156e-05f, 6.1035152e-05f, 2.9802322e-08f,
+                  2.9802326e-08f, 5.9604645e-08f, 1.0f + 1.0f / 2048, 1.0f + 3.0f / 2048})
+    for (float g : {f, -f}) {
+      uint32_t u;
+      std::memcpy(&u, &g, 4);
+      patterns.push_back(u);
+    }
+  for (uint32_t u : patterns) {
+    float f;
+    std::memcpy(&f, &u, 4);
+    const uint16_t got = __half_as_ushort(__float2half_rn(f));
+    uint16_t want = 0x7fff;
+    if (!std::isnan(f)) {
+      const _Float16 ref = static_cast<_Float16>(f);
+      std::memcpy(&want, &ref, 2);
+    }
+    if (got != want && bad++ < 5) FAIL_CHECK("float bits " << u << ": " << got << " != " << want);
+  }
+  CHECK(bad == 0);
+}

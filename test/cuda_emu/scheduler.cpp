@@ -1,0 +1,369 @@
+// The emulator's launches: blocks in turn, each block's threads as fibers on
+// the calling thread, switched by a 20-line context switch (x86-64 SysV: the
+// callee-saved registers; kernels never change the rounding mode, so MXCSR
+// and the x87 control word stay as the launching thread set them) instead of
+// swapcontext, whose signal-mask syscall per switch would make an element-wise
+// kernel over a million elements take seconds. Every collective waits for the
+// threads the hardware waits for; what would hang a GPU aborts here with the
+// kernel, block and threads involved.
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "cuda_runtime.h"
+#include "runtime_state.h"
+
+#if !defined(__x86_64__)
+#error "the CUDA emulator's context switch is written for x86-64"
+#endif
+
+extern "C" void cuda_emu_switch(void** save_sp, void* load_sp);
+extern "C" void cuda_emu_trampoline();
+asm(R"(
+.text
+.globl cuda_emu_switch
+.type cuda_emu_switch,@function
+cuda_emu_switch:
+  pushq %rbp
+  pushq %rbx
+  pushq %r12
+  pushq %r13
+  pushq %r14
+  pushq %r15
+  movq %rsp, (%rdi)
+  movq %rsi, %rsp
+  popq %r15
+  popq %r14
+  popq %r13
+  popq %r12
+  popq %rbx
+  popq %rbp
+  ret
+.size cuda_emu_switch,.-cuda_emu_switch
+.globl cuda_emu_trampoline
+.type cuda_emu_trampoline,@function
+cuda_emu_trampoline:
+  movq %r12, %rdi
+  call *%r13
+  ud2
+.size cuda_emu_trampoline,.-cuda_emu_trampoline
+.section .note.GNU-stack,"",@progbits
+.text
+)");
+
+namespace cuda_emu {
+
+enum class Wait { ready, block, warp, done };
+
+struct ThreadState {
+  void* sp = nullptr;
+  uint3 idx{};
+  int linear = 0;
+  Wait wait = Wait::ready;
+  const char* where = "";
+  unsigned mask = 0;
+  WarpOp op = WarpOp::sync;
+  uint64_t value = 0, result = 0;
+  int src = 0;
+  uint64_t products = 0;
+};
+
+std::string fmt_lane_error(const ThreadState& t, int lane, const char* what);
+
+namespace {
+
+void release_block_if_complete();
+
+constexpr size_t kStackBytes = 256 * 1024;  // the flash tiles keep fragments on the stack
+constexpr int kMaxThreads = 1024;
+
+struct Stack {
+  unsigned char* base = nullptr;  // lowest address; its first page is a guard
+};
+
+struct Scheduler {
+  std::vector<Stack> stacks;
+  std::vector<ThreadState> threads;
+  void* home_sp = nullptr;
+  ThreadState* current = nullptr;
+  BodyFn body = nullptr;
+  void* closure = nullptr;
+  std::string site;
+  uint64_t launches = 0;
+  bool running = false;
+  std::vector<const void*> shared_vars;  // static __shared__ seen in this block
+  uint64_t block_runs = 0;
+  int live = 0;        // threads of the block not yet exited
+  int at_barrier = 0;  // of them, waiting at __syncthreads
+};
+
+thread_local Scheduler sched;
+
+unsigned char* new_stack() {
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  void* p = mmap(nullptr, kStackBytes + page, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
+  if (p == MAP_FAILED) {
+    std::fprintf(stderr, "cuda emulator: cannot map a %zu-byte fiber stack\n", kStackBytes);
+    std::abort();
+  }
+  mprotect(p, page, PROT_NONE);  // an overflow faults instead of corrupting a neighbour
+  return static_cast<unsigned char*>(p);
+}
+
+extern "C" void fiber_main(ThreadState* t) {
+  sched.body(sched.closure);
+  t->wait = Wait::done;
+  --sched.live;
+  release_block_if_complete();
+  cuda_emu_switch(&t->sp, sched.home_sp);
+  std::abort();  // a finished fiber is never resumed
+}
+
+void prepare(ThreadState& t, Stack& s) {
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  // Stack tops at equal offsets in their mappings would share cache sets and
+  // evict each other at every switch: stagger them by cache lines.
+  const uintptr_t stagger = static_cast<uintptr_t>(t.linear) * 64 * 7 % 32768;
+  uintptr_t top = reinterpret_cast<uintptr_t>(s.base) + page + kStackBytes - stagger;
+  top &= ~uintptr_t{15};
+  // 7 slots: r15, r14, r13, r12, rbx, rbp, the return address. After the
+  // `ret` into the trampoline rsp = top - 16, aligned for its call.
+  auto* sp = reinterpret_cast<uint64_t*>(top - 72);
+  sp[0] = 0;                                                 // r15
+  sp[1] = 0;                                                 // r14
+  sp[2] = reinterpret_cast<uint64_t>(&fiber_main);           // r13
+  sp[3] = reinterpret_cast<uint64_t>(&t);                    // r12
+  sp[4] = 0;                                                 // rbx
+  sp[5] = 0;                                                 // rbp
+  sp[6] = reinterpret_cast<uint64_t>(&cuda_emu_trampoline);  // return address
+  t.sp = sp;
+  t.wait = Wait::ready;
+}
+
+ThreadState& self() {
+  if (!sched.current) {
+    std::fprintf(stderr, "cuda emulator: a device builtin was called outside a kernel\n");
+    std::abort();
+  }
+  return *sched.current;
+}
+
+void suspend(ThreadState& t) { cuda_emu_switch(&t.sp, sched.home_sp); }
+
+[[noreturn]] void fault(const std::string& what) {
+  std::fprintf(stderr,
+               "cuda emulator: kernel launched at %s, block (%u, %u, %u) of grid (%u, %u, %u), block (%u, %u, "
+               "%u) threads: %s\n",
+               sched.site.c_str(), tls_block.block_idx.x, tls_block.block_idx.y,
+               tls_block.block_idx.z, tls_block.grid_dim.x, tls_block.grid_dim.y,
+               tls_block.grid_dim.z, tls_block.block_dim.x, tls_block.block_dim.y,
+               tls_block.block_dim.z, what.c_str());
+  std::fflush(stderr);
+  std::abort();
+}
+
+const char* wait_name(const ThreadState& t) {
+  switch (t.wait) {
+    case Wait::ready: return "running";
+    case Wait::block: return "__syncthreads";
+    case Wait::warp: return t.where;
+    case Wait::done: return "exited";
+  }
+  return "?";
+}
+
+// Releases the group of warp lanes `mask` (warp starting at thread `first`) if
+// every lane of it waits at a collective with that mask: each gets its result
+// and becomes ready. Called by each arriving lane, so the last one releases.
+bool try_release(int first, unsigned mask) {
+  const int n = static_cast<int>(sched.threads.size());
+  for (int j = 0; j < 32; ++j) {
+    if (!(mask >> j & 1u)) continue;
+    if (first + j >= n) return false;  // reported by deadlock()
+    const ThreadState& o = sched.threads[first + j];
+    if (o.wait != Wait::warp || o.mask != mask) return false;
+  }
+  const ThreadState& lead = sched.threads[first + __builtin_ctz(mask)];
+  uint64_t ballot = 0;
+  for (int j = 0; j < 32; ++j)
+    if (mask >> j & 1u && sched.threads[first + j].value) ballot |= uint64_t{1} << j;
+  for (int j = 0; j < 32; ++j) {
+    if (!(mask >> j & 1u)) continue;
+    ThreadState& o = sched.threads[first + j];
+    if (o.op != lead.op)
+      fault(fmt_lane_error(o, j, "meets a different warp collective with the same mask"));
+    if (o.op == WarpOp::shuffle) {
+      if (o.src < 0 || o.src >= 32 || !(mask >> o.src & 1u))
+        fault(fmt_lane_error(o, o.src, "shuffles from a lane outside the mask"));
+      o.result = sched.threads[first + o.src].value;
+    } else if (o.op == WarpOp::ballot) {
+      o.result = ballot;
+    }
+    o.wait = Wait::ready;
+  }
+  return true;
+}
+
+// The block barrier: released when every thread still running has arrived
+// (threads that exited no longer count, as on sm_70 and later).
+void release_block_if_complete() {
+  if (sched.at_barrier == 0 || sched.at_barrier != sched.live) return;
+  for (ThreadState& t : sched.threads)
+    if (t.wait == Wait::block) t.wait = Wait::ready;
+  sched.at_barrier = 0;
+}
+
+[[noreturn]] void deadlock(int n) {
+  for (int i = 0; i < n; ++i) {
+    const ThreadState& t = sched.threads[i];
+    if (t.wait != Wait::warp) continue;
+    const int first = i / 32 * 32;
+    for (int j = 0; j < 32; ++j) {
+      if (!(t.mask >> j & 1u)) continue;
+      if (first + j >= n) fault(fmt_lane_error(t, j, "names a lane past the block's last thread"));
+      if (sched.threads[first + j].wait == Wait::done)
+        fault(fmt_lane_error(t, j, "waits for a lane that has exited"));
+    }
+  }
+  std::string s = "deadlock (a GPU hangs here):";
+  int shown = 0;
+  for (int i = 0; i < n && shown < 8; ++i) {
+    const ThreadState& t = sched.threads[i];
+    if (t.wait == Wait::done) continue;
+    s += " thread " + std::to_string(i) + " at " + wait_name(t);
+    if (t.wait == Wait::warp) {
+      char m[16];
+      std::snprintf(m, sizeof m, "%08x", t.mask);
+      s += std::string("(mask ") + m + ")";
+    }
+    s += ";";
+    ++shown;
+  }
+  fault(s);
+}
+
+void run_block(int n, bool reverse) {
+  const int x = static_cast<int>(tls_block.block_dim.x), y = static_cast<int>(tls_block.block_dim.y);
+  for (int i = 0; i < n; ++i) {
+    ThreadState& t = sched.threads[i];
+    t.linear = i;
+    t.products = 0;
+    t.idx = {static_cast<unsigned>(i % x), static_cast<unsigned>(i / x % y),
+             static_cast<unsigned>(i / (x * y))};
+    prepare(t, sched.stacks[i]);
+  }
+  sched.live = n;
+  sched.at_barrier = 0;
+  sched.shared_vars.clear();
+  ++sched.block_runs;
+  while (sched.live > 0) {
+    bool ran = false;
+    for (int k = 0; k < n; ++k) {
+      ThreadState& t = sched.threads[reverse ? n - 1 - k : k];
+      if (t.wait != Wait::ready) continue;
+      sched.current = &t;
+      tls_thread_idx = t.idx;
+      cuda_emu_switch(&sched.home_sp, t.sp);
+      sched.current = nullptr;
+      ran = true;
+    }
+    if (!ran) deadlock(n);
+  }
+}
+
+}  // namespace
+
+std::string fmt_lane_error(const ThreadState& t, int lane, const char* what) {
+  char m[16];
+  std::snprintf(m, sizeof m, "%08x", t.mask);
+  return "thread " + std::to_string(t.linear) + " in " + t.where + " (mask " + m + ") " + what +
+         " (lane " + std::to_string(lane) + ")";
+}
+
+void shared_memory(void* p, size_t bytes) {
+  for (const void* q : sched.shared_vars)
+    if (q == p) return;
+  sched.shared_vars.push_back(p);
+  std::memset(p, 0xFF, bytes);
+}
+
+uint64_t block_serial() { return sched.block_runs; }
+uint64_t next_product_index() { return self().products++; }
+
+void sync_block() {
+  ThreadState& t = self();
+  t.wait = Wait::block;
+  ++sched.at_barrier;
+  release_block_if_complete();
+  if (t.wait != Wait::ready) suspend(t);
+}
+
+uint64_t warp_collective(unsigned mask, WarpOp op, uint64_t value, int src) {
+  ThreadState& t = self();
+  const unsigned lane = static_cast<unsigned>(t.linear % 32);
+  t.where = op == WarpOp::sync ? "__syncwarp" : op == WarpOp::shuffle ? "__shfl_*_sync"
+                                                                      : "__ballot_sync";
+  if (!(mask >> lane & 1u)) fault(fmt_lane_error(t, static_cast<int>(lane), "is not in its own mask"));
+  t.mask = mask;
+  t.op = op;
+  t.value = value;
+  t.src = src;
+  t.wait = Wait::warp;
+  try_release(t.linear / 32 * 32, mask);
+  if (t.wait != Wait::ready) suspend(t);
+  return t.result;
+}
+
+unsigned live_lanes() {
+  ThreadState& t = self();
+  const int first = t.linear / 32 * 32;
+  const int n = static_cast<int>(sched.threads.size());
+  unsigned m = 0;
+  for (int j = 0; j < 32 && first + j < n; ++j)
+    if (sched.threads[first + j].wait != Wait::done) m |= 1u << j;
+  return m;
+}
+
+void launch(const void* kernel, const LaunchConfig& cfg, BodyFn body, void* closure) {
+  if (sched.running) {
+    std::fprintf(stderr, "cuda emulator: a kernel launched another kernel\n");
+    std::abort();
+  }
+  const cudaError_t err = check_launch(kernel, cfg);
+  if (err != cudaSuccess) {
+    set_last_error(err);
+    return;
+  }
+  const dim3 b = cfg.block, g = cfg.grid;
+  const int n = static_cast<int>(b.x * b.y * b.z);
+  while (static_cast<int>(sched.stacks.size()) < n) sched.stacks.push_back({new_stack()});
+  sched.threads.assign(static_cast<size_t>(n), ThreadState{});
+  std::vector<unsigned char> smem(cfg.smem + 256);
+  auto* aligned = reinterpret_cast<unsigned char*>(
+      (reinterpret_cast<uintptr_t>(smem.data()) + 255) / 256 * 256);
+  sched.body = body;
+  sched.closure = closure;
+  sched.site = std::string(cfg.file) + ":" + std::to_string(cfg.line);
+  tls_block.block_dim = b;
+  tls_block.grid_dim = g;
+  tls_block.dynamic_smem = cfg.smem ? aligned : nullptr;
+  const bool reverse = (sched.launches++ & 1u) != 0;
+  sched.running = true;
+  for (unsigned z = 0; z < g.z; ++z)
+    for (unsigned y = 0; y < g.y; ++y)
+      for (unsigned x = 0; x < g.x; ++x) {
+        std::memset(smem.data(), 0xFF, smem.size());  // uninitialised shared memory reads as NaN
+        tls_block.block_idx = {x, y, z};
+        run_block(n, reverse);
+      }
+  sched.running = false;
+}
+
+}  // namespace cuda_emu

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# cuda_matches_cpu.sh TRAINER SOURCE_DIR WORK: the tiny GPT-2 on real text, a
+# few steps on the CUDA backend and on the CPU in fp32, bf16, fp16 and fp8
+# (every block GEMM in fp8), losses and grad norms compared step by step at
+# gpu_check.sh's tolerances. Exit 77 (skipped) where no GPU is visible; in a
+# build against the CUDA emulator (test/cuda_emu) it runs in CI.
+set -euo pipefail
+trainer=$1 src=$2 work=$3
+steps=${STEPS:-3}
+cd "$src"
+if [[ ! -f data/brown/train_000000.bin ]]; then
+  echo "SKIPPED: data/brown missing (scripts/get_data.sh)"
+  exit 77
+fi
+rm -rf "$work" && mkdir -p "$work"
+run() {  # run NAME DEVICE PRECISION [--set ...]
+  local name=$1 dev=$2 prec=$3
+  shift 3
+  "$trainer" train configs/tiny-gpt2.yaml --set train.steps="$steps" --set train.eval_every=0 \
+    --set run.device="$dev" --set precision.compute="$prec" --set run.dir="$work/$name" "$@" \
+    >"$work/$name.log" 2>&1
+}
+if ! run probe cuda fp32 --set train.steps=1; then
+  if grep -q "no GPU is visible\|has no CUDA backend" "$work/probe.log"; then
+    echo "SKIPPED: $(tail -1 "$work/probe.log")"
+    exit 77
+  fi
+  cat "$work/probe.log"
+  exit 1
+fi
+# "step loss grad_norm" per training step of a metrics file.
+metrics() {
+  awk -F'[:,}]' '/"loss"/ { s=""; l=""; g="";
+      for (i = 1; i < NF; i++) { if ($i ~ /"step"$/) s = $(i+1); if ($i ~ /"loss"$/) l = $(i+1);
+                                 if ($i ~ /"grad_norm"$/) g = $(i+1) }
+      if (s != "" && l != "") print s, l, g }' "$1"
+}
+status=0
+for case in "fp32 1e-4" "bf16 5e-3" "fp16 5e-3" "fp8 2e-2"; do
+  read -r prec tol <<<"$case"
+  extra=()
+  [[ $prec == fp8 ]] && extra=(--set precision.fp8_first_last_bf16=false)
+  run "${prec}_cpu" cpu "$prec" "${extra[@]}"
+  run "${prec}_cuda" cuda "$prec" "${extra[@]}"
+  metrics "$work/${prec}_cpu/metrics.jsonl" >"$work/${prec}_cpu.txt"
+  metrics "$work/${prec}_cuda/metrics.jsonl" >"$work/${prec}_cuda.txt"
+  if ! paste "$work/${prec}_cpu.txt" "$work/${prec}_cuda.txt" | awk -v tol="$tol" -v n="$steps" -v p="$prec" '
+      function rel(a, b) { d = a - b; if (d < 0) d = -d; if (a < 0) a = -a; return a > 0 ? d / a : d }
+      { rows++; if ($1 != $4) { print p ": step numbers differ"; bad = 1 }
+        for (k = 2; k <= 3; k++) { r = rel($k, $(k + 3)); if (r != r || $(k + 3) ~ /nan|inf/) r = 1e9
+          if (r > worst) worst = r } }
+      END { printf "%s: %d steps, worst relative difference (loss, grad norm) %.3g (tol %s)\n", p, rows, worst, tol
+            exit (bad || rows != n || worst > tol) }'; then
+    status=1
+  fi
+done
+exit $status
