@@ -40,12 +40,15 @@ Registrar reg("plan", "validate a job and print its per-rank memory plan", [](CL
       engine::apply_pipeline_stage(cfg, shape.pp, stage, shape.virtual_stages);
       cfg.moe.ep = shape.ep;  // each rank holds n_experts / ep routed experts
       // ZeRO shards over the gradient group (dp, or dp x cp with context
-      // parallelism), or over edp with expert parallelism (Trainer::setup).
-      const int zero_size = shape.size(engine::zero_axis(shape));
-      cfg.shard_align = engine::zero_shard_align(spec.parallel.zero, zero_size);
+      // parallelism), or over edp with expert parallelism; ZeRO-3 with ep
+      // shards only the routed experts over edp (Trainer::setup).
+      const engine::ZeroAxes axes = engine::zero_axes(shape, spec.parallel.zero);
+      const engine::ZeroGroup dense{shape.size(axes.dense), 0}, experts{shape.size(axes.expert), 0};
+      cfg.shard_align = engine::zero_shard_align(spec.parallel.zero, dense.size);
+      cfg.shard_experts_apart = axes.experts_apart();
       model::Model model(cfg, engine::micro_batch_shape(spec));
       engine::ZeroLayout layout =
-          engine::zero_layout(model.buffers(), spec.parallel.zero, zero_size, 0);
+          engine::zero_layout(model.buffers(), spec.parallel.zero, dense, experts);
       const int64_t arena_elems = layout.arena_elems;
       engine::AdamW optimizer(spec.optimizer, model.buffers(), std::move(layout));
       std::vector<std::pair<int, size_t>> slots;  // per model chunk
@@ -77,9 +80,12 @@ Registrar reg("plan", "validate a job and print its per-rank memory plan", [](CL
         }
         if (spec.model.moe.enabled)
           fmt::print("experts: {} routed per MoE layer over ep {}: {} on each rank; ZeRO shards "
-                     "over {}\n",
+                     "{}\n",
                      spec.model.moe.n_experts, shape.ep, spec.model.moe.n_experts / shape.ep,
-                     shape.ep > 1 ? "edp" : "dp");
+                     axes.experts_apart()
+                         ? fmt::format("them over edp {} and the rest over {} {}", experts.size,
+                                       shape.cp > 1 ? "dp x cp" : "dp", dense.size)
+                         : fmt::format("over {}", shape.ep > 1 ? "edp" : "dp"));
         if (shape.pp > 1)
           fmt::print("{}\n", parallel::describe_schedule(shape.pp, micro_batches, shape.virtual_stages));
       }
@@ -100,6 +106,13 @@ Registrar reg("plan", "validate a job and print its per-rank memory plan", [](CL
           if (p.spec.expert) expert += int64_t(model.buffers().buffers()[p.value].bytes / 4);
         fmt::print("  of the parameters, routed experts {} ({} of {} per MoE layer)\n", expert,
                    spec.model.moe.n_experts / shape.ep, spec.model.moe.n_experts);
+        if (axes.experts_apart()) {
+          int64_t shard[2] = {0, 0};  // dense, expert
+          for (const engine::OwnedRange& r : optimizer.layout().owned) shard[r.expert] += r.size();
+          fmt::print("  of the zero 3 shards, dense {} elements (1/{} of theirs), routed experts {} "
+                     "(1/{})\n",
+                     shard[0], dense.size, shard[1], experts.size);
+        }
       }
     }
     return 0;

@@ -70,7 +70,8 @@ std::string MemoryPlan::describe() const {
   line("total", total());
   if (param_shards > 0)
     s += "  zero 3: parameters, gradients and compute copy hold the embedding, the head and one\n"
-         "  block, all-gathered over dp (dp x cp with cp) when used; only the shards persist\n";
+         "  block, all-gathered over dp (dp x cp with cp; routed experts over edp with ep) when\n"
+         "  used; only the shards persist\n";
   if (cuda)
     s += "  op scratch and cuBLASLt ws are the CUDA backend's: the largest temporary of any op\n"
          "  (reserved at start) and the GEMM workspace; not counted: the CUDA context, NCCL's and\n"

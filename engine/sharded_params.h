@@ -15,6 +15,10 @@
 // 0-2 compute (the rounding happens at the same place), and fp8's delayed
 // scaling quantises from the fp32 weights as everywhere else; gathering bf16
 // would halve the traffic at the cost of a second master-to-compute path.
+//
+// With experts split over ep, a block's routed experts are parts of the unit
+// of their own (Buffers::ParamUnit::parts), gathered and reduce-scattered
+// over edp, the ranks holding the same experts, the rest over dp (x cp).
 #pragma once
 
 #include <functional>
@@ -29,9 +33,11 @@ namespace trainer::engine {
 class ShardedParams : public model::BlockParamHooks {
  public:
   // `optimizer` holds the shards (bound before any call below); `staging` is
-  // one unit shard of scratch (ZeroLayout::max_unit_shard elements).
-  ShardedParams(model::Model& model, AdamW& optimizer, parallel::Communicator& dp, Context& ctx,
-                Tensor staging);
+  // one part shard of scratch (ZeroLayout::max_unit_shard elements). `dp`
+  // shards the dense parts, `edp` the expert parts (the same communicator
+  // unless experts are set apart).
+  ShardedParams(model::Model& model, AdamW& optimizer, parallel::Communicator& dp,
+                parallel::Communicator& edp, Context& ctx, Tensor staging);
 
   // Every unit from the counter-based RNG, keeping this rank's shard.
   void init_parameters();
@@ -51,18 +57,23 @@ class ShardedParams : public model::BlockParamHooks {
   void gather(int unit, bool for_backward) override;
   void release_gradients(int unit) override;
 
-  // Collectives issued so far (all-gathers, reduce-scatters): what a test
-  // counts to see each block gathered for forward and again for backward.
+  // Collectives issued so far (all-gathers, reduce-scatters; one per unit
+  // part): what a test counts to see each block gathered for forward and
+  // again for backward.
   int64_t gathers() const { return gathers_; }
   int64_t reduce_scatters() const { return reduce_scatters_; }
 
  private:
-  Tensor arena_range(model::Category category, int unit) const;  // (padded) the unit's elements
+  // (padded) the elements of part `part` of unit `unit` in the arena.
+  Tensor arena_part(model::Category category, int unit, int part) const;
+  parallel::Communicator& group(const OwnedRange& r) const { return r.expert ? edp_ : dp_; }
   void reduce_scatter(int unit);
+  void keep_shards(int unit);  // the gathered unit's values into this rank's shards
 
   model::Model& model_;
   AdamW& optimizer_;
   parallel::Communicator& dp_;
+  parallel::Communicator& edp_;
   Context& ctx_;
   Tensor staging_;
   int64_t gathers_ = 0, reduce_scatters_ = 0;

@@ -2,8 +2,8 @@
 // What the spec accepts, the loop runs, except the ZeRO-3 combinations below. Features refused for
 // one device or mesh only are refused where that is known (the trainer's
 // setup (CUDA with several ranks or mixed precision) or by resolve_mesh
-// (ZeRO-3 with ep, MoE capacity with context parallelism). ZeRO-3's refusals
-// that need the model are here.
+// (MoE capacity with context parallelism). ZeRO-3's refusals that need the
+// model are here.
 #include "engine/supported.h"
 
 #include "kernels/error.h"

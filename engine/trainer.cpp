@@ -80,10 +80,14 @@ void Trainer::setup() {
   cfg.moe.ep = shape.ep;
   cfg.moe.ep_rank = mesh_->coords().ep;
   apply_pipeline_stage(cfg, shape.pp, mesh_->coords().pp, shape.virtual_stages);
-  // ZeRO shards over the gradient group, or over edp with ep > 1 (zero_layout.h).
-  zero_axis_ = zero_axis(shape);
-  const int zero_size = shape.size(zero_axis_), zero_rank = mesh_->coords().along(zero_axis_);
-  cfg.shard_align = zero_shard_align(spec.parallel.zero, zero_size);
+  // ZeRO shards over the gradient group, or over edp with ep > 1; ZeRO-3 then
+  // shards only the routed experts over edp (zero_layout.h).
+  const ZeroAxes axes = zero_axes(shape, spec.parallel.zero);
+  zero_axis_ = axes.dense;
+  const ZeroGroup dense_group{shape.size(axes.dense), mesh_->coords().along(axes.dense)};
+  const ZeroGroup expert_group{shape.size(axes.expert), mesh_->coords().along(axes.expert)};
+  cfg.shard_align = zero_shard_align(spec.parallel.zero, dense_group.size);
+  cfg.shard_experts_apart = axes.experts_apart();
   if (shape.pp > 1)
     pipeline_ = std::make_unique<PipelineRunner>(mesh_->comm(parallel::Axis::pp), accum_steps_,
                                                  shape.virtual_stages);
@@ -100,7 +104,7 @@ void Trainer::setup() {
   // with ep > 1); the arenas are padded so every shard has the same aligned
   // size. zero 0 keeps the whole state everywhere; zero 3 shards each
   // parameter unit, values and gradients too.
-  ZeroLayout layout = zero_layout(buf, spec.parallel.zero, zero_size, zero_rank);
+  ZeroLayout layout = zero_layout(buf, spec.parallel.zero, dense_group, expert_group);
   shard_ = layout.arena_shard;
   optimizer_ = std::make_unique<AdamW>(spec.optimizer, buf, std::move(layout));
   std::vector<std::pair<int, size_t>> slots;  // a pipeline stage's activation slots per chunk
@@ -108,7 +112,8 @@ void Trainer::setup() {
   plan_ = plan_memory(buf, *optimizer_, optimizer_->layout().arena_elems, 1, slots, ctx_.device);
   arenas_ = std::make_unique<Arenas>(plan_, buf, *optimizer_, ctx_);
   if (optimizer_->layout().shards_parameters()) {
-    sharded_ = std::make_unique<ShardedParams>(*model_, *optimizer_, mesh_->comm(zero_axis_), ctx_,
+    sharded_ = std::make_unique<ShardedParams>(*model_, *optimizer_, mesh_->comm(axes.dense),
+                                               mesh_->comm(axes.expert), ctx_,
                                                arenas_->shard_staging());
     model_->set_block_param_hooks(sharded_.get());
     sharded_->init_parameters();
@@ -150,7 +155,7 @@ void Trainer::setup() {
     tied_zeros_ = Tensor(tied_zeros_mem_, {rows, cols}, DType::f32, ctx_.device);
   }
 
-  if (shape.ep > 1) {
+  if (shape.ep > 1 && !sharded_) {
     // Dense gradients over dp, routed experts over edp (parallel/expert_grad_sync.h).
     std::vector<parallel::KindedRange> ranges;
     for (const auto& p : buf.params()) {
@@ -340,8 +345,11 @@ double Trainer::grad_norm() {
   float sq[4] = {0, 0, 0, 0};
   await_device();
   copy_to_host(sq, norm_out_);
-  double total = parallel::group_sum(mesh_->comm(parallel::Axis::tp), sq[0]) + sq[1] +
-                 parallel::group_sum(mesh_->comm(parallel::Axis::ep), sq[3]);
+  // Zero 3 with ep: the expert shards partition each ep rank's experts over
+  // edp, and ep x edp is the dense group (dp x cp) summed over below.
+  const double experts =
+      sharded_ ? sq[3] : parallel::group_sum(mesh_->comm(parallel::Axis::ep), sq[3]);
+  double total = parallel::group_sum(mesh_->comm(parallel::Axis::tp), sq[0]) + sq[1] + experts;
   if (shard_only) total = parallel::group_sum(mesh_->comm(zero_axis_), total);
   if (pipeline_) total = parallel::group_sum(mesh_->comm(parallel::Axis::pp), total);
   return std::sqrt(total);

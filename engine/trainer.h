@@ -114,7 +114,9 @@ class Trainer {
   std::unique_ptr<parallel::Mesh> owned_mesh_;
   parallel::Mesh* mesh_ = nullptr;
   parallel::ZeroShard shard_;  // this rank's range of the flat parameter arena
-  parallel::Axis zero_axis_ = parallel::Axis::dp;  // what shard_ splits over (edp with ep > 1)
+  // What shard_ splits over (edp with ep > 1 under ZeRO 1/2); under ZeRO-3
+  // what dense parameters shard over (routed experts: edp with ep > 1).
+  parallel::Axis zero_axis_ = parallel::Axis::dp;
   // What replicated parameters' gradients are averaged over: the data-parallel
   // ranks, and with context parallelism (each cp rank's backward covers other
   // tokens of the same sequences) the whole dp x cp group, as in Megatron-Core.

@@ -8,9 +8,11 @@
 
 namespace trainer::engine {
 
-parallel::Axis zero_axis(const parallel::MeshShape& shape) {
-  if (shape.ep > 1) return parallel::Axis::edp;
-  return shape.cp > 1 ? parallel::Axis::dp_cp : parallel::Axis::dp;
+ZeroAxes zero_axes(const parallel::MeshShape& shape, int zero) {
+  const parallel::Axis grads = shape.cp > 1 ? parallel::Axis::dp_cp : parallel::Axis::dp;
+  if (shape.ep == 1) return {grads, grads};
+  if (zero == 3) return {grads, parallel::Axis::edp};
+  return {parallel::Axis::edp, parallel::Axis::edp};
 }
 
 int64_t zero_shard_align(int zero, int size) { return zero == 3 ? int64_t(size) * 64 : 0; }
@@ -26,12 +28,14 @@ ZeroLayout arena_range_layout(const model::Buffers& buffers, int64_t begin, int6
   return z;
 }
 
-ZeroLayout zero_layout(const model::Buffers& buffers, int zero, int size, int rank) {
+ZeroLayout zero_layout(const model::Buffers& buffers, int zero, ZeroGroup dense,
+                       ZeroGroup experts) {
   if (zero < 3) {
     const int64_t arena =
         static_cast<int64_t>(buffers.category_bytes(model::Category::parameters) / sizeof(float));
-    const bool sharded = zero >= 1 && size > 1;
-    parallel::ZeroShard s = parallel::zero_shard(arena, sharded ? size : 1, sharded ? rank : 0);
+    const bool sharded = zero >= 1 && dense.size > 1;
+    parallel::ZeroShard s =
+        parallel::zero_shard(arena, sharded ? dense.size : 1, sharded ? dense.rank : 0);
     ZeroLayout z = arena_range_layout(buffers, s.begin, s.end());
     z.stage = zero;
     z.arena_elems = s.padded;
@@ -42,16 +46,31 @@ ZeroLayout zero_layout(const model::Buffers& buffers, int zero, int size, int ra
   ZeroLayout z;
   z.stage = 3;
   for (const model::Buffers::ParamUnit& u : buffers.param_units()) {
-    // Units are padded to a multiple of size * 64 (ModelConfig::shard_align):
-    // equal, aligned shards.
-    parallel::ZeroShard s = parallel::zero_shard(u.padded, size, rank);
-    TRAINER_CHECK(s.padded == u.padded, "parameter unit of {} elements not padded for {} shards",
-                  u.padded, size);
-    z.owned.push_back({u.param_begin, u.param_end, u.first, s.begin, s.end(), z.state_elems});
-    z.state_elems += s.shard;
-    z.max_unit_shard = std::max(z.max_unit_shard, s.shard);
+    z.unit_begin.push_back(static_cast<int>(z.owned.size()));
+    for (const model::Buffers::ParamUnit::Part& part : u.parts) {
+      // Parts are padded to a multiple of dense size * 64 (ModelConfig::
+      // shard_align), a multiple of the expert group's too (edp divides dp):
+      // equal, aligned shards either way.
+      const ZeroGroup g = part.expert ? experts : dense;
+      parallel::ZeroShard s = parallel::zero_shard(part.padded, g.size, g.rank);
+      TRAINER_CHECK(s.padded == part.padded,
+                    "parameter unit part of {} elements not padded for {} shards", part.padded,
+                    g.size);
+      z.owned.push_back({part.param_begin, part.param_end, part.first, s.begin, s.end(),
+                         z.state_elems, part.expert});
+      z.state_elems += s.shard;
+      z.max_unit_shard = std::max(z.max_unit_shard, s.shard);
+    }
   }
+  z.unit_begin.push_back(static_cast<int>(z.owned.size()));
   return z;
+}
+
+std::span<const OwnedRange> ZeroLayout::unit_parts(int unit) const {
+  TRAINER_CHECK(unit >= 0 && unit + 1 < static_cast<int>(unit_begin.size()),
+                "parameter unit {} not in the ZeRO-3 layout", unit);
+  return std::span<const OwnedRange>(owned).subspan(unit_begin[unit],
+                                                    unit_begin[unit + 1] - unit_begin[unit]);
 }
 
 OwnedPart owned_part(const ZeroLayout& layout, const model::Buffers& buffers, int param) {

@@ -3,10 +3,14 @@
 // sharding); ZeRO-3 shards each parameter unit (embedding, block, head) over
 // dp, so a unit is all-gathered in one collective of equal shards, and this
 // rank then holds its shard of every unit's fp32 parameters and gradients as
-// well as of their AdamW moments, back to back in unit order.
+// well as of their AdamW moments, back to back in unit order. With experts
+// split over ep, ZeRO-3 shards a block's routed experts over edp (the ranks
+// holding the same experts) and the rest over dp, as DeepSpeed-MoE does: each
+// unit part (Buffers::ParamUnit::parts) over its own group.
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "model/buffers.h"
@@ -20,32 +24,46 @@ struct OwnedRange {
   int64_t unit_first = 0;              // arena element that begin and end count from
   int64_t begin = 0, end = 0;          // held elements [unit_first + begin, unit_first + end)
   int64_t state_at = 0;                // where they start in m and v (ZeRO-3: and in the shards)
+  bool expert = false;                 // ZeRO-3: a part of routed experts (sharded over edp)
   int64_t size() const { return end - begin; }
 };
 
 struct ZeroLayout {
   int stage = 0;                  // parallel.zero
-  std::vector<OwnedRange> owned;  // ZeRO-3: one per Buffers::param_units() entry
+  std::vector<OwnedRange> owned;  // ZeRO-3: one per part of each Buffers::param_units() entry
+  std::vector<int> unit_begin;    // ZeRO-3: unit u's parts, owned[unit_begin[u], unit_begin[u + 1])
   int64_t state_elems = 0;        // elements of m (and v), the sum of owned sizes
   int64_t arena_elems = 0;        // ZeRO 1/2: the arenas padded to equal shards; 0 = as declared
-  int64_t max_unit_shard = 0;     // ZeRO-3: the largest unit shard (reduce-scatter staging)
+  int64_t max_unit_shard = 0;     // ZeRO-3: the largest part shard (reduce-scatter staging)
   // ZeRO 0-2: this rank's range of the flat arena (the whole of it unsharded),
   // what the gradient reduce-scatter and parameter all-gather take.
   parallel::ZeroShard arena_shard;
   bool shards_parameters() const { return stage == 3; }
+  std::span<const OwnedRange> unit_parts(int unit) const;  // ZeRO-3
 };
 
-// The axis ZeRO shards over: the gradient group (dp, or dp x cp with context
-// parallelism: cp ranks hold the same parameters), or edp when experts are
-// split over ep (every member of an edp group holds the same experts at the
-// same offsets).
-parallel::Axis zero_axis(const parallel::MeshShape& shape);
+// The axes ZeRO shards over. dense: every parameter's, the gradient group (dp,
+// or dp x cp with context parallelism: cp ranks hold the same parameters),
+// or for ZeRO 1/2 edp when experts are split over ep (every member of an edp
+// group holds the same experts at the same offsets). expert: the routed
+// experts', edp under ZeRO-3 with ep > 1 (dense is then the gradient group),
+// else the same as dense.
+struct ZeroAxes {
+  parallel::Axis dense = parallel::Axis::dp, expert = parallel::Axis::dp;
+  bool experts_apart() const { return dense != expert; }
+};
+ZeroAxes zero_axes(const parallel::MeshShape& shape, int zero);
 // ModelConfig::shard_align for `zero` over `size` ranks: size * 64 elements
 // (aligned shards) under ZeRO-3, else 0 (blocks not shared).
 int64_t zero_shard_align(int zero, int size);
 
-// `size` ranks share the state (dp, or edp with experts split over ep); this is `rank`.
-ZeroLayout zero_layout(const model::Buffers& buffers, int zero, int size, int rank);
+// `size` ranks share the state; this is `rank`.
+struct ZeroGroup {
+  int size = 1, rank = 0;
+};
+// dense: the group of ZeroAxes::dense; experts: of ZeroAxes::expert (read for
+// the expert parts of a model declared with shard_experts_apart only).
+ZeroLayout zero_layout(const model::Buffers& buffers, int zero, ZeroGroup dense, ZeroGroup experts);
 // ZeRO 0-2 over arena elements [begin, end) (end < 0: the whole arena).
 ZeroLayout arena_range_layout(const model::Buffers& buffers, int64_t begin, int64_t end);
 

@@ -54,10 +54,11 @@ void Buffers::begin_recomputed_block() {
   recomputed_cursor_ = 0;
 }
 
-void Buffers::share_block_parameters(int64_t align) {
+void Buffers::share_block_parameters(int64_t align, bool experts_apart) {
   TRAINER_CHECK(align > 0 && params_.empty(), "share_block_parameters({}) after declaring parameters",
                 align);
   unit_align_ = align;
+  experts_apart_ = experts_apart;
 }
 
 void Buffers::begin_param_unit(bool block) {
@@ -73,28 +74,53 @@ void Buffers::begin_param_unit(bool block) {
   region_cursor_.fill(0);
   ParamUnit u;
   u.param_begin = static_cast<int>(params_.size());
-  u.first = static_cast<int64_t>(
-      (sharing_ ? region_base_ : bytes_)[static_cast<int>(Category::parameters)] / sizeof(float));
+  u.first = unit_cursor();
   u.shared = sharing_;
+  u.parts.push_back({u.param_begin, u.param_begin, u.first, 0, false});
   units_.push_back(u);
+}
+
+int64_t Buffers::unit_cursor() const {
+  const int pc = static_cast<int>(Category::parameters);
+  const size_t end = sharing_ ? region_base_[pc] + region_cursor_[pc] : bytes_[pc];
+  return static_cast<int64_t>(end / sizeof(float));
+}
+
+void Buffers::close_part() {
+  ParamUnit::Part& part = units_.back().parts.back();
+  part.param_end = static_cast<int>(params_.size());
+  const int64_t align = std::max<int64_t>(unit_align_, 1);
+  part.padded = (unit_cursor() - part.first + align - 1) / align * align;
+  // Both arenas reach the padded end (the padding stays zero); the unit's
+  // next part, if any, starts there.
+  const size_t end = static_cast<size_t>(part.first + part.padded) * sizeof(float);
+  for (Category c : {Category::parameters, Category::gradients}) {
+    const int i = static_cast<int>(c);
+    if (sharing_) region_cursor_[i] = end - region_base_[i];
+    bytes_[i] = std::max(bytes_[i], end);
+  }
 }
 
 void Buffers::end_param_unit() {
   TRAINER_CHECK(in_unit_, "parameter unit ended without one begun");
+  close_part();
   ParamUnit& u = units_.back();
   u.param_end = static_cast<int>(params_.size());
-  const int pc = static_cast<int>(Category::parameters), gc = static_cast<int>(Category::gradients);
-  const size_t end = sharing_ ? region_base_[pc] + region_cursor_[pc] : bytes_[pc];
-  int64_t elems = static_cast<int64_t>(end / sizeof(float)) - u.first;
-  const int64_t align = std::max<int64_t>(unit_align_, 1);
-  u.padded = (elems + align - 1) / align * align;
-  // Both arenas reach the padded end (the padding stays zero).
-  const size_t padded_end = static_cast<size_t>(u.first + u.padded) * sizeof(float);
-  for (int c : {pc, gc}) bytes_[c] = std::max(bytes_[c], padded_end);
+  u.padded = u.parts.back().first + u.parts.back().padded - u.first;
   in_unit_ = sharing_ = false;
 }
 
 ParamId Buffers::add_param(ParamSpec spec, std::vector<int64_t> local_shape) {
+  if (in_unit_ && experts_apart_) {
+    ParamUnit::Part& part = units_.back().parts.back();
+    if (static_cast<int>(params_.size()) == part.param_begin) {
+      part.expert = spec.expert;
+    } else if (part.expert != spec.expert) {
+      close_part();
+      const int begin = static_cast<int>(params_.size());
+      units_.back().parts.push_back({begin, begin, unit_cursor(), 0, spec.expert});
+    }
+  }
   BufferId value = add(Category::parameters, spec.name, local_shape);
   BufferId grad = add(Category::gradients, spec.name, local_shape);
   TRAINER_CHECK(buffers_[value].offset == buffers_[grad].offset,

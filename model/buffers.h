@@ -94,18 +94,29 @@ class Buffers {
   // and gradient arenas (same layout in both). ZeRO-3 all-gathers a unit's
   // shards before using it and reduce-scatters its gradients after.
   struct ParamUnit {
+    // A run of the unit's parameters sharded over one group: the whole unit,
+    // or with experts set apart (share_block_parameters) each maximal run of
+    // routed experts or of the others, padded on its own to the alignment.
+    struct Part {
+      int param_begin = 0, param_end = 0;  // into params()
+      int64_t first = 0, padded = 0;       // arena elements, as for the unit
+      bool expert = false;                 // routed experts (set apart only)
+    };
     int param_begin = 0, param_end = 0;  // into params()
     int64_t first = 0;    // its first element in the parameter (and gradient) arena
     int64_t padded = 0;   // its elements, padded to a multiple of the unit alignment
     bool shared = false;  // a block under ZeRO-3: at the region every block shares
+    std::vector<Part> parts;  // in arena order, tiling [first, first + padded)
   };
   // ZeRO-3 (call before declaring anything): each unit is padded to a
   // multiple of `align` elements, so the dp shards of one all-gather land in
   // place; and a block's parameters, gradients and compute copies go to one
   // region shared by every block, the size of the largest (as
   // begin_recomputed_block does for activations): only the block being run
-  // holds its whole parameters.
-  void share_block_parameters(int64_t align);
+  // holds its whole parameters. experts_apart (experts split over ep): routed
+  // experts are sharded over other ranks (edp) than the rest of their block
+  // (dp), so they form parts of their own, each gathered in its own collective.
+  void share_block_parameters(int64_t align, bool experts_apart = false);
   bool blocks_shared() const { return unit_align_ > 0; }
   void begin_param_unit(bool block);
   void end_param_unit();
@@ -170,6 +181,8 @@ class Buffers {
   int64_t num_param_elements() const;
 
  private:
+  int64_t unit_cursor() const;  // the arena element the open unit's next parameter takes
+  void close_part();            // pads the open unit's last part to the alignment
   std::vector<BufferInfo> buffers_;
   std::vector<Param> params_;
   std::array<size_t, kNumCategories> bytes_{};
@@ -179,6 +192,7 @@ class Buffers {
   std::vector<ParamUnit> units_;
   bool in_unit_ = false;
   int64_t unit_align_ = 0;        // > 0: ZeRO-3's padding and shared block region
+  bool experts_apart_ = false;    // routed experts in parts of their own
   bool sharing_ = false;          // declaring a shared unit
   bool region_open_ = false;      // the last unit was shared: the next one reuses its region
   // The shared region's start and next offset, per category (parameters,

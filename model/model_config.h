@@ -53,6 +53,9 @@ struct ModelConfig {
   // puts every block's parameters in one shared region (Buffers::
   // share_block_parameters); the engine gathers a block's before running it.
   int64_t shard_align = 0;
+  // ZeRO-3 with experts split over ep: routed experts are sharded over edp,
+  // the rest over dp, so each block's experts are parts of their own.
+  bool shard_experts_apart = false;
 
   // Pipeline parallelism: this rank holds global layers [layer_begin,
   // layer_end) (layer_end < 0 = n_layer), the embedding when first_stage and

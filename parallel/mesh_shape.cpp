@@ -66,12 +66,6 @@ MeshShape resolve_mesh(const MeshRequest& r) {
                       r.virtual_stages);
   TRAINER_INPUT_CHECK(r.zero >= 0 && r.zero <= 3, "parallel.zero: {} is not valid (0, 1, 2 or 3)",
                       r.zero);
-  // ZeRO-3 with experts split over ep would gather dense units over dp and
-  // expert ones over edp, reducing each over its own group: not built.
-  TRAINER_INPUT_CHECK(r.zero != 3 || r.ep == 1,
-                      "parallel.zero: 3 with parallel.ep {} is not supported yet (ZeRO-3 works "
-                      "with MoE at ep 1; use zero 0, 1 or 2 with ep > 1)",
-                      r.ep);
 
   const long model_ranks = static_cast<long>(r.tp) * r.pp * r.cp;
   TRAINER_INPUT_CHECK(r.world % model_ranks == 0,

@@ -26,7 +26,7 @@ struct MeshRequest {
   int world = 1;
   int tp = 1, pp = 1, cp = 1, ep = 1;
   int dp = 0;                  // 0 = auto: world / (tp * pp * cp)
-  int zero = 0;                // 0, 1, 2 or 3 (3 with ep > 1 is refused)
+  int zero = 0;                // 0, 1, 2 or 3
   int virtual_stages = 1;
   bool sequence_parallel = false;
   int n_layer = 0;             // 0 = not checked (each model field below likewise)

@@ -86,6 +86,12 @@ ShardPosition shard_position(const MeshPlace& place) {
   // ZeRO-3: every dp rank holds (and writes) its own shard of the values.
   pos.write_params = (place.dp == 0 || place.zero == 3) && place.cp == 0;
   pos.write_replicated = place.dp == 0 && place.cp == 0;
+  if (place.zero == 3) {
+    // Every rank holds its own shard of every unit, with ep its experts'
+    // shard over edp and the dense parts' over dp: all of it is written.
+    pos.write_optimizer = pos.write_expert_params = pos.write_expert_optimizer = pos.write_params;
+    return pos;
+  }
   if (place.ep_size <= 1) {
     bool zero_sharded = place.zero >= 1 && place.dp_size > 1;
     pos.write_optimizer = place.cp == 0 && (place.dp == 0 || zero_sharded);

@@ -143,4 +143,14 @@ TEST_CASE("slices: expert parallelism writes each expert once, ZeRO shards over 
   CHECK(!q.writes_params(dense));
   CHECK(q.writes_anything());
   CHECK(!at(3, 0).writes_anything());
+  // ZeRO-3: dense parts sharded over dp 4, experts over edp 2: every rank
+  // holds (and writes) its own shard of both, the fp8 state once.
+  for (int dp = 0; dp < 4; ++dp) {
+    ShardPosition p = at(dp, 3);
+    CHECK(p.write_params);
+    CHECK(p.write_optimizer);
+    CHECK(p.write_expert_params);
+    CHECK(p.write_expert_optimizer);
+    CHECK(p.write_replicated == (dp == 0));
+  }
 }

@@ -3,8 +3,10 @@
 // unit's padding) and the arenas hold only the embedding, the head and one
 // block, as allocated; every block is gathered twice per micro-batch (forward,
 // backward) and reduce-scattered once, the embedding and head once per step;
-// and an fp16 overflow on one rank's gathered table skips the update on
-// every rank, leaving every shard as it was.
+// an fp16 overflow on one rank's gathered table skips the update on
+// every rank, leaving every shard as it was; and with experts split over ep 2
+// (edp 2) each MoE block's routed experts are a part of their own, sharded
+// over edp while the rest shards over dp 4, each part gathered on its own.
 // Usage: mpirun -np 4 engine_mpi_zero3
 #include <cmath>
 #include <cstdio>
@@ -123,6 +125,65 @@ void check_fp16_overflow(Mesh& mesh) {
   if (rank == 0) std::printf("fp16: an overflow on rank 0 skipped the step on every rank\n");
 }
 
+void check_experts_apart(const LaunchEnv& env) {
+  JobSpec spec = job(Family::llama, 3);
+  spec.model.moe.enabled = true;
+  spec.model.moe.n_experts = 4;
+  spec.model.moe.d_ff_expert = 32;
+  spec.model.moe.n_shared_experts = 1;  // dense again after the routed experts
+  spec.model.moe.every = 2;             // MoE in layers 1 and 3
+  spec.parallel.ep = 2;
+  Mesh mesh(env, resolve_job_mesh(spec, env.world), Device::cpu, 60.0);
+  const int rank = mesh.rank(), dp = mesh.shape().dp, edp = mesh.shape().edp();
+  MPI_TEST_CHECK(dp == 4 && edp == 2, rank);
+  Trainer z3(spec, mesh, testing::quiet_options());
+  const model::Buffers& b = z3.model().buffers();
+  const ZeroLayout& z = z3.optimizer().layout();
+  int64_t shard = 0, expert_shard = 0, moe_blocks = 0, parts_gathered_per_step = 0, whole = 0;
+  for (int u = 0; u < static_cast<int>(b.param_units().size()); ++u) {
+    const auto& unit = b.param_units()[u];
+    int64_t covered = 0;
+    bool moe = false;
+    for (const auto& part : unit.parts) {
+      MPI_TEST_CHECK(part.first == unit.first + covered && part.padded % (dp * 64) == 0, rank);
+      covered += part.padded;
+      for (int i = part.param_begin; i < part.param_end; ++i)
+        MPI_TEST_CHECK(b.params()[i].spec.expert == part.expert, rank);
+      shard += part.padded / (part.expert ? edp : dp);
+      if (part.expert) expert_shard += part.padded / edp;
+      moe = moe || part.expert;
+    }
+    MPI_TEST_CHECK(covered == unit.padded && z.unit_parts(u).size() == unit.parts.size(), rank);
+    // A MoE block: attention, norms and router | routed experts | shared expert.
+    if (moe) MPI_TEST_CHECK(unit.parts.size() == 3 && unit.parts[1].expert, rank);
+    moe_blocks += moe;
+    const int n = static_cast<int>(unit.parts.size());
+    if (unit.shared) parts_gathered_per_step += n;
+    else if (unit.param_end > unit.param_begin) whole += n;
+  }
+  MPI_TEST_CHECK(moe_blocks == kLayers / 2 && expert_shard > 0, rank);
+  MPI_TEST_CHECK(z.state_elems == shard, rank);
+  MPI_TEST_CHECK(z3.plan().param_shards == size_t(shard) * sizeof(float), rank);
+  MPI_TEST_CHECK(z3.allocated_bytes() == z3.plan().total(), rank);
+  const ShardedParams* sp = z3.sharded_params();
+  const int64_t g0 = sp->gathers(), r0 = sp->reduce_scatters();
+  StepRecord r3 = z3.train_step(1);
+  const int micro = 2;
+  MPI_TEST_CHECK(sp->gathers() - g0 == 2 * parts_gathered_per_step * micro + whole, rank);
+  MPI_TEST_CHECK(sp->reduce_scatters() - r0 == parts_gathered_per_step * micro + whole, rank);
+  // The same step as zero 1 over edp (ep's first layout): loss and gradient norm.
+  spec.parallel.zero = 1;
+  Trainer z1(spec, mesh, testing::quiet_options());
+  StepRecord r1 = z1.train_step(1);
+  MPI_TEST_CHECK(std::abs(r3.loss - r1.loss) <= 1e-6 * r1.loss, rank);
+  MPI_TEST_CHECK(std::abs(r3.grad_norm - r1.grad_norm) <= 1e-6 * r1.grad_norm, rank);
+  if (rank == 0)
+    std::printf("ep 2 x edp 2: %lld of %lld shard elements routed experts (over edp), the rest over "
+                "dp; step 1 loss %.9g, grad norm %.9g as zero 1\n",
+                static_cast<long long>(expert_shard), static_cast<long long>(shard), r3.loss,
+                r3.grad_norm);
+}
+
 }  // namespace
 
 int main() {
@@ -134,5 +195,6 @@ int main() {
     check_memory(Family::gpt2, mesh);
     check_memory(Family::llama, mesh);
     check_fp16_overflow(mesh);
+    check_experts_apart(env);
   });
 }

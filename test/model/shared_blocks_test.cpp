@@ -84,3 +84,47 @@ TEST_CASE("ZeRO-3: blocks share one padded region; embedding and head keep their
     CHECK(size_t(end) * 4 == p.category_bytes(Category::parameters));
   }
 }
+
+TEST_CASE("ZeRO-3 with experts apart: each block's routed experts are a part of their own",
+          "[cpu][model]") {
+  ModelConfig cfg = config(true);
+  cfg.moe_enabled = true;
+  cfg.moe_every = 2;  // layer 1 only
+  cfg.moe.n_experts = 4;
+  cfg.moe.d_ff_expert = 8;
+  cfg.moe.n_shared_experts = 1;
+  cfg.moe.ep = 2;
+  const int64_t align = 4 * 64;  // dp 4 (ep 2 x edp 2)
+  cfg.shard_align = align;
+  ModelConfig together_cfg = cfg;
+  cfg.shard_experts_apart = true;
+  Model apart(cfg, BatchShape{1, 4}), together(together_cfg, BatchShape{1, 4});
+  const Buffers &s = apart.buffers(), &t = together.buffers();
+  REQUIRE(s.param_units().size() == t.param_units().size());
+  for (size_t i = 0; i < s.param_units().size(); ++i) {
+    const Buffers::ParamUnit &u = s.param_units()[i], &w = t.param_units()[i];
+    INFO("unit " << i);
+    REQUIRE(w.parts.size() == 1);  // at ep 1 layouts the unit is one part
+    CHECK(w.parts[0].padded == w.padded);
+    // The MoE block: attention, norms, router | 2 local routed experts | shared expert.
+    REQUIRE(u.parts.size() == (i == 2 ? 3u : 1u));
+    int64_t at = u.first;
+    for (size_t k = 0; k < u.parts.size(); ++k) {
+      const Buffers::ParamUnit::Part& part = u.parts[k];
+      CHECK(part.expert == (u.parts.size() == 3 && k == 1));
+      CHECK(part.first == at);
+      CHECK(part.padded % align == 0);
+      CHECK(part.param_begin == (k == 0 ? u.param_begin : u.parts[k - 1].param_end));
+      for (int p = part.param_begin; p < part.param_end; ++p) {
+        const BufferInfo& v = s.buffers()[s.params()[p].value];
+        CHECK(s.params()[p].spec.expert == part.expert);
+        CHECK(int64_t(v.offset / 4) >= part.first);
+        CHECK(int64_t((v.offset + v.bytes) / 4) <= part.first + part.padded);
+        CHECK(s.buffers()[s.params()[p].grad].offset == v.offset);
+      }
+      at += part.padded;
+    }
+    CHECK(u.parts.back().param_end == u.param_end);
+    CHECK(at == u.first + u.padded);
+  }
+}

@@ -172,6 +172,13 @@ TEST_CASE("resolve_mesh: auto dp and a valid request", "[cpu]") {
   REQUIRE(resolve_mesh(r).sequence_parallel);
   r.zero = 3;  // ZeRO-3 (without ep)
   REQUIRE(resolve_mesh(r).zero == 3);
+  // ZeRO-3 with experts split over ep: experts shard over edp 2, the rest over dp 4.
+  r.ep = 2;
+  r.n_experts = 4;
+  s = resolve_mesh(r);
+  REQUIRE(s.zero == 3);
+  REQUIRE(s.ep == 2);
+  REQUIRE(s.edp() == 2);
 }
 
 TEST_CASE("resolve_mesh: every error message", "[cpu]") {
@@ -192,9 +199,6 @@ TEST_CASE("resolve_mesh: every error message", "[cpu]") {
   require_error(r, "parallel.virtual_stages: 0 must be at least 1");
   r = base_request(); r.zero = 4;
   require_error(r, "parallel.zero: 4 is not valid (0, 1, 2 or 3)");
-  r = base_request(); r.zero = 3; r.ep = 2;
-  require_error(r, "parallel.zero: 3 with parallel.ep 2 is not supported yet (ZeRO-3 works with "
-                   "MoE at ep 1; use zero 0, 1 or 2 with ep > 1)");
   r = base_request(); r.cp = 2; r.seq_len = 1022;
   require_error(r, "train.seq_len: 1022 is not divisible by 2 * parallel.cp = 4 (context "
                    "parallelism splits each sequence into 2 * cp chunks)");
