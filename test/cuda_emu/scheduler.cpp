@@ -11,8 +11,6 @@
 
 #include <cstdio>
 #include <cstdlib>
-#include <map>
-#include <mutex>
 #include <string>
 #include <vector>
 
@@ -81,7 +79,6 @@ namespace {
 void release_block_if_complete();
 
 constexpr size_t kStackBytes = 256 * 1024;  // the flash tiles keep fragments on the stack
-constexpr int kMaxThreads = 1024;
 
 struct Stack {
   unsigned char* base = nullptr;  // lowest address; its first page is a guard

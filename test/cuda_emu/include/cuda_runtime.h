@@ -127,16 +127,6 @@ void operator%(const PendingLaunch<P...>& l, std::tuple<A...> a) {
 constexpr int warpSize = 32;
 
 inline void __syncthreads() { cuda_emu::sync_block(); }
-inline int __syncthreads_or(int pred) {
-  // Only used as a block-wide any(): a barrier around a shared flag.
-  static int flag;
-  cuda_emu::sync_block();
-  flag = 0;
-  cuda_emu::sync_block();
-  if (pred) flag = 1;
-  cuda_emu::sync_block();
-  return flag;
-}
 inline void __syncwarp(unsigned mask = 0xffffffffu) {
   cuda_emu::warp_collective(mask, cuda_emu::WarpOp::sync, 0, 0);
 }
