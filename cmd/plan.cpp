@@ -8,7 +8,6 @@
 #include "engine/memory_plan.h"
 #include "engine/model_from_spec.h"
 #include "engine/mesh_from_spec.h"
-#include "engine/supported.h"
 #include "engine/pipeline_runner.h"
 #include "model/model.h"
 #include "engine/zero_layout.h"
@@ -29,8 +28,6 @@ Registrar reg("plan", "validate a job and print its per-rank memory plan", [](CL
   sub.add_option("--world", args->world, "number of ranks to plan for")->check(CLI::PositiveNumber);
   return std::function<int()>([args] {
     engine::JobSpec spec = engine::load_job_spec(args->job, args->overrides);
-    std::string note = engine::check_plannable(spec);
-    if (!note.empty()) fmt::print("{}\n", note);
     parallel::MeshShape shape = engine::resolve_job_mesh(spec, args->world);
     const int micro_batches = spec.train.global_batch / (spec.train.micro_batch * shape.dp);
     // One plan per pipeline stage (one in all without pp), by the same

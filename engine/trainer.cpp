@@ -19,7 +19,6 @@
 #include "engine/model_from_spec.h"
 #include "engine/peak_flops.h"
 #include "engine/stop_signal.h"
-#include "engine/supported.h"
 #include "engine/tensorboard_metrics.h"
 #include "kernels/cuda/nvtx.h"
 #include "kernels/elementwise.h"
@@ -45,7 +44,6 @@ Trainer::Trainer(const JobSpec& spec, parallel::Mesh& mesh, TrainerOptions optio
 
 void Trainer::setup() {
   const JobSpec& spec = spec_;
-  check_supported(spec);
   const parallel::MeshShape& shape = mesh_->shape();
   Device device = mesh_->device();
   precision_ = std::make_unique<MixedPrecision>(spec.precision);
@@ -134,7 +132,8 @@ void Trainer::setup() {
     start_step_ = checkpointer_->resume(buf, *optimizer_, &scalars);
     precision_->restore(scalars, checkpointer_->last_path());
     if (start_step_ == 0 && !spec.model.init_from.empty())
-      checkpoint::load_hf_weights(spec.model.init_from, model_->config(), buf, ctx_, pos);
+      checkpoint::load_hf_weights(spec.model.init_from, model_->config(), buf, ctx_, pos,
+                                  sharded_ ? optimizer_.get() : nullptr);
   }
   if (sharded_)
     sharded_->gather_whole_step();

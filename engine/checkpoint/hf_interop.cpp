@@ -11,6 +11,7 @@
 #include "engine/checkpoint/checkpoint.h"
 #include "engine/checkpoint/files.h"
 #include "engine/checkpoint/safetensors.h"
+#include "engine/checkpoint/state_range.h"
 #include "engine/json.h"
 #include "engine/model_from_spec.h"
 #include "engine/single_rank.h"
@@ -180,18 +181,32 @@ void put(std::map<std::string, HostTensor>& out, const std::string& name, HostTe
 }  // namespace
 
 void load_hf_weights(const std::string& path, const model::ModelConfig& cfg, model::Buffers& buffers,
-                     Context& ctx, const ShardPosition& position) {
+                     Context& ctx, const ShardPosition& position, const AdamW* zero3) {
   (void)ctx;  // copies are synchronous through copy_from_host
+  TRAINER_CHECK(!zero3 || zero3->layout().shards_parameters(),
+                "load_hf_weights: the optimizer given does not shard the parameters");
   HfSource src(path);
   std::vector<float> local;
-  for (const auto& p : buffers.params()) {
+  for (int i = 0; i < static_cast<int>(buffers.params().size()); ++i) {
+    const model::Buffers::Param& p = buffers.params()[i];
+    // Every rank reads every tensor it holds a part of: the sources checked
+    // alike everywhere, so a bad file is refused by all ranks together.
     HostTensor global = from_hf(src, p.spec, cfg);
     const model::BufferInfo& info = buffers.buffers()[p.value];
     Slice dst = local_slice(p.spec, info.shape, position);
+    Tensor target = buffers.get(p.value);
+    if (zero3) {
+      // The arena holds a gathered unit only while a block runs: the values
+      // live in this rank's shard, exactly the range a resume reads.
+      StateRange st = state_range(dst, i, *zero3);
+      if (st.empty()) continue;
+      dst = st.slice;
+      target = st.view(zero3->param_shards());
+    }
     Slice full = Slice::whole(p.spec.global_shape, p.spec.tp_dim, p.spec.valid_rows);
     local.assign(static_cast<size_t>(dst.numel()), 0.0f);
     copy_overlap(full, global.data.data(), dst, local.data());
-    copy_from_host(buffers.get(p.value), local.data());
+    copy_from_host(target, local.data());
   }
 }
 

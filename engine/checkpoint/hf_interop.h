@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "engine/checkpoint/slice.h"
+#include "engine/optimizer.h"
 #include "kernels/context.h"
 #include "model/buffers.h"
 #include "model/model_config.h"
@@ -22,9 +23,13 @@ namespace trainer::engine::checkpoint {
 // the layout this model uses). F32/BF16/F16/F64 sources become fp32; the
 // vocabulary is zero-padded to cfg.padded_vocab(); a missing lm_head.weight
 // of an untied model is the token table (HF tied). Every problem is an
-// InputError naming the file and tensor. Loads this rank's slices.
+// InputError naming the file and tensor. Loads this rank's slices; with
+// `zero3` (an optimizer whose layout shards the parameters, parallel.zero: 3)
+// only this rank's shard of each, into the optimizer's parameter shards, as
+// a resume does.
 void load_hf_weights(const std::string& path, const model::ModelConfig& cfg,
-                     model::Buffers& buffers, Context& ctx, const ShardPosition& position = {});
+                     model::Buffers& buffers, Context& ctx, const ShardPosition& position = {},
+                     const AdamW* zero3 = nullptr);
 
 // A tensor in HF's naming and layout, fp32, row-major.
 struct HostTensor {

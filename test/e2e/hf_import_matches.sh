@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# kv_hf_import_matches.sh FIXTURES TRAINER MPIEXEC JOB "LAYOUT": exports a
+# hf_import_matches.sh FIXTURES TRAINER MPIEXEC JOB "LAYOUT": exports a
 # 5-step one-rank run of JOB as a Hugging Face model, starts JOB from it
-# (model.init_from) on one rank and on LAYOUT ("NP [--set ...]", KV heads
-# replicated over tp), and requires the same losses within 1e-5 relative:
-# the import must give every replica its KV head's rows.
+# (model.init_from) on one rank and on LAYOUT ("NP [--set ...]"), and
+# requires the same losses within 1e-5 relative: the import must give every
+# rank exactly its part of each tensor (a KV head's rows when heads are
+# replicated over tp, a ZeRO-3 rank its shard).
 set -euo pipefail
 fx=$1 trainer=$2 mpiexec=$3 job=$4 layout=$5
 cd "$fx"
