@@ -22,7 +22,6 @@ parallel::MeshRequest mesh_request(const JobSpec& spec, int world) {
   r.n_head = spec.model.n_head;
   r.n_kv_head = spec.model.n_kv_head > 0 ? spec.model.n_kv_head : spec.model.n_head;
   r.n_experts = spec.model.moe.enabled ? spec.model.moe.n_experts : 0;
-  r.moe_capacity = spec.model.moe.enabled && spec.model.moe.capacity_factor.has_value();
   r.global_batch = spec.train.global_batch;
   r.micro_batch = spec.train.micro_batch;
   r.seq_len = spec.train.seq_len;

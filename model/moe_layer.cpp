@@ -11,6 +11,7 @@
 #include "kernels/moe_routing.h"
 #include "kernels/op_scratch.h"
 #include "kernels/swiglu.h"
+#include "model/moe_capacity.h"
 #include "parallel/expert_dispatch.h"
 
 namespace trainer::model {
@@ -40,18 +41,18 @@ void Moe::declare(Buffers& buf, const std::string& prefix, const ModelConfig& cf
   sp_ = cfg.sequence_parallel && cfg.tp > 1;
   tp_ = cfg.tp, tp_rank_ = cfg.tp_rank;
   cp_ = cfg.cp;
-  TRAINER_CHECK(cp_ == 1 || moe.capacity_factor <= 0,
-                "{}: MoE capacity is not shared over cp {}", prefix, cp_);
   Ng_ = batch.tokens() * cp_, N_ = residual_rows(cfg, batch);
   C_ = cfg.d_model, E_ = moe.n_experts, K_ = moe.top_k;
   buf.declare_op_scratch(moe_plan_scratch_bytes(N_ * K_, E_));  // its routers' GEMMs take none
   F_ = moe.d_ff_expert, Fs_ = int64_t{moe.n_shared_experts} * moe.d_ff_expert;
   const int64_t S = N_ * K_;
-  // Capacity is the whole micro-batch's (as on one rank), shared by the tp
-  // ranks' token blocks in token order under sequence parallelism.
+  // Capacity is the whole micro-batch's (as on one rank), shared in token
+  // order by the ranks splitting its tokens (model/moe_capacity.h).
   capacity_ = moe.capacity_factor > 0
                   ? static_cast<int64_t>(std::ceil(moe.capacity_factor * Ng_ * K_ / double(E_)))
                   : 0;
+  cp_layout_ = cp_layout(cfg, batch);
+  sequences_ = batch.B;
   const float out_std = cfg.init_std / std::sqrt(2.0f * cfg.n_layer);
   const std::string p = prefix + ".block_sparse_moe.";
   name_ = prefix;
@@ -122,8 +123,16 @@ void Moe::declare(Buffers& buf, const std::string& prefix, const ModelConfig& cf
     global_load_ = buf.add(A, p + "sp_global_load", {E_});
     sp_sums_ = buf.add(G, p + "sp_sums", {3 * E_ + 1}, DType::f64);
     if (capacity_ > 0) {
-      sp_loads_ = buf.add(G, p + "sp_block_loads", {tp_, E_}, DType::i32);
-      sp_taken_ = buf.add(G, p + "sp_taken", {E_}, DType::i32);
+      // Every token-sharing rank's per-run loads; the run count depends only on
+      // the SP block (each cp rank's chunks sit at the same local rows).
+      const int64_t tp_share = sp_ ? tp_ : 1;
+      for (int64_t t = 0; t < tp_share; ++t)
+        runs_max_ = std::max<int64_t>(runs_max_, token_runs(cp_layout_, sequences_, tp_share, t).size());
+      run_loads_ = buf.add(G, p + "capacity_run_loads", {runs_max_, E_}, DType::i32);
+      tp_run_loads_ = buf.add(G, p + "capacity_tp_run_loads", {tp_share * runs_max_, E_}, DType::i32);
+      all_run_loads_ =
+          buf.add(G, p + "capacity_all_run_loads", {cp_ * tp_share * runs_max_, E_}, DType::i32);
+      taken_ = buf.add(G, p + "capacity_taken", {E_}, DType::i32);
     }
   }
   // The step counters sum over every micro-batch of a step, so they live in
@@ -210,23 +219,49 @@ std::vector<Moe::RowBlock> Moe::row_blocks(const Buffers& b) const {
   return blocks;
 }
 
-Tensor Moe::sp_capacity_taken(const LayerEnv& env, Tensor topk_idx) const {
-  if (!sp_ || capacity_ == 0) return {};
-  TRAINER_CHECK(env.tp.size() == tp_, "{}: MoE layer planned for tp {} but the tp group has {} ranks",
-                name_, tp_, env.tp.size());
-  // This block's loads (a plan without dropping), gathered from every tp
-  // rank: the blocks of ranks before this one come first in token order.
-  Tensor counts = env.buf.get(counts_);
-  moe_plan(env.ctx, env.buf.get(slot_src_), env.buf.get(assign_slot_),
-           counts.slice(0, 1).view({E_}), counts.slice(1, 2).view({E_}), topk_idx, 0);
-  Tensor loads = env.buf.get(sp_loads_), taken = env.buf.get(sp_taken_);
-  env.tp.all_gather(counts.slice(0, 1).view({E_}), loads);
-  std::vector<int32_t> all(tp_ * E_), before(E_, 0);
-  copy_to_host(all.data(), loads);
-  for (int64_t q = 0; q < tp_rank_; ++q)
-    for (int64_t e = 0; e < E_; ++e) before[e] += all[q * E_ + e];
-  copy_from_host(taken, before.data());
-  return taken;
+Tensor Moe::capacity_taken(const LayerEnv& env, Tensor topk_idx) const {
+  if (!shared_stats() || capacity_ == 0) return {};
+  const int64_t tp_share = sp_ ? tp_ : 1, tp_rank = sp_ ? tp_rank_ : 0;
+  if (sp_)
+    TRAINER_CHECK(env.tp.size() == tp_, "{}: MoE layer planned for tp {} but the tp group has {} ranks",
+                  name_, tp_, env.tp.size());
+  if (cp_ > 1)
+    TRAINER_CHECK(env.cp != nullptr && env.cp->size() == cp_,
+                  "{}: MoE layer planned for cp {} without a cp group of that size", name_, cp_);
+  // This rank's loads per run, from its top-k choices.
+  std::vector<int32_t> idx(N_ * K_), mine(runs_max_ * E_, 0);
+  copy_to_host(idx.data(), topk_idx);
+  const std::vector<TokenRun> runs = token_runs(cp_layout_, sequences_, tp_share, tp_rank);
+  for (size_t r = 0; r < runs.size(); ++r)
+    for (int64_t n = runs[r].local_begin; n < runs[r].local_begin + runs[r].length; ++n)
+      for (int64_t k = 0; k < K_; ++k) {
+        const int32_t e = idx[n * K_ + k];
+        TRAINER_CHECK(e >= 0 && e < E_, "{}: routed to expert {} of {}", name_, e, E_);
+        ++mine[r * E_ + e];
+      }
+  // Gathered over tp (SP blocks), then over cp: rows [cp rank][tp rank][run].
+  const Buffers& b = env.buf;
+  Tensor own = b.get(run_loads_), over_tp = b.get(tp_run_loads_), all = b.get(all_run_loads_);
+  copy_from_host(own, mine.data());
+  if (sp_) env.tp.all_gather(own, over_tp);
+  else over_tp = own;
+  if (cp_ > 1) env.cp->all_gather(over_tp, all);
+  else all = over_tp;
+  std::vector<int32_t> loads(cp_ * tp_share * runs_max_ * E_);
+  copy_to_host(loads.data(), all);
+  std::vector<RankRuns> ranks;
+  parallel::CpLayout other = cp_layout_;
+  for (int c = 0; c < cp_; ++c)
+    for (int64_t t = 0; t < tp_share; ++t) {
+      other.rank = c;
+      ranks.push_back({token_runs(other, sequences_, tp_share, t),
+                       loads.data() + (c * tp_share + t) * runs_max_ * E_});
+    }
+  const int self = static_cast<int>(cp_layout_.rank * tp_share + tp_rank);
+  std::vector<int32_t> taken = shared_capacity_taken(ranks, self, E_, capacity_);
+  Tensor out = b.get(taken_);
+  copy_from_host(out, taken.data());
+  return out;
 }
 
 parallel::Communicator& Moe::ep_group(const LayerEnv& env) const {
@@ -254,7 +289,7 @@ void Moe::forward(const LayerEnv& env, Tensor out, Tensor in) const {
   moe_route_forward(ctx, probs, idx, w, logits, bias, moe_.sigmoid, moe_.normalize_topk);
   Tensor load = counts.slice(0, 1).view({E_}), kept = counts.slice(1, 2).view({E_});
   moe_plan(ctx, b.get(slot_src_), b.get(assign_slot_), load, kept, idx, capacity_,
-           sp_capacity_taken(env, idx));
+           capacity_taken(env, idx));
   Tensor xs = b.get(xs_), ys = b.get(ys_);
   moe_gather(ctx, xs, in, b.get(slot_src_), K_);
   // The experts run on xs/ys, or with ep on the rows received from the group.

@@ -21,7 +21,8 @@
 // tokens through the replicated weights (their gradients are sp_partial,
 // summed over tp); the balance statistics, z-loss and step counters are
 // summed over tp, and capacity is shared in token order (rank r's block
-// after ranks < r's), so the layer computes what one rank would.
+// after ranks < r's), so the layer computes what one rank would. Context
+// parallelism's chunks share statistics and capacity the same way.
 //
 // Expert parallelism (MoeConfig::ep > 1): this rank declares only its E / ep
 // experts (under their global names) and moves the kept rows to their
@@ -39,6 +40,7 @@
 
 #include "model/layer_env.h"
 #include "model/moe_config.h"
+#include "parallel/cp_layout.h"
 
 namespace trainer::model {
 
@@ -100,9 +102,10 @@ class Moe {
   };
   std::vector<RowBlock> row_blocks(const Buffers& b) const;
   parallel::Communicator& ep_group(const LayerEnv& env) const;
-  // Sequence parallelism with capacity: what the tp blocks before this rank's
-  // routed to each expert (moe_plan's `taken`); empty otherwise.
-  Tensor sp_capacity_taken(const LayerEnv& env, Tensor topk_idx) const;
+  // Capacity shared over the SP blocks and cp chunks of the micro-batch:
+  // moe_plan's `taken` making this rank keep what one rank would
+  // (model/moe_capacity.h); empty when no other rank shares the tokens.
+  Tensor capacity_taken(const LayerEnv& env, Tensor topk_idx) const;
 
   MoeConfig moe_;
   bool swiglu_ = false;
@@ -130,7 +133,11 @@ class Moe {
   BufferId losses_ = -1;                  // scratch (2): raw balance, z of the last forward
   BufferId global_load_ = -1;             // sp: (E) f32 load summed over tp
   BufferId sp_sums_ = -1;                 // sp scratch: (3E+1) f64 staging of the tp sums
-  BufferId sp_loads_ = -1, sp_taken_ = -1;  // sp + capacity scratch: (tp, E) (E) i32
+  // Shared capacity scratch (i32): this rank's per-run loads (runs_max, E),
+  // gathered over SP's tp, then over cp; the resulting `taken` (E).
+  BufferId run_loads_ = -1, tp_run_loads_ = -1, all_run_loads_ = -1, taken_ = -1;
+  parallel::CpLayout cp_layout_;
+  int64_t sequences_ = 1, runs_max_ = 0;
   BufferId step_ = -1, step_aux_ = -1;   // scratch: (2, E) step counters, (1) summed aux loss
   // Scratch (live within backward).
   BufferId dys_ = -1, dxs_ = -1, dh1_ = -1, dh3_ = -1, dact_ = -1;   // (S, C) (R, Fe)

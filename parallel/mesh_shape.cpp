@@ -136,13 +136,6 @@ MeshShape resolve_mesh(const MeshRequest& r) {
                         "parallelism splits each sequence into 2 * cp chunks)",
                         r.seq_len, 2 * r.cp);
   }
-  // MoE capacity is shared in token order by the tp blocks under sequence
-  // parallelism; a cp rank's tokens are two chunks out of that order.
-  TRAINER_INPUT_CHECK(r.cp == 1 || !r.moe_capacity,
-                      "parallel.cp: {} with model.moe.capacity_factor is not supported yet (the "
-                      "capacity is not shared over the cp ranks' chunks); use dropless routing (no "
-                      "capacity_factor) or parallel.cp: 1",
-                      r.cp);
   if (r.sequence_parallel && r.seq_len > 0 && r.cp == 1) {
     TRAINER_INPUT_CHECK(r.seq_len % r.tp == 0,
                         "train.seq_len: {} is not divisible by parallel.tp {} (sequence_parallel "

@@ -33,7 +33,6 @@ struct MeshRequest {
   int n_head = 0;
   int n_kv_head = 0;           // 0 = same as n_head
   int n_experts = 0;           // 0 = dense model; checked against ep when ep > 1
-  bool moe_capacity = false;   // the MoE routing drops tokens past a capacity (model.moe.capacity_factor)
   int global_batch = 0;        // sequences per optimizer step, all ranks; 0 = not checked
   int micro_batch = 0;         // sequences per micro-batch per dp rank; 0 = not checked
   int seq_len = 0;             // 0 = not checked

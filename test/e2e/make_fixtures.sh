@@ -116,6 +116,8 @@ data: {train: data/random.bin}
 train: {seq_len: 16, micro_batch: 1, global_batch: 8, steps: 20, eval_every: 0}
 optimizer: {lr: 3.0e-3, warmup_steps: 2}
 YAML
+# Two sequences per micro-batch: capacity shared over cp chunks of several sequences.
+sed 's/micro_batch: 1/micro_batch: 2/' mesh_moe_capacity.yaml >mesh_moe_capacity_mb2.yaml
 # Four layers (MoE in layers 1 and 3): an interleaved pipeline pp 2 x v2 with ep.
 sed 's/n_layer: 2/n_layer: 4/' mesh_moe_llama.yaml >mesh_moe_llama_l4.yaml
 sed 's/^optimizer:/precision: {compute: bf16}\noptimizer:/' mesh_moe_llama.yaml >mesh_moe_llama_bf16.yaml

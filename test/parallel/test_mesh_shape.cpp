@@ -207,10 +207,6 @@ TEST_CASE("resolve_mesh: every error message", "[cpu]") {
   r = base_request(); r.cp = 4; r.seq_len = 36;
   require_error(r, "train.seq_len: 36 is not divisible by 2 * parallel.cp = 8 (context parallelism "
                    "splits each sequence into 2 * cp chunks)");
-  r = base_request(); r.cp = 2; r.n_experts = 4; r.moe_capacity = true;
-  require_error(r, "parallel.cp: 2 with model.moe.capacity_factor is not supported yet (the "
-                   "capacity is not shared over the cp ranks' chunks); use dropless routing (no "
-                   "capacity_factor) or parallel.cp: 1");
   r = base_request(); r.cp = 2; r.n_experts = 4; r.ep = 4;
   REQUIRE(resolve_mesh(r).ep == 4);  // ep splits the dp 2 x cp 2 ranks
   r = base_request(); r.tp = 4; r.cp = 2; r.sequence_parallel = true; r.seq_len = 12;
