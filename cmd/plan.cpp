@@ -36,6 +36,8 @@ Registrar reg("plan", "validate a job and print its per-rank memory plan", [](CL
       model::ModelConfig cfg = engine::model_config(spec);
       engine::apply_pipeline_stage(cfg, shape.pp, stage, shape.virtual_stages);
       cfg.moe.ep = shape.ep;  // each rank holds n_experts / ep routed experts
+      // As Trainer::setup: the GPU's fp8 expert GEMMs pad ragged rows.
+      cfg.fp8_pad_rows = cfg.fp8 && spec.run.device == engine::DeviceKind::cuda;
       // ZeRO shards over the gradient group (dp, or dp x cp with context
       // parallelism), or over edp with expert parallelism; ZeRO-3 with ep
       // shards only the routed experts over edp (Trainer::setup).

@@ -1,6 +1,8 @@
 // Loss scaling and fp8 scale updates around the training step.
 #include "engine/mixed_precision.h"
 
+#include <vector>
+
 #include "kernels/cast.h"
 #include "kernels/elementwise.h"
 #include "kernels/memory.h"
@@ -28,11 +30,28 @@ void MixedPrecision::finish_fp8_step(model::Buffers& buffers, parallel::Mesh& me
   Fp8Scaling* f = buffers.fp8();
   if (!f || f->size() == 0) return;
   buffers.fp8_amax_to_host();  // the GPU recorded them in the state's device copy
-  Tensor amax(f->current_amax(), {int64_t(f->size())}, DType::f32, Device::cpu);
+  float* current = f->current_amax();
+  Tensor amax(current, {int64_t(f->size())}, DType::f32, Device::cpu);
+  // A routed expert's operands: the same index holds another expert on
+  // another ep rank, so they are reduced apart, over the ranks holding the
+  // same experts (tp x edp: every token the expert saw).
+  std::vector<int> experts;
+  for (int i = 0; i < f->size(); ++i)
+    if (buffers.fp8_expert(i)) experts.push_back(i);
+  std::vector<float> expert_amax(experts.size());
+  for (size_t k = 0; k < experts.size(); ++k) expert_amax[k] = current[experts[k]];
+  auto reduce = [&](Tensor t, std::initializer_list<parallel::Axis> axes) {
+    for (parallel::Axis axis : axes) {
+      parallel::Communicator& c = mesh.comm(axis);
+      if (c.size() > 1 && t.numel() > 0) c.all_reduce(t, parallel::ReduceOp::max);
+    }
+  };
   // Every replica must take the same scales: cp ranks saw other tokens too.
-  for (parallel::Axis axis : {parallel::Axis::tp, parallel::Axis::cp, parallel::Axis::dp}) {
-    parallel::Communicator& c = mesh.comm(axis);
-    if (c.size() > 1) c.all_reduce(amax, parallel::ReduceOp::max);
+  reduce(amax, {parallel::Axis::tp, parallel::Axis::cp, parallel::Axis::dp});
+  if (!experts.empty()) {
+    reduce(Tensor(expert_amax.data(), {int64_t(experts.size())}, DType::f32, Device::cpu),
+           {parallel::Axis::tp, parallel::Axis::edp});
+    for (size_t k = 0; k < experts.size(); ++k) current[experts[k]] = expert_amax[k];
   }
   f->update();
   buffers.fp8_state_to_device();

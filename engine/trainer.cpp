@@ -64,14 +64,23 @@ void Trainer::setup() {
     // Hopper's FP8 GEMMs want 16-byte leading dims; a block GEMM's are these sizes.
     const int64_t tokens = int64_t(B) * T, q = int64_t(cfg.n_head) * cfg.head_dim(),
                   kv = int64_t(cfg.n_kv_head) * cfg.head_dim();
+    // d_ff only where some layer keeps its dense MLP.
+    const bool dense_mlp = !cfg.moe_enabled || cfg.moe_every > 1;
+    const int64_t d_ff = dense_mlp ? cfg.d_ff : 0;
     bool ok = true;
-    for (int64_t d : {tokens, int64_t(cfg.d_model), q, kv, int64_t(cfg.d_ff)}) ok = ok && d % 16 == 0;
+    for (int64_t d : {tokens, int64_t(cfg.d_model), q, kv, d_ff}) ok = ok && d % 16 == 0;
     TRAINER_INPUT_CHECK(ok,
                         "{}: precision.compute: fp8 on run.device cuda needs train.micro_batch * "
                         "train.seq_len ({}), model.d_model ({}), model.n_head * head_dim ({}), "
                         "model.n_kv_head * head_dim ({}) and model.d_ff ({}) to be multiples of 16 "
                         "(the alignment of Hopper's FP8 GEMMs)",
                         spec.source_path, tokens, cfg.d_model, q, kv, cfg.d_ff);
+    // The experts' rows are ragged (padded on the way, fp8_pad_rows), their widths not.
+    TRAINER_INPUT_CHECK(!cfg.moe_enabled || cfg.moe.d_ff_expert % 16 == 0,
+                        "{}: precision.compute: fp8 on run.device cuda needs model.moe.d_ff_expert "
+                        "({}) to be a multiple of 16 (the alignment of Hopper's FP8 GEMMs)",
+                        spec.source_path, cfg.moe.d_ff_expert);
+    cfg.fp8_pad_rows = true;
   }
   cfg.tp_rank = mesh_->coords().tp;
   cfg.cp_rank = mesh_->coords().cp;

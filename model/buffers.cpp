@@ -139,12 +139,15 @@ void Buffers::enable_fp8(int history_len, int margin, Fp8Workspace workspace) {
   fp8_ws_ = workspace;
 }
 
-int Buffers::add_fp8_gemm(const std::string& name) {
+int Buffers::add_fp8_gemm(const std::string& name, bool expert) {
   TRAINER_CHECK(fp8_active_, "{}: fp8 GEMM declared while fp8 is off", name);
   int first = fp8_->add(DType::e4m3);
   fp8_->add(DType::e4m3);
   fp8_->add(DType::e5m2);
-  for (const char* op : {".input", ".weight", ".grad_output"}) fp8_names_.push_back(name + op);
+  for (const char* op : {".input", ".weight", ".grad_output"}) {
+    fp8_names_.push_back(name + op);
+    fp8_expert_.push_back(expert ? 1 : 0);
+  }
   return first;
 }
 

@@ -147,11 +147,19 @@ class Buffers {
   struct Fp8Workspace {
     BufferId q = -1;      // one operand's fp8 codes (bytes)
     BufferId x = -1, w = -1, g = -1;  // the dequantised input, weight and gradient (f32)
+    // fp8_pad_rows with routed experts: an operand's rows padded with zeros
+    // to a multiple of 16 (input, output or output gradient, input gradient),
+    // in the activation dtype.
+    BufferId pad_in = -1, pad_out = -1, pad_dinp = -1;
   };
   void enable_fp8(int history_len, int margin, Fp8Workspace workspace);
   void set_fp8_active(bool on) { fp8_active_ = on && fp8_ != nullptr; }
   bool fp8_active() const { return fp8_active_; }
-  int add_fp8_gemm(const std::string& name);  // index of the input; weight +1, grad +2
+  // Index of the input; weight +1, grad +2. `expert`: a routed expert's GEMM,
+  // whose operands only the ranks holding that expert see (their amaxes are
+  // reduced over tp x edp, their state written by its first replica).
+  int add_fp8_gemm(const std::string& name, bool expert = false);
+  bool fp8_expert(int idx) const { return fp8_expert_[static_cast<size_t>(idx)] != 0; }
   Fp8Scaling* fp8() const { return fp8_.get(); }
   const Fp8Workspace& fp8_workspace() const { return fp8_ws_; }
   const std::vector<std::string>& fp8_names() const { return fp8_names_; }
@@ -205,6 +213,7 @@ class Buffers {
   bool fp8_active_ = false;
   Fp8Workspace fp8_ws_;
   std::vector<std::string> fp8_names_;  // one per Fp8Scaling tensor
+  std::vector<char> fp8_expert_;        // one per Fp8Scaling tensor
   float* fp8_device_ = nullptr;
 };
 

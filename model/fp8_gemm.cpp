@@ -4,6 +4,7 @@
 
 #include "kernels/cast.h"
 #include "kernels/cast_transpose.h"
+#include "kernels/elementwise.h"
 #include "kernels/fp8_linear.h"
 #include "kernels/linear.h"
 #include "kernels/memory.h"
@@ -66,6 +67,51 @@ void gpu_backward(const LayerEnv& env, int idx, Tensor dinp, Tensor dw, Tensor d
                                b.fp8_scale_inv(idx), wq_t, b.fp8_scale_inv(idx + 1));
 }
 
+// Ragged rows on the GPU (a routed expert's block): the FP8 GEMMs take rows
+// in multiples of 16, so the operands are copied into zero-padded staging.
+// Zero rows leave the amaxes, the codes of the real rows and the weight and
+// bias gradients as they are; the real rows of the results are copied back.
+constexpr int64_t kFp8RowMultiple = 16;
+
+int64_t padded_rows(int64_t rows) { return (rows + kFp8RowMultiple - 1) / kFp8RowMultiple * kFp8RowMultiple; }
+
+// (rows padded, cols) view of staging buffer `id`, its tail rows zeroed; the first
+// `src` rows copied in when given.
+Tensor padded(const LayerEnv& env, BufferId id, int64_t rows, int64_t cols, Tensor src) {
+  TRAINER_CHECK(id >= 0, "fp8 GEMM with {} rows on the GPU needs the padded staging "
+                "(ModelConfig::fp8_pad_rows)", rows);
+  Tensor b = env.buf.get(id);
+  const int64_t p = padded_rows(rows);
+  TRAINER_CHECK(p * cols <= b.numel(), "fp8 padded staging {} too small for ({}, {})", b.str(), p, cols);
+  Tensor t(b.data, {p, cols}, b.dtype, b.device);
+  if (!src.empty()) copy(env.ctx, t.slice(0, rows), src.view({rows, cols}));
+  fill(env.ctx, t.slice(rows, p), 0.0f);
+  return t;
+}
+
+void gpu_forward_ragged(const LayerEnv& env, int idx, Tensor out, Tensor in, Tensor w, Tensor bias) {
+  const Buffers::Fp8Workspace& ws = env.buf.fp8_workspace();
+  Tensor x = matrix(in);
+  const int64_t M = x.size(0), N = w.size(0);
+  Tensor xp = padded(env, ws.pad_in, M, x.size(1), x);
+  Tensor op = padded(env, ws.pad_out, M, N, {});
+  TRAINER_CHECK(op.dtype == out.dtype, "fp8 padded output {} for a {} output", op.str(), out.str());
+  gpu_forward(env, idx, op, xp, w, bias);
+  copy(env.ctx, out.view({M, N}), op.slice(0, M));
+}
+
+void gpu_backward_ragged(const LayerEnv& env, int idx, Tensor dinp, Tensor dw, Tensor dbias,
+                         Tensor dout, Tensor in, Tensor w) {
+  const Buffers::Fp8Workspace& ws = env.buf.fp8_workspace();
+  Tensor g = matrix(dout), x = matrix(in);
+  const int64_t M = x.size(0);
+  Tensor gp = padded(env, ws.pad_out, M, g.size(1), g);
+  Tensor xp = padded(env, ws.pad_in, M, x.size(1), x);
+  Tensor dp = dinp.empty() ? Tensor{} : padded(env, ws.pad_dinp, M, x.size(1), {});
+  gpu_backward(env, idx, dp, dw, dbias, gp, xp, w);
+  if (!dinp.empty()) copy(env.ctx, dinp.view({M, x.size(1)}), dp.slice(0, M));
+}
+
 // A (M, K) view of the first M*K elements of workspace buffer `id` as `dtype`.
 Tensor workspace(const LayerEnv& env, BufferId id, const Tensor& like, DType dtype) {
   Tensor b = env.buf.get(id);
@@ -93,7 +139,10 @@ Tensor quantize(const LayerEnv& env, int idx, Tensor t, BufferId dst) {
 
 void fp8_linear_forward(const LayerEnv& env, int idx, Tensor out, Tensor in, Tensor w,
                         Tensor bias) {
-  if (env.ctx.device == Device::cuda) return gpu_forward(env, idx, out, in, w, bias);
+  if (env.ctx.device == Device::cuda) {
+    if (matrix(in).size(0) % kFp8RowMultiple != 0) return gpu_forward_ragged(env, idx, out, in, w, bias);
+    return gpu_forward(env, idx, out, in, w, bias);
+  }
   const Buffers::Fp8Workspace& ws = env.buf.fp8_workspace();
   Tensor x = quantize(env, idx, in, ws.x);
   Tensor wq = quantize(env, idx + 1, w, ws.w);
@@ -102,7 +151,11 @@ void fp8_linear_forward(const LayerEnv& env, int idx, Tensor out, Tensor in, Ten
 
 void fp8_linear_backward(const LayerEnv& env, int idx, Tensor dinp, Tensor dw, Tensor dbias,
                          Tensor dout, Tensor in, Tensor w) {
-  if (env.ctx.device == Device::cuda) return gpu_backward(env, idx, dinp, dw, dbias, dout, in, w);
+  if (env.ctx.device == Device::cuda) {
+    if (matrix(in).size(0) % kFp8RowMultiple != 0)
+      return gpu_backward_ragged(env, idx, dinp, dw, dbias, dout, in, w);
+    return gpu_backward(env, idx, dinp, dw, dbias, dout, in, w);
+  }
   const Buffers::Fp8Workspace& ws = env.buf.fp8_workspace();
   Tensor g = quantize(env, idx + 2, dout, ws.g);
   Tensor x = quantize(env, idx, in, ws.x);

@@ -12,6 +12,7 @@
 #include "kernels/cuda/nvtx.h"
 #include "kernels/elementwise.h"
 #include "kernels/memory.h"
+#include "model/moe_layer.h"
 #include "model/rng.h"
 #include "parallel/tp_regions.h"
 
@@ -106,11 +107,28 @@ void Model::declare_fp8_workspace() {
   int64_t N = batch_.tokens(), C = cfg_.d_model;
   int64_t inner = std::max<int64_t>(int64_t(cfg_.local_heads()) * cfg_.head_dim(), cfg_.local_ff());
   int64_t act = N * std::max(C, inner), w = C * inner;
+  // MoE layers' expert GEMMs: up to R routed rows (one expert may get them
+  // all), plus 15 padding rows on the GPU; shared experts N rows of Fs.
+  int64_t pad_rows = 0, pad_width = 0;
+  if (cfg_.moe_enabled) {
+    const int64_t F = cfg_.moe.d_ff_expert, Fs = int64_t{cfg_.moe.n_shared_experts} * F;
+    const int64_t rows = std::max(moe_plan_size(cfg_, cfg_.moe, batch_).rows, residual_rows(cfg_, batch_));
+    pad_rows = cfg_.fp8_pad_rows ? (rows + 15) / 16 * 16 : rows;
+    pad_width = std::max({C, F, Fs});
+    act = std::max(act, pad_rows * pad_width);
+    w = std::max(w, C * std::max(F, Fs));
+  }
   Buffers::Fp8Workspace ws;
   ws.q = buf_.add(Category::scratch, "fp8.codes", {std::max(act, w)}, DType::e4m3);
   ws.x = buf_.add(Category::scratch, "fp8.input_dequantised", {act});
   ws.w = buf_.add(Category::scratch, "fp8.weight_dequantised", {w});
   ws.g = buf_.add(Category::scratch, "fp8.grad_dequantised", {act});
+  if (cfg_.fp8_pad_rows && cfg_.moe_enabled) {
+    const DType d = buf_.act_dtype();
+    ws.pad_in = buf_.add(Category::scratch, "fp8.padded_input", {pad_rows * pad_width}, d);
+    ws.pad_out = buf_.add(Category::scratch, "fp8.padded_output", {pad_rows * pad_width}, d);
+    ws.pad_dinp = buf_.add(Category::scratch, "fp8.padded_input_grad", {pad_rows * pad_width}, d);
+  }
   buf_.enable_fp8(cfg_.fp8_amax_history, cfg_.fp8_margin, ws);
 }
 

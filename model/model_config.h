@@ -77,6 +77,10 @@ struct ModelConfig {
   DType act_dtype = DType::f32;
   bool fp8 = false;
   bool fp8_first_last_bf16 = true;
+  // The GPU's FP8 GEMMs take rows in multiples of 16 (the weight gradient
+  // contracts over them): a routed expert's ragged row block goes through
+  // zero-padded staging there (Buffers::Fp8Workspace::pad_*). The CPU needs none.
+  bool fp8_pad_rows = false;
   int fp8_amax_history = 1024;
   int fp8_margin = 0;
   bool fp8_layer(int layer) const {

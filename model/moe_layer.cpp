@@ -11,10 +11,33 @@
 #include "kernels/moe_routing.h"
 #include "kernels/op_scratch.h"
 #include "kernels/swiglu.h"
+#include "model/fp8_gemm.h"
 #include "model/moe_capacity.h"
 #include "parallel/expert_dispatch.h"
 
 namespace trainer::model {
+
+MoePlanSize moe_plan_size(const ModelConfig& cfg, const MoeConfig& moe, const BatchShape& batch) {
+  const int64_t N = residual_rows(cfg, batch), Ng = batch.tokens() * cfg.cp;
+  const int64_t E = moe.n_experts, K = moe.top_k, El = moe.local_experts(), S = N * K;
+  MoePlanSize size;
+  // Capacity is the whole micro-batch's (as on one rank), shared in token
+  // order by the ranks splitting its tokens (model/moe_capacity.h).
+  size.capacity = moe.capacity_factor > 0
+                      ? static_cast<int64_t>(std::ceil(moe.capacity_factor * Ng * K / double(E)))
+                      : 0;
+  // Rows this rank's experts may receive: each peer keeps at most
+  // min(K, El) of a token's assignments for them (top-k picks distinct
+  // experts), or at most `capacity` per expert. Dropless, that worst case
+  // grows with ep (every peer's tokens on one rank), so the plan takes
+  // kMoeEpRecvHeadroom times the balanced load (S) when that is smaller, and
+  // a micro-batch routed more unevenly is refused (see Moe::forward).
+  int64_t per_peer = N * std::min(K, El);
+  if (size.capacity > 0) per_peer = std::min(per_peer, El * size.capacity);
+  size.rows = moe.ep == 1 ? S : moe.ep * per_peer;
+  if (size.capacity == 0) size.rows = std::min(size.rows, kMoeEpRecvHeadroom * S);
+  return size;
+}
 
 void Moe::declare(Buffers& buf, const std::string& prefix, const ModelConfig& cfg,
                   const MoeConfig& moe, const BatchShape& batch) {
@@ -46,27 +69,14 @@ void Moe::declare(Buffers& buf, const std::string& prefix, const ModelConfig& cf
   buf.declare_op_scratch(moe_plan_scratch_bytes(N_ * K_, E_));  // its routers' GEMMs take none
   F_ = moe.d_ff_expert, Fs_ = int64_t{moe.n_shared_experts} * moe.d_ff_expert;
   const int64_t S = N_ * K_;
-  // Capacity is the whole micro-batch's (as on one rank), shared in token
-  // order by the ranks splitting its tokens (model/moe_capacity.h).
-  capacity_ = moe.capacity_factor > 0
-                  ? static_cast<int64_t>(std::ceil(moe.capacity_factor * Ng_ * K_ / double(E_)))
-                  : 0;
+  const MoePlanSize size = moe_plan_size(cfg, moe, batch);
+  capacity_ = size.capacity, R_ = size.rows;
   cp_layout_ = cp_layout(cfg, batch);
   sequences_ = batch.B;
   const float out_std = cfg.init_std / std::sqrt(2.0f * cfg.n_layer);
   const std::string p = prefix + ".block_sparse_moe.";
   name_ = prefix;
   ep_ = moe.ep, El_ = moe.local_experts();
-  // Rows this rank's experts may receive: each peer keeps at most
-  // min(K, El) of a token's assignments for them (top-k picks distinct
-  // experts), or at most `capacity` per expert. Dropless, that worst case
-  // grows with ep (every peer's tokens on one rank), so the plan takes
-  // kEpRecvHeadroom times the balanced load (S) when that is smaller, and a
-  // micro-batch routed more unevenly is refused (see forward).
-  int64_t per_peer = N_ * std::min(K_, El_);
-  if (capacity_ > 0) per_peer = std::min(per_peer, El_ * capacity_);
-  R_ = ep_ == 1 ? S : ep_ * per_peer;
-  if (capacity_ == 0) R_ = std::min(R_, kEpRecvHeadroom * S);
 
   router_ = buf.add_param({.name = p + "gate.weight", .global_shape = {E_, C_},
                            .std = cfg.init_std, .sp_partial = sp_},
@@ -77,24 +87,39 @@ void Moe::declare(Buffers& buf, const std::string& prefix, const ModelConfig& cf
     bias_ = buf.add_param({.name = p + "gate.e_score_correction_bias", .global_shape = {E_},
                            .init = Init::zeros, .weight_decay = false, .sp_partial = sp_},
                           {E_});
-  auto mlp = [&](const std::string& name, int64_t F, bool expert) {
+  // In an fp8 layer every expert GEMM is an fp8 GEMM with its own delayed
+  // scaling (as Transformer Engine's grouped linear); the router stays in the
+  // compute dtype, as in Megatron-Core.
+  const bool fp8 = buf.fp8_active();
+  auto mlp = [&](const std::string& name, int64_t F, bool expert, int64_t rows) {
     Mlp3 m;
     m.w1 = buf.add_param({.name = name + "w1.weight", .global_shape = {F, C_},
                           .std = cfg.init_std, .sp_partial = sp_, .expert = expert},
                          {F, C_});
-    if (swiglu_)
+    if (fp8) m.fp8_w1 = buf.add_fp8_gemm(name + "w1", expert);
+    if (swiglu_) {
       m.w3 = buf.add_param({.name = name + "w3.weight", .global_shape = {F, C_},
                             .std = cfg.init_std, .sp_partial = sp_, .expert = expert},
                            {F, C_});
+      if (fp8) m.fp8_w3 = buf.add_fp8_gemm(name + "w3", expert);
+    }
     m.w2 = buf.add_param({.name = name + "w2.weight", .global_shape = {C_, F},
                           .std = out_std, .sp_partial = sp_, .expert = expert},
                          {C_, F});
+    if (fp8) {
+      m.fp8_w2 = buf.add_fp8_gemm(name + "w2", expert);
+      buf.declare_op_scratch(amax_scratch_bytes());
+      for (int64_t out : {F, C_}) {
+        buf.declare_op_scratch(fp8_linear_forward_scratch_bytes(rows, out, false));
+        buf.declare_op_scratch(fp8_linear_backward_scratch_bytes(rows, out, false));
+      }
+    }
     return m;
   };
   experts_.clear();
   for (int64_t e = moe.first_expert(); e < moe.first_expert() + El_; ++e)
-    experts_.push_back(mlp(p + "experts." + std::to_string(e) + ".", F_, true));
-  if (Fs_ > 0) shared_ = mlp(p + "shared_experts.", Fs_, false);
+    experts_.push_back(mlp(p + "experts." + std::to_string(e) + ".", F_, true, R_));
+  if (Fs_ > 0) shared_ = mlp(p + "shared_experts.", Fs_, false, N_);
 
   const auto A = Category::activations, G = Category::scratch;
   logits_ = buf.add(A, p + "router_logits", {N_, E_});
@@ -152,6 +177,13 @@ void Moe::declare(Buffers& buf, const std::string& prefix, const ModelConfig& cf
   dtopk_ = buf.add(G, p + "d_topk_weight", {N_, K_});
   dlogits_ = buf.add(G, p + "d_router_logits", {N_, E_});
   dtmp_ = buf.add(G, p + "d_input_tmp", {N_, C_}, buf.act_dtype());
+  if (buf.act_dtype() != DType::f32) {
+    // The router runs in fp32 (as Megatron-Core's): its 16-bit input is
+    // widened exactly, so both backends' GEMMs take one dtype (the CUDA
+    // linear takes no mixed operands) and compute the CPU's numbers.
+    router_in_ = buf.add(G, p + "router_input_f32", {N_, C_});
+    router_din_ = buf.add(G, p + "d_router_input_f32", {N_, C_});
+  }
   dprob_ = buf.add(G, p + "d_prob_per_expert", {E_});
   if (Fs_ > 0) {
     sh1_ = buf.add(A, p + "shared_w1_out", {N_, Fs_}, buf.act_dtype());
@@ -163,31 +195,52 @@ void Moe::declare(Buffers& buf, const std::string& prefix, const ModelConfig& cf
   }
 }
 
-void Moe::mlp_forward(Context& ctx, const Buffers& b, const Mlp3& w, Tensor out, Tensor x,
-                      const Acts& a) const {
-  linear_forward(ctx, a.h1, x, b.weight(w.w1), {});
+namespace {
+
+// One expert GEMM without bias: fp8 when the layer registered its operands.
+void gemm_forward(const LayerEnv& env, int fp8, Tensor out, Tensor in, Tensor w) {
+  if (fp8 >= 0)
+    fp8_linear_forward(env, fp8, out, in, w, {});
+  else
+    linear_forward(env.ctx, out, in, w, {});
+}
+
+void gemm_backward(const LayerEnv& env, int fp8, Tensor dinp, Tensor dw, Tensor dout, Tensor in,
+                   Tensor w) {
+  if (fp8 >= 0)
+    fp8_linear_backward(env, fp8, dinp, dw, {}, dout, in, w);
+  else
+    linear_backward(env.ctx, dinp, dw, {}, dout, in, w);
+}
+
+}  // namespace
+
+void Moe::mlp_forward(const LayerEnv& env, const Mlp3& w, Tensor out, Tensor x, const Acts& a) const {
+  const Buffers& b = env.buf;
+  gemm_forward(env, w.fp8_w1, a.h1, x, b.weight(w.w1));
   if (swiglu_) {
-    linear_forward(ctx, a.h3, x, b.weight(w.w3), {});
-    swiglu_forward(ctx, a.act, a.h1, a.h3);
+    gemm_forward(env, w.fp8_w3, a.h3, x, b.weight(w.w3));
+    swiglu_forward(env.ctx, a.act, a.h1, a.h3);
   } else {
-    gelu_forward(ctx, a.act, a.h1);
+    gelu_forward(env.ctx, a.act, a.h1);
   }
-  linear_forward(ctx, out, a.act, b.weight(w.w2), {});
+  gemm_forward(env, w.fp8_w2, out, a.act, b.weight(w.w2));
 }
 
 // dx written (tmp: scratch of dx's shape, may alias dy, which is dead after the
 // first GEMM); weight gradients accumulated.
-void Moe::mlp_backward(Context& ctx, const Buffers& b, const Mlp3& w, Tensor dx, Tensor dy,
-                       Tensor x, const Acts& a, const Acts& d, Tensor tmp) const {
-  linear_backward(ctx, d.act, b.grad(w.w2), {}, dy, a.act, b.weight(w.w2));
+void Moe::mlp_backward(const LayerEnv& env, const Mlp3& w, Tensor dx, Tensor dy, Tensor x,
+                       const Acts& a, const Acts& d, Tensor tmp) const {
+  const Buffers& b = env.buf;
+  gemm_backward(env, w.fp8_w2, d.act, b.grad(w.w2), dy, a.act, b.weight(w.w2));
   if (swiglu_) {
-    swiglu_backward(ctx, d.h1, d.h3, d.act, a.h1, a.h3);
-    linear_backward(ctx, dx, b.grad(w.w1), {}, d.h1, x, b.weight(w.w1));
-    linear_backward(ctx, tmp, b.grad(w.w3), {}, d.h3, x, b.weight(w.w3));
-    accumulate(ctx, dx, tmp);
+    swiglu_backward(env.ctx, d.h1, d.h3, d.act, a.h1, a.h3);
+    gemm_backward(env, w.fp8_w1, dx, b.grad(w.w1), d.h1, x, b.weight(w.w1));
+    gemm_backward(env, w.fp8_w3, tmp, b.grad(w.w3), d.h3, x, b.weight(w.w3));
+    accumulate(env.ctx, dx, tmp);
   } else {
-    gelu_backward(ctx, d.h1, d.act, a.h1);
-    linear_backward(ctx, dx, b.grad(w.w1), {}, d.h1, x, b.weight(w.w1));
+    gelu_backward(env.ctx, d.h1, d.act, a.h1);
+    gemm_backward(env, w.fp8_w1, dx, b.grad(w.w1), d.h1, x, b.weight(w.w1));
   }
 }
 
@@ -284,7 +337,12 @@ void Moe::forward(const LayerEnv& env, Tensor out, Tensor in) const {
   const Buffers& b = env.buf;
   Tensor logits = b.get(logits_), probs = b.get(probs_), idx = b.get(topk_idx_);
   Tensor w = b.get(topk_w_), counts = b.get(counts_);
-  linear_forward(ctx, logits, in, b.param(router_), {});
+  Tensor router_in = in;
+  if (router_in_ >= 0) {
+    router_in = b.get(router_in_);
+    copy(ctx, router_in, in);
+  }
+  linear_forward(ctx, logits, router_in, b.param(router_), {});
   Tensor bias = bias_.index >= 0 ? b.param(bias_) : Tensor{};
   moe_route_forward(ctx, probs, idx, w, logits, bias, moe_.sigmoid, moe_.normalize_topk);
   Tensor load = counts.slice(0, 1).view({E_}), kept = counts.slice(1, 2).view({E_});
@@ -303,19 +361,19 @@ void Moe::forward(const LayerEnv& env, Tensor out, Tensor in) const {
                   "{}: expert parallelism: a rank's {} experts were routed {} rows in one "
                   "micro-batch, more than the {} planned ({}x the balanced load); a router this "
                   "unbalanced needs model.moe.capacity_factor (or a smaller parallel.ep)",
-                  name_, El_, route.max_recv, R_, kEpRecvHeadroom);
+                  name_, El_, route.max_recv, R_, kMoeEpRecvHeadroom);
     xe = b.get(xr_), ye = b.get(yr_);
     parallel::ep_dispatch(ep, route, xs, xe);
   }
   Tensor h1 = b.get(h1_), h3 = swiglu_ ? b.get(h3_) : Tensor{}, act = b.get(act_);
   for (const RowBlock& r : row_blocks(b)) {
     const int64_t s0 = r.begin, s1 = r.end;
-    mlp_forward(ctx, b, experts_[r.expert], ye.slice(s0, s1), xe.slice(s0, s1),
+    mlp_forward(env, experts_[r.expert], ye.slice(s0, s1), xe.slice(s0, s1),
                 {rows(h1, s0, s1), rows(h3, s0, s1), rows(act, s0, s1)});
   }
   if (ep_ > 1) parallel::ep_combine(ep_group(env), route, ye, ys);
   if (Fs_ > 0)
-    mlp_forward(ctx, b, shared_, out, in,
+    mlp_forward(env, shared_, out, in,
                 {b.get(sh1_), swiglu_ ? b.get(sh3_) : Tensor{}, b.get(sact_)});
   else
     fill(ctx, out, 0.0f);
@@ -389,13 +447,13 @@ void Moe::backward(const LayerEnv& env, Tensor dinp, Tensor dout, Tensor in, flo
   for (const RowBlock& r : row_blocks(b)) {
     const int64_t s0 = r.begin, s1 = r.end;
     Tensor dy = dye.slice(s0, s1);
-    mlp_backward(ctx, b, experts_[r.expert], dxe.slice(s0, s1), dy, xe.slice(s0, s1),
+    mlp_backward(env, experts_[r.expert], dxe.slice(s0, s1), dy, xe.slice(s0, s1),
                  {rows(h1, s0, s1), rows(h3, s0, s1), rows(act, s0, s1)},
                  {rows(dh1, s0, s1), rows(dh3, s0, s1), rows(dact, s0, s1)}, dy);
   }
   if (ep_ > 1) parallel::ep_dispatch_backward(ep_group(env), route, dxe, dxs);
   if (Fs_ > 0)
-    mlp_backward(ctx, b, shared_, dinp, dout, in,
+    mlp_backward(env, shared_, dinp, dout, in,
                  {b.get(sh1_), swiglu_ ? b.get(sh3_) : Tensor{}, b.get(sact_)},
                  {b.get(dsh1_), swiglu_ ? b.get(dsh3_) : Tensor{}, b.get(dsact_)}, dtmp);
   else
@@ -424,7 +482,14 @@ void Moe::backward(const LayerEnv& env, Tensor dinp, Tensor dout, Tensor in, flo
   const float z_grad = dloss * moe_.z_loss_coeff / static_cast<float>(Ng_);
   moe_route_backward(ctx, b.get(dlogits_), dtopk, b.get(logits_), b.get(probs_),
                      b.get(topk_idx_), dprob, z_grad, moe_.sigmoid, moe_.normalize_topk);
-  linear_backward(ctx, dtmp, b.grad(router_), {}, b.get(dlogits_), in, b.param(router_));
+  if (router_in_ >= 0) {
+    Tensor router_in = b.get(router_in_), router_din = b.get(router_din_);
+    copy(ctx, router_in, in);
+    linear_backward(ctx, router_din, b.grad(router_), {}, b.get(dlogits_), router_in, b.param(router_));
+    copy(ctx, dtmp, router_din);  // one rounding into the activation dtype
+  } else {
+    linear_backward(ctx, dtmp, b.grad(router_), {}, b.get(dlogits_), in, b.param(router_));
+  }
   accumulate(ctx, dinp, dtmp);
 }
 

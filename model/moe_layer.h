@@ -44,6 +44,17 @@
 
 namespace trainer::model {
 
+// Dropless expert parallelism plans each rank's expert rows for this many
+// times the balanced load (a micro-batch routed beyond it is refused).
+inline constexpr int64_t kMoeEpRecvHeadroom = 2;
+
+// A layer's capacity per expert (0: dropless) and the rows its experts run on
+// (R: every routed row this rank's experts may receive in a micro-batch).
+struct MoePlanSize {
+  int64_t capacity = 0, rows = 0;
+};
+MoePlanSize moe_plan_size(const ModelConfig& cfg, const MoeConfig& moe, const BatchShape& batch);
+
 // Counters summed over the forwards since reset_step_stats.
 struct MoeStats {
   double imbalance = 0;     // max / mean assignments per expert (1 = balanced)
@@ -86,14 +97,14 @@ class Moe {
  private:
   struct Mlp3 {
     ParamId w1, w3, w2;
+    int fp8_w1 = -1, fp8_w3 = -1, fp8_w2 = -1;  // fp8 operand indices (fp8 layers)
   };
   struct Acts {  // an MLP's saved activations (rows of its block)
     Tensor h1, h3, act;
   };
-  void mlp_forward(Context& ctx, const Buffers& b, const Mlp3& w, Tensor out, Tensor x,
-                   const Acts& a) const;
-  void mlp_backward(Context& ctx, const Buffers& b, const Mlp3& w, Tensor dx, Tensor dy,
-                    Tensor x, const Acts& a, const Acts& d, Tensor tmp) const;
+  void mlp_forward(const LayerEnv& env, const Mlp3& w, Tensor out, Tensor x, const Acts& a) const;
+  void mlp_backward(const LayerEnv& env, const Mlp3& w, Tensor dx, Tensor dy, Tensor x,
+                    const Acts& a, const Acts& d, Tensor tmp) const;
   std::vector<int32_t> kept_counts(const Buffers& b) const;
   // The routed experts' row blocks in the buffer they run on: {local expert,
   // first row, end row}, in buffer order.
@@ -119,7 +130,6 @@ class Moe {
   bool shared_stats() const { return sp_ || cp_ > 1; }
   int64_t tp_ = 1, tp_rank_ = 0;
   int64_t ep_ = 1, El_ = 0, R_ = 0;  // ep group size, local experts, expert rows planned
-  static constexpr int64_t kEpRecvHeadroom = 2;  // dropless ep: rows planned / balanced load
   std::string name_;
   ParamId router_, bias_;
   std::vector<Mlp3> experts_;
@@ -144,6 +154,7 @@ class Moe {
   BufferId dyr_ = -1, dxr_ = -1;                                      // ep > 1: (R, C)
   BufferId dsh1_ = -1, dsh3_ = -1, dsact_ = -1;                       // (N, Fs)
   BufferId dtopk_ = -1, dlogits_ = -1, dtmp_ = -1, dprob_ = -1;       // (N, K) (N, E) (N, C) (E)
+  BufferId router_in_ = -1, router_din_ = -1;  // 16-bit activations: the router's fp32 (N, C)
 };
 
 }  // namespace trainer::model

@@ -337,6 +337,16 @@ else
       record train_moe PASS "$detail"
     else record train_moe FAIL "$detail"; fi
   fi
+  # MoE in fp8: the router in fp32 on the bf16 activations, every expert GEMM an
+  # FP8 GEMM on its ragged row block (zero-padded to 16 rows); fp8's bound.
+  if [[ -f configs/moe-tiny.yaml ]] && (( $(remaining) > 150 )) &&
+     PAIR_CONFIG=configs/moe-tiny.yaml train_pair train_moe_fp8 fp8 20 --set precision.fp8_first_last_bf16=false; then
+    read -r n _ worst at <<<"$(loss_gap "$WORK/train_moe_fp8_cpu.txt" "$WORK/train_moe_fp8_cuda.txt" 20)"
+    detail="$n steps; worst relative |diff| $worst at step ${at:-?} (tol $LOSS_RTOL_FP8)"
+    if awk -v w="$worst" -v t="$LOSS_RTOL_FP8" 'BEGIN { exit !(w <= t) }'; then
+      record train_moe_fp8 PASS "$detail"
+    else record train_moe_fp8 FAIL "$detail"; fi
+  fi
 fi
 
 # ------------------------------------------- Hugging Face export loads as is

@@ -64,6 +64,7 @@ class CheckpointReader {
   int step() const;
   JobSpec job_spec() const;  // the resolved spec stored in metadata.json
   bool has(const std::string& name) const { return index_.count(name) != 0; }
+  std::vector<std::string> names() const;  // every tensor the shards hold, sorted
   // The saved global shape of a tensor (InputError when absent).
   const Slice& any_slice(const std::string& name) const;
   // Fills `out` (row-major over dst.shape, zeroed first) with the part of

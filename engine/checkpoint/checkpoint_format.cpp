@@ -204,6 +204,12 @@ JobSpec CheckpointReader::job_spec() const {
                         (fs::path(dir_) / "metadata.json").string() + " (job_spec)");
 }
 
+std::vector<std::string> CheckpointReader::names() const {
+  std::vector<std::string> out;
+  for (const auto& entry : index_) out.push_back(entry.first);  // a std::map: sorted
+  return out;
+}
+
 const Slice& CheckpointReader::any_slice(const std::string& name) const {
   auto it = index_.find(name);
   TRAINER_INPUT_CHECK(it != index_.end(), "{}: checkpoint holds no tensor \"{}\"", dir_, name);

@@ -107,10 +107,15 @@ Json Checkpointer::make_metadata(int step, const std::map<std::string, double>& 
 // on every tp, cp and dp rank, so the stage's first replica writes it (one
 // copy: under ZeRO-3 every dp rank writes parameters, and two copies of a
 // whole tensor would not load), and any layout finds its own layers' entries.
+// A routed expert's operands are the same on the ranks holding the expert:
+// its first replica writes them.
 void Checkpointer::add_fp8_state(SafetensorsWriter& w, const model::Buffers& buffers) const {
   const Fp8Scaling* f = buffers.fp8();
-  if (!f || !position_.write_replicated || position_.tp_rank != 0) return;
+  if (!f || position_.tp_rank != 0) return;
   for (int i = 0; i < f->size(); ++i) {
+    // A routed expert's state is one copy per expert: its first replica's.
+    if (!(buffers.fp8_expert(i) ? position_.write_expert_replicated : position_.write_replicated))
+      continue;
     auto state = std::make_shared<std::vector<float>>(f->tensor_state(i));
     const std::string name = buffers.fp8_names()[i] + ".fp8_state";
     const int64_t n = static_cast<int64_t>(state->size());

@@ -86,6 +86,8 @@ ShardPosition shard_position(const MeshPlace& place) {
   // ZeRO-3: every dp rank holds (and writes) its own shard of the values.
   pos.write_params = (place.dp == 0 || place.zero == 3) && place.cp == 0;
   pos.write_replicated = place.dp == 0 && place.cp == 0;
+  pos.write_expert_replicated =
+      place.ep_size > 1 ? place.cp == 0 && place.edp == 0 : pos.write_replicated;
   if (place.zero == 3) {
     // Every rank holds its own shard of every unit, with ep its experts'
     // shard over edp and the dense parts' over dp: all of it is written.

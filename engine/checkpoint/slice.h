@@ -54,6 +54,9 @@ struct ShardPosition {
   // experts.{e}): the first replica of each expert (edp index 0) writes them.
   bool write_expert_params = true;
   bool write_expert_optimizer = true;
+  // write_replicated for routed experts' per-rank state (their fp8 scaling):
+  // each expert's first replica (edp index 0, cp 0), even under ZeRO-3.
+  bool write_expert_replicated = true;
   bool writes_params(const model::ParamSpec& spec) const {
     return spec.expert ? write_expert_params : write_params;
   }

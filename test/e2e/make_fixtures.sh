@@ -116,6 +116,11 @@ data: {train: data/random.bin}
 train: {seq_len: 16, micro_batch: 1, global_batch: 8, steps: 20, eval_every: 0}
 optimizer: {lr: 3.0e-3, warmup_steps: 2}
 YAML
+# fp8 MoE (every layer in fp8): each expert GEMM with its own scaling state.
+for job in mesh_moe mesh_moe_llama; do
+  sed "s/^optimizer:/precision: {compute: fp8, fp8_first_last_bf16: false}\noptimizer:/" \
+    $job.yaml >${job}_fp8.yaml
+done
 # Two sequences per micro-batch: capacity shared over cp chunks of several sequences.
 sed 's/micro_batch: 1/micro_batch: 2/' mesh_moe_capacity.yaml >mesh_moe_capacity_mb2.yaml
 # Four layers (MoE in layers 1 and 3): an interleaved pipeline pp 2 x v2 with ep.

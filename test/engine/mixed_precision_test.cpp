@@ -3,7 +3,9 @@
 // loss scale off, and fp8 scales moving with the amax history.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
+#include <string>
 #include <cstring>
 #include <vector>
 
@@ -141,4 +143,35 @@ TEST_CASE("fp8: every block GEMM operand gets a scale from its amax", "[cpu][eng
   spec.precision.fp8_first_last_bf16 = true;
   Trainer t2(spec, testing::quiet_options());
   CHECK(t2.model().buffers().fp8()->size() == 0);
+}
+
+TEST_CASE("fp8: every routed and shared expert GEMM has its own scaling", "[cpu][engine][precision]") {
+  JobSpec spec = job(Family::llama, ComputeDtype::fp8);
+  spec.model.moe.enabled = true;
+  spec.model.moe.n_experts = 4;
+  spec.model.moe.d_ff_expert = 32;
+  spec.model.moe.n_shared_experts = 1;
+  Trainer t(spec, testing::quiet_options());
+  const model::Buffers& b = t.model().buffers();
+  const Fp8Scaling* f = b.fp8();
+  REQUIRE(f != nullptr);
+  // Two layers x (4 attention linears + 4 experts x 3 + the shared expert's 3) x 3
+  // operands; the router stays in bf16.
+  REQUIRE(f->size() == 2 * (4 + 4 * 3 + 3) * 3);
+  int experts = 0;
+  for (int i = 0; i < f->size(); ++i) {
+    const std::string& name = b.fp8_names()[i];
+    const bool routed = name.find(".experts.") != std::string::npos;
+    CHECK(b.fp8_expert(i) == routed);
+    experts += routed;
+  }
+  CHECK(experts == 2 * 4 * 3 * 3);
+  CHECK(std::find(b.fp8_names().begin(), b.fp8_names().end(),
+                  "model.layers.1.block_sparse_moe.experts.3.w2.grad_output") != b.fp8_names().end());
+  t.train_step(1);
+  // Every expert got tokens in the step's micro-batches: each operand's scale moved.
+  for (int i = 0; i < f->size(); ++i) {
+    INFO(b.fp8_names()[i]);
+    CHECK(f->scale(i) != 1.0f);
+  }
 }
