@@ -16,7 +16,7 @@ rm -rf "$run"
 "$trainer" train configs/tiny-gpt2.yaml --set run.dir="$run" --set train.steps=100 \
   --set train.eval_every=100
 m="$run/metrics.jsonl"
-first=$(grep '"loss"' "$m" | head -1 | sed 's/.*"loss": \([^,]*\),.*/\1/')
+first=$(grep -m1 '"loss"' "$m" | sed 's/.*"loss": \([^,]*\),.*/\1/')
 last=$(grep '"loss"' "$m" | tail -10 | sed 's/.*"loss": \([^,]*\),.*/\1/' | awk '{s+=$1} END {print s/NR}')
 val=$(grep '"val_loss"' "$m" | tail -1 | sed 's/.*"val_loss": \([^}]*\)}.*/\1/')
 echo "first loss $first, mean of last 10 $last, final val loss $val (margin $MARGIN)"

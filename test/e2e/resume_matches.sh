@@ -28,7 +28,8 @@ export OMP_NUM_THREADS=1
 "${launch[@]}" "$trainer" train "${job[@]}" --set run.dir="$run" >"$run.log" 2>&1 &
 pid=$!
 for _ in $(seq 600); do
-  [ "$(grep -c '"loss"' "$run/metrics.jsonl" 2>/dev/null || echo 0)" -ge 10 ] && break
+  logged=$(grep -c '"loss"' "$run/metrics.jsonl" 2>/dev/null || true)  # none yet: "0" or ""
+  [ "${logged:-0}" -ge 10 ] && break
   sleep 0.05
 done
 if [ "$mode" = kill ]; then
