@@ -16,7 +16,8 @@ set(_emu_dir ${CMAKE_SOURCE_DIR}/test/cuda_emu)
 # the same numbers as in every other build, and the CPU halves run at full speed.
 add_library(trainer_emu_asan INTERFACE)
 if(TRAINER_CUDA_EMULATOR_ASAN)
-  target_compile_options(trainer_emu_asan INTERFACE -fsanitize=address -fno-omit-frame-pointer)
+  # -g1: line tables only, so a report names the kernel's file and line.
+  target_compile_options(trainer_emu_asan INTERFACE -fsanitize=address -fno-omit-frame-pointer -g1)
   add_link_options(-fsanitize=address)
   # cuBLASLt's loops, a tenth of an emulated attention test under ASan: every
   # operand's whole span is checked against one live allocation before they
