@@ -10,15 +10,20 @@ ninja -C build
 # The real-text tests need the Brown corpus and GPT-2's vocabulary.
 scripts/get_data.sh
 (cd build && ctest --output-on-failure --timeout 900 "$@")
-# The CUDA backend again, built against the host CUDA emulator (test/cuda_emu):
-# its [cuda] suite, the emulator's own tests and the GPU-vs-CPU training
+# The CUDA backend again, built against the host CUDA emulator (test/cuda_emu)
+# with AddressSanitizer on the kernels: its [cuda] suite, the emulator's own
+# tests (out-of-bounds accesses among them) and the GPU-vs-CPU training
 # comparison run here whether or not a GPU exists. TRAINER_EMULATOR=0 skips it.
 if [[ ${TRAINER_EMULATOR:-1} != 0 ]]; then
-  if [[ ! -f build-emu/build.ninja ]]; then
+  # Also reconfigures a build-emu/ made before the ASan option.
+  if ! grep -qs '^TRAINER_CUDA_EMULATOR_ASAN:BOOL=ON$' build-emu/CMakeCache.txt; then
     cmake -S . -B build-emu -G Ninja -DCMAKE_BUILD_TYPE=Release -DTRAINER_CUDA_EMULATOR=ON \
-      -DTRAINER_MPI=OFF "-DTRAINER_TEST_DIRS=cuda;cuda_emu;e2e"
+      -DTRAINER_CUDA_EMULATOR_ASAN=ON -DTRAINER_MPI=OFF "-DTRAINER_TEST_DIRS=cuda;cuda_emu;e2e"
   fi
-  ninja -C build-emu trainer cuda_ops_test cuda_emulator_test
-  (cd build-emu && ctest --output-on-failure --timeout 900 -L cuda)
+  ninja -C build-emu trainer cuda_ops_test cuda_emulator_test cuda_emulator_asan_test
+  # Each entry's emulated kernels run on one thread (a launch's fibers share
+  # it): two entries at a time use both of CI's cores, which pays for the
+  # CPU time ASan adds (about 1.7x).
+  (cd build-emu && ctest -j2 --output-on-failure --timeout 900 -L cuda)
 fi
 echo "test.sh: finished in $(( $(date +%s) - start )) s"

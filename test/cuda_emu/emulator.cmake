@@ -6,10 +6,28 @@
 # limits, what they write) against the CPU ops; a GPU still has the last word on
 # speed, real tensor-core fragments and the real libraries' numerics.
 set(_emu_dir ${CMAKE_SOURCE_DIR}/test/cuda_emu)
+
+# -DTRAINER_CUDA_EMULATOR_ASAN=ON: AddressSanitizer on what links
+# trainer_emu_asan (the emulator, kernels/cuda, the [cuda] and emulator tests),
+# the runtime in every binary. The CPU side (CPU ops, engine) stays
+# uninstrumented: its `omp simd` reductions keep their vectorised summation
+# order (ASan's checks stop GCC vectorising some of them), so the CPU
+# references the [cuda] suite and e2e_cuda_matches_cpu compare against are
+# the same numbers as in every other build, and the CPU halves run at full speed.
+add_library(trainer_emu_asan INTERFACE)
+if(TRAINER_CUDA_EMULATOR_ASAN)
+  # -g1: line tables only, so a report names the kernel's file and line.
+  target_compile_options(trainer_emu_asan INTERFACE -fsanitize=address -fno-omit-frame-pointer -g1)
+  add_link_options(-fsanitize=address)
+  # cuBLASLt's loops, a tenth of an emulated attention test under ASan: every
+  # operand's whole span is checked against one live allocation before they
+  # run (require_device_range), so per-element checks would add nothing.
+  set_source_files_properties(${_emu_dir}/cublaslt.cpp PROPERTIES COMPILE_OPTIONS -fno-sanitize=address)
+endif()
 add_library(trainer_cuda_emu STATIC ${_emu_dir}/runtime.cpp ${_emu_dir}/scheduler.cpp ${_emu_dir}/cublaslt.cpp)
 target_include_directories(trainer_cuda_emu PUBLIC ${_emu_dir}/include)
 target_compile_options(trainer_cuda_emu PUBLIC -ffp-contract=off)
-target_link_libraries(trainer_cuda_emu PRIVATE trainer_warnings)
+target_link_libraries(trainer_cuda_emu PRIVATE trainer_warnings trainer_emu_asan)
 
 # trainer_emulated_cuda_sources(OUT_VAR file.cu ...): each .cu/.cuh rewritten
 # (rewrite_cu.cmake) under the build tree at the same relative path; the .cu

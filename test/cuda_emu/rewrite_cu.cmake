@@ -8,18 +8,22 @@
 #   extern __shared__ [__align__(N)] T name[];
 #     -> T* name = reinterpret_cast<T*>(::cuda_emu::dynamic_shared());
 #   __shared__ T name[N];
-#     -> static T name[N]; ::cuda_emu::shared_memory(&name, sizeof(name));
+#     -> T (&name)[N] = ::cuda_emu::static_shared<T[N]>([] {});
 file(READ "${IN}" text)
 string(REPLACE "<<<" " * ::cuda_emu::LaunchConfig(__FILE__, __LINE__, " text "${text}")
 string(REPLACE ">>>" ") % ::cuda_emu::args" text "${text}")
 string(REGEX REPLACE
   "extern __shared__ (__align__\\([0-9]+\\) )?((unsigned )?[A-Za-z_][A-Za-z0-9_:]*) ([A-Za-z_][A-Za-z0-9_]*)\\[\\];"
   "\\2* \\4 = reinterpret_cast<\\2*>(::cuda_emu::dynamic_shared());" text "${text}")
-# Static shared memory: a function-local static (one block runs at a time),
-# poisoned by its first thread in each block as dynamic shared memory is.
+# Static shared memory: a reference to a heap block of exactly its size, made
+# (NaN bytes) by the block's first thread to reach it and freed when the block
+# ends. Not a function-local static: the compilers do not pad statics of
+# templates and inline functions (COMDAT) with AddressSanitizer redzones, and
+# most kernels are templates. The lambda's type names the declaration (and the
+# template instance it is in); blocks are 256-byte aligned, above any __align__.
 string(REGEX REPLACE
-  "__shared__ ([^;={}]*[^;={} ]) ([A-Za-z_][A-Za-z0-9_]*)((\\[[^;]*\\])*);"
-  "static \\1 \\2\\3; ::cuda_emu::shared_memory(&\\2, sizeof(\\2));" text "${text}")
+  "__shared__ (__align__\\([0-9]+\\) )?([^;={}]*[^;={} ]) ([A-Za-z_][A-Za-z0-9_]*)((\\[[^;]*\\])*);"
+  "\\2 (&\\3)\\4 = ::cuda_emu::static_shared<\\2\\4>([] {});" text "${text}")
 if(text MATCHES "extern __shared__")
   message(FATAL_ERROR "${IN}: an `extern __shared__` declaration the emulator's rewrite does not know")
 endif()

@@ -221,9 +221,12 @@ cudaError_t cudaMalloc(void** ptr, size_t bytes) {
     std::lock_guard<std::mutex> lock(r.mutex);
     if (r.allocated + rounded > cuda_emu::kTotalMemory) return fail(cudaErrorMemoryAllocation);
   }
-  void* p = std::aligned_alloc(256, rounded);
-  if (!p) return fail(cudaErrorMemoryAllocation);
-  std::memset(p, 0xFF, rounded);  // NaN in fp32, bf16, fp16 and both fp8 formats
+  // Exactly `bytes`, not the 256-byte rounding the driver's allocator grants:
+  // under AddressSanitizer the block's redzone then starts at the first byte
+  // past the request, so a kernel reading or writing there is reported.
+  void* p = nullptr;
+  if (posix_memalign(&p, 256, bytes) != 0) return fail(cudaErrorMemoryAllocation);
+  std::memset(p, 0xFF, bytes);  // NaN in fp32, bf16, fp16 and both fp8 formats
   std::lock_guard<std::mutex> lock(r.mutex);
   r.allocations[reinterpret_cast<uintptr_t>(p)] = bytes;
   r.allocated += rounded;
@@ -244,8 +247,9 @@ cudaError_t cudaFree(void* ptr) {
   return cudaSuccess;
 }
 cudaError_t cudaMallocHost(void** ptr, size_t bytes) {
-  *ptr = std::aligned_alloc(256, (bytes + 255) / 256 * 256 + 256);
-  return *ptr ? cudaSuccess : fail(cudaErrorMemoryAllocation);
+  *ptr = nullptr;
+  if (posix_memalign(ptr, 256, bytes == 0 ? 1 : bytes) != 0) return fail(cudaErrorMemoryAllocation);
+  return cudaSuccess;
 }
 cudaError_t cudaFreeHost(void* ptr) {
   std::free(ptr);

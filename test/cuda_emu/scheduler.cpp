@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "asan_fibers.h"
 #include "cuda_runtime.h"
 #include "runtime_state.h"
 
@@ -55,12 +56,21 @@ cuda_emu_trampoline:
 .text
 )");
 
+#if CUDA_EMU_ASAN
+// Every binary with the emulator links this file. Fake stacks for
+// use-after-return would have to follow each fiber switch (GCC 12 emits none).
+// Leak checking stays on.
+extern "C" const char* __asan_default_options() { return "detect_stack_use_after_return=0"; }
+#endif
+
 namespace cuda_emu {
 
 enum class Wait { ready, block, warp, done };
 
 struct ThreadState {
   void* sp = nullptr;
+  StackRange stack;
+  void* fake_stack = nullptr;  // AddressSanitizer's, while suspended
   uint3 idx{};
   int linear = 0;
   Wait wait = Wait::ready;
@@ -78,7 +88,13 @@ namespace {
 
 void release_block_if_complete();
 
-constexpr size_t kStackBytes = 256 * 1024;  // the flash tiles keep fragments on the stack
+// The flash tiles keep fragments on the stack; AddressSanitizer's redzones
+// around every local array make frames larger.
+#if CUDA_EMU_ASAN
+constexpr size_t kStackBytes = 1024 * 1024;
+#else
+constexpr size_t kStackBytes = 256 * 1024;
+#endif
 
 struct Stack {
   unsigned char* base = nullptr;  // lowest address; its first page is a guard
@@ -88,13 +104,19 @@ struct Scheduler {
   std::vector<Stack> stacks;
   std::vector<ThreadState> threads;
   void* home_sp = nullptr;
+  StackRange home_stack;      // the launching thread's, as AddressSanitizer knows it
+  void* home_fake = nullptr;  // its fake frames while a fiber runs
   ThreadState* current = nullptr;
   BodyFn body = nullptr;
   void* closure = nullptr;
   std::string site;
   uint64_t launches = 0;
   bool running = false;
-  std::vector<const void*> shared_vars;  // static __shared__ seen in this block
+  struct SharedBlock {
+    const void* site;
+    void* mem;
+  };
+  std::vector<SharedBlock> shared_blocks;  // static __shared__ of the running block
   uint64_t block_runs = 0;
   int live = 0;        // threads of the block not yet exited
   int at_barrier = 0;  // of them, waiting at __syncthreads
@@ -114,11 +136,13 @@ unsigned char* new_stack() {
   return static_cast<unsigned char*>(p);
 }
 
-extern "C" void fiber_main(ThreadState* t) {
+extern "C" CUDA_EMU_NO_ASAN void fiber_main(ThreadState* t) {
+  after_switch(nullptr, &sched.home_stack);
   sched.body(sched.closure);
   t->wait = Wait::done;
   --sched.live;
   release_block_if_complete();
+  before_switch(nullptr, sched.home_stack);
   cuda_emu_switch(&t->sp, sched.home_sp);
   std::abort();  // a finished fiber is never resumed
 }
@@ -141,6 +165,8 @@ void prepare(ThreadState& t, Stack& s) {
   sp[5] = 0;                                                 // rbp
   sp[6] = reinterpret_cast<uint64_t>(&cuda_emu_trampoline);  // return address
   t.sp = sp;
+  t.stack = {s.base + page, kStackBytes};
+  t.fake_stack = nullptr;
   t.wait = Wait::ready;
 }
 
@@ -152,7 +178,11 @@ ThreadState& self() {
   return *sched.current;
 }
 
-void suspend(ThreadState& t) { cuda_emu_switch(&t.sp, sched.home_sp); }
+void suspend(ThreadState& t) {
+  before_switch(&t.fake_stack, sched.home_stack);
+  cuda_emu_switch(&t.sp, sched.home_sp);
+  after_switch(t.fake_stack, &sched.home_stack);
+}
 
 [[noreturn]] void fault(const std::string& what) {
   std::fprintf(stderr,
@@ -258,7 +288,6 @@ void run_block(int n, bool reverse) {
   }
   sched.live = n;
   sched.at_barrier = 0;
-  sched.shared_vars.clear();
   ++sched.block_runs;
   while (sched.live > 0) {
     bool ran = false;
@@ -267,12 +296,16 @@ void run_block(int n, bool reverse) {
       if (t.wait != Wait::ready) continue;
       sched.current = &t;
       tls_thread_idx = t.idx;
+      before_switch(&sched.home_fake, t.stack);
       cuda_emu_switch(&sched.home_sp, t.sp);
+      after_switch(sched.home_fake, nullptr);
       sched.current = nullptr;
       ran = true;
     }
     if (!ran) deadlock(n);
   }
+  for (const Scheduler::SharedBlock& b : sched.shared_blocks) std::free(b.mem);
+  sched.shared_blocks.clear();
 }
 
 }  // namespace
@@ -284,11 +317,17 @@ std::string fmt_lane_error(const ThreadState& t, int lane, const char* what) {
          " (lane " + std::to_string(lane) + ")";
 }
 
-void shared_memory(void* p, size_t bytes) {
-  for (const void* q : sched.shared_vars)
-    if (q == p) return;
-  sched.shared_vars.push_back(p);
-  std::memset(p, 0xFF, bytes);
+void* shared_block(const void* site, size_t bytes) {
+  for (const Scheduler::SharedBlock& b : sched.shared_blocks)
+    if (b.site == site) return b.mem;
+  void* p = nullptr;
+  if (posix_memalign(&p, 256, bytes) != 0) {
+    std::fprintf(stderr, "cuda emulator: cannot allocate %zu bytes of shared memory\n", bytes);
+    std::abort();
+  }
+  std::memset(p, 0xFF, bytes);  // uninitialised shared memory reads as NaN
+  sched.shared_blocks.push_back({site, p});
+  return p;
 }
 
 uint64_t block_serial() { return sched.block_runs; }
@@ -342,25 +381,30 @@ void launch(const void* kernel, const LaunchConfig& cfg, BodyFn body, void* clos
   const int n = static_cast<int>(b.x * b.y * b.z);
   while (static_cast<int>(sched.stacks.size()) < n) sched.stacks.push_back({new_stack()});
   sched.threads.assign(static_cast<size_t>(n), ThreadState{});
-  std::vector<unsigned char> smem(cfg.smem + 256);
-  auto* aligned = reinterpret_cast<unsigned char*>(
-      (reinterpret_cast<uintptr_t>(smem.data()) + 255) / 256 * 256);
+  // Dynamic shared memory: exactly the launch's bytes, so a read past them
+  // meets AddressSanitizer's redzone instead of slack.
+  void* smem = nullptr;
+  if (cfg.smem && posix_memalign(&smem, 256, cfg.smem) != 0) {
+    std::fprintf(stderr, "cuda emulator: cannot allocate %zu bytes of shared memory\n", cfg.smem);
+    std::abort();
+  }
   sched.body = body;
   sched.closure = closure;
   sched.site = std::string(cfg.file) + ":" + std::to_string(cfg.line);
   tls_block.block_dim = b;
   tls_block.grid_dim = g;
-  tls_block.dynamic_smem = cfg.smem ? aligned : nullptr;
+  tls_block.dynamic_smem = static_cast<unsigned char*>(smem);
   const bool reverse = (sched.launches++ & 1u) != 0;
   sched.running = true;
   for (unsigned z = 0; z < g.z; ++z)
     for (unsigned y = 0; y < g.y; ++y)
       for (unsigned x = 0; x < g.x; ++x) {
-        std::memset(smem.data(), 0xFF, smem.size());  // uninitialised shared memory reads as NaN
+        if (smem) std::memset(smem, 0xFF, cfg.smem);  // uninitialised shared memory reads as NaN
         tls_block.block_idx = {x, y, z};
         run_block(n, reverse);
       }
   sched.running = false;
+  std::free(smem);
 }
 
 }  // namespace cuda_emu

@@ -1,7 +1,7 @@
 // The CUDA emulator's device side: what a kernel may use, on the host.
 //
 // A launch runs its blocks one after another; a block's threads are fibers on
-// the calling thread (test/cuda_emu/fiber.h), switched only at __syncthreads,
+// the calling thread (test/cuda_emu/scheduler.cpp), switched only at __syncthreads,
 // __syncwarp and the warp collectives, each of which waits for exactly the
 // threads the real instruction waits for. So a missing barrier reads data no
 // other thread has written yet, a collective over an exited lane or a barrier
@@ -51,9 +51,16 @@ inline thread_local BlockState tls_block;
 inline const uint3& thread_index() { return tls_thread_idx; }
 inline const BlockState& block_state() { return tls_block; }
 inline unsigned char* dynamic_shared() { return tls_block.dynamic_smem; }
-// A static __shared__ variable (rewrite_cu.cmake): filled with 0xFF bytes the
-// first time a thread of each block declares it, so no block reads another's.
-void shared_memory(void* p, size_t bytes);
+// A static __shared__ variable (rewrite_cu.cmake): one heap block of exactly
+// `bytes` per block run and declaration `site`, filled with 0xFF bytes when the
+// block's first thread reaches it, so no block reads another's and a read past
+// its end meets AddressSanitizer's redzone.
+void* shared_block(const void* site, size_t bytes);
+template <class T, class Site>
+T& static_shared(Site) {
+  static char site;  // one per declaration: each lambda passed as Site is its own type
+  return *static_cast<T*>(shared_block(&site, sizeof(T)));
+}
 // For the tensor-core emulation (mma.h): a number no two block runs share, and
 // how many products the calling thread has issued in this block.
 uint64_t block_serial();
