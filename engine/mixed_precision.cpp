@@ -32,11 +32,12 @@ void MixedPrecision::finish_fp8_step(model::Buffers& buffers, parallel::Mesh& me
   buffers.fp8_amax_to_host();  // the GPU recorded them in the state's device copy
   float* current = f->current_amax();
   Tensor amax(current, {int64_t(f->size())}, DType::f32, Device::cpu);
-  // A routed expert's operands: the same index holds another expert on
-  // another ep rank, so they are reduced apart, over the ranks holding the
-  // same experts (tp x edp: every token the expert saw).
+  // With ep > 1 a routed expert's operands are reduced apart: the same index
+  // holds another expert on another ep rank. Their group is the ranks holding
+  // the same experts (tp x edp: every token the expert saw); with ep 1 that
+  // is the dense operands' group, and one reduction serves both.
   std::vector<int> experts;
-  for (int i = 0; i < f->size(); ++i)
+  for (int i = 0; mesh.shape().ep > 1 && i < f->size(); ++i)
     if (buffers.fp8_expert(i)) experts.push_back(i);
   std::vector<float> expert_amax(experts.size());
   for (size_t k = 0; k < experts.size(); ++k) expert_amax[k] = current[experts[k]];

@@ -8,6 +8,7 @@
 #include "kernels/fp8_linear.h"
 #include "kernels/linear.h"
 #include "kernels/memory.h"
+#include "kernels/op_scratch.h"
 
 namespace trainer::model {
 
@@ -136,6 +137,13 @@ Tensor quantize(const LayerEnv& env, int idx, Tensor t, BufferId dst) {
 }
 
 }  // namespace
+
+void declare_fp8_linear_scratch(Buffers& buf, int64_t rows, int64_t out, bool forward_bias,
+                                bool bias) {
+  buf.declare_op_scratch(amax_scratch_bytes());
+  buf.declare_op_scratch(fp8_linear_forward_scratch_bytes(rows, out, forward_bias));
+  buf.declare_op_scratch(fp8_linear_backward_scratch_bytes(rows, out, bias));
+}
 
 void fp8_linear_forward(const LayerEnv& env, int idx, Tensor out, Tensor in, Tensor w,
                         Tensor bias) {

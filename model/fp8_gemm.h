@@ -13,6 +13,12 @@
 
 namespace trainer::model {
 
+// The op scratch an fp8 GEMM of up to `rows` rows and `out` outputs takes
+// (its amaxes, forward with `forward_bias`, backward with `bias`): declared
+// by the layer that calls it.
+void declare_fp8_linear_scratch(Buffers& buf, int64_t rows, int64_t out, bool forward_bias,
+                                bool bias);
+
 // out (M, N) = dequant(q(in)) @ dequant(q(w))^T [+ bias]; `idx` is the input's
 // index from Buffers::add_fp8_gemm (weight idx + 1, gradient idx + 2).
 void fp8_linear_forward(const LayerEnv& env, int idx, Tensor out, Tensor in, Tensor w,

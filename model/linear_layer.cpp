@@ -42,9 +42,7 @@ void Linear::declare(Buffers& buf, const std::string& name, int64_t in, int64_t 
   // sums its bias gradient.
   const bool fwd_bias = has_bias && adds_bias_;
   if (fp8_ >= 0) {
-    buf.declare_op_scratch(amax_scratch_bytes());
-    buf.declare_op_scratch(fp8_linear_forward_scratch_bytes(rows, out_local, fwd_bias));
-    buf.declare_op_scratch(fp8_linear_backward_scratch_bytes(rows, out_local, has_bias));
+    declare_fp8_linear_scratch(buf, rows, out_local, fwd_bias, has_bias);
   } else {
     buf.declare_op_scratch(linear_forward_scratch_bytes(rows, out_local, buf.act_dtype(), fwd_bias));
     buf.declare_op_scratch(linear_backward_scratch_bytes(rows, out_local, has_bias));

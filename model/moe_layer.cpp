@@ -71,8 +71,6 @@ void Moe::declare(Buffers& buf, const std::string& prefix, const ModelConfig& cf
   const int64_t S = N_ * K_;
   const MoePlanSize size = moe_plan_size(cfg, moe, batch);
   capacity_ = size.capacity, R_ = size.rows;
-  cp_layout_ = cp_layout(cfg, batch);
-  sequences_ = batch.B;
   const float out_std = cfg.init_std / std::sqrt(2.0f * cfg.n_layer);
   const std::string p = prefix + ".block_sparse_moe.";
   name_ = prefix;
@@ -88,8 +86,8 @@ void Moe::declare(Buffers& buf, const std::string& prefix, const ModelConfig& cf
                            .init = Init::zeros, .weight_decay = false, .sp_partial = sp_},
                           {E_});
   // In an fp8 layer every expert GEMM is an fp8 GEMM with its own delayed
-  // scaling (as Transformer Engine's grouped linear); the router stays in the
-  // compute dtype, as in Megatron-Core.
+  // scaling (as Transformer Engine's grouped linear); the router stays fp32
+  // (router_in_ below), as in Megatron-Core.
   const bool fp8 = buf.fp8_active();
   auto mlp = [&](const std::string& name, int64_t F, bool expert, int64_t rows) {
     Mlp3 m;
@@ -108,11 +106,7 @@ void Moe::declare(Buffers& buf, const std::string& prefix, const ModelConfig& cf
                          {C_, F});
     if (fp8) {
       m.fp8_w2 = buf.add_fp8_gemm(name + "w2", expert);
-      buf.declare_op_scratch(amax_scratch_bytes());
-      for (int64_t out : {F, C_}) {
-        buf.declare_op_scratch(fp8_linear_forward_scratch_bytes(rows, out, false));
-        buf.declare_op_scratch(fp8_linear_backward_scratch_bytes(rows, out, false));
-      }
+      for (int64_t out : {F, C_}) declare_fp8_linear_scratch(buf, rows, out, false, false);
     }
     return m;
   };
@@ -148,11 +142,19 @@ void Moe::declare(Buffers& buf, const std::string& prefix, const ModelConfig& cf
     global_load_ = buf.add(A, p + "sp_global_load", {E_});
     sp_sums_ = buf.add(G, p + "sp_sums", {3 * E_ + 1}, DType::f64);
     if (capacity_ > 0) {
-      // Every token-sharing rank's per-run loads; the run count depends only on
-      // the SP block (each cp rank's chunks sit at the same local rows).
+      // Every token-sharing rank's runs (fixed by the layout), rows [cp rank][tp
+      // rank], and room for each one's per-run loads.
       const int64_t tp_share = sp_ ? tp_ : 1;
-      for (int64_t t = 0; t < tp_share; ++t)
-        runs_max_ = std::max<int64_t>(runs_max_, token_runs(cp_layout_, sequences_, tp_share, t).size());
+      parallel::CpLayout layout = cp_layout(cfg, batch);
+      share_runs_.clear();
+      runs_max_ = 0;
+      for (int c = 0; c < cp_; ++c)
+        for (int64_t t = 0; t < tp_share; ++t) {
+          layout.rank = c;
+          share_runs_.push_back(token_runs(layout, batch.B, tp_share, t));
+          runs_max_ = std::max<int64_t>(runs_max_, share_runs_.back().size());
+        }
+      share_self_ = static_cast<int>(cfg.cp_rank * tp_share + (sp_ ? tp_rank_ : 0));
       run_loads_ = buf.add(G, p + "capacity_run_loads", {runs_max_, E_}, DType::i32);
       tp_run_loads_ = buf.add(G, p + "capacity_tp_run_loads", {tp_share * runs_max_, E_}, DType::i32);
       all_run_loads_ =
@@ -274,7 +276,6 @@ std::vector<Moe::RowBlock> Moe::row_blocks(const Buffers& b) const {
 
 Tensor Moe::capacity_taken(const LayerEnv& env, Tensor topk_idx) const {
   if (!shared_stats() || capacity_ == 0) return {};
-  const int64_t tp_share = sp_ ? tp_ : 1, tp_rank = sp_ ? tp_rank_ : 0;
   if (sp_)
     TRAINER_CHECK(env.tp.size() == tp_, "{}: MoE layer planned for tp {} but the tp group has {} ranks",
                   name_, tp_, env.tp.size());
@@ -284,7 +285,7 @@ Tensor Moe::capacity_taken(const LayerEnv& env, Tensor topk_idx) const {
   // This rank's loads per run, from its top-k choices.
   std::vector<int32_t> idx(N_ * K_), mine(runs_max_ * E_, 0);
   copy_to_host(idx.data(), topk_idx);
-  const std::vector<TokenRun> runs = token_runs(cp_layout_, sequences_, tp_share, tp_rank);
+  const std::vector<TokenRun>& runs = share_runs_[share_self_];
   for (size_t r = 0; r < runs.size(); ++r)
     for (int64_t n = runs[r].local_begin; n < runs[r].local_begin + runs[r].length; ++n)
       for (int64_t k = 0; k < K_; ++k) {
@@ -300,18 +301,12 @@ Tensor Moe::capacity_taken(const LayerEnv& env, Tensor topk_idx) const {
   else over_tp = own;
   if (cp_ > 1) env.cp->all_gather(over_tp, all);
   else all = over_tp;
-  std::vector<int32_t> loads(cp_ * tp_share * runs_max_ * E_);
+  std::vector<int32_t> loads(share_runs_.size() * runs_max_ * E_);
   copy_to_host(loads.data(), all);
   std::vector<RankRuns> ranks;
-  parallel::CpLayout other = cp_layout_;
-  for (int c = 0; c < cp_; ++c)
-    for (int64_t t = 0; t < tp_share; ++t) {
-      other.rank = c;
-      ranks.push_back({token_runs(other, sequences_, tp_share, t),
-                       loads.data() + (c * tp_share + t) * runs_max_ * E_});
-    }
-  const int self = static_cast<int>(cp_layout_.rank * tp_share + tp_rank);
-  std::vector<int32_t> taken = shared_capacity_taken(ranks, self, E_, capacity_);
+  for (size_t q = 0; q < share_runs_.size(); ++q)
+    ranks.push_back({share_runs_[q], loads.data() + q * runs_max_ * E_});
+  std::vector<int32_t> taken = shared_capacity_taken(ranks, share_self_, E_, capacity_);
   Tensor out = b.get(taken_);
   copy_from_host(out, taken.data());
   return out;

@@ -40,7 +40,7 @@
 
 #include "model/layer_env.h"
 #include "model/moe_config.h"
-#include "parallel/cp_layout.h"
+#include "model/moe_capacity.h"
 
 namespace trainer::model {
 
@@ -146,8 +146,9 @@ class Moe {
   // Shared capacity scratch (i32): this rank's per-run loads (runs_max, E),
   // gathered over SP's tp, then over cp; the resulting `taken` (E).
   BufferId run_loads_ = -1, tp_run_loads_ = -1, all_run_loads_ = -1, taken_ = -1;
-  parallel::CpLayout cp_layout_;
-  int64_t sequences_ = 1, runs_max_ = 0;
+  std::vector<std::vector<TokenRun>> share_runs_;  // [cp rank * tp share + tp rank]
+  int share_self_ = 0;                             // this rank's row there
+  int64_t runs_max_ = 0;
   BufferId step_ = -1, step_aux_ = -1;   // scratch: (2, E) step counters, (1) summed aux loss
   // Scratch (live within backward).
   BufferId dys_ = -1, dxs_ = -1, dh1_ = -1, dh3_ = -1, dact_ = -1;   // (S, C) (R, Fe)
