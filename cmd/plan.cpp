@@ -39,11 +39,12 @@ Registrar reg("plan", "validate a job and print its per-rank memory plan", [](CL
       // As Trainer::setup: the GPU's fp8 expert GEMMs pad ragged rows.
       cfg.fp8_pad_rows = cfg.fp8 && spec.run.device == engine::DeviceKind::cuda;
       // ZeRO shards over the gradient group (dp, or dp x cp with context
-      // parallelism), or over edp with expert parallelism; ZeRO-3 with ep
-      // shards only the routed experts over edp (Trainer::setup).
+      // parallelism); with expert parallelism the routed experts over edp
+      // (Trainer::setup).
       const engine::ZeroAxes axes = engine::zero_axes(shape, spec.parallel.zero);
       const engine::ZeroGroup dense{shape.size(axes.dense), 0}, experts{shape.size(axes.expert), 0};
-      cfg.shard_align = engine::zero_shard_align(spec.parallel.zero, dense.size);
+      cfg.shard_align = engine::zero_shard_align(spec.parallel.zero, dense.size, axes.experts_apart());
+      cfg.share_blocks = spec.parallel.zero == 3;
       cfg.shard_experts_apart = axes.experts_apart();
       model::Model model(cfg, engine::micro_batch_shape(spec));
       engine::ZeroLayout layout =
@@ -84,7 +85,9 @@ Registrar reg("plan", "validate a job and print its per-rank memory plan", [](CL
                      axes.experts_apart()
                          ? fmt::format("them over edp {} and the rest over {} {}", experts.size,
                                        shape.cp > 1 ? "dp x cp" : "dp", dense.size)
-                         : fmt::format("over {}", shape.ep > 1 ? "edp" : "dp"));
+                     : spec.parallel.zero == 0
+                         ? std::string("nothing (zero 0)")
+                         : fmt::format("over {} {}", shape.cp > 1 ? "dp x cp" : "dp", dense.size));
         if (shape.pp > 1)
           fmt::print("{}\n", parallel::describe_schedule(shape.pp, micro_batches, shape.virtual_stages));
       }
@@ -108,9 +111,9 @@ Registrar reg("plan", "validate a job and print its per-rank memory plan", [](CL
         if (axes.experts_apart()) {
           int64_t shard[2] = {0, 0};  // dense, expert
           for (const engine::OwnedRange& r : optimizer.layout().owned) shard[r.expert] += r.size();
-          fmt::print("  of the zero 3 shards, dense {} elements (1/{} of theirs), routed experts {} "
+          fmt::print("  of the zero {} shards, dense {} elements (1/{} of theirs), routed experts {} "
                      "(1/{})\n",
-                     shard[0], dense.size, shard[1], experts.size);
+                     spec.parallel.zero, shard[0], dense.size, shard[1], experts.size);
         }
       }
     }

@@ -87,13 +87,14 @@ void Trainer::setup() {
   cfg.moe.ep = shape.ep;
   cfg.moe.ep_rank = mesh_->coords().ep;
   apply_pipeline_stage(cfg, shape.pp, mesh_->coords().pp, shape.virtual_stages);
-  // ZeRO shards over the gradient group, or over edp with ep > 1; ZeRO-3 then
-  // shards only the routed experts over edp (zero_layout.h).
+  // ZeRO shards over the gradient group; with ep > 1 the routed experts over
+  // edp (zero_layout.h).
   const ZeroAxes axes = zero_axes(shape, spec.parallel.zero);
   zero_axis_ = axes.dense;
   const ZeroGroup dense_group{shape.size(axes.dense), mesh_->coords().along(axes.dense)};
   const ZeroGroup expert_group{shape.size(axes.expert), mesh_->coords().along(axes.expert)};
-  cfg.shard_align = zero_shard_align(spec.parallel.zero, dense_group.size);
+  cfg.shard_align = zero_shard_align(spec.parallel.zero, dense_group.size, axes.experts_apart());
+  cfg.share_blocks = spec.parallel.zero == 3;
   cfg.shard_experts_apart = axes.experts_apart();
   if (shape.pp > 1)
     pipeline_ = std::make_unique<PipelineRunner>(mesh_->comm(parallel::Axis::pp), accum_steps_,
@@ -107,10 +108,11 @@ void Trainer::setup() {
   if (kv) parallel::bind_compute_stream(*kv, ctx_);
   model_->set_kv_group(std::move(kv));
   model::Buffers& buf = model_->buffers();
-  // ZeRO 1/2 shard the optimizer over the gradient group (dp, or dp x cp; edp
-  // with ep > 1); the arenas are padded so every shard has the same aligned
-  // size. zero 0 keeps the whole state everywhere; zero 3 shards each
-  // parameter unit, values and gradients too.
+  // ZeRO 1/2 shard the optimizer over the gradient group (dp, or dp x cp;
+  // with ep > 1 the routed experts over edp, by unit part); the arenas are
+  // padded so every shard has the same aligned size. zero 0 keeps the whole
+  // state everywhere; zero 3 shards each parameter unit, values and
+  // gradients too.
   ZeroLayout layout = zero_layout(buf, spec.parallel.zero, dense_group, expert_group);
   shard_ = layout.arena_shard;
   optimizer_ = std::make_unique<AdamW>(spec.optimizer, buf, std::move(layout));
@@ -451,7 +453,12 @@ StepRecord Trainer::train_step(int step) {
     if (sharded_) {  // zero 3: blocks are gathered when they run, the rest now
       sharded_->gather_whole_step();
     } else {
-      if (shard_.shard != shard_.padded)  // sharded update: every rank needs all parameters back
+      // A sharded update: every rank needs all parameters back.
+      const ZeroLayout& layout = optimizer_->layout();
+      if (layout.by_unit_parts())
+        gather_updated_parts(layout, flat_arena(model::Category::parameters),
+                             mesh_->comm(zero_axis_), mesh_->comm(parallel::Axis::edp));
+      else if (shard_.shard != shard_.padded)
         parallel::zero_all_gather(mesh_->comm(zero_axis_),
                                   flat_arena(model::Category::parameters), shard_);
       model_->refresh_compute_weights(ctx_);

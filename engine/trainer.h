@@ -114,8 +114,8 @@ class Trainer {
   std::unique_ptr<parallel::Mesh> owned_mesh_;
   parallel::Mesh* mesh_ = nullptr;
   parallel::ZeroShard shard_;  // this rank's range of the flat parameter arena
-  // What shard_ splits over (edp with ep > 1 under ZeRO 1/2); under ZeRO-3
-  // what dense parameters shard over (routed experts: edp with ep > 1).
+  // What shard_ and the dense parameters' state shard over (the gradient
+  // group; routed experts: edp with ep > 1).
   parallel::Axis zero_axis_ = parallel::Axis::dp;
   // What replicated parameters' gradients are averaged over: the data-parallel
   // ranks, and with context parallelism (each cp rank's backward covers other

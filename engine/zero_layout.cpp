@@ -4,18 +4,20 @@
 #include <algorithm>
 
 #include "kernels/error.h"
+#include "parallel/communicator.h"
 #include "parallel/grad_sync.h"
 
 namespace trainer::engine {
 
 ZeroAxes zero_axes(const parallel::MeshShape& shape, int zero) {
   const parallel::Axis grads = shape.cp > 1 ? parallel::Axis::dp_cp : parallel::Axis::dp;
-  if (shape.ep == 1) return {grads, grads};
-  if (zero == 3) return {grads, parallel::Axis::edp};
-  return {parallel::Axis::edp, parallel::Axis::edp};
+  if (shape.ep == 1 || zero == 0) return {grads, grads};
+  return {grads, parallel::Axis::edp};
 }
 
-int64_t zero_shard_align(int zero, int size) { return zero == 3 ? int64_t(size) * 64 : 0; }
+int64_t zero_shard_align(int zero, int size, bool experts_apart) {
+  return zero == 3 || (zero >= 1 && experts_apart) ? int64_t(size) * 64 : 0;
+}
 
 ZeroLayout arena_range_layout(const model::Buffers& buffers, int64_t begin, int64_t end) {
   const int64_t arena =
@@ -30,9 +32,9 @@ ZeroLayout arena_range_layout(const model::Buffers& buffers, int64_t begin, int6
 
 ZeroLayout zero_layout(const model::Buffers& buffers, int zero, ZeroGroup dense,
                        ZeroGroup experts) {
-  if (zero < 3) {
-    const int64_t arena =
-        static_cast<int64_t>(buffers.category_bytes(model::Category::parameters) / sizeof(float));
+  const int64_t arena =
+      static_cast<int64_t>(buffers.category_bytes(model::Category::parameters) / sizeof(float));
+  if (zero < 3 && !buffers.parts_padded()) {
     const bool sharded = zero >= 1 && dense.size > 1;
     parallel::ZeroShard s =
         parallel::zero_shard(arena, sharded ? dense.size : 1, sharded ? dense.rank : 0);
@@ -42,9 +44,13 @@ ZeroLayout zero_layout(const model::Buffers& buffers, int zero, ZeroGroup dense,
     z.arena_shard = s;
     return z;
   }
-  TRAINER_CHECK(buffers.blocks_shared(), "ZeRO-3 layout of a model declared without shared blocks");
+  TRAINER_CHECK(buffers.blocks_shared() == (zero == 3),
+                "ZeRO {} layout of a model declared {} shared blocks", zero,
+                buffers.blocks_shared() ? "with" : "without");
   ZeroLayout z;
-  z.stage = 3;
+  z.stage = zero;
+  // ZeRO 1/2 keep the whole arenas (as declared, padded by part).
+  if (zero < 3) z.arena_shard = parallel::zero_shard(arena, 1, 0);
   for (const model::Buffers::ParamUnit& u : buffers.param_units()) {
     z.unit_begin.push_back(static_cast<int>(z.owned.size()));
     for (const model::Buffers::ParamUnit::Part& part : u.parts) {
@@ -64,6 +70,24 @@ ZeroLayout zero_layout(const model::Buffers& buffers, int zero, ZeroGroup dense,
   }
   z.unit_begin.push_back(static_cast<int>(z.owned.size()));
   return z;
+}
+
+void gather_updated_parts(const ZeroLayout& layout, Tensor arena, parallel::Communicator& dense,
+                          parallel::Communicator& experts) {
+  TRAINER_CHECK(layout.by_unit_parts() && !layout.shards_parameters(),
+                "gather_updated_parts: ZeRO {} is not sharded by unit part in the arena", layout.stage);
+  Tensor flat = arena.view({arena.numel()});
+  // Every rank walks the same parts in the same order.
+  for (const OwnedRange& r : layout.owned) {
+    parallel::Communicator& group = r.expert ? experts : dense;
+    if (group.size() == 1) continue;
+    const int64_t whole = r.size() * group.size();
+    TRAINER_CHECK(r.begin == r.size() * group.rank() && r.unit_first + whole <= flat.numel(),
+                  "unit part shard [{}, {}) is not rank {}'s of {}", r.begin, r.end, group.rank(),
+                  group.size());
+    group.all_gather(flat.slice(r.unit_first + r.begin, r.unit_first + r.end),
+                     flat.slice(r.unit_first, r.unit_first + whole));
+  }
 }
 
 std::span<const OwnedRange> ZeroLayout::unit_parts(int unit) const {

@@ -4,9 +4,11 @@
 // dp, so a unit is all-gathered in one collective of equal shards, and this
 // rank then holds its shard of every unit's fp32 parameters and gradients as
 // well as of their AdamW moments, back to back in unit order. With experts
-// split over ep, ZeRO-3 shards a block's routed experts over edp (the ranks
-// holding the same experts) and the rest over dp, as DeepSpeed-MoE does: each
-// unit part (Buffers::ParamUnit::parts) over its own group.
+// split over ep, every stage shards a block's routed experts over edp (the
+// ranks holding the same experts) and the rest over dp, as Megatron-Core's
+// distributed optimizer and DeepSpeed-MoE do: each unit part
+// (Buffers::ParamUnit::parts) over its own group. ZeRO 1/2 then keep whole
+// parameters and gradients and all-gather each part after the update.
 #pragma once
 
 #include <cstdint>
@@ -30,8 +32,10 @@ struct OwnedRange {
 
 struct ZeroLayout {
   int stage = 0;                  // parallel.zero
-  std::vector<OwnedRange> owned;  // ZeRO-3: one per part of each Buffers::param_units() entry
-  std::vector<int> unit_begin;    // ZeRO-3: unit u's parts, owned[unit_begin[u], unit_begin[u + 1])
+  // By unit parts (ZeRO-3, ZeRO 1/2 with experts apart): one per part of
+  // each Buffers::param_units() entry; else one range of the flat arena.
+  std::vector<OwnedRange> owned;
+  std::vector<int> unit_begin;    // by unit parts: unit u's, owned[unit_begin[u], unit_begin[u + 1])
   int64_t state_elems = 0;        // elements of m (and v), the sum of owned sizes
   int64_t arena_elems = 0;        // ZeRO 1/2: the arenas padded to equal shards; 0 = as declared
   int64_t max_unit_shard = 0;     // ZeRO-3: the largest part shard (reduce-scatter staging)
@@ -39,23 +43,23 @@ struct ZeroLayout {
   // what the gradient reduce-scatter and parameter all-gather take.
   parallel::ZeroShard arena_shard;
   bool shards_parameters() const { return stage == 3; }
+  bool by_unit_parts() const { return !unit_begin.empty(); }
   std::span<const OwnedRange> unit_parts(int unit) const;  // ZeRO-3
 };
 
-// The axes ZeRO shards over. dense: every parameter's, the gradient group (dp,
-// or dp x cp with context parallelism: cp ranks hold the same parameters),
-// or for ZeRO 1/2 edp when experts are split over ep (every member of an edp
-// group holds the same experts at the same offsets). expert: the routed
-// experts', edp under ZeRO-3 with ep > 1 (dense is then the gradient group),
-// else the same as dense.
+// The axes ZeRO shards over. dense: the gradient group (dp, or dp x cp with
+// context parallelism: cp ranks hold the same parameters). expert: the
+// routed experts', edp when experts are split over ep and ZeRO shards (the
+// ranks holding the same experts at the same offsets), else the same as dense.
 struct ZeroAxes {
   parallel::Axis dense = parallel::Axis::dp, expert = parallel::Axis::dp;
   bool experts_apart() const { return dense != expert; }
 };
 ZeroAxes zero_axes(const parallel::MeshShape& shape, int zero);
-// ModelConfig::shard_align for `zero` over `size` ranks: size * 64 elements
-// (aligned shards) under ZeRO-3, else 0 (blocks not shared).
-int64_t zero_shard_align(int zero, int size);
+// ModelConfig::shard_align for `zero` over `size` dense ranks: size * 64
+// elements (aligned shards) where ZeRO shards by unit part (ZeRO-3, or
+// experts apart), else 0 (the flat arena is sharded as one range).
+int64_t zero_shard_align(int zero, int size, bool experts_apart);
 
 // `size` ranks share the state; this is `rank`.
 struct ZeroGroup {
@@ -66,6 +70,10 @@ struct ZeroGroup {
 ZeroLayout zero_layout(const model::Buffers& buffers, int zero, ZeroGroup dense, ZeroGroup experts);
 // ZeRO 0-2 over arena elements [begin, end) (end < 0: the whole arena).
 ZeroLayout arena_range_layout(const model::Buffers& buffers, int64_t begin, int64_t end);
+// ZeRO 1/2 by unit parts: after the update, each part's shards all-gathered
+// in place in the parameter `arena` (flat fp32), over the part's group.
+void gather_updated_parts(const ZeroLayout& layout, Tensor arena, parallel::Communicator& dense,
+                          parallel::Communicator& experts);
 
 // The part of parameter `param` (index into buffers.params()) whose state
 // this rank holds: its flat elements [lo, hi), from state_at in m and v.

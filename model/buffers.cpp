@@ -54,17 +54,22 @@ void Buffers::begin_recomputed_block() {
   recomputed_cursor_ = 0;
 }
 
-void Buffers::share_block_parameters(int64_t align, bool experts_apart) {
-  TRAINER_CHECK(align > 0 && params_.empty(), "share_block_parameters({}) after declaring parameters",
+void Buffers::pad_param_parts(int64_t align, bool experts_apart) {
+  TRAINER_CHECK(align > 0 && params_.empty(), "pad_param_parts({}) after declaring parameters",
                 align);
   unit_align_ = align;
   experts_apart_ = experts_apart;
 }
 
+void Buffers::share_block_parameters(int64_t align, bool experts_apart) {
+  pad_param_parts(align, experts_apart);
+  share_blocks_ = true;
+}
+
 void Buffers::begin_param_unit(bool block) {
   TRAINER_CHECK(!in_unit_, "parameter unit begun inside another");
   in_unit_ = true;
-  sharing_ = block && unit_align_ > 0;
+  sharing_ = block && share_blocks_;
   if (sharing_ && !region_open_) {
     // A run of blocks: its region starts where the arenas end now.
     region_base_ = bytes_;

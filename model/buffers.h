@@ -108,16 +108,19 @@ class Buffers {
     bool shared = false;  // a block under ZeRO-3: at the region every block shares
     std::vector<Part> parts;  // in arena order, tiling [first, first + padded)
   };
-  // ZeRO-3 (call before declaring anything): each unit is padded to a
-  // multiple of `align` elements, so the dp shards of one all-gather land in
-  // place; and a block's parameters, gradients and compute copies go to one
-  // region shared by every block, the size of the largest (as
-  // begin_recomputed_block does for activations): only the block being run
-  // holds its whole parameters. experts_apart (experts split over ep): routed
-  // experts are sharded over other ranks (edp) than the rest of their block
-  // (dp), so they form parts of their own, each gathered in its own collective.
+  // ZeRO (call before declaring anything): each unit part is padded to a
+  // multiple of `align` elements, so the shards of one all-gather land in
+  // place. experts_apart (experts split over ep): routed experts are sharded
+  // over other ranks (edp) than the rest of their block (dp), so they form
+  // parts of their own, each gathered in its own collective.
+  void pad_param_parts(int64_t align, bool experts_apart = false);
+  bool parts_padded() const { return unit_align_ > 0; }
+  // ZeRO-3: pad_param_parts, and a block's parameters, gradients and compute
+  // copies go to one region shared by every block, the size of the largest
+  // (as begin_recomputed_block does for activations): only the block being
+  // run holds its whole parameters.
   void share_block_parameters(int64_t align, bool experts_apart = false);
-  bool blocks_shared() const { return unit_align_ > 0; }
+  bool blocks_shared() const { return share_blocks_; }
   void begin_param_unit(bool block);
   void end_param_unit();
   const std::vector<ParamUnit>& param_units() const { return units_; }
@@ -199,7 +202,8 @@ class Buffers {
   size_t recomputed_cursor_ = 0;  // next offset in Category::recomputed
   std::vector<ParamUnit> units_;
   bool in_unit_ = false;
-  int64_t unit_align_ = 0;        // > 0: ZeRO-3's padding and shared block region
+  int64_t unit_align_ = 0;        // > 0: ZeRO's padding of unit parts
+  bool share_blocks_ = false;     // ZeRO-3: blocks in one shared region
   bool experts_apart_ = false;    // routed experts in parts of their own
   bool sharing_ = false;          // declaring a shared unit
   bool region_open_ = false;      // the last unit was shared: the next one reuses its region

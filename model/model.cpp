@@ -31,7 +31,10 @@ Model::Model(const ModelConfig& cfg, const BatchShape& batch) : cfg_(cfg), batch
   tp_ = single_tp_.get();
   int64_t N = batch.B * batch.T;
   buf_.set_compute_dtype(cfg.act_dtype);
-  if (cfg.shard_align > 0) buf_.share_block_parameters(cfg.shard_align, cfg.shard_experts_apart);
+  if (cfg.shard_align > 0 && cfg.share_blocks)
+    buf_.share_block_parameters(cfg.shard_align, cfg.shard_experts_apart);
+  else if (cfg.shard_align > 0)
+    buf_.pad_param_parts(cfg.shard_align, cfg.shard_experts_apart);
   if (cfg.fp8) declare_fp8_workspace();
   std::vector<std::pair<int, int>> ranges = cfg.chunk_layers;
   if (ranges.empty()) ranges.emplace_back(cfg.layer_begin, cfg.stage_layer_end());

@@ -48,13 +48,15 @@ struct ModelConfig {
   // before its backward (Megatron's --recompute-granularity full, per layer).
   bool recompute_full = false;
 
-  // ZeRO-3 (parallel.zero: 3): > 0 pads each parameter unit (embedding,
-  // block, head) to a multiple of this many elements (dp shards of 64) and
-  // puts every block's parameters in one shared region (Buffers::
-  // share_block_parameters); the engine gathers a block's before running it.
+  // ZeRO sharding by parameter unit (embedding, block, head): > 0 pads each
+  // unit part to a multiple of this many elements (dp shards of 64;
+  // Buffers::pad_param_parts). With share_blocks (ZeRO-3) every block's
+  // parameters go to one shared region (Buffers::share_block_parameters);
+  // the engine gathers a block's before running it.
   int64_t shard_align = 0;
-  // ZeRO-3 with experts split over ep: routed experts are sharded over edp,
-  // the rest over dp, so each block's experts are parts of their own.
+  bool share_blocks = false;
+  // Experts split over ep: routed experts are sharded over edp, the rest
+  // over dp, so each block's experts are parts of their own.
   bool shard_experts_apart = false;
 
   // Pipeline parallelism: this rank holds global layers [layer_begin,

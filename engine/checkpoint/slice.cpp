@@ -101,12 +101,13 @@ ShardPosition shard_position(const MeshPlace& place) {
     pos.write_expert_optimizer = pos.write_optimizer;
     return pos;
   }
-  // ZeRO over edp: ranks of one edp index hold the same dense shard (ep = 0
-  // writes it); each ep rank's experts are sharded over its edp group.
-  bool zero_sharded = place.zero >= 1 && place.dp_size / place.ep_size > 1;
-  pos.write_optimizer = place.cp == 0 && place.ep == 0 && (place.edp == 0 || zero_sharded);
+  // ZeRO 1/2 by unit part: the dense state sharded over dp, each ep rank's
+  // experts' over its edp group.
+  const bool dense_sharded = place.zero >= 1 && place.dp_size > 1;
+  const bool experts_sharded = place.zero >= 1 && place.dp_size / place.ep_size > 1;
+  pos.write_optimizer = place.cp == 0 && (place.dp == 0 || dense_sharded);
   pos.write_expert_params = place.cp == 0 && place.edp == 0;
-  pos.write_expert_optimizer = place.cp == 0 && (place.edp == 0 || zero_sharded);
+  pos.write_expert_optimizer = place.cp == 0 && (place.edp == 0 || experts_sharded);
   return pos;
 }
 

@@ -70,9 +70,9 @@ struct ShardPosition {
 
 // This rank's position on a mesh: tp rank; parameters written by dp = cp = 0;
 // optimizer state also by the other dp ranks when ZeRO shards it over dp.
-// With expert parallelism (ep_size > 1) ZeRO 1/2 shard over edp instead (see
-// Trainer::setup): routed experts are written by edp = 0, their state also
-// by the other edp ranks when sharded; the dense state's shards by ep = 0.
+// With expert parallelism (ep_size > 1) routed experts are written by edp =
+// 0, their state also by the other edp ranks when ZeRO shards it over edp
+// (zero_layout.h).
 // Under ZeRO-3 every rank (of cp index 0) writes its shards of everything.
 struct MeshPlace {
   int tp = 0, dp = 0, cp = 0;

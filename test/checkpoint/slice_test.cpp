@@ -112,7 +112,7 @@ TEST_CASE("slices: which ranks write parameters and optimizer state", "[cpu][che
   CHECK(!b.write_replicated);
 }
 
-TEST_CASE("slices: expert parallelism writes each expert once, ZeRO shards over edp",
+TEST_CASE("slices: expert parallelism writes each expert once, ZeRO shards experts over edp",
           "[cpu][checkpoint]") {
   // dp 4 = ep 2 x edp 2 (dp index = edp * 2 + ep). Zero 0: dense by dp 0, the
   // experts of each ep rank by its edp 0 replica (dp 0 and dp 1).
@@ -127,13 +127,21 @@ TEST_CASE("slices: expert parallelism writes each expert once, ZeRO shards over 
     CHECK(p.write_expert_params == (dp < 2));
     CHECK(p.write_expert_optimizer == (dp < 2));
   }
-  // ZeRO 1 over edp: every edp shard of the dense state once (ep 0: dp 0, 2),
-  // every rank its shard of its own experts' state.
-  for (int dp = 0; dp < 4; ++dp) {
-    ShardPosition p = at(dp, 1);
-    CHECK(p.write_params == (dp == 0));
-    CHECK(p.write_optimizer == (dp % 2 == 0));
-    CHECK(p.write_expert_params == (dp < 2));
+  // ZeRO 1/2: the dense state sharded over dp 4 and each ep rank's experts'
+  // over edp 2: every rank writes its shard of both.
+  for (int zero : {1, 2})
+    for (int dp = 0; dp < 4; ++dp) {
+      ShardPosition p = at(dp, zero);
+      CHECK(p.write_params == (dp == 0));
+      CHECK(p.write_optimizer);
+      CHECK(p.write_expert_params == (dp < 2));
+      CHECK(p.write_expert_optimizer);
+    }
+  // ep 2 = dp 2 (edp 1): the experts are not sharded, their first replica writes.
+  for (int dp = 0; dp < 2; ++dp) {
+    ShardPosition p =
+        shard_position({.dp = dp, .dp_size = 2, .zero = 1, .ep = dp, .ep_size = 2, .edp = 0});
+    CHECK(p.write_optimizer);
     CHECK(p.write_expert_optimizer);
   }
   model::ParamSpec expert{.name = "e", .global_shape = {1}, .expert = true};

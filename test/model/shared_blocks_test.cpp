@@ -36,6 +36,7 @@ TEST_CASE("ZeRO-3: blocks share one padded region; embedding and head keep their
     ModelConfig plain_cfg = config(llama), shared_cfg = config(llama);
     const int64_t align = 4 * 64;  // dp 4
     shared_cfg.shard_align = align;
+    shared_cfg.share_blocks = true;
     Model plain(plain_cfg, BatchShape{1, 4}), shared(shared_cfg, BatchShape{1, 4});
     const Buffers &p = plain.buffers(), &s = shared.buffers();
     REQUIRE(p.param_units().size() == s.param_units().size());
@@ -96,6 +97,7 @@ TEST_CASE("ZeRO-3 with experts apart: each block's routed experts are a part of 
   cfg.moe.ep = 2;
   const int64_t align = 4 * 64;  // dp 4 (ep 2 x edp 2)
   cfg.shard_align = align;
+  cfg.share_blocks = true;
   ModelConfig together_cfg = cfg;
   cfg.shard_experts_apart = true;
   Model apart(cfg, BatchShape{1, 4}), together(together_cfg, BatchShape{1, 4});
