@@ -2,9 +2,9 @@
 # ep_reshard_matches.sh FIXTURES TRAINER MPIEXEC: checkpoints of the MoE
 # Llama (aux-free bias, shared expert) move between expert-parallel and
 # single-rank layouts: a one-rank checkpoint resumes on ep 2 and on ep 2 x dp 2
-# (ZeRO-1 shards over edp), an ep 2 checkpoint (each rank writes its own
+# (ZeRO-1: experts' state over edp, the rest over dp), an ep 2 checkpoint (each rank writes its own
 # experts under their global names) resumes on one rank and on ep 4, and an
-# ep 2 x dp 2 checkpoint (edp-sharded optimizer state) on one rank, and a
+# ep 2 x dp 2 checkpoint (state sharded by part) on one rank, and a
 # tp 2 + sequence-parallel x ep 2 checkpoint on one rank and back; each
 # continues with the one-rank run's losses within 1e-5 relative.
 set -euo pipefail
