@@ -15,10 +15,11 @@ MixedPrecision::MixedPrecision(const PrecisionSpec& spec) {
     scaler_ = std::make_unique<LossScaler>(loss_scaler_options(spec));
 }
 
-bool MixedPrecision::overflowed(Context& ctx, Tensor flag, Tensor grads, parallel::Mesh& mesh) {
+bool MixedPrecision::overflowed(Context& ctx, Tensor flag, std::span<const Tensor> grads,
+                                parallel::Mesh& mesh) {
   if (!scaler_) return false;
   fill(ctx, flag, 0.0f);
-  found_nonfinite(ctx, flag, grads);
+  for (const Tensor& g : grads) found_nonfinite(ctx, flag, g);
   float local = 0;
   copy_to_host(&local, flag);
   // Every rank must take the same decision, or the optimizer steps diverge.

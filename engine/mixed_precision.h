@@ -7,6 +7,7 @@
 
 #include <map>
 #include <memory>
+#include <span>
 #include <string>
 
 #include "engine/config/job_spec.h"
@@ -26,10 +27,10 @@ class MixedPrecision {
   float loss_scale() const { return scaler_ ? scaler_->scale() : 1.0f; }
 
   // fp16, after the gradient reduction: `flag` is a (1) f32 device scratch;
-  // `grads` the gradient elements this rank owns (its ZeRO shard or all).
+  // `grads` the gradient elements this rank owns (its ZeRO shards or all).
   // Agreed over the whole world; returns true when the step must be skipped
   // (the scale has then been backed off). Without loss scaling: false.
-  bool overflowed(Context& ctx, Tensor flag, Tensor grads, parallel::Mesh& mesh);
+  bool overflowed(Context& ctx, Tensor flag, std::span<const Tensor> grads, parallel::Mesh& mesh);
   int64_t skipped_steps() const { return scaler_ ? scaler_->skipped_steps() : 0; }
 
   // fp8, after the step's last backward: max-reduces this step's amax of

@@ -20,6 +20,7 @@
 #include "engine/peak_flops.h"
 #include "engine/stop_signal.h"
 #include "engine/tensorboard_metrics.h"
+#include "engine/zero_part_sync.h"
 #include "kernels/cuda/nvtx.h"
 #include "kernels/elementwise.h"
 #include "kernels/memory.h"
@@ -165,7 +166,9 @@ void Trainer::setup() {
     tied_zeros_ = Tensor(tied_zeros_mem_, {rows, cols}, DType::f32, ctx_.device);
   }
 
-  if (shape.ep > 1 && !sharded_) {
+  // ZeRO 2 by unit part (ep > 1): each part reduce-scattered over its group.
+  grads_by_part_ = spec.parallel.zero == 2 && !sharded_ && optimizer_->layout().by_unit_parts();
+  if (shape.ep > 1 && !sharded_ && !grads_by_part_) {
     // Dense gradients over dp, routed experts over edp (parallel/expert_grad_sync.h).
     std::vector<parallel::KindedRange> ranges;
     for (const auto& p : buf.params()) {
@@ -311,20 +314,27 @@ double Trainer::micro_batch_loss_sum() {
 }
 
 bool Trainer::gradients_sharded() const {
-  // zero 2 holds only its shard of the averaged gradient; the others hold all
-  // of it. With ep every rank holds the whole reduced gradient (expert_reducer_).
+  // zero 2 holds only its shard of the averaged gradient (with ep its shards
+  // of the unit parts); the others hold all of it.
   return spec_.parallel.zero == 2 && grad_size_ > 1 && !expert_reducer_;
 }
 
-Tensor Trainer::owned_gradients() const {
-  if (sharded_) return optimizer_->grad_shards();
+std::vector<Tensor> Trainer::owned_gradients() const {
+  if (sharded_) return {optimizer_->grad_shards()};
   Tensor g = flat_arena(model::Category::gradients);
-  return gradients_sharded() ? g.slice(shard_.begin, shard_.end()) : g;
+  if (grads_by_part_) {
+    std::vector<Tensor> parts;
+    for (const OwnedRange& r : optimizer_->layout().owned)
+      parts.push_back(g.slice(r.unit_first + r.begin, r.unit_first + r.end));
+    return parts;
+  }
+  return {gradients_sharded() ? g.slice(shard_.begin, shard_.end()) : g};
 }
 
 double Trainer::grad_norm() {
   const bool shard_only = gradients_sharded() || sharded_;
-  const bool range_only = gradients_sharded();  // zero 2: its range of the gradient arena
+  // zero 2: its range of the gradient arena (with ep: its parts', below)
+  const bool range_only = gradients_sharded() && !grads_by_part_;
   int64_t lo = range_only ? shard_.begin : 0, hi = range_only ? shard_.end() : INT64_MAX;
   // Partial sums: parameters split over tp (each rank holds other elements),
   // replicated ones (each tp rank holds the same values) and, in slot 3,
@@ -341,6 +351,11 @@ double Trainer::grad_norm() {
       const OwnedPart o = optimizer_->owned(i);
       if (o.empty()) continue;
       g = optimizer_->grad_shards().slice(o.state_at, o.state_at + o.size());
+    } else if (grads_by_part_) {  // zero 2 with ep: its part of the parameter's gradient
+      const OwnedPart o = optimizer_->owned(i);
+      if (o.empty()) continue;
+      Tensor whole = buf.get(p.grad);
+      g = whole.view({whole.numel()}).slice(o.lo, o.hi);
     } else {
       const model::BufferInfo& info = buf.buffers()[p.grad];
       int64_t first = static_cast<int64_t>(info.offset / 4), n = static_cast<int64_t>(info.bytes / 4);
@@ -355,10 +370,11 @@ double Trainer::grad_norm() {
   float sq[4] = {0, 0, 0, 0};
   await_device();
   copy_to_host(sq, norm_out_);
-  // Zero 3 with ep: the expert shards partition each ep rank's experts over
-  // edp, and ep x edp is the dense group (dp x cp) summed over below.
-  const double experts =
-      sharded_ ? sq[3] : parallel::group_sum(mesh_->comm(parallel::Axis::ep), sq[3]);
+  // Zero 3, and zero 2, with ep: the expert shards partition each ep rank's
+  // experts over edp, and ep x edp is the dense group (dp x cp) summed over below.
+  const double experts = sharded_ || grads_by_part_
+                             ? sq[3]
+                             : parallel::group_sum(mesh_->comm(parallel::Axis::ep), sq[3]);
   double total = parallel::group_sum(mesh_->comm(parallel::Axis::tp), sq[0]) + sq[1] + experts;
   if (shard_only) total = parallel::group_sum(mesh_->comm(zero_axis_), total);
   if (pipeline_) total = parallel::group_sum(mesh_->comm(parallel::Axis::pp), total);
@@ -388,6 +404,9 @@ void Trainer::synchronize_gradients() {
   cuda::NvtxRange range("gradient sync");
   if (expert_reducer_)
     expert_reducer_->reduce_all(ctx_);
+  else if (grads_by_part_)
+    reduce_scatter_parts(ctx_, optimizer_->layout(), flat_arena(model::Category::gradients),
+                         grad_comm(), mesh_->comm(parallel::Axis::edp), mesh_->shape().ep);
   else if (reducer_)
     reducer_->reduce_all();
   else

@@ -104,7 +104,8 @@ class Trainer {
   void await_device();  // before a host copy on a multi-GPU rank: poll, never block
   double grad_norm();
   bool gradients_sharded() const;  // this rank's ZeRO-2 shard of the gradient arena is reduced
-  Tensor owned_gradients() const;  // the reduced gradient elements this rank holds (zero 3: its shards)
+  // The reduced gradient elements this rank holds (zero 3: its shards).
+  std::vector<Tensor> owned_gradients() const;
   Tensor flat_arena(model::Category category) const;
   void log_step(const StepRecord& r);
   void log_eval(int step, double val_loss);
@@ -117,6 +118,9 @@ class Trainer {
   // What shard_ and the dense parameters' state shard over (the gradient
   // group; routed experts: edp with ep > 1).
   parallel::Axis zero_axis_ = parallel::Axis::dp;
+  // ZeRO 2 with ep > 1: gradients reduce-scattered by unit part
+  // (zero_part_sync.h), so this rank's reduced gradients are its parts' shards.
+  bool grads_by_part_ = false;
   // What replicated parameters' gradients are averaged over: the data-parallel
   // ranks, and with context parallelism (each cp rank's backward covers other
   // tokens of the same sequences) the whole dp x cp group, as in Megatron-Core.

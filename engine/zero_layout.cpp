@@ -4,7 +4,6 @@
 #include <algorithm>
 
 #include "kernels/error.h"
-#include "parallel/communicator.h"
 #include "parallel/grad_sync.h"
 
 namespace trainer::engine {
@@ -70,24 +69,6 @@ ZeroLayout zero_layout(const model::Buffers& buffers, int zero, ZeroGroup dense,
   }
   z.unit_begin.push_back(static_cast<int>(z.owned.size()));
   return z;
-}
-
-void gather_updated_parts(const ZeroLayout& layout, Tensor arena, parallel::Communicator& dense,
-                          parallel::Communicator& experts) {
-  TRAINER_CHECK(layout.by_unit_parts() && !layout.shards_parameters(),
-                "gather_updated_parts: ZeRO {} is not sharded by unit part in the arena", layout.stage);
-  Tensor flat = arena.view({arena.numel()});
-  // Every rank walks the same parts in the same order.
-  for (const OwnedRange& r : layout.owned) {
-    parallel::Communicator& group = r.expert ? experts : dense;
-    if (group.size() == 1) continue;
-    const int64_t whole = r.size() * group.size();
-    TRAINER_CHECK(r.begin == r.size() * group.rank() && r.unit_first + whole <= flat.numel(),
-                  "unit part shard [{}, {}) is not rank {}'s of {}", r.begin, r.end, group.rank(),
-                  group.size());
-    group.all_gather(flat.slice(r.unit_first + r.begin, r.unit_first + r.end),
-                     flat.slice(r.unit_first, r.unit_first + whole));
-  }
 }
 
 std::span<const OwnedRange> ZeroLayout::unit_parts(int unit) const {

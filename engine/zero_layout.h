@@ -8,7 +8,7 @@
 // ranks holding the same experts) and the rest over dp, as Megatron-Core's
 // distributed optimizer and DeepSpeed-MoE do: each unit part
 // (Buffers::ParamUnit::parts) over its own group. ZeRO 1/2 then keep whole
-// parameters and gradients and all-gather each part after the update.
+// parameters and gradients (their collectives: engine/zero_part_sync.h).
 #pragma once
 
 #include <cstdint>
@@ -70,10 +70,6 @@ struct ZeroGroup {
 ZeroLayout zero_layout(const model::Buffers& buffers, int zero, ZeroGroup dense, ZeroGroup experts);
 // ZeRO 0-2 over arena elements [begin, end) (end < 0: the whole arena).
 ZeroLayout arena_range_layout(const model::Buffers& buffers, int64_t begin, int64_t end);
-// ZeRO 1/2 by unit parts: after the update, each part's shards all-gathered
-// in place in the parameter `arena` (flat fp32), over the part's group.
-void gather_updated_parts(const ZeroLayout& layout, Tensor arena, parallel::Communicator& dense,
-                          parallel::Communicator& experts);
 
 // The part of parameter `param` (index into buffers.params()) whose state
 // this rank holds: its flat elements [lo, hi), from state_at in m and v.

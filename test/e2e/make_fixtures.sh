@@ -126,6 +126,9 @@ sed 's/micro_batch: 1/micro_batch: 2/' mesh_moe_capacity.yaml >mesh_moe_capacity
 # Four layers (MoE in layers 1 and 3): an interleaved pipeline pp 2 x v2 with ep.
 sed 's/n_layer: 2/n_layer: 4/' mesh_moe_llama.yaml >mesh_moe_llama_l4.yaml
 sed 's/^optimizer:/precision: {compute: bf16}\noptimizer:/' mesh_moe_llama.yaml >mesh_moe_llama_bf16.yaml
+sed 's/^optimizer:/precision: {compute: fp16}\noptimizer:/' mesh_moe_llama.yaml >mesh_moe_llama_fp16.yaml
+# A loss scale fp16 cannot hold: every step overflows and must be skipped on every rank.
+sed 's/^optimizer:/precision: {compute: fp16, loss_scale: 1e30}\noptimizer:/' mesh_moe_llama.yaml >mesh_moe_llama_fp16_overflow.yaml
 # Evaluation with ep: 3 batches over dp 4, so one rank of an ep group has none
 # (it must still take part in its group's token exchanges).
 sed 's|data: {train: data/random.bin}|data: {train: data/random.bin, val: data/random.bin}|; s|eval_every: 0|eval_every: 5, eval_batches: 3|' \
