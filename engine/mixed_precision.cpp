@@ -38,8 +38,9 @@ void MixedPrecision::finish_fp8_step(model::Buffers& buffers, parallel::Mesh& me
   // the same experts (tp x edp: every token the expert saw); with ep 1 that
   // is the dense operands' group, and one reduction serves both.
   std::vector<int> experts;
-  for (int i = 0; mesh.shape().ep > 1 && i < f->size(); ++i)
-    if (buffers.fp8_expert(i)) experts.push_back(i);
+  if (mesh.shape().ep > 1)
+    for (int i = 0; i < f->size(); ++i)
+      if (buffers.fp8_expert(i)) experts.push_back(i);
   std::vector<float> expert_amax(experts.size());
   for (size_t k = 0; k < experts.size(); ++k) expert_amax[k] = current[experts[k]];
   auto reduce = [&](Tensor t, std::initializer_list<parallel::Axis> axes) {
