@@ -36,8 +36,10 @@ Registrar reg("plan", "validate a job and print its per-rank memory plan", [](CL
       model::ModelConfig cfg = engine::model_config(spec);
       engine::apply_pipeline_stage(cfg, shape.pp, stage, shape.virtual_stages);
       cfg.moe.ep = shape.ep;  // each rank holds n_experts / ep routed experts
-      // As Trainer::setup: the GPU's fp8 expert GEMMs pad ragged rows.
+      // As Trainer::setup: the GPU's fp8 expert GEMMs pad ragged rows, its fp8
+      // GEMMs keep their weights' codes for the step.
       cfg.fp8_pad_rows = cfg.fp8 && spec.run.device == engine::DeviceKind::cuda;
+      cfg.fp8_cache_weights = cfg.fp8_pad_rows && spec.parallel.zero != 3;
       // ZeRO shards over the gradient group (dp, or dp x cp with context
       // parallelism); with expert parallelism the routed experts over edp
       // (Trainer::setup).

@@ -144,16 +144,38 @@ void Buffers::enable_fp8(int history_len, int margin, Fp8Workspace workspace) {
   fp8_ws_ = workspace;
 }
 
-int Buffers::add_fp8_gemm(const std::string& name, bool expert) {
+int Buffers::add_fp8_gemm(const std::string& name, bool expert, std::vector<int64_t> weight_shape) {
   TRAINER_CHECK(fp8_active_, "{}: fp8 GEMM declared while fp8 is off", name);
+  TRAINER_CHECK(weight_shape.size() == 2, "{}: fp8 GEMM weight of rank {}", name, weight_shape.size());
   int first = fp8_->add(DType::e4m3);
   fp8_->add(DType::e4m3);
   fp8_->add(DType::e5m2);
   for (const char* op : {".input", ".weight", ".grad_output"}) {
     fp8_names_.push_back(name + op);
     fp8_expert_.push_back(expert ? 1 : 0);
+    fp8_cache_.push_back(-1);
+    fp8_cached_epoch_.push_back(0);
+  }
+  if (fp8_ws_.cache_weights) {
+    TRAINER_CHECK(!share_blocks_, "{}: fp8 weight cache with shared blocks", name);
+    // Two halves, each starting aligned: the codes (out, in) and their transpose.
+    const size_t n = static_cast<size_t>(weight_shape[0] * weight_shape[1]);
+    const size_t half = (n + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment;
+    fp8_cache_[first + 1] = add(Category::compute_weights, name + ".weight_fp8",
+                                {static_cast<int64_t>(2 * half)}, fp8_->format(first + 1));
   }
   return first;
+}
+
+BufferId Buffers::fp8_weight_cache(int idx) const { return fp8_cache_.at(static_cast<size_t>(idx)); }
+
+bool Buffers::fp8_weight_cached(int idx) const {
+  return fp8_cached_epoch_.at(static_cast<size_t>(idx)) == fp8_weight_epoch_;
+}
+
+void Buffers::set_fp8_weight_cached(int idx) const {
+  TRAINER_CHECK(fp8_weight_cache(idx) >= 0, "fp8 tensor {} has no weight cache", idx);
+  fp8_cached_epoch_[static_cast<size_t>(idx)] = fp8_weight_epoch_;
 }
 
 namespace {
@@ -183,6 +205,7 @@ void Buffers::fp8_amax_to_host() const {
 }
 
 void Buffers::fp8_state_to_device() const {
+  invalidate_fp8_weights();  // the scales the cached codes were cast with may have changed
   if (!fp8_device_ || fp8_->size() == 0) return;
   const int64_t n = fp8_->size();
   copy_from_host(Tensor(fp8_device_, {n}, DType::f32, device_), fp8_->current_amax());

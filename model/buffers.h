@@ -154,6 +154,8 @@ class Buffers {
     // to a multiple of 16 (input, output or output gradient, input gradient),
     // in the activation dtype.
     BufferId pad_in = -1, pad_out = -1, pad_dinp = -1;
+    // ModelConfig::fp8_cache_weights: add_fp8_gemm declares each weight's cache.
+    bool cache_weights = false;
   };
   void enable_fp8(int history_len, int margin, Fp8Workspace workspace);
   void set_fp8_active(bool on) { fp8_active_ = on && fp8_ != nullptr; }
@@ -161,7 +163,16 @@ class Buffers {
   // Index of the input; weight +1, grad +2. `expert`: a routed expert's GEMM,
   // whose operands only the ranks holding that expert see (their amaxes are
   // reduced over tp x edp, their state written by its first replica).
-  int add_fp8_gemm(const std::string& name, bool expert = false);
+  // `weight_shape`: the local (out, in) of its weight, for the weight cache.
+  int add_fp8_gemm(const std::string& name, bool expert, std::vector<int64_t> weight_shape);
+  // The weight cache (Fp8Workspace::cache_weights) of weight operand `idx`:
+  // its codes and transposed codes (two halves, as the workspace), or -1.
+  // Valid from set_fp8_weight_cached until the weights or the scales change
+  // (Model::refresh_compute_weights, fp8_state_to_device: invalidate_fp8_weights).
+  BufferId fp8_weight_cache(int idx) const;
+  bool fp8_weight_cached(int idx) const;
+  void set_fp8_weight_cached(int idx) const;
+  void invalidate_fp8_weights() const { ++fp8_weight_epoch_; }
   bool fp8_expert(int idx) const { return fp8_expert_[static_cast<size_t>(idx)] != 0; }
   Fp8Scaling* fp8() const { return fp8_.get(); }
   const Fp8Workspace& fp8_workspace() const { return fp8_ws_; }
@@ -218,6 +229,11 @@ class Buffers {
   Fp8Workspace fp8_ws_;
   std::vector<std::string> fp8_names_;  // one per Fp8Scaling tensor
   std::vector<char> fp8_expert_;        // one per Fp8Scaling tensor
+  std::vector<BufferId> fp8_cache_;     // one per Fp8Scaling tensor: weights' caches, else -1
+  // The cache of tensor i holds codes of epoch fp8_cached_epoch_[i]; valid
+  // when that is the current epoch (mutable: filled by the ops, as the arenas).
+  mutable std::vector<uint64_t> fp8_cached_epoch_;
+  mutable uint64_t fp8_weight_epoch_ = 1;
   float* fp8_device_ = nullptr;
 };
 

@@ -43,26 +43,50 @@ void quantize_codes(const LayerEnv& env, int idx, Tensor t, BufferId id, Tensor*
   cast_transpose(env.ctx, q ? *q : Tensor{}, *q_t, t, b.fp8_scale(idx));
 }
 
+// The weight's codes (transposed: for the backward), from its cache when it
+// has one (ModelConfig::fp8_cache_weights): the step's first use records the
+// amax and casts both, later ones read them; else quantised into workspace w.
+Tensor weight_codes(const LayerEnv& env, int widx, Tensor w, bool transposed) {
+  const Buffers& b = env.buf;
+  const BufferId cache = b.fp8_weight_cache(widx);
+  Tensor q;
+  if (cache < 0) {
+    quantize_codes(env, widx, w, b.fp8_workspace().w, transposed ? nullptr : &q,
+                   transposed ? &q : nullptr);
+    return q;
+  }
+  const DType format = b.fp8()->format(widx);
+  Tensor codes0 = codes(env, cache, w.size(0), w.size(1), format, 0);
+  Tensor codes1 = codes(env, cache, w.size(1), w.size(0), format, 1);
+  if (!b.fp8_weight_cached(widx)) {
+    amax(env.ctx, b.fp8_amax(widx), w);
+    cast_transpose(env.ctx, codes0, codes1, w, b.fp8_scale(widx));
+    b.set_fp8_weight_cached(widx);
+  }
+  return transposed ? codes1 : codes0;
+}
+
 void gpu_forward(const LayerEnv& env, int idx, Tensor out, Tensor in, Tensor w, Tensor bias) {
   const Buffers& b = env.buf;
   const Buffers::Fp8Workspace& ws = b.fp8_workspace();
-  Tensor x = matrix(in), xq, wq;
+  Tensor x = matrix(in), xq;
   quantize_codes(env, idx, x, ws.x, &xq, nullptr);
-  quantize_codes(env, idx + 1, w, ws.w, &wq, nullptr);
+  Tensor wq = weight_codes(env, idx + 1, w, false);
   trainer::fp8_linear_forward(env.ctx, out.view({x.size(0), w.size(0)}), xq, b.fp8_scale_inv(idx),
                               wq, b.fp8_scale_inv(idx + 1), bias);
 }
 
-// Re-quantises the input and weight with the forward's scales (the same codes, and
-// the same amaxes recorded again), as the CPU emulation does.
+// Re-quantises the input (and the weight, without its cache) with the forward's
+// scales (the same codes, and the same amaxes recorded again), as the CPU
+// emulation does.
 void gpu_backward(const LayerEnv& env, int idx, Tensor dinp, Tensor dw, Tensor dbias, Tensor dout,
                   Tensor in, Tensor w) {
   const Buffers& b = env.buf;
   const Buffers::Fp8Workspace& ws = b.fp8_workspace();
-  Tensor g = matrix(dout), x = matrix(in), gq, gq_t, xq_t, wq_t;
+  Tensor g = matrix(dout), x = matrix(in), gq, gq_t, xq_t;
   quantize_codes(env, idx + 2, g, ws.g, &gq, &gq_t);
   quantize_codes(env, idx, x, ws.x, nullptr, &xq_t);
-  quantize_codes(env, idx + 1, w, ws.w, nullptr, &wq_t);
+  Tensor wq_t = weight_codes(env, idx + 1, w, true);
   trainer::fp8_linear_backward(env.ctx, dinp.empty() ? dinp : dinp.view({x.size(0), x.size(1)}),
                                dw, dbias, gq, gq_t, b.fp8_scale_inv(idx + 2), xq_t,
                                b.fp8_scale_inv(idx), wq_t, b.fp8_scale_inv(idx + 1));

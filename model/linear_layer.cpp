@@ -28,7 +28,7 @@ void Linear::declare(Buffers& buf, const std::string& name, int64_t in, int64_t 
        .tp_replicas = tp_replicas},
       {out_local, in_local});
   adds_bias_ = split != Split::row || cfg.tp_rank == 0;
-  if (buf.fp8_active()) fp8_ = buf.add_fp8_gemm(name);
+  if (buf.fp8_active()) fp8_ = buf.add_fp8_gemm(name, false, {out_local, in_local});
   if (has_bias)
     bias = buf.add_param({.name = name + ".bias",
                           .global_shape = {out},

@@ -122,6 +122,7 @@ void Model::declare_fp8_workspace() {
     w = std::max(w, C * std::max(F, Fs));
   }
   Buffers::Fp8Workspace ws;
+  ws.cache_weights = cfg_.fp8_cache_weights;
   ws.q = buf_.add(Category::scratch, "fp8.codes", {std::max(act, w)}, DType::e4m3);
   ws.x = buf_.add(Category::scratch, "fp8.input_dequantised", {act});
   ws.w = buf_.add(Category::scratch, "fp8.weight_dequantised", {w});
@@ -141,6 +142,7 @@ void Model::refresh_compute_weights(Context& ctx) {
 }
 
 void Model::refresh_compute_weights(Context& ctx, const Buffers::ParamUnit& unit) {
+  buf_.invalidate_fp8_weights();
   for (int i = unit.param_begin; i < unit.param_end; ++i) {
     const Buffers::Param& p = buf_.params()[i];
     if (p.compute >= 0) cast(ctx, buf_.get(p.compute), buf_.get(p.value));

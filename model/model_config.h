@@ -83,6 +83,13 @@ struct ModelConfig {
   // contracts over them): a routed expert's ragged row block goes through
   // zero-padded staging there (Buffers::Fp8Workspace::pad_*). The CPU needs none.
   bool fp8_pad_rows = false;
+  // The GPU keeps each fp8 GEMM weight's codes and transposed codes from the
+  // step's first use to its end (Transformer Engine's weight caching across
+  // micro-batches): within a step neither the weights nor the scales change,
+  // so later micro-batches and every backward reuse the same codes. 2 bytes
+  // per weight element in the compute copies; not with shared blocks (ZeRO-3
+  // gathers a block per use). The CPU re-quantises (the same codes).
+  bool fp8_cache_weights = false;
   int fp8_amax_history = 1024;
   int fp8_margin = 0;
   bool fp8_layer(int layer) const {

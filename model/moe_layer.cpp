@@ -94,18 +94,18 @@ void Moe::declare(Buffers& buf, const std::string& prefix, const ModelConfig& cf
     m.w1 = buf.add_param({.name = name + "w1.weight", .global_shape = {F, C_},
                           .std = cfg.init_std, .sp_partial = sp_, .expert = expert},
                          {F, C_});
-    if (fp8) m.fp8_w1 = buf.add_fp8_gemm(name + "w1", expert);
+    if (fp8) m.fp8_w1 = buf.add_fp8_gemm(name + "w1", expert, {F, C_});
     if (swiglu_) {
       m.w3 = buf.add_param({.name = name + "w3.weight", .global_shape = {F, C_},
                             .std = cfg.init_std, .sp_partial = sp_, .expert = expert},
                            {F, C_});
-      if (fp8) m.fp8_w3 = buf.add_fp8_gemm(name + "w3", expert);
+      if (fp8) m.fp8_w3 = buf.add_fp8_gemm(name + "w3", expert, {F, C_});
     }
     m.w2 = buf.add_param({.name = name + "w2.weight", .global_shape = {C_, F},
                           .std = out_std, .sp_partial = sp_, .expert = expert},
                          {C_, F});
     if (fp8) {
-      m.fp8_w2 = buf.add_fp8_gemm(name + "w2", expert);
+      m.fp8_w2 = buf.add_fp8_gemm(name + "w2", expert, {C_, F});
       for (int64_t out : {F, C_}) declare_fp8_linear_scratch(buf, rows, out, false, false);
     }
     return m;
