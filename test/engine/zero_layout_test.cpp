@@ -8,21 +8,14 @@
 
 #include "engine/zero_layout.h"
 #include "model/model.h"
+#include "test/common/tiny_model.h"
 
 using namespace trainer;
 using namespace trainer::engine;
 
 namespace {
 model::ModelConfig moe_config(int zero, int dense_ranks) {
-  model::ModelConfig cfg;
-  cfg.family = model::Family::llama;
-  cfg.n_layer = 2;
-  cfg.d_model = 16;
-  cfg.n_head = 2;
-  cfg.n_kv_head = 2;
-  cfg.d_ff = 32;
-  cfg.vocab_size = 100;
-  cfg.max_seq_len = 8;
+  model::ModelConfig cfg = testing::tiny_model_config(model::Family::llama, 2);
   cfg.moe_enabled = true;
   cfg.moe_every = 2;  // layer 1
   cfg.moe.n_experts = 4;

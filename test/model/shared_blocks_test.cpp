@@ -8,22 +8,14 @@
 #include <set>
 
 #include "model/model.h"
+#include "test/common/tiny_model.h"
 
 using namespace trainer;
 using namespace trainer::model;
 
 namespace {
 ModelConfig config(bool llama) {
-  ModelConfig cfg;
-  cfg.family = llama ? Family::llama : Family::gpt2;
-  cfg.n_layer = 3;
-  cfg.d_model = 16;
-  cfg.n_head = 2;
-  cfg.n_kv_head = 2;
-  cfg.d_ff = 32;
-  cfg.vocab_size = 100;
-  cfg.max_seq_len = 8;
-  cfg.tie_embeddings = !llama;
+  ModelConfig cfg = testing::tiny_model_config(llama ? Family::llama : Family::gpt2, 3);
   cfg.act_dtype = DType::bf16;  // compute copies too
   return cfg;
 }
