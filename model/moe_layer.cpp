@@ -110,10 +110,12 @@ void Moe::declare(Buffers& buf, const std::string& prefix, const ModelConfig& cf
     }
     return m;
   };
+  // The shared experts before the routed ones: the block's dense parameters
+  // are then one run, and ZeRO with ep shards it in one part (zero_layout.h).
+  if (Fs_ > 0) shared_ = mlp(p + "shared_experts.", Fs_, false, N_);
   experts_.clear();
   for (int64_t e = moe.first_expert(); e < moe.first_expert() + El_; ++e)
     experts_.push_back(mlp(p + "experts." + std::to_string(e) + ".", F_, true, R_));
-  if (Fs_ > 0) shared_ = mlp(p + "shared_experts.", Fs_, false, N_);
 
   const auto A = Category::activations, G = Category::scratch;
   logits_ = buf.add(A, p + "router_logits", {N_, E_});

@@ -154,8 +154,8 @@ void check_experts_apart(const LaunchEnv& env) {
       moe = moe || part.expert;
     }
     MPI_TEST_CHECK(covered == unit.padded && z.unit_parts(u).size() == unit.parts.size(), rank);
-    // A MoE block: attention, norms and router | routed experts | shared expert.
-    if (moe) MPI_TEST_CHECK(unit.parts.size() == 3 && unit.parts[1].expert, rank);
+    // A MoE block: attention, norms, router and shared expert | routed experts.
+    if (moe) MPI_TEST_CHECK(unit.parts.size() == 2 && unit.parts[1].expert, rank);
     moe_blocks += moe;
     const int n = static_cast<int>(unit.parts.size());
     if (unit.shared) parts_gathered_per_step += n;
@@ -171,7 +171,7 @@ void check_experts_apart(const LaunchEnv& env) {
   const int micro = 2;
   MPI_TEST_CHECK(sp->gathers() - g0 == 2 * parts_gathered_per_step * micro + whole, rank);
   MPI_TEST_CHECK(sp->reduce_scatters() - r0 == parts_gathered_per_step * micro + whole, rank);
-  // The same step as zero 1 over edp (ep's first layout): loss and gradient norm.
+  // The same step as zero 1 (experts' state over edp, by part): loss and gradient norm.
   spec.parallel.zero = 1;
   Trainer z1(spec, mesh, testing::quiet_options());
   StepRecord r1 = z1.train_step(1);
