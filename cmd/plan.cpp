@@ -118,6 +118,13 @@ Registrar reg("plan", "validate a job and print its per-rank memory plan", [](CL
                      spec.parallel.zero, shard[0], dense.size, shard[1], experts.size);
         }
       }
+      if (cfg.fp8_cache_weights) {
+        const model::Buffers& b = model.buffers();
+        size_t cache = 0;
+        for (int i = 0; b.fp8() && i < b.fp8()->size(); ++i)
+          if (b.fp8_weight_cache(i) >= 0) cache += b.buffers()[b.fp8_weight_cache(i)].bytes;
+        fmt::print("  of the compute copy, fp8 weight codes kept for the step {} bytes\n", cache);
+      }
     }
     return 0;
   });
