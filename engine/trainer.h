@@ -155,6 +155,7 @@ class Trainer {
   void* norm_mem_ = nullptr;
   void* fp8_mem_ = nullptr;  // the fp8 scaling state's device copy (GPU with fp8 only)
   double peak_flops_ = 0;
+  int peak_remeasures_ = 0;  // refine_cpu_peak's count
   int accum_steps_ = 1;
   std::vector<StepRecord> history_;
   std::unique_ptr<checkpoint::Checkpointer> checkpointer_;
