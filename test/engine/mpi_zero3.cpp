@@ -174,6 +174,11 @@ void check_experts_apart(const LaunchEnv& env) {
   // The same step as zero 1 (experts' state over edp, by part): loss and gradient norm.
   spec.parallel.zero = 1;
   Trainer z1(spec, mesh, testing::quiet_options());
+  // Zero 1 shards the optimizer by the same parts: exactly zero 3's state.
+  MPI_TEST_CHECK(z1.optimizer().layout().by_unit_parts() &&
+                     z1.optimizer().layout().state_elems == z.state_elems,
+                 rank);
+  MPI_TEST_CHECK(z1.allocated_bytes() == z1.plan().total(), rank);
   StepRecord r1 = z1.train_step(1);
   MPI_TEST_CHECK(std::abs(r3.loss - r1.loss) <= 1e-6 * r1.loss, rank);
   MPI_TEST_CHECK(std::abs(r3.grad_norm - r1.grad_norm) <= 1e-6 * r1.grad_norm, rank);
