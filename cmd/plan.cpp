@@ -39,7 +39,8 @@ Registrar reg("plan", "validate a job and print its per-rank memory plan", [](CL
       // As Trainer::setup: the GPU's fp8 expert GEMMs pad ragged rows, its fp8
       // GEMMs keep their weights' codes for the step.
       cfg.fp8_pad_rows = cfg.fp8 && spec.run.device == engine::DeviceKind::cuda;
-      cfg.fp8_cache_weights = cfg.fp8_pad_rows && spec.parallel.zero != 3;
+      cfg.fp8_cache_weights =
+          cfg.fp8_pad_rows && spec.parallel.zero != 3 && spec.precision.fp8_weight_cache;
       // ZeRO shards over the gradient group (dp, or dp x cp with context
       // parallelism); with expert parallelism the routed experts over edp
       // (Trainer::setup).

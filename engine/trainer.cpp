@@ -83,7 +83,7 @@ void Trainer::setup() {
                         spec.source_path, cfg.moe.d_ff_expert);
     cfg.fp8_pad_rows = true;
     // ZeRO-3 gathers a block for each use: nothing to keep across micro-batches.
-    cfg.fp8_cache_weights = spec.parallel.zero != 3 && options_.fp8_weight_cache;
+    cfg.fp8_cache_weights = spec.parallel.zero != 3 && spec.precision.fp8_weight_cache;
   }
   cfg.tp_rank = mesh_->coords().tp;
   cfg.cp_rank = mesh_->coords().cp;

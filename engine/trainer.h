@@ -59,10 +59,6 @@ struct TrainerOptions {
   enum class GradOverlap { auto_, on, off };
   GradOverlap grad_overlap = GradOverlap::auto_;
   int64_t grad_bucket_bytes = int64_t(25) << 20;
-  // fp8 on the GPU (zero 0-2): each GEMM weight's codes kept for the step
-  // (ModelConfig::fp8_cache_weights); off re-quantises at every use (tests
-  // compare the two).
-  bool fp8_weight_cache = true;
 };
 
 class Trainer {

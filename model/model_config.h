@@ -88,7 +88,8 @@ struct ModelConfig {
   // micro-batches): within a step neither the weights nor the scales change,
   // so later micro-batches and every backward reuse the same codes. 2 bytes
   // per weight element in the compute copies; not with shared blocks (ZeRO-3
-  // gathers a block per use). The CPU re-quantises (the same codes).
+  // gathers a block per use) nor with precision.fp8_weight_cache: false. The
+  // CPU re-quantises (the same codes).
   bool fp8_cache_weights = false;
   int fp8_amax_history = 1024;
   int fp8_margin = 0;

@@ -110,6 +110,7 @@ struct PrecisionSpec {
   int fp8_amax_history = 1024;    // >= 1
   int fp8_margin = 0;             // >= 0
   bool fp8_first_last_bf16 = true;  // fp8: first and last transformer layers stay bf16
+  bool fp8_weight_cache = true;     // fp8 on the GPU: weights' codes kept for the step
   bool operator==(const PrecisionSpec&) const = default;
 };
 

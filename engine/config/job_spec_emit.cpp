@@ -121,9 +121,10 @@ std::string job_spec_to_yaml(const JobSpec& spec) {
       o.decay_steps ? std::to_string(*o.decay_steps) : "null", num(o.beta1), num(o.beta2),
       num(o.eps), num(o.weight_decay), num(o.grad_clip));
   y += fmt::format("precision:\n  compute: {}\n  loss_scale: {}\n  fp8_amax_history: {}\n"
-                   "  fp8_margin: {}\n  fp8_first_last_bf16: {}\n",
+                   "  fp8_margin: {}\n  fp8_first_last_bf16: {}\n  fp8_weight_cache: {}\n",
                    to_string(pr.compute), pr.dynamic_loss_scale ? "dynamic" : num(pr.loss_scale),
-                   pr.fp8_amax_history, pr.fp8_margin, pr.fp8_first_last_bf16);
+                   pr.fp8_amax_history, pr.fp8_margin, pr.fp8_first_last_bf16,
+                   pr.fp8_weight_cache);
   y += fmt::format(
       "parallel:\n  tp: {}\n  pp: {}\n  cp: {}\n  ep: {}\n  dp: {}\n  zero: {}\n"
       "  sequence_parallel: {}\n  pp_schedule: {}\n  virtual_stages: {}\n  recompute: {}\n"

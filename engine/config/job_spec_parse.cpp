@@ -283,6 +283,7 @@ void read_precision(Section s, PrecisionSpec& p) {
   s.read("fp8_amax_history", p.fp8_amax_history, 1);
   s.read("fp8_margin", p.fp8_margin, 0);
   s.read("fp8_first_last_bf16", p.fp8_first_last_bf16);
+  s.read("fp8_weight_cache", p.fp8_weight_cache);
 }
 
 void read_parallel(Section s, ParallelSpec& p) {

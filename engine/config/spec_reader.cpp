@@ -43,7 +43,7 @@ KeyNode build_key_tree() {
        leaves("optimizer", {"name", "lr", "min_lr", "warmup_steps", "schedule", "decay_steps",
                             "betas", "eps", "weight_decay", "grad_clip"}),
        leaves("precision", {"compute", "loss_scale", "fp8_amax_history", "fp8_margin",
-                                    "fp8_first_last_bf16"}),
+                            "fp8_first_last_bf16", "fp8_weight_cache"}),
        leaves("parallel", {"tp", "pp", "cp", "ep", "dp", "zero", "sequence_parallel", "pp_schedule",
                            "virtual_stages", "recompute", "timeout_s"}),
        leaves("checkpoint", {"dir", "every", "keep", "resume"}),

@@ -287,7 +287,7 @@ TEST_CASE("job_spec_to_yaml writes every key in the documented order", "[cpu]") 
         "eval_every:", "eval_batches:", "log_every:", "optimizer:", "name:", "lr:", "min_lr:",
         "warmup_steps:", "schedule:", "decay_steps:", "betas:", "eps:", "weight_decay:",
         "grad_clip:", "precision:", "compute:", "loss_scale:", "fp8_amax_history:", "fp8_margin:",
-        "parallel:", "tp:", "pp:", "cp:", "ep:", "dp:", "zero:", "sequence_parallel:",
+        "fp8_first_last_bf16:", "fp8_weight_cache:", "parallel:", "tp:", "pp:", "cp:", "ep:", "dp:", "zero:", "sequence_parallel:",
         "pp_schedule:", "virtual_stages:", "recompute:", "timeout_s:", "checkpoint:", "dir:",
         "every:", "keep:", "resume:", "log:", "metrics:"}) {
     INFO(key);

@@ -57,9 +57,10 @@ TEST_CASE("fp8 weight cache: re-quantising's losses bit for bit, reused until th
           "[cuda][fp8]") {
   for (engine::Family family : {engine::Family::gpt2, engine::Family::llama}) {
     INFO(engine::to_string(family));
-    engine::TrainerOptions off = testing::quiet_options();
-    off.fp8_weight_cache = false;
-    engine::Trainer cached(fp8_job(family), testing::quiet_options()), plain(fp8_job(family), off);
+    engine::JobSpec off = fp8_job(family);
+    off.precision.fp8_weight_cache = false;  // re-quantise at every use
+    engine::Trainer cached(fp8_job(family), testing::quiet_options()),
+        plain(off, testing::quiet_options());
     const model::Buffers& b = cached.model().buffers();
     int caches = 0;
     size_t cache_bytes = 0;
