@@ -36,19 +36,16 @@ Registrar reg("plan", "validate a job and print its per-rank memory plan", [](CL
       model::ModelConfig cfg = engine::model_config(spec);
       engine::apply_pipeline_stage(cfg, shape.pp, stage, shape.virtual_stages);
       cfg.moe.ep = shape.ep;  // each rank holds n_experts / ep routed experts
-      // As Trainer::setup: the GPU's fp8 expert GEMMs pad ragged rows, its fp8
-      // GEMMs keep their weights' codes for the step.
-      cfg.fp8_pad_rows = cfg.fp8 && spec.run.device == engine::DeviceKind::cuda;
-      cfg.fp8_cache_weights =
-          cfg.fp8_pad_rows && spec.parallel.zero != 3 && spec.precision.fp8_weight_cache;
+      // run.device: cuda plans the CUDA backend (auto plans the CPU's: what it
+      // resolves to depends on the machine that trains).
+      const Device device = spec.run.device == engine::DeviceKind::cuda ? Device::cuda : Device::cpu;
+      engine::apply_device(cfg, spec, device);
       // ZeRO shards over the gradient group (dp, or dp x cp with context
       // parallelism); with expert parallelism the routed experts over edp
       // (Trainer::setup).
       const engine::ZeroAxes axes = engine::zero_axes(shape, spec.parallel.zero);
       const engine::ZeroGroup dense{shape.size(axes.dense), 0}, experts{shape.size(axes.expert), 0};
-      cfg.shard_align = engine::zero_shard_align(spec.parallel.zero, dense.size, axes.experts_apart());
-      cfg.share_blocks = spec.parallel.zero == 3;
-      cfg.shard_experts_apart = axes.experts_apart();
+      engine::apply_zero_sharding(cfg, spec.parallel.zero, axes, dense.size);
       model::Model model(cfg, engine::micro_batch_shape(spec));
       engine::ZeroLayout layout =
           engine::zero_layout(model.buffers(), spec.parallel.zero, dense, experts);
@@ -58,9 +55,6 @@ Registrar reg("plan", "validate a job and print its per-rank memory plan", [](CL
       if (shape.pp > 1)
         slots = engine::activation_slot_plan(
             parallel::pipeline_schedule(shape.pp, stage, micro_batches, shape.virtual_stages), model);
-      // run.device: cuda adds the CUDA backend's lines (auto plans the CPU's:
-      // what it resolves to depends on the machine that trains).
-      const Device device = spec.run.device == engine::DeviceKind::cuda ? Device::cuda : Device::cpu;
       engine::MemoryPlan plan =
           engine::plan_memory(model.buffers(), optimizer, arena_elems, 1, slots, device);
       if (stage == 0) {

@@ -3,6 +3,12 @@
 
 namespace trainer::engine {
 
+void apply_device(model::ModelConfig& cfg, const JobSpec& spec, Device device) {
+  cfg.fp8_pad_rows = cfg.fp8 && device == Device::cuda;
+  cfg.fp8_cache_weights =
+      cfg.fp8_pad_rows && spec.parallel.zero != 3 && spec.precision.fp8_weight_cache;
+}
+
 model::ModelConfig model_config(const JobSpec& spec) {
   const ModelSpec& m = spec.model;
   model::ModelConfig c;

@@ -8,5 +8,10 @@ namespace trainer::engine {
 
 model::ModelConfig model_config(const JobSpec& spec);
 model::BatchShape micro_batch_shape(const JobSpec& spec);
+// What the model needs for the device it trains on: the GPU's fp8 GEMMs pad
+// ragged expert rows and keep each weight's codes for the step (not under
+// ZeRO-3, which gathers a block per use; not with precision.fp8_weight_cache
+// false). Trainer::setup and `trainer plan` both call it, so the plan matches.
+void apply_device(model::ModelConfig& cfg, const JobSpec& spec, Device device);
 
 }  // namespace trainer::engine

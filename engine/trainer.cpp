@@ -81,10 +81,8 @@ void Trainer::setup() {
                         "{}: precision.compute: fp8 on run.device cuda needs model.moe.d_ff_expert "
                         "({}) to be a multiple of 16 (the alignment of Hopper's FP8 GEMMs)",
                         spec.source_path, cfg.moe.d_ff_expert);
-    cfg.fp8_pad_rows = true;
-    // ZeRO-3 gathers a block for each use: nothing to keep across micro-batches.
-    cfg.fp8_cache_weights = spec.parallel.zero != 3 && spec.precision.fp8_weight_cache;
   }
+  apply_device(cfg, spec, device);
   cfg.tp_rank = mesh_->coords().tp;
   cfg.cp_rank = mesh_->coords().cp;
   cfg.moe.ep = shape.ep;
@@ -96,9 +94,7 @@ void Trainer::setup() {
   zero_axis_ = axes.dense;
   const ZeroGroup dense_group{shape.size(axes.dense), mesh_->coords().along(axes.dense)};
   const ZeroGroup expert_group{shape.size(axes.expert), mesh_->coords().along(axes.expert)};
-  cfg.shard_align = zero_shard_align(spec.parallel.zero, dense_group.size, axes.experts_apart());
-  cfg.share_blocks = spec.parallel.zero == 3;
-  cfg.shard_experts_apart = axes.experts_apart();
+  apply_zero_sharding(cfg, spec.parallel.zero, axes, dense_group.size);
   if (shape.pp > 1)
     pipeline_ = std::make_unique<PipelineRunner>(mesh_->comm(parallel::Axis::pp), accum_steps_,
                                                  shape.virtual_stages);

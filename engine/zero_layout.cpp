@@ -18,6 +18,12 @@ int64_t zero_shard_align(int zero, int size, bool experts_apart) {
   return zero == 3 || (zero >= 1 && experts_apart) ? int64_t(size) * 64 : 0;
 }
 
+void apply_zero_sharding(model::ModelConfig& cfg, int zero, const ZeroAxes& axes, int dense_size) {
+  cfg.shard_align = zero_shard_align(zero, dense_size, axes.experts_apart());
+  cfg.share_blocks = zero == 3;
+  cfg.shard_experts_apart = axes.experts_apart();
+}
+
 ZeroLayout arena_range_layout(const model::Buffers& buffers, int64_t begin, int64_t end) {
   const int64_t arena =
       static_cast<int64_t>(buffers.category_bytes(model::Category::parameters) / sizeof(float));

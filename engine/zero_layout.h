@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "model/buffers.h"
+#include "model/model_config.h"
 #include "parallel/grad_sync.h"
 #include "parallel/mesh_shape.h"
 
@@ -60,6 +61,10 @@ ZeroAxes zero_axes(const parallel::MeshShape& shape, int zero);
 // elements (aligned shards) where ZeRO shards by unit part (ZeRO-3, or
 // experts apart), else 0 (the flat arena is sharded as one range).
 int64_t zero_shard_align(int zero, int size, bool experts_apart);
+// The model's side of the layout (ModelConfig::shard_align, share_blocks,
+// shard_experts_apart) for `zero` over `axes`, `dense_size` ranks sharing the
+// dense state: what Trainer::setup and `trainer plan` both declare.
+void apply_zero_sharding(model::ModelConfig& cfg, int zero, const ZeroAxes& axes, int dense_size);
 
 // `size` ranks share the state; this is `rank`.
 struct ZeroGroup {

@@ -55,15 +55,16 @@ Tensor weight_codes(const LayerEnv& env, int widx, Tensor w, bool transposed) {
                    transposed ? &q : nullptr);
     return q;
   }
-  const DType format = b.fp8()->format(widx);
-  Tensor codes0 = codes(env, cache, w.size(0), w.size(1), format, 0);
-  Tensor codes1 = codes(env, cache, w.size(1), w.size(0), format, 1);
-  if (!b.fp8_weight_cached(widx)) {
-    amax(env.ctx, b.fp8_amax(widx), w);
-    cast_transpose(env.ctx, codes0, codes1, w, b.fp8_scale(widx));
+  Tensor q_t;
+  if (b.fp8_weight_cached(widx)) {
+    const DType format = b.fp8()->format(widx);
+    q = codes(env, cache, w.size(0), w.size(1), format, 0);
+    q_t = codes(env, cache, w.size(1), w.size(0), format, 1);
+  } else {
+    quantize_codes(env, widx, w, cache, &q, &q_t);
     b.set_fp8_weight_cached(widx);
   }
-  return transposed ? codes1 : codes0;
+  return transposed ? q_t : q;
 }
 
 void gpu_forward(const LayerEnv& env, int idx, Tensor out, Tensor in, Tensor w, Tensor bias) {
@@ -96,9 +97,6 @@ void gpu_backward(const LayerEnv& env, int idx, Tensor dinp, Tensor dw, Tensor d
 // in multiples of 16, so the operands are copied into zero-padded staging.
 // Zero rows leave the amaxes, the codes of the real rows and the weight and
 // bias gradients as they are; the real rows of the results are copied back.
-constexpr int64_t kFp8RowMultiple = 16;
-
-int64_t padded_rows(int64_t rows) { return (rows + kFp8RowMultiple - 1) / kFp8RowMultiple * kFp8RowMultiple; }
 
 // (rows padded, cols) view of staging buffer `id`, its tail rows zeroed; the first
 // `src` rows copied in when given.
@@ -106,7 +104,7 @@ Tensor padded(const LayerEnv& env, BufferId id, int64_t rows, int64_t cols, Tens
   TRAINER_CHECK(id >= 0, "fp8 GEMM with {} rows on the GPU needs the padded staging "
                 "(ModelConfig::fp8_pad_rows)", rows);
   Tensor b = env.buf.get(id);
-  const int64_t p = padded_rows(rows);
+  const int64_t p = fp8_padded_rows(rows);
   TRAINER_CHECK(p * cols <= b.numel(), "fp8 padded staging {} too small for ({}, {})", b.str(), p, cols);
   Tensor t(b.data, {p, cols}, b.dtype, b.device);
   if (!src.empty()) copy(env.ctx, t.slice(0, rows), src.view({rows, cols}));
@@ -161,6 +159,25 @@ Tensor quantize(const LayerEnv& env, int idx, Tensor t, BufferId dst) {
 }
 
 }  // namespace
+
+int64_t fp8_padded_rows(int64_t rows) {
+  return (rows + kFp8RowMultiple - 1) / kFp8RowMultiple * kFp8RowMultiple;
+}
+
+void gemm_forward(const LayerEnv& env, int fp8, Tensor out, Tensor in, Tensor w, Tensor bias) {
+  if (fp8 >= 0)
+    fp8_linear_forward(env, fp8, out, in, w, bias);
+  else
+    linear_forward(env.ctx, out, in, w, bias);
+}
+
+void gemm_backward(const LayerEnv& env, int fp8, Tensor dinp, Tensor dw, Tensor dbias, Tensor dout,
+                   Tensor in, Tensor w) {
+  if (fp8 >= 0)
+    fp8_linear_backward(env, fp8, dinp, dw, dbias, dout, in, w);
+  else
+    linear_backward(env.ctx, dinp, dw, dbias, dout, in, w);
+}
 
 void declare_fp8_linear_scratch(Buffers& buf, int64_t rows, int64_t out, bool forward_bias,
                                 bool bias) {

@@ -13,6 +13,17 @@
 
 namespace trainer::model {
 
+// The GPU's FP8 GEMMs take rows in multiples of this; a ragged row block
+// (a routed expert's) goes through zero-padded staging of fp8_padded_rows.
+inline constexpr int64_t kFp8RowMultiple = 16;
+int64_t fp8_padded_rows(int64_t rows);
+
+// A GEMM of a layer's weight: fp8 when `fp8` is its index from
+// Buffers::add_fp8_gemm, else the plain GEMM of kernels/linear.h.
+void gemm_forward(const LayerEnv& env, int fp8, Tensor out, Tensor in, Tensor w, Tensor bias);
+void gemm_backward(const LayerEnv& env, int fp8, Tensor dinp, Tensor dw, Tensor dbias, Tensor dout,
+                   Tensor in, Tensor w);
+
 // The op scratch an fp8 GEMM of up to `rows` rows and `out` outputs takes
 // (its amaxes, forward with `forward_bias`, backward with `bias`): declared
 // by the layer that calls it.

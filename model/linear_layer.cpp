@@ -51,18 +51,12 @@ void Linear::declare(Buffers& buf, const std::string& name, int64_t in, int64_t 
 
 void Linear::forward(const LayerEnv& env, Tensor out, Tensor in) const {
   Tensor b = bias.index >= 0 && adds_bias_ ? env.buf.param(bias) : Tensor{};
-  if (fp8_ >= 0)
-    fp8_linear_forward(env, fp8_, out, in, env.buf.weight(weight), b);
-  else
-    linear_forward(env.ctx, out, in, env.buf.weight(weight), b);
+  gemm_forward(env, fp8_, out, in, env.buf.weight(weight), b);
 }
 
 void Linear::backward(const LayerEnv& env, Tensor dinp, Tensor dout, Tensor in) const {
   Tensor db = bias.index >= 0 ? env.buf.grad(bias) : Tensor{};
-  if (fp8_ >= 0)
-    fp8_linear_backward(env, fp8_, dinp, env.buf.grad(weight), db, dout, in, env.buf.weight(weight));
-  else
-    linear_backward(env.ctx, dinp, env.buf.grad(weight), db, dout, in, env.buf.weight(weight));
+  gemm_backward(env, fp8_, dinp, env.buf.grad(weight), db, dout, in, env.buf.weight(weight));
 }
 
 }  // namespace trainer::model

@@ -12,6 +12,7 @@
 #include "kernels/cuda/nvtx.h"
 #include "kernels/elementwise.h"
 #include "kernels/memory.h"
+#include "model/fp8_gemm.h"
 #include "model/moe_layer.h"
 #include "model/rng.h"
 #include "parallel/tp_regions.h"
@@ -31,10 +32,12 @@ Model::Model(const ModelConfig& cfg, const BatchShape& batch) : cfg_(cfg), batch
   tp_ = single_tp_.get();
   int64_t N = batch.B * batch.T;
   buf_.set_compute_dtype(cfg.act_dtype);
-  if (cfg.shard_align > 0 && cfg.share_blocks)
-    buf_.share_block_parameters(cfg.shard_align, cfg.shard_experts_apart);
-  else if (cfg.shard_align > 0)
-    buf_.pad_param_parts(cfg.shard_align, cfg.shard_experts_apart);
+  if (cfg.shard_align > 0) {
+    if (cfg.share_blocks)
+      buf_.share_block_parameters(cfg.shard_align, cfg.shard_experts_apart);
+    else
+      buf_.pad_param_parts(cfg.shard_align, cfg.shard_experts_apart);
+  }
   if (cfg.fp8) declare_fp8_workspace();
   std::vector<std::pair<int, int>> ranges = cfg.chunk_layers;
   if (ranges.empty()) ranges.emplace_back(cfg.layer_begin, cfg.stage_layer_end());
@@ -116,7 +119,7 @@ void Model::declare_fp8_workspace() {
   if (cfg_.moe_enabled) {
     const int64_t F = cfg_.moe.d_ff_expert, Fs = int64_t{cfg_.moe.n_shared_experts} * F;
     const int64_t rows = std::max(moe_plan_size(cfg_, cfg_.moe, batch_).rows, residual_rows(cfg_, batch_));
-    pad_rows = cfg_.fp8_pad_rows ? (rows + 15) / 16 * 16 : rows;
+    pad_rows = cfg_.fp8_pad_rows ? fp8_padded_rows(rows) : rows;
     pad_width = std::max({C, F, Fs});
     act = std::max(act, pad_rows * pad_width);
     w = std::max(w, C * std::max(F, Fs));

@@ -199,36 +199,16 @@ void Moe::declare(Buffers& buf, const std::string& prefix, const ModelConfig& cf
   }
 }
 
-namespace {
-
-// One expert GEMM without bias: fp8 when the layer registered its operands.
-void gemm_forward(const LayerEnv& env, int fp8, Tensor out, Tensor in, Tensor w) {
-  if (fp8 >= 0)
-    fp8_linear_forward(env, fp8, out, in, w, {});
-  else
-    linear_forward(env.ctx, out, in, w, {});
-}
-
-void gemm_backward(const LayerEnv& env, int fp8, Tensor dinp, Tensor dw, Tensor dout, Tensor in,
-                   Tensor w) {
-  if (fp8 >= 0)
-    fp8_linear_backward(env, fp8, dinp, dw, {}, dout, in, w);
-  else
-    linear_backward(env.ctx, dinp, dw, {}, dout, in, w);
-}
-
-}  // namespace
-
 void Moe::mlp_forward(const LayerEnv& env, const Mlp3& w, Tensor out, Tensor x, const Acts& a) const {
   const Buffers& b = env.buf;
-  gemm_forward(env, w.fp8_w1, a.h1, x, b.weight(w.w1));
+  gemm_forward(env, w.fp8_w1, a.h1, x, b.weight(w.w1), {});
   if (swiglu_) {
-    gemm_forward(env, w.fp8_w3, a.h3, x, b.weight(w.w3));
+    gemm_forward(env, w.fp8_w3, a.h3, x, b.weight(w.w3), {});
     swiglu_forward(env.ctx, a.act, a.h1, a.h3);
   } else {
     gelu_forward(env.ctx, a.act, a.h1);
   }
-  gemm_forward(env, w.fp8_w2, out, a.act, b.weight(w.w2));
+  gemm_forward(env, w.fp8_w2, out, a.act, b.weight(w.w2), {});
 }
 
 // dx written (tmp: scratch of dx's shape, may alias dy, which is dead after the
@@ -236,15 +216,15 @@ void Moe::mlp_forward(const LayerEnv& env, const Mlp3& w, Tensor out, Tensor x, 
 void Moe::mlp_backward(const LayerEnv& env, const Mlp3& w, Tensor dx, Tensor dy, Tensor x,
                        const Acts& a, const Acts& d, Tensor tmp) const {
   const Buffers& b = env.buf;
-  gemm_backward(env, w.fp8_w2, d.act, b.grad(w.w2), dy, a.act, b.weight(w.w2));
+  gemm_backward(env, w.fp8_w2, d.act, b.grad(w.w2), {}, dy, a.act, b.weight(w.w2));
   if (swiglu_) {
     swiglu_backward(env.ctx, d.h1, d.h3, d.act, a.h1, a.h3);
-    gemm_backward(env, w.fp8_w1, dx, b.grad(w.w1), d.h1, x, b.weight(w.w1));
-    gemm_backward(env, w.fp8_w3, tmp, b.grad(w.w3), d.h3, x, b.weight(w.w3));
+    gemm_backward(env, w.fp8_w1, dx, b.grad(w.w1), {}, d.h1, x, b.weight(w.w1));
+    gemm_backward(env, w.fp8_w3, tmp, b.grad(w.w3), {}, d.h3, x, b.weight(w.w3));
     accumulate(env.ctx, dx, tmp);
   } else {
     gelu_backward(env.ctx, d.h1, d.act, a.h1);
-    gemm_backward(env, w.fp8_w1, dx, b.grad(w.w1), d.h1, x, b.weight(w.w1));
+    gemm_backward(env, w.fp8_w1, dx, b.grad(w.w1), {}, d.h1, x, b.weight(w.w1));
   }
 }
 

@@ -22,9 +22,7 @@ model::ModelConfig moe_config(int zero, int dense_ranks) {
   cfg.moe.d_ff_expert = 8;
   cfg.moe.n_shared_experts = 1;
   cfg.moe.ep = 2;
-  cfg.shard_align = zero_shard_align(zero, dense_ranks, true);
-  cfg.share_blocks = zero == 3;
-  cfg.shard_experts_apart = true;
+  apply_zero_sharding(cfg, zero, {parallel::Axis::dp, parallel::Axis::edp}, dense_ranks);
   return cfg;
 }
 }  // namespace
