@@ -22,9 +22,12 @@ namespace fs = std::filesystem;
 void write_hf_reference(const std::string& step_dir, const std::string& hf_dir, int tokens,
                         FILE* log) {
   checkpoint::CheckpointReader reader(step_dir);
-  const JobSpec saved = reader.job_spec();
+  JobSpec saved = reader.job_spec();
   TRAINER_INPUT_CHECK(tokens >= 1, "--reference-tokens: expected at least 1 token, got {}", tokens);
   const int T = std::min(tokens, saved.model.max_seq_len);
+  // Mixtral computes every token's experts: the reference is dropless too,
+  // whatever capacity the job trained with.
+  saved.model.moe.capacity_factor.reset();
   std::unique_ptr<Trainer> owned = single_rank_trainer(saved, T);
   Trainer& trainer = *owned;
   const JobSpec& spec = trainer.spec();

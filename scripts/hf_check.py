@@ -4,12 +4,16 @@ in Hugging Face transformers (and vLLM, when installed) and computes the
 trainer's logits.
 
     python3 scripts/hf_check.py EXPORT_DIR [--engine transformers|vllm] [--tol 1e-4]
+    python3 scripts/hf_check.py EXPORT_DIR --text FILE --tokens SHARD
 
 transformers: AutoModelForCausalLM.from_pretrained(EXPORT_DIR) in fp32 on the
 CPU, logits on reference.json's ids against reference_logits.f32: the largest
 absolute difference must be within tol * max(1, max |logit|).
 vLLM: LLM(EXPORT_DIR, dtype=float32) prompt log-probabilities of the same ids
 against log_softmax of the trainer's logits.
+--text/--tokens: AutoTokenizer.from_pretrained(EXPORT_DIR) (an export with
+--vocab/--merges) must encode FILE to the ids `trainer tokenize` wrote in
+SHARD, and decode them back to FILE.
 
 Exit 0 = match, 1 = mismatch or load failure, 3 = the engine is not installed.
 Used on machines that have these libraries (scripts/gpu_check.sh runs it
@@ -66,6 +70,32 @@ def check_transformers(d, ids, ours, V, tol):
     return 0 if ok else 1
 
 
+def check_tokenizer(d, text_path, tokens_path):
+    """AutoTokenizer on the export's tokenizer files against `trainer tokenize`'s ids of the same text."""
+    try:
+        import transformers
+    except ImportError as e:
+        print(f"tokenizer: transformers not installed ({e})")
+        return 3
+    with open(tokens_path, "rb") as f:
+        raw = f.read()
+    magic, version, n = struct.unpack("<3i", raw[:12])
+    if magic != 20240520 or len(raw) != 1024 + 2 * n:
+        print(f"tokenizer: {tokens_path} is not an llm.c token shard")
+        return 1
+    ours = list(struct.unpack(f"<{n}H", raw[1024:]))[1:]  # the document's leading <|endoftext|>
+    with open(text_path, encoding="utf-8") as f:
+        text = f.read()
+    tok = transformers.AutoTokenizer.from_pretrained(d)
+    theirs = tok(text)["input_ids"]
+    ok = theirs == ours and tok.decode(theirs) == text
+    first = next((i for i, (a, b) in enumerate(zip(theirs, ours)) if a != b), min(len(theirs), len(ours)))
+    print(f"tokenizer ({type(tok).__name__}): {len(ours)} ids of {tokens_path}, "
+          f"{'identical' if theirs == ours else f'first difference at {first}'}, "
+          f"decode {'round-trips' if tok.decode(theirs) == text else 'differs'}: {'PASS' if ok else 'FAIL'}")
+    return 0 if ok else 1
+
+
 def log_softmax_at(row, i):
     m = max(row)
     return row[i] - m - math.log(sum(math.exp(x - m) for x in row))
@@ -77,7 +107,9 @@ def check_vllm(d, ids, ours, V, tol):
     except ImportError as e:
         print(f"vllm: not installed ({e})")
         return 3
-    llm = LLM(model=d, dtype="float32", skip_tokenizer_init=True, enforce_eager=True,
+    # An export with its tokenizer (trainer export --vocab --merges) loads with it.
+    skip = not os.path.exists(os.path.join(d, "tokenizer_config.json"))
+    llm = LLM(model=d, dtype="float32", skip_tokenizer_init=skip, enforce_eager=True,
               gpu_memory_utilization=0.2, max_model_len=len(ids))
     out = llm.generate([{"prompt_token_ids": ids}],
                        SamplingParams(max_tokens=1, prompt_logprobs=0, detokenize=False))
@@ -97,7 +129,11 @@ def main():
     p.add_argument("export_dir")
     p.add_argument("--engine", choices=["transformers", "vllm"], default="transformers")
     p.add_argument("--tol", type=float, default=1e-4)
+    p.add_argument("--text", help="with --tokens: a text whose ids the export's tokenizer must give")
+    p.add_argument("--tokens", help="`trainer tokenize` of --text (an llm.c shard)")
     a = p.parse_args()
+    if a.text and a.tokens:
+        sys.exit(check_tokenizer(a.export_dir, a.text, a.tokens))
     ids, ours, V = read_reference(a.export_dir)
     check = check_transformers if a.engine == "transformers" else check_vllm
     sys.exit(check(a.export_dir, ids, ours, V, a.tol))

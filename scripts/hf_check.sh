@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# hf_check.sh [TRAINER] [OUT]: trains the tiny GPT-2 and Llama jobs a few steps
+# hf_check.sh [TRAINER] [OUT]: trains the tiny GPT-2, Llama and Mixtral-shaped MoE (moe-tiny) jobs a few steps
 # on the CPU (data/brown), exports each with `trainer export --format hf
 # --reference-logits 64`, and checks with scripts/hf_check.py that Hugging
 # Face transformers loads the export as it is and computes the trainer's
@@ -16,18 +16,35 @@ if ! "$PY" -c 'import torch, transformers' 2>/dev/null; then
   exit 3
 fi
 status=0
-for job in tiny-gpt2 tiny-llama; do
+# With GPT-2's vocabulary at hand (scripts/get_data.sh fetches it) the exports
+# carry the tokenizer, checked against `trainer tokenize` on a sample text.
+GPT2=${GPT2_DIR:-data/gpt2}
+tok_args=()
+if [[ -f $GPT2/encoder.json && -f $GPT2/vocab.bpe ]]; then
+  tok_args=(--vocab "$GPT2/encoder.json" --merges "$GPT2/vocab.bpe")
+  mkdir -p "$OUT"
+  printf 'The Fulton County Grand Jury said Friday an investigation of Atlanta\x27s recent\nprimary election produced "no evidence" that any irregularities took place. 1962: caf\xc3\xa9s\n' \
+    >"$OUT/sample.txt"
+  if ! "$TRAINER" tokenize "$OUT/sample.txt" "${tok_args[@]}" --out "$OUT/sample_" >"$OUT/tokenize.log" 2>&1; then
+    echo "hf_check: trainer tokenize failed:"; tail -3 "$OUT/tokenize.log"; status=1; tok_args=()
+  fi
+fi
+for job in tiny-gpt2 tiny-llama moe-tiny; do
   run=$OUT/$job/run hf=$OUT/$job/hf
   rm -rf "$OUT/$job"
   if ! OMP_NUM_THREADS=${OMP_NUM_THREADS:-4} "$TRAINER" train "configs/$job.yaml" --set run.device=cpu \
       --set train.steps=5 --set train.eval_every=0 --set run.dir="$run" >"$OUT/$job.train.log" 2>&1; then
     echo "hf_check: $job: training failed:"; tail -3 "$OUT/$job.train.log"; status=1; continue
   fi
-  if ! "$TRAINER" export "$run" --format hf --out "$hf" --reference-logits 64 >"$OUT/$job.export.log" 2>&1; then
+  if ! "$TRAINER" export "$run" --format hf --out "$hf" --reference-logits 64 "${tok_args[@]}" \
+      >"$OUT/$job.export.log" 2>&1; then
     echo "hf_check: $job: export failed:"; tail -3 "$OUT/$job.export.log"; status=1; continue
   fi
   echo "hf_check: $job"
   "$PY" scripts/hf_check.py "$hf" --engine transformers || status=1
+  if (( ${#tok_args[@]} )); then
+    "$PY" scripts/hf_check.py "$hf" --text "$OUT/sample.txt" --tokens "$OUT/sample__train_000000.bin" || status=1
+  fi
   "$PY" scripts/hf_check.py "$hf" --engine vllm
   rc=$?
   (( rc == 1 )) && status=1

@@ -4,12 +4,16 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 
 #include "engine/checkpoint/checkpoint.h"
 #include "engine/checkpoint/files.h"
+#include "engine/checkpoint/hf_config.h"
+#include "engine/checkpoint/hf_tokenizer.h"
 #include "engine/checkpoint/safetensors.h"
 #include "engine/checkpoint/state_range.h"
 #include "engine/json.h"
@@ -99,6 +103,28 @@ class HfSource {
     return {f.tensor(found).shape, f.read_f32(found)};
   }
 
+  // A checkpoint of a bigger model must not load as its first layers or
+  // experts: every layer and expert index in a tensor name must exist here.
+  void check_extent(const model::ModelConfig& cfg) const {
+    for (const auto& [name, file] : where_) {
+      for (const std::string key : {"h.", "layers.", "experts."}) {
+        // The key as a whole name component: at the start or after a '.'.
+        size_t at = 0;
+        while ((at = name.find(key, at)) != std::string::npos && at > 0 && name[at - 1] != '.') ++at;
+        if (at == std::string::npos) continue;
+        size_t begin = at + key.size(), end = begin;
+        while (end < name.size() && std::isdigit(static_cast<unsigned char>(name[end]))) ++end;
+        if (end == begin || end == name.size() || name[end] != '.') continue;
+        const bool expert = key == "experts.";
+        const long index = std::stol(name.substr(begin, end - begin));
+        const long limit = expert ? cfg.moe.n_experts : cfg.n_layer;
+        TRAINER_INPUT_CHECK(index < limit, "{}: tensor \"{}\" is of {} {}, but {} is {} (model.init_from)",
+                            file, name, expert ? "expert" : "layer", index,
+                            expert ? "model.moe.n_experts" : "model.n_layer", limit);
+      }
+    }
+  }
+
   std::string file_of(const std::string& name) const {
     std::string found = find(name);
     return found.empty() ? origin() : where_.at(found);
@@ -145,6 +171,9 @@ HostTensor from_hf(const HfSource& src, const model::ParamSpec& spec, const mode
       for (int64_t o = 0; o < C; ++o) part.data[i * C + o] = f.data[i * 3 * C + which * C + o];
     return transpose(part);
   }
+  if (ends_with(n, ".e_score_correction_bias") && src.find(n).empty())
+    // Mixtral has no expert bias: an aux_free job started from one starts it at zero, as a fresh one does.
+    return HostTensor{spec.global_shape, std::vector<float>(static_cast<size_t>(spec.global_shape[0]), 0.0f)};
   bool lm_head = n == "lm_head.weight";
   std::string source = n;
   if (lm_head && src.find(n).empty())  // an HF model with tied embeddings stores only the table
@@ -171,9 +200,6 @@ HostTensor from_hf(const HfSource& src, const model::ParamSpec& spec, const mode
   return t;
 }
 
-// A float config value as the decimal it was written as (1e-05, not 9.99999974e-06).
-double tidy(float f) { return std::stod(fmt::format("{}", f)); }
-
 void put(std::map<std::string, HostTensor>& out, const std::string& name, HostTensor t) {
   out[name] = std::move(t);
 }
@@ -185,7 +211,10 @@ void load_hf_weights(const std::string& path, const model::ModelConfig& cfg, mod
   (void)ctx;  // copies are synchronous through copy_from_host
   TRAINER_CHECK(!zero3 || zero3->layout().shards_parameters(),
                 "load_hf_weights: the optimizer given does not shard the parameters");
+  if (fs::path config = fs::path(path) / "config.json"; fs::is_directory(path) && fs::exists(config))
+    check_hf_config(config.string(), cfg);
   HfSource src(path);
+  src.check_extent(cfg);
   std::vector<float> local;
   for (int i = 0; i < static_cast<int>(buffers.params().size()); ++i) {
     const model::Buffers::Param& p = buffers.params()[i];
@@ -255,59 +284,23 @@ std::map<std::string, HostTensor> to_hf_tensors(const model::ModelConfig& cfg,
   return out;
 }
 
-std::string hf_config_json(const model::ModelConfig& cfg) {
-  Json j = Json::object();
-  auto arch = Json::array();
-  if (cfg.is_llama()) {
-    arch.push(Json("LlamaForCausalLM"));
-    j.set("architectures", std::move(arch));
-    j.set("model_type", Json("llama"));
-    j.set("vocab_size", Json(cfg.vocab_size));
-    j.set("hidden_size", Json(cfg.d_model));
-    j.set("intermediate_size", Json(cfg.d_ff));
-    j.set("num_hidden_layers", Json(cfg.n_layer));
-    j.set("num_attention_heads", Json(cfg.n_head));
-    j.set("num_key_value_heads", Json(cfg.n_kv_head));
-    j.set("head_dim", Json(cfg.head_dim()));
-    j.set("hidden_act", Json("silu"));
-    j.set("max_position_embeddings", Json(cfg.max_seq_len));
-    j.set("rms_norm_eps", Json(tidy(cfg.norm_eps)));
-    j.set("rope_theta", Json(tidy(cfg.rope_theta)));
-    j.set("attention_bias", Json(false));
-    j.set("mlp_bias", Json(false));
-    j.set("tie_word_embeddings", Json(cfg.tie_embeddings));
-    j.set("initializer_range", Json(tidy(cfg.init_std)));
-    j.set("torch_dtype", Json("float32"));
-  } else {
-    arch.push(Json("GPT2LMHeadModel"));
-    j.set("architectures", std::move(arch));
-    j.set("model_type", Json("gpt2"));
-    j.set("vocab_size", Json(cfg.vocab_size));
-    j.set("n_positions", Json(cfg.max_seq_len));
-    j.set("n_ctx", Json(cfg.max_seq_len));
-    j.set("n_embd", Json(cfg.d_model));
-    j.set("n_layer", Json(cfg.n_layer));
-    j.set("n_head", Json(cfg.n_head));
-    j.set("n_inner", Json(cfg.d_ff));
-    j.set("activation_function", Json("gelu_new"));  // the tanh approximation kernels/gelu.h uses
-    j.set("layer_norm_epsilon", Json(tidy(cfg.norm_eps)));
-    j.set("resid_pdrop", Json(0.0));
-    j.set("embd_pdrop", Json(0.0));
-    j.set("attn_pdrop", Json(0.0));
-    j.set("scale_attn_weights", Json(true));
-    j.set("tie_word_embeddings", Json(cfg.tie_embeddings));
-    j.set("initializer_range", Json(tidy(cfg.init_std)));
-    j.set("torch_dtype", Json("float32"));
-  }
-  return j.dump(2) + "\n";
-}
-
-std::string export_hf(const std::string& path, const std::string& out_dir, FILE* log) {
+std::string export_hf(const std::string& path, const std::string& out_dir, FILE* log,
+                      const HfExportTokenizer& tokenizer) {
   std::string step_dir = resolve_checkpoint(path, stderr);
   CheckpointReader reader(step_dir);
   // Global tensors: the single-rank layout (a cp, tp or ZeRO-3 job declares
   // split or shared parameters).
   const model::ModelConfig cfg = model_config(single_rank_spec(reader.job_spec(), 1));
+  std::string architecture;
+  try {
+    architecture = hf_architecture(cfg);  // refused before anything is written
+  } catch (const InputError& e) {
+    throw InputError(fmt::format("export {}: {}", step_dir, e.what()));
+  }
+  TRAINER_INPUT_CHECK(tokenizer.vocab.empty() == tokenizer.merges.empty(),
+                      "--vocab and --merges: give both (the tokenizer's two files) or neither");
+  std::optional<HfTokenizerExport> tok;
+  if (!tokenizer.vocab.empty()) tok.emplace(tokenizer.vocab, tokenizer.merges, cfg);
   // Declaring a model allocates nothing; it lists the parameters and their global shapes.
   model::Model declared(cfg, model::BatchShape{1, 1});
   std::map<std::string, HostTensor> ours;
@@ -335,11 +328,15 @@ std::string export_hf(const std::string& path, const std::string& out_dir, FILE*
     fs::remove(tmp, ec);
     throw;
   }
-  replace_file_atomically((fs::path(out_dir) / "config.json").string(), hf_config_json(cfg));
+  if (tok) tok->write(out_dir);
+  replace_file_atomically((fs::path(out_dir) / "config.json").string(),
+                          hf_config_json(cfg, tok ? tok->eot_id() : -1));
   if (log)
     fmt::print(log, "exported {} (step {}) as {} model: {}/model.safetensors ({} tensors), config.json\n",
-               step_dir, reader.step(), cfg.is_llama() ? "LlamaForCausalLM" : "GPT2LMHeadModel",
-               out_dir, hf.size());
+               step_dir, reader.step(), architecture, out_dir, hf.size());
+  if (log && tok)
+    fmt::print(log, "tokenizer: {}/vocab.json, merges.txt, tokenizer_config.json, special_tokens_map.json\n",
+               out_dir);
   return step_dir;
 }
 

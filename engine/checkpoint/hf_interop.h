@@ -40,12 +40,19 @@ struct HostTensor {
 // Our global (padded, unfused, (out, in)) tensors -> HF's names and layouts.
 std::map<std::string, HostTensor> to_hf_tensors(
     const model::ModelConfig& cfg, const std::map<std::string, HostTensor>& ours);
-// config.json text for the family (keys exactly as transformers names them).
-std::string hf_config_json(const model::ModelConfig& cfg);
+
+// GPT-2 BPE tokenizer files to export with the model (both or neither): the
+// vocabulary and merges the training data was tokenized with.
+struct HfExportTokenizer {
+  std::string vocab, merges;
+};
 
 // trainer export: the newest good checkpoint under `path` (a step directory,
 // a checkpoint root, or a run directory) -> out_dir/model.safetensors and
-// out_dir/config.json, each written atomically. Returns the step directory used.
-std::string export_hf(const std::string& path, const std::string& out_dir, FILE* log);
+// out_dir/config.json (and the tokenizer's files, hf_tokenizer.h), each
+// written atomically. Everything is checked before the first file is
+// written. Returns the step directory used.
+std::string export_hf(const std::string& path, const std::string& out_dir, FILE* log,
+                      const HfExportTokenizer& tokenizer = {});
 
 }  // namespace trainer::engine::checkpoint

@@ -17,6 +17,7 @@
 #include "engine/checkpoint/files.h"
 #include "engine/checkpoint/hf_interop.h"
 #include "engine/checkpoint/safetensors.h"
+#include "engine/data/tokenizer.h"
 #include "engine/hf_reference.h"
 #include "engine/json.h"
 #include "engine/model_from_spec.h"
@@ -40,6 +41,28 @@ JobSpec tiny_spec(Family family, const fs::path& dir) {
   s.optimizer.lr = 1e-2;  // large steps: trained weights far from their init
   s.optimizer.warmup_steps = 0;
   return s;
+}
+
+// The llama job with an MoE in every layer: MixtralForCausalLM's model.
+JobSpec mixtral_spec(const fs::path& dir) {
+  JobSpec s = tiny_spec(Family::llama, dir);
+  s.model.moe.enabled = true;
+  s.model.moe.n_experts = 4;
+  s.model.moe.top_k = 2;
+  s.model.moe.d_ff_expert = 24;
+  return s;
+}
+
+// gpt2, llama and Mixtral-style MoE llama, each with its name.
+std::vector<std::pair<std::string, JobSpec>> hf_jobs(const std::string& prefix) {
+  std::vector<std::pair<std::string, JobSpec>> jobs;
+  for (const char* name : {"gpt2", "llama", "mixtral"}) {
+    fs::path dir = fresh_temp_dir(prefix + "_" + name);
+    JobSpec s = name[0] == 'g' ? tiny_spec(Family::gpt2, dir)
+                : name[0] == 'l' ? tiny_spec(Family::llama, dir) : mixtral_spec(dir);
+    jobs.emplace_back(name, s);
+  }
+  return jobs;
 }
 
 std::map<std::string, std::vector<float>> params_of(Trainer& t) {
@@ -91,11 +114,11 @@ fs::path trained_export(Family f, const fs::path& dir, Trainer& a, const JobSpec
 }  // namespace
 
 TEST_CASE("hf: export -> import gives identical parameters and logits", "[cpu][checkpoint]") {
-  for (Family f : {Family::gpt2, Family::llama}) {
-    fs::path dir = fresh_temp_dir(f == Family::gpt2 ? "hf_gpt2" : "hf_llama");
-    JobSpec spec = tiny_spec(f, dir);
+  for (const auto& [name, spec] : hf_jobs("hf")) {
+    INFO(name);
+    fs::path dir = spec.run.dir;
     Trainer a(spec, quiet_options());
-    fs::path out = trained_export(f, dir, a, spec);
+    fs::path out = trained_export(spec.model.family, dir, a, spec);
     Trainer b(spec, quiet_options());
     auto before = params_of(b);
     load_hf_weights(out.string(), model_config(spec), b.model().buffers(), b.context());
@@ -169,6 +192,99 @@ TEST_CASE("hf: llama config keys and untied head", "[cpu][checkpoint]") {
   fs::remove_all(dir);
 }
 
+TEST_CASE("hf: an MoE llama is a Mixtral export; an aux_free job starts from one",
+          "[cpu][checkpoint]") {
+  fs::path dir = fresh_temp_dir("hf_mixtral_names");
+  JobSpec spec = mixtral_spec(dir);
+  Trainer a(spec, quiet_options());
+  fs::path out = trained_export(Family::llama, dir, a, spec);
+  SafetensorsFile f((out / "model.safetensors").string());
+  CHECK(f.tensor("model.layers.1.block_sparse_moe.gate.weight").shape == std::vector<int64_t>{4, 32});
+  CHECK(f.tensor("model.layers.0.block_sparse_moe.experts.3.w1.weight").shape ==
+        std::vector<int64_t>{24, 32});
+  CHECK(f.tensor("model.layers.0.block_sparse_moe.experts.3.w2.weight").shape ==
+        std::vector<int64_t>{32, 24});
+  CHECK(f.tensors().size() == 1 + 1 + 1 + 2 * (2 + 4 + 1 + 4 * 3));
+  Json cfg = parse_json(read_text_file((out / "config.json").string()), "config.json");
+  CHECK(cfg.at("architectures").items()[0].as_string() == "MixtralForCausalLM");
+  // DeepSeek-V3's aux_free balancing keeps a per-expert bias Mixtral has none
+  // of: started from Mixtral it is zero, as in a fresh job, and the rest loads.
+  JobSpec free = spec;
+  free.model.moe.balance = Balance::aux_free;
+  Trainer b(free, quiet_options());
+  load_hf_weights(out.string(), model_config(free), b.model().buffers(), b.context());
+  auto pa = params_of(a), pb = params_of(b);
+  for (const auto& [name, v] : pb) {
+    INFO(name);
+    if (name.find("e_score_correction_bias") != std::string::npos)
+      CHECK(v == std::vector<float>(4, 0.0f));
+    else
+      CHECK(v == pa.at(name));
+  }
+  // A job with fewer layers or experts than the checkpoint is refused by name.
+  JobSpec fewer = spec;
+  fewer.model.moe.n_experts = 2;
+  Trainer c(fewer, quiet_options());
+  CHECK_THROWS_WITH(load_hf_weights(out.string(), model_config(fewer), c.model().buffers(), c.context()),
+                    Catch::Matchers::Contains("num_local_experts is 4, but model.moe.n_experts is 2"));
+  fs::remove(out / "config.json");  // without config.json the tensor names still tell
+  CHECK_THROWS_WITH(load_hf_weights(out.string(), model_config(fewer), c.model().buffers(), c.context()),
+                    Catch::Matchers::Contains("is of expert 2, but model.moe.n_experts is 2"));
+  fs::remove_all(dir);
+}
+
+TEST_CASE("hf: the tokenizer exported with the model encodes as the one given", "[cpu][checkpoint]") {
+  fs::path dir = fresh_temp_dir("hf_tokenizer");
+  JobSpec spec = tiny_spec(Family::gpt2, dir);
+  spec.model.vocab_size = 300;  // the tiny vocabulary's 273 ids fit
+  Trainer a(spec, quiet_options());
+  testing::train_losses(a, 1, 1);
+  auto world = parallel::make_single_communicator("world");
+  Checkpointer(spec, *world, Device::cpu, {}, nullptr).save(1, a.model().buffers(), a.optimizer());
+  const std::string fx = std::string(TRAINER_SOURCE_DIR) + "/test/data/fixtures/";
+  // The vocabulary without merges.txt's "#version" line, as a user's file may be.
+  fs::create_directories(dir / "tok");
+  std::string merges = read_text_file(fx + "tiny_merges.txt");
+  merges = merges.substr(merges.find('\n') + 1);
+  merges.pop_back();  // and without its final newline
+  write_file_durably((dir / "tok/merges.txt").string(), merges);
+  fs::path out = dir / "hf";
+  export_hf(dir.string(), out.string(), nullptr,
+            {.vocab = fx + "tiny_vocab.json", .merges = (dir / "tok/merges.txt").string()});
+  for (const char* f : {"vocab.json", "merges.txt", "tokenizer_config.json", "special_tokens_map.json"})
+    CHECK(fs::exists(out / f));
+  // GPT2Tokenizer skips merges.txt's first line and what follows its last newline.
+  std::string written = read_text_file((out / "merges.txt").string());
+  CHECK(written.rfind("#version: 0.2\n", 0) == 0);
+  CHECK(written.back() == '\n');
+  auto given = data::Tokenizer::from_text(read_text_file(fx + "tiny_vocab.json"),
+                                          read_text_file(fx + "tiny_merges.txt"), "v", "m");
+  auto exported = data::Tokenizer::load((out / "vocab.json").string(), (out / "merges.txt").string());
+  const std::string text = "hello world aaaa aba the world";
+  CHECK(exported.encode(text) == given.encode(text));
+  CHECK(exported.num_merges() == given.num_merges());
+  Json cfg = parse_json(read_text_file((out / "config.json").string()), "config.json");
+  CHECK(cfg.at("eos_token_id").as_int() == given.eot_id());
+  CHECK(cfg.at("bos_token_id").as_int() == given.eot_id());
+  Json tc = parse_json(read_text_file((out / "tokenizer_config.json").string()), "tokenizer_config.json");
+  CHECK(tc.at("tokenizer_class").as_string() == "GPT2Tokenizer");
+  CHECK(tc.at("eos_token").as_string() == "<|endoftext|>");
+  CHECK(tc.at("model_max_length").as_int() == spec.model.max_seq_len);
+
+  // A vocabulary beyond the model's ids is refused before anything is written.
+  JobSpec small = tiny_spec(Family::gpt2, dir / "small");
+  Trainer b(small, quiet_options());
+  Checkpointer(small, *world, Device::cpu, {}, nullptr).save(1, b.model().buffers(), b.optimizer());
+  CHECK_THROWS_WITH(export_hf((dir / "small").string(), (dir / "hf_small").string(), nullptr,
+                              {.vocab = fx + "tiny_vocab.json", .merges = fx + "tiny_merges.txt"}),
+                    Catch::Matchers::Contains("ids up to 272, beyond model.vocab_size 200"));
+  CHECK_THROWS_WITH(export_hf((dir / "small").string(), (dir / "hf_small").string(), nullptr,
+                              {.vocab = fx + "tiny_vocab.json"}),
+                    Catch::Matchers::Contains("give both"));
+  CHECK(!fs::exists(dir / "hf_small"));
+  fs::remove_all(dir);
+}
+
 TEST_CASE("hf: bf16 weights without the transformer. prefix, sharded by an index",
           "[cpu][checkpoint]") {
   fs::path dir = fresh_temp_dir("hf_bf16");
@@ -229,11 +345,11 @@ TEST_CASE("hf: bf16 weights without the transformer. prefix, sharded by an index
 
 TEST_CASE("hf: reference logits written with an export are the trained model's logits",
           "[cpu][checkpoint]") {
-  for (Family f : {Family::gpt2, Family::llama}) {
-    fs::path dir = fresh_temp_dir(f == Family::gpt2 ? "hf_ref_gpt2" : "hf_ref_llama");
-    JobSpec spec = tiny_spec(f, dir);
+  for (const auto& [name, spec] : hf_jobs("hf_ref")) {
+    INFO(name);
+    fs::path dir = spec.run.dir;
     Trainer a(spec, quiet_options());
-    fs::path out = trained_export(f, dir, a, spec);
+    fs::path out = trained_export(spec.model.family, dir, a, spec);
     const std::string step_dir = resolve_checkpoint(dir.string(), nullptr);
     write_hf_reference(step_dir, out.string(), 1000, nullptr);  // clamped to max_seq_len 16
 

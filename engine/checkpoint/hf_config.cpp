@@ -1,0 +1,245 @@
+// See hf_config.h. Defaults are transformers' (GPT2Config, LlamaConfig,
+// MixtralConfig) for keys a config.json leaves out.
+#include "engine/checkpoint/hf_config.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <optional>
+#include <stdexcept>
+
+#include "engine/checkpoint/files.h"
+#include "engine/json.h"
+#include "kernels/error.h"
+
+namespace trainer::engine::checkpoint {
+
+namespace {
+
+// A float config value as the decimal it was written as (1e-05, not 9.99999974e-06).
+double tidy(float f) { return std::stod(fmt::format("{}", f)); }
+
+bool mixtral(const model::ModelConfig& cfg) { return cfg.is_llama() && cfg.moe_enabled; }
+
+// Reads one config.json and compares its keys with the job's values.
+class ConfigCheck {
+ public:
+  ConfigCheck(const std::string& path)
+      : path_(path), j_(parse_json(read_text_file(path), path)) {
+    TRAINER_INPUT_CHECK(j_.is_object(), "{}: expected a JSON object (a Hugging Face config.json)", path);
+  }
+
+  const Json* get(const std::string& key) const {
+    const Json* v = j_.find(key);
+    return v && v->kind() != Json::Kind::null ? v : nullptr;
+  }
+  double number(const std::string& key, double fallback) const {
+    const Json* v = get(key);
+    if (!v) return fallback;
+    TRAINER_INPUT_CHECK(v->is_number(), "{}: {} is {}, expected a number", path_, key, v->dump());
+    return v->as_number();
+  }
+  std::string text(const std::string& key, const std::string& fallback) const {
+    const Json* v = get(key);
+    if (!v) return fallback;
+    TRAINER_INPUT_CHECK(v->is_string(), "{}: {} is {}, expected a string", path_, key, v->dump());
+    return v->as_string();
+  }
+  bool flag(const std::string& key, bool fallback) const {
+    const Json* v = get(key);
+    if (!v) return fallback;
+    TRAINER_INPUT_CHECK(v->kind() == Json::Kind::boolean, "{}: {} is {}, expected true or false",
+                        path_, key, v->dump());
+    return v->as_bool();
+  }
+
+  void same_int(const std::string& key, double fallback, int64_t ours, const std::string& job_key) const {
+    double theirs = number(key, fallback);
+    TRAINER_INPUT_CHECK(theirs == static_cast<double>(ours), "{}: {} is {}, but {} is {} (model.init_from)",
+                        path_, key, theirs, job_key, ours);
+  }
+  void same_float(const std::string& key, double fallback, float ours, const std::string& job_key) const {
+    double theirs = number(key, fallback);
+    // The job's value is a float: equal within its rounding.
+    TRAINER_INPUT_CHECK(std::fabs(theirs - ours) <= 1e-6 * std::fabs(theirs),
+                        "{}: {} is {}, but {} is {} (model.init_from)", path_, key, theirs, job_key,
+                        tidy(ours));
+  }
+  void same_flag(const std::string& key, bool fallback, bool ours, const std::string& job_key) const {
+    bool theirs = flag(key, fallback);
+    TRAINER_INPUT_CHECK(theirs == ours, "{}: {} is {}, but {} is {} (model.init_from)", path_, key,
+                        theirs, job_key, ours);
+  }
+  // A feature this trainer does not compute must be off.
+  void off(const std::string& key, const std::string& why) const {
+    const Json* v = get(key);
+    TRAINER_INPUT_CHECK(!v || (v->kind() == Json::Kind::boolean && !v->as_bool()),
+                        "{}: {} is {}: {} (model.init_from)", path_, key, v ? v->dump() : "", why);
+  }
+
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  Json j_;
+};
+
+void check_gpt2(const ConfigCheck& c, const model::ModelConfig& cfg) {
+  c.same_int("n_embd", 768, cfg.d_model, "model.d_model");
+  c.same_int("n_layer", 12, cfg.n_layer, "model.n_layer");
+  c.same_int("n_head", 12, cfg.n_head, "model.n_head");
+  c.same_int("n_inner", 4 * c.number("n_embd", 768), cfg.d_ff, "model.d_ff");
+  c.same_int("vocab_size", 50257, cfg.vocab_size, "model.vocab_size");
+  double positions = c.number("n_positions", 1024);
+  TRAINER_INPUT_CHECK(positions >= cfg.max_seq_len,
+                      "{}: n_positions is {}, below model.max_seq_len {} (model.init_from)", c.path(),
+                      positions, cfg.max_seq_len);
+  c.same_float("layer_norm_epsilon", 1e-5, cfg.norm_eps, "model.norm_eps");
+  c.same_flag("tie_word_embeddings", true, cfg.tie_embeddings, "model.tie_embeddings");
+  std::string act = c.text("activation_function", "gelu_new");
+  TRAINER_INPUT_CHECK(act == "gelu_new" || act == "gelu_pytorch_tanh",
+                      "{}: activation_function is \"{}\": this trainer's GPT-2 computes the tanh "
+                      "approximation (gelu_new) (model.init_from)", c.path(), act);
+  c.off("scale_attn_by_inverse_layer_idx", "this trainer scales attention by 1/sqrt(head_dim) only");
+}
+
+void check_llama_like(const ConfigCheck& c, const model::ModelConfig& cfg, bool is_mixtral) {
+  c.same_int("hidden_size", 4096, cfg.d_model, "model.d_model");
+  c.same_int("num_hidden_layers", 32, cfg.n_layer, "model.n_layer");
+  c.same_int("num_attention_heads", 32, cfg.n_head, "model.n_head");
+  c.same_int("num_key_value_heads", c.number("num_attention_heads", 32), cfg.n_kv_head, "model.n_kv_head");
+  c.same_int("head_dim", c.number("hidden_size", 4096) / c.number("num_attention_heads", 32),
+             cfg.d_model / cfg.n_head, "model.d_model / model.n_head");
+  c.same_int("vocab_size", 32000, cfg.vocab_size, "model.vocab_size");
+  c.same_float("rms_norm_eps", is_mixtral ? 1e-5 : 1e-6, cfg.norm_eps, "model.norm_eps");
+  // transformers 5 keeps the RoPE base in rope_parameters, 4.x in rope_theta.
+  double theta_default = is_mixtral ? 1e6 : 1e4;
+  std::string rope_type = "default";
+  if (const Json* rp = c.get("rope_parameters"); rp && rp->is_object()) {
+    if (const Json* t = rp->find("rope_theta"); t && t->is_number()) theta_default = t->as_number();
+    if (const Json* t = rp->find("rope_type"); t && t->is_string()) rope_type = t->as_string();
+  }
+  c.same_float("rope_theta", theta_default, cfg.rope_theta, "model.rope_theta");
+  if (const Json* rs = c.get("rope_scaling"); rs && rs->is_object())
+    if (const Json* t = rs->find("rope_type") ? rs->find("rope_type") : rs->find("type"); t && t->is_string())
+      rope_type = t->as_string();
+  TRAINER_INPUT_CHECK(rope_type == "default",
+                      "{}: RoPE scaling \"{}\": this trainer computes plain RoPE (model.init_from)",
+                      c.path(), rope_type);
+  c.same_flag("tie_word_embeddings", false, cfg.tie_embeddings, "model.tie_embeddings");
+  std::string act = c.text("hidden_act", "silu");
+  TRAINER_INPUT_CHECK(act == "silu", "{}: hidden_act is \"{}\": this trainer's llama computes SwiGLU "
+                      "(silu) (model.init_from)", c.path(), act);
+  c.off("attention_bias", "this trainer's llama attention has no biases");
+  c.off("mlp_bias", "this trainer's llama MLP has no biases");
+  if (!is_mixtral) {
+    c.same_int("intermediate_size", 11008, cfg.d_ff, "model.d_ff");
+    return;
+  }
+  c.same_int("intermediate_size", 14336, cfg.moe.d_ff_expert, "model.moe.d_ff_expert");
+  c.same_int("num_local_experts", 8, cfg.moe.n_experts, "model.moe.n_experts");
+  c.same_int("num_experts_per_tok", 2, cfg.moe.top_k, "model.moe.top_k");
+  double window = c.number("sliding_window", 1e18);
+  TRAINER_INPUT_CHECK(window >= cfg.max_seq_len,
+                      "{}: sliding_window is {}, below model.max_seq_len {}: this trainer's attention "
+                      "is full causal (model.init_from)", c.path(), window, cfg.max_seq_len);
+}
+
+}  // namespace
+
+std::string hf_architecture(const model::ModelConfig& cfg) {
+  if (!cfg.moe_enabled) return cfg.is_llama() ? "LlamaForCausalLM" : "GPT2LMHeadModel";
+  TRAINER_INPUT_CHECK(cfg.is_llama(), "model.moe: GPT-2 blocks with MoE layers are no Hugging Face "
+                      "architecture (MoE exports as MixtralForCausalLM, from family llama)");
+  TRAINER_INPUT_CHECK(cfg.moe_every == 1, "model.moe.every is {}: MixtralForCausalLM has an MoE in "
+                      "every layer (every: 1)", cfg.moe_every);
+  TRAINER_INPUT_CHECK(cfg.moe.n_shared_experts == 0, "model.moe.n_shared_experts is {}: "
+                      "MixtralForCausalLM has no shared experts", cfg.moe.n_shared_experts);
+  TRAINER_INPUT_CHECK(cfg.moe.balance != model::MoeBalance::aux_free,
+                      "model.moe.balance is aux_free: its learned expert bias chooses experts, and "
+                      "MixtralForCausalLM routes by the router's scores alone");
+  TRAINER_INPUT_CHECK(!cfg.moe.sigmoid && cfg.moe.normalize_topk,
+                      "model.moe: MixtralForCausalLM routes by softmax top-k, renormalised");
+  return "MixtralForCausalLM";
+}
+
+std::string hf_config_json(const model::ModelConfig& cfg, int eot_id) {
+  const std::string arch_name = hf_architecture(cfg);
+  Json j = Json::object();
+  auto arch = Json::array();
+  arch.push(Json(arch_name));
+  j.set("architectures", std::move(arch));
+  if (cfg.is_llama()) {
+    const bool moe = mixtral(cfg);
+    j.set("model_type", Json(moe ? "mixtral" : "llama"));
+    j.set("vocab_size", Json(cfg.vocab_size));
+    j.set("hidden_size", Json(cfg.d_model));
+    j.set("intermediate_size", Json(moe ? cfg.moe.d_ff_expert : cfg.d_ff));
+    j.set("num_hidden_layers", Json(cfg.n_layer));
+    j.set("num_attention_heads", Json(cfg.n_head));
+    j.set("num_key_value_heads", Json(cfg.n_kv_head));
+    j.set("head_dim", Json(cfg.head_dim()));
+    j.set("hidden_act", Json("silu"));
+    j.set("max_position_embeddings", Json(cfg.max_seq_len));
+    j.set("rms_norm_eps", Json(tidy(cfg.norm_eps)));
+    j.set("rope_theta", Json(tidy(cfg.rope_theta)));
+    if (moe) {
+      j.set("sliding_window", Json());
+      j.set("num_local_experts", Json(cfg.moe.n_experts));
+      j.set("num_experts_per_tok", Json(cfg.moe.top_k));
+      j.set("output_router_logits", Json(false));
+      j.set("router_aux_loss_coef", Json(cfg.moe.balance == model::MoeBalance::aux_loss
+                                             ? tidy(cfg.moe.aux_loss_coeff)
+                                             : 0.0));
+      j.set("router_jitter_noise", Json(0.0));
+    } else {
+      j.set("attention_bias", Json(false));
+      j.set("mlp_bias", Json(false));
+    }
+  } else {
+    j.set("model_type", Json("gpt2"));
+    j.set("vocab_size", Json(cfg.vocab_size));
+    j.set("n_positions", Json(cfg.max_seq_len));
+    j.set("n_ctx", Json(cfg.max_seq_len));
+    j.set("n_embd", Json(cfg.d_model));
+    j.set("n_layer", Json(cfg.n_layer));
+    j.set("n_head", Json(cfg.n_head));
+    j.set("n_inner", Json(cfg.d_ff));
+    j.set("activation_function", Json("gelu_new"));  // the tanh approximation kernels/gelu.h uses
+    j.set("layer_norm_epsilon", Json(tidy(cfg.norm_eps)));
+    j.set("resid_pdrop", Json(0.0));
+    j.set("embd_pdrop", Json(0.0));
+    j.set("attn_pdrop", Json(0.0));
+    j.set("scale_attn_weights", Json(true));
+  }
+  if (eot_id >= 0) {
+    j.set("bos_token_id", Json(eot_id));
+    j.set("eos_token_id", Json(eot_id));
+  }
+  j.set("tie_word_embeddings", Json(cfg.tie_embeddings));
+  j.set("initializer_range", Json(tidy(cfg.init_std)));
+  j.set("torch_dtype", Json("float32"));
+  return j.dump(2) + "\n";
+}
+
+void check_hf_config(const std::string& config_path, const model::ModelConfig& cfg) {
+  ConfigCheck c(config_path);
+  const std::string want = !cfg.is_llama() ? "gpt2" : cfg.moe_enabled ? "mixtral" : "llama";
+  const std::string type = c.text("model_type", "");
+  TRAINER_INPUT_CHECK(type == want, "{}: model_type is \"{}\", but the job's model is {} ({}) "
+                      "(model.init_from)", config_path, type, want,
+                      !cfg.is_llama() ? "model.family gpt2" : cfg.moe_enabled
+                                                                  ? "model.family llama with model.moe"
+                                                                  : "model.family llama");
+  if (type == "gpt2") return check_gpt2(c, cfg);
+  if (type == "mixtral") {
+    TRAINER_INPUT_CHECK(cfg.moe_every == 1, "{}: a Mixtral model has an MoE in every layer, but "
+                        "model.moe.every is {} (model.init_from)", config_path, cfg.moe_every);
+    TRAINER_INPUT_CHECK(cfg.moe.n_shared_experts == 0, "{}: a Mixtral model has no shared experts, "
+                        "but model.moe.n_shared_experts is {} (model.init_from)", config_path,
+                        cfg.moe.n_shared_experts);
+  }
+  check_llama_like(c, cfg, type == "mixtral");
+}
+
+}  // namespace trainer::engine::checkpoint

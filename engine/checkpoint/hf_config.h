@@ -1,0 +1,31 @@
+// The Hugging Face architecture of a model: which transformers class computes
+// exactly what this trainer's model computes, its config.json, and the check
+// that a config.json describes the model a job declares (model.init_from).
+#pragma once
+
+#include <string>
+
+#include "model/model_config.h"
+
+namespace trainer::engine::checkpoint {
+
+// "GPT2LMHeadModel", "LlamaForCausalLM" or "MixtralForCausalLM" (a llama
+// family model whose every MLP is an MoE without shared experts, routed by
+// softmax top-k renormalised, as MixtralSparseMoeBlock). A model no
+// transformers class computes is an InputError naming the job key that
+// makes it so: an export would load with layers missing or misrouted.
+std::string hf_architecture(const model::ModelConfig& cfg);
+
+// config.json text for hf_architecture(cfg) (keys exactly as transformers
+// names them); bos_token_id and eos_token_id when the tokenizer's end-of-text
+// id is known (>= 0), since transformers' defaults are other vocabularies' ids.
+std::string hf_config_json(const model::ModelConfig& cfg, int eot_id = -1);
+
+// `config_path`: an HF config.json that model.init_from starts from. The first
+// hyper-parameter (with transformers' defaults for keys left out) that makes
+// its model differ from the job's is an InputError naming the file, the HF
+// key and the job key: shapes are also checked tensor by tensor, but a
+// norm epsilon, a RoPE base, a tied head or a layer count are not shapes.
+void check_hf_config(const std::string& config_path, const model::ModelConfig& cfg);
+
+}  // namespace trainer::engine::checkpoint

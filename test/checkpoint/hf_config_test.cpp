@@ -1,0 +1,160 @@
+// Which Hugging Face architecture a model exports as (or why none), and the
+// model.init_from check of an HF config.json against the job's model: every
+// hyper-parameter that changes the function is named when it differs, and
+// keys left out take transformers' defaults.
+#include <catch2/catch.hpp>
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <string>
+
+#include "engine/checkpoint/files.h"
+#include "engine/checkpoint/hf_config.h"
+#include "engine/json.h"
+#include "kernels/error.h"
+
+using namespace trainer;
+using namespace trainer::engine;
+using namespace trainer::engine::checkpoint;
+using Catch::Matchers::Contains;
+namespace fs = std::filesystem;
+
+namespace {
+
+model::ModelConfig llama_cfg() {
+  model::ModelConfig c;
+  c.family = model::Family::llama;
+  c.n_layer = 2, c.d_model = 32, c.n_head = 4, c.n_kv_head = 2, c.d_ff = 48;
+  c.vocab_size = 200, c.max_seq_len = 16, c.tie_embeddings = false;
+  c.rope_theta = 500000.0f, c.norm_eps = 1e-6f;
+  return c;
+}
+
+model::ModelConfig mixtral_cfg() {
+  model::ModelConfig c = llama_cfg();
+  c.moe_enabled = true;
+  c.moe.n_experts = 4, c.moe.top_k = 2, c.moe.d_ff_expert = 24;
+  return c;
+}
+
+model::ModelConfig gpt2_cfg() {
+  model::ModelConfig c;
+  c.n_layer = 2, c.d_model = 32, c.n_head = 4, c.n_kv_head = 4, c.d_ff = 64;
+  c.vocab_size = 200, c.max_seq_len = 16;
+  return c;
+}
+
+fs::path scratch_dir() {
+  return fs::temp_directory_path() / ("trainer_test_hf_config_" + std::to_string(::getpid()));
+}
+
+// cfg's own config.json with `key` set to `value` (null: removed), written to a file.
+std::string config_with(const model::ModelConfig& cfg, const std::string& key, const Json* value) {
+  Json j = parse_json(hf_config_json(cfg), "config.json");
+  Json out = Json::object();
+  for (const auto& [k, v] : j.members())
+    if (k != key) out.set(k, v);
+  if (value) out.set(key, *value);
+  static int n = 0;
+  fs::path dir = scratch_dir();
+  fs::create_directories(dir);
+  std::string path = (dir / ("config_" + std::to_string(n++) + ".json")).string();
+  write_file_durably(path, out.dump(2));
+  return path;
+}
+
+}  // namespace
+
+TEST_CASE("hf config: each family's own config.json passes its check", "[cpu][checkpoint]") {
+  for (const model::ModelConfig& cfg : {gpt2_cfg(), llama_cfg(), mixtral_cfg()}) {
+    std::string path = config_with(cfg, "", nullptr);
+    CHECK_NOTHROW(check_hf_config(path, cfg));
+  }
+  CHECK(hf_architecture(gpt2_cfg()) == "GPT2LMHeadModel");
+  CHECK(hf_architecture(llama_cfg()) == "LlamaForCausalLM");
+  CHECK(hf_architecture(mixtral_cfg()) == "MixtralForCausalLM");
+  Json mixtral = parse_json(hf_config_json(mixtral_cfg()), "config.json");
+  CHECK(mixtral.at("model_type").as_string() == "mixtral");
+  CHECK(mixtral.at("intermediate_size").as_int() == 24);  // the experts' width
+  CHECK(mixtral.at("num_local_experts").as_int() == 4);
+  CHECK(mixtral.at("num_experts_per_tok").as_int() == 2);
+  CHECK(mixtral.at("sliding_window").kind() == Json::Kind::null);
+  fs::remove_all(scratch_dir());
+}
+
+TEST_CASE("hf config: a differing hyper-parameter is named with the job key", "[cpu][checkpoint]") {
+  struct Case {
+    model::ModelConfig cfg;
+    std::string key;
+    Json value;
+    std::string message;
+  };
+  const Case cases[] = {
+      {gpt2_cfg(), "n_layer", Json(12), "n_layer is 12, but model.n_layer is 2"},
+      {gpt2_cfg(), "n_inner", Json(), "n_inner is 128, but model.d_ff is 64"},  // null: 4 * n_embd
+      {gpt2_cfg(), "layer_norm_epsilon", Json(1e-6), "layer_norm_epsilon is 1e-06, but model.norm_eps is 1e-05"},
+      {gpt2_cfg(), "n_positions", Json(8), "n_positions is 8, below model.max_seq_len 16"},
+      {gpt2_cfg(), "activation_function", Json("gelu"), "activation_function is \"gelu\""},
+      {gpt2_cfg(), "tie_word_embeddings", Json(false), "tie_word_embeddings is false, but model.tie_embeddings is true"},
+      {gpt2_cfg(), "model_type", Json("llama"), "model_type is \"llama\", but the job's model is gpt2"},
+      {llama_cfg(), "rope_theta", Json(10000.0), "rope_theta is 10000, but model.rope_theta is 500000"},
+      {llama_cfg(), "num_key_value_heads", Json(), "num_key_value_heads is 4, but model.n_kv_head is 2"},
+      {llama_cfg(), "rms_norm_eps", Json(), "rms_norm_eps is 1e-06"},  // default 1e-6 = ours: no error
+      {llama_cfg(), "tie_word_embeddings", Json(true), "tie_word_embeddings is true, but model.tie_embeddings is false"},
+      {llama_cfg(), "attention_bias", Json(true), "attention_bias is true"},
+      {llama_cfg(), "hidden_act", Json("gelu"), "hidden_act is \"gelu\""},
+      {llama_cfg(), "intermediate_size", Json(64), "intermediate_size is 64, but model.d_ff is 48"},
+      {mixtral_cfg(), "num_local_experts", Json(8), "num_local_experts is 8, but model.moe.n_experts is 4"},
+      {mixtral_cfg(), "num_experts_per_tok", Json(1), "num_experts_per_tok is 1, but model.moe.top_k is 2"},
+      {mixtral_cfg(), "intermediate_size", Json(48), "intermediate_size is 48, but model.moe.d_ff_expert is 24"},
+      {mixtral_cfg(), "sliding_window", Json(8), "sliding_window is 8, below model.max_seq_len 16"},
+      {mixtral_cfg(), "model_type", Json("llama"), "model_type is \"llama\", but the job's model is mixtral"},
+  };
+  for (const Case& c : cases) {
+    INFO(c.key << " = " << c.value.dump());
+    std::string path = config_with(c.cfg, c.key, c.value.kind() == Json::Kind::null ? nullptr : &c.value);
+    if (c.key == "rms_norm_eps") {  // left out: LlamaConfig's default, which is the job's
+      CHECK_NOTHROW(check_hf_config(path, c.cfg));
+      continue;
+    }
+    CHECK_THROWS_WITH(check_hf_config(path, c.cfg), Contains(path + ": " + c.message));
+  }
+  // RoPE scaling (Llama 3.1's "llama3") is a function this trainer does not compute.
+  Json scaling = Json::object();
+  scaling.set("rope_type", Json("llama3"));
+  scaling.set("factor", Json(8.0));
+  std::string path = config_with(llama_cfg(), "rope_scaling", &scaling);
+  CHECK_THROWS_WITH(check_hf_config(path, llama_cfg()), Contains("RoPE scaling \"llama3\""));
+  // transformers 5 writes the base into rope_parameters.
+  Json params = Json::object();
+  params.set("rope_type", Json("default"));
+  params.set("rope_theta", Json(500000.0));
+  Json j = parse_json(read_text_file(config_with(llama_cfg(), "rope_theta", nullptr)), "c");
+  j.set("rope_parameters", params);
+  replace_file_atomically(path, j.dump());
+  CHECK_NOTHROW(check_hf_config(path, llama_cfg()));
+  // A Mixtral config for a job whose MoE is every other layer.
+  model::ModelConfig every2 = mixtral_cfg();
+  every2.moe_every = 2;
+  CHECK_THROWS_WITH(check_hf_config(config_with(mixtral_cfg(), "", nullptr), every2),
+                    Contains("a Mixtral model has an MoE in every layer, but model.moe.every is 2"));
+  fs::remove_all(scratch_dir());
+}
+
+TEST_CASE("hf config: a model no transformers class computes is refused by its key",
+          "[cpu][checkpoint]") {
+  model::ModelConfig gpt2_moe = gpt2_cfg();
+  gpt2_moe.moe_enabled = true;
+  CHECK_THROWS_WITH(hf_architecture(gpt2_moe), Contains("model.moe: GPT-2 blocks with MoE layers"));
+  model::ModelConfig every2 = mixtral_cfg();
+  every2.moe_every = 2;
+  CHECK_THROWS_WITH(hf_architecture(every2), Contains("model.moe.every is 2"));
+  model::ModelConfig shared = mixtral_cfg();
+  shared.moe.n_shared_experts = 1;
+  CHECK_THROWS_WITH(hf_architecture(shared), Contains("model.moe.n_shared_experts is 1"));
+  model::ModelConfig aux_free = mixtral_cfg();
+  aux_free.moe.balance = model::MoeBalance::aux_free;
+  CHECK_THROWS_WITH(hf_architecture(aux_free), Contains("model.moe.balance is aux_free"));
+  CHECK_THROWS_AS(hf_config_json(aux_free), InputError);
+}

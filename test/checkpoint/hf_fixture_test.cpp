@@ -1,0 +1,100 @@
+// model.init_from against an independent implementation of transformers:
+// hf_fixtures/ holds tiny GPT2LMHeadModel, LlamaForCausalLM and
+// MixtralForCausalLM checkpoints and the logits their transformers forward
+// computes (make_hf_fixtures.js, written from transformers' modeling code
+// without reading this trainer's). Loading each and running this trainer's
+// forward must give those logits: the Conv1D and fused c_attn layouts,
+// rotate-half RoPE, GQA grouping, gelu_new, norm epsilons and Mixtral's
+// renormalised top-k routing all show in them (the generator shows that each
+// wrong reading moves them by over 1% of the largest logit).
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "engine/checkpoint/files.h"
+#include "engine/checkpoint/hf_interop.h"
+#include "engine/json.h"
+#include "engine/model_from_spec.h"
+#include "engine/trainer.h"
+#include "kernels/memory.h"
+#include "test/common/tiny_job.h"
+
+using namespace trainer;
+using namespace trainer::engine;
+
+namespace {
+
+const std::string kFixtures = std::string(TRAINER_SOURCE_DIR) + "/test/checkpoint/hf_fixtures/";
+
+// The job whose model is the fixture's config.json (16-token sequences, one per micro-batch).
+JobSpec fixture_job(const std::string& name) {
+  const bool gpt2 = name == "gpt2";
+  JobSpec s = testing::tiny_job(gpt2 ? Family::gpt2 : Family::llama, 1);
+  s.model.vocab_size = 200;
+  s.model.d_model = 32;
+  s.model.n_layer = 2;
+  s.model.n_head = 4;
+  s.train.micro_batch = s.train.global_batch = 1;
+  if (gpt2) {
+    s.model.d_ff = 64;
+    s.model.norm_eps = 1e-5;
+  } else if (name == "llama") {
+    s.model.n_kv_head = 2, s.model.d_ff = 48;
+    s.model.norm_eps = 1e-6, s.model.rope_theta = 500000.0;
+  } else {
+    s.model.n_kv_head = 2;
+    s.model.norm_eps = 1e-5, s.model.rope_theta = 1e6;
+    s.model.moe.enabled = true;
+    s.model.moe.n_experts = 4, s.model.moe.top_k = 2, s.model.moe.d_ff_expert = 24;
+  }
+  s.model.init_from = kFixtures + name;
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("hf fixtures: init_from computes transformers' logits (gpt2, llama, mixtral)",
+          "[cpu][checkpoint]") {
+  for (const std::string name : {"gpt2", "llama", "mixtral"}) {
+    INFO(name);
+    const std::string dir = kFixtures + name;
+    JobSpec spec = fixture_job(name);
+    Trainer t(spec, testing::quiet_options());
+    model::Model& m = t.model();
+    checkpoint::load_hf_weights(dir, model_config(spec), m.buffers(), t.context());
+
+    Json ref = parse_json(checkpoint::read_text_file(dir + "/reference.json"), "reference.json");
+    const auto& ids_json = ref.at("ids").items();
+    const int64_t T = static_cast<int64_t>(ids_json.size()), V = 200;
+    REQUIRE(T == spec.train.seq_len);
+    REQUIRE(ref.at("shape").items()[1].as_int() == V);
+    std::vector<int32_t> ids;
+    for (const Json& id : ids_json) ids.push_back(static_cast<int32_t>(id.as_int()));
+    std::string bytes = checkpoint::read_text_file(dir + "/reference_logits.f32");
+    REQUIRE(bytes.size() == size_t(T * V) * sizeof(float));
+    std::vector<float> want(static_cast<size_t>(T * V));
+    std::memcpy(want.data(), bytes.data(), bytes.size());
+
+    copy_from_host(m.input_ids(), ids.data());
+    copy_from_host(m.targets(), ids.data());
+    m.forward(t.context());
+    Tensor x = m.logits(t.context());
+    std::vector<float> got(static_cast<size_t>(x.numel()));
+    copy_to_host(got.data(), x);
+    const int64_t Vpad = x.size(1);
+    double worst = 0, largest = 0;
+    for (int64_t r = 0; r < T; ++r)
+      for (int64_t v = 0; v < V; ++v) {
+        worst = std::max(worst, double(std::fabs(got[r * Vpad + v] - want[r * V + v])));
+        largest = std::max(largest, double(std::fabs(want[r * V + v])));
+      }
+    // fp32 here against float64 there: rounding only, far below the 1% a
+    // layout mistake makes.
+    WARN(name << ": max |logit difference| " << worst << " of max |logit| " << largest);
+    CHECK(worst <= 1e-5 * largest);
+  }
+}
