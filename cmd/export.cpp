@@ -1,5 +1,9 @@
-// trainer export RUN_DIR_OR_CHECKPOINT --format hf --out DIR [--vocab V --merges M] [--reference-logits TOKENS]
+// trainer export RUN_DIR_OR_CHECKPOINT --format hf --out DIR [--vocab V --merges M] [--dtype D] [--max-shard-size S] [--reference-logits TOKENS]
 #include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
 
 #include "cmd/subcommand.h"
 #include "engine/checkpoint/hf_interop.h"
@@ -9,12 +13,31 @@
 namespace trainer::cmd {
 namespace {
 
+// "5GB" (10^9, as transformers), "2GiB" (2^30), "500MB", "20KB" or plain bytes.
+uint64_t parse_size(const std::string& text, const char* option) {
+  size_t end = 0;
+  double value = -1;
+  try {
+    value = std::stod(text, &end);
+  } catch (const std::exception&) {
+  }
+  std::string unit = text.substr(std::min(end, text.size()));
+  static const std::pair<const char*, double> units[] = {
+      {"", 1}, {"B", 1}, {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12},
+      {"KiB", 1024.0}, {"MiB", 1048576.0}, {"GiB", 1073741824.0}, {"TiB", 1099511627776.0}};
+  for (const auto& [name, scale] : units)
+    if (unit == name && value > 0) return static_cast<uint64_t>(value * scale);
+  throw InputError(fmt::format("{}: '{}' is not a size (expected e.g. 5GB, 500MB, 2GiB or bytes)",
+                               option, text));
+}
+
 struct ExportArgs {
   std::string source;
   std::string format = "hf";
   std::string out;
   int reference_tokens = 0;
-  engine::checkpoint::HfExportTokenizer tokenizer;
+  engine::checkpoint::HfExportOptions options;
+  std::string max_shard_size = "5GB";
 };
 
 Registrar reg("export", "export a checkpoint (Hugging Face safetensors + config.json)",
@@ -23,10 +46,15 @@ Registrar reg("export", "export a checkpoint (Hugging Face safetensors + config.
   add_checkpoint_source(sub, args->source);
   sub.add_option("--format", args->format, "output format: hf (GPT2LMHeadModel, LlamaForCausalLM or MixtralForCausalLM)");
   sub.add_option("--out", args->out, "output directory")->required();
-  sub.add_option("--vocab", args->tokenizer.vocab,
+  sub.add_option("--vocab", args->options.vocab,
                  "also export the tokenizer: encoder.json (GPT-2) or vocab.json, as given to "
                  "trainer tokenize (with --merges)");
-  sub.add_option("--merges", args->tokenizer.merges, "vocab.bpe (GPT-2) or merges.txt (with --vocab)");
+  sub.add_option("--merges", args->options.merges, "vocab.bpe (GPT-2) or merges.txt (with --vocab)");
+  sub.add_option("--dtype", args->options.dtype, "the weights' dtype: fp32, bf16 or fp16 (rounded to nearest even)")
+      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
+  sub.add_option("--max-shard-size", args->max_shard_size,
+                 "above it, model-0000i-of-0000n.safetensors shards and an index, as save_pretrained "
+                 "(5GB, 500MB, 2GiB or bytes)");
   sub.add_option("--reference-logits", args->reference_tokens,
                  "also write this trainer's fp32 logits on TOKENS fixed token ids "
                  "(reference.json, reference_logits.f32) to check another loader against, "
@@ -37,7 +65,8 @@ Registrar reg("export", "export a checkpoint (Hugging Face safetensors + config.
     TRAINER_INPUT_CHECK(args->reference_tokens >= 0,
                         "--reference-logits: expected a number of tokens (>= 1), got {}",
                         args->reference_tokens);
-    std::string step_dir = engine::checkpoint::export_hf(args->source, args->out, stdout, args->tokenizer);
+    args->options.max_shard_bytes = parse_size(args->max_shard_size, "--max-shard-size");
+    std::string step_dir = engine::checkpoint::export_hf(args->source, args->out, stdout, args->options);
     if (args->reference_tokens > 0)
       engine::write_hf_reference(step_dir, args->out, args->reference_tokens, stdout);
     return 0;

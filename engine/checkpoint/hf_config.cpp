@@ -163,7 +163,7 @@ std::string hf_architecture(const model::ModelConfig& cfg) {
   return "MixtralForCausalLM";
 }
 
-std::string hf_config_json(const model::ModelConfig& cfg, int eot_id) {
+std::string hf_config_json(const model::ModelConfig& cfg, int eot_id, const std::string& torch_dtype) {
   const std::string arch_name = hf_architecture(cfg);
   Json j = Json::object();
   auto arch = Json::array();
@@ -218,7 +218,7 @@ std::string hf_config_json(const model::ModelConfig& cfg, int eot_id) {
   }
   j.set("tie_word_embeddings", Json(cfg.tie_embeddings));
   j.set("initializer_range", Json(tidy(cfg.init_std)));
-  j.set("torch_dtype", Json("float32"));
+  j.set("torch_dtype", Json(torch_dtype));
   return j.dump(2) + "\n";
 }
 

@@ -18,8 +18,10 @@ std::string hf_architecture(const model::ModelConfig& cfg);
 
 // config.json text for hf_architecture(cfg) (keys exactly as transformers
 // names them); bos_token_id and eos_token_id when the tokenizer's end-of-text
-// id is known (>= 0), since transformers' defaults are other vocabularies' ids.
-std::string hf_config_json(const model::ModelConfig& cfg, int eot_id = -1);
+// id is known (>= 0), since transformers' defaults are other vocabularies' ids;
+// torch_dtype is the weights' ("float32", "bfloat16", "float16").
+std::string hf_config_json(const model::ModelConfig& cfg, int eot_id = -1,
+                           const std::string& torch_dtype = "float32");
 
 // `config_path`: an HF config.json that model.init_from starts from. The first
 // hyper-parameter (with transformers' defaults for keys left out) that makes

@@ -1,19 +1,16 @@
-// Hugging Face GPT-2 / Llama safetensors in (init_from) and out (export).
+// Hugging Face GPT-2 / Llama / Mixtral safetensors in (model.init_from); out is hf_export.cpp.
 #include "engine/checkpoint/hf_interop.h"
 
 #include <fmt/format.h>
-#include <unistd.h>
 
 #include <cctype>
 #include <filesystem>
 #include <memory>
-#include <optional>
 #include <stdexcept>
 
 #include "engine/checkpoint/checkpoint.h"
 #include "engine/checkpoint/files.h"
 #include "engine/checkpoint/hf_config.h"
-#include "engine/checkpoint/hf_tokenizer.h"
 #include "engine/checkpoint/safetensors.h"
 #include "engine/checkpoint/state_range.h"
 #include "engine/json.h"
@@ -29,28 +26,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 std::string shape_str(const std::vector<int64_t>& s) { return fmt::format("[{}]", fmt::join(s, ", ")); }
-
-HostTensor transpose(const HostTensor& t) {
-  TRAINER_CHECK(t.shape.size() == 2, "transpose of a {}-d tensor", t.shape.size());
-  int64_t R = t.shape[0], C = t.shape[1];
-  HostTensor o{{C, R}, std::vector<float>(t.data.size())};
-  for (int64_t r = 0; r < R; ++r)
-    for (int64_t c = 0; c < C; ++c) o.data[c * R + r] = t.data[r * C + c];
-  return o;
-}
-
-// Rows [begin, end) of dim 0.
-HostTensor rows(const HostTensor& t, int64_t begin, int64_t end) {
-  int64_t row = t.shape.size() == 2 ? t.shape[1] : 1;
-  HostTensor o{t.shape, {t.data.begin() + begin * row, t.data.begin() + end * row}};
-  o.shape[0] = end - begin;
-  return o;
-}
 
 // Resizes dim 0 to n rows: zero rows appended, or trailing rows dropped.
 HostTensor resize_rows(HostTensor t, int64_t n) {
@@ -153,9 +129,7 @@ HostTensor from_hf(const HfSource& src, const model::ParamSpec& spec, const mode
   const std::string& n = spec.name;
   const int64_t C = cfg.d_model;
   HostTensor t;
-  if (!cfg.is_llama() && (n.find(".attn.q_proj.") != std::string::npos ||
-                          n.find(".attn.k_proj.") != std::string::npos ||
-                          n.find(".attn.v_proj.") != std::string::npos)) {
+  if (!cfg.is_llama() && gpt2_qkv(n)) {
     size_t at = n.find(".attn.") + 6;
     int which = n[at] == 'q' ? 0 : n[at] == 'k' ? 1 : 2;
     bool weight = ends_with(n, ".weight");
@@ -179,9 +153,7 @@ HostTensor from_hf(const HfSource& src, const model::ParamSpec& spec, const mode
   if (lm_head && src.find(n).empty())  // an HF model with tied embeddings stores only the table
     source = cfg.is_llama() ? "model.embed_tokens.weight" : "transformer.wte.weight";
   t = src.get(source);
-  bool conv1d = !cfg.is_llama() && ends_with(n, ".weight") &&
-                (n.find(".attn.c_proj.") != std::string::npos || n.find(".mlp.c_fc.") != std::string::npos ||
-                 n.find(".mlp.c_proj.") != std::string::npos);
+  bool conv1d = !cfg.is_llama() && gpt2_conv1d_weight(n);
   if (conv1d && t.shape.size() == 2) t = transpose(t);
   std::vector<int64_t> want = spec.global_shape;
   if (spec.valid_rows >= 0 && t.shape.size() == 2 && t.shape[0] == spec.valid_rows) {
@@ -198,10 +170,6 @@ HostTensor from_hf(const HfSource& src, const model::ParamSpec& spec, const mode
                       src.file_of(source), source, shape_str(t.shape), shape_str(want),
                       conv1d ? " after transposing Conv1D (in, out)" : "");
   return t;
-}
-
-void put(std::map<std::string, HostTensor>& out, const std::string& name, HostTensor t) {
-  out[name] = std::move(t);
 }
 
 }  // namespace
@@ -237,107 +205,6 @@ void load_hf_weights(const std::string& path, const model::ModelConfig& cfg, mod
     copy_overlap(full, global.data.data(), dst, local.data());
     copy_from_host(target, local.data());
   }
-}
-
-std::map<std::string, HostTensor> to_hf_tensors(const model::ModelConfig& cfg,
-                                                const std::map<std::string, HostTensor>& ours) {
-  auto get = [&](const std::string& n) -> const HostTensor& {
-    auto it = ours.find(n);
-    TRAINER_CHECK(it != ours.end(), "export: no parameter {}", n);
-    return it->second;
-  };
-  std::map<std::string, HostTensor> out;
-  const int64_t C = cfg.d_model, V = cfg.vocab_size;
-  if (cfg.is_llama()) {
-    for (const auto& [name, t] : ours) {
-      bool table = name == "model.embed_tokens.weight" || name == "lm_head.weight";
-      put(out, name, table ? rows(t, 0, V) : t);
-    }
-    return out;
-  }
-  for (const auto& [name, t] : ours) {
-    if (name.find(".attn.q_proj.") != std::string::npos || name.find(".attn.k_proj.") != std::string::npos ||
-        name.find(".attn.v_proj.") != std::string::npos)
-      continue;  // fused below
-    bool conv1d = ends_with(name, ".weight") && (name.find(".attn.c_proj.") != std::string::npos ||
-                                                name.find(".mlp.c_fc.") != std::string::npos ||
-                                                name.find(".mlp.c_proj.") != std::string::npos);
-    bool table = name == "transformer.wte.weight" || name == "lm_head.weight";
-    put(out, name, conv1d ? transpose(t) : table ? rows(t, 0, V) : t);
-  }
-  for (int l = 0; l < cfg.n_layer; ++l) {
-    std::string p = fmt::format("transformer.h.{}.attn.", l);
-    HostTensor w{{C, 3 * C}, std::vector<float>(static_cast<size_t>(3 * C * C))};
-    HostTensor b{{3 * C}, std::vector<float>(static_cast<size_t>(3 * C))};
-    const char* parts[3] = {"q_proj", "k_proj", "v_proj"};
-    for (int k = 0; k < 3; ++k) {
-      const HostTensor& wk = get(p + parts[k] + ".weight");  // (out C, in C)
-      const HostTensor& bk = get(p + parts[k] + ".bias");
-      for (int64_t o = 0; o < C; ++o) {
-        for (int64_t i = 0; i < C; ++i) w.data[i * 3 * C + k * C + o] = wk.data[o * C + i];
-        b.data[k * C + o] = bk.data[o];
-      }
-    }
-    put(out, p + "c_attn.weight", std::move(w));
-    put(out, p + "c_attn.bias", std::move(b));
-  }
-  return out;
-}
-
-std::string export_hf(const std::string& path, const std::string& out_dir, FILE* log,
-                      const HfExportTokenizer& tokenizer) {
-  std::string step_dir = resolve_checkpoint(path, stderr);
-  CheckpointReader reader(step_dir);
-  // Global tensors: the single-rank layout (a cp, tp or ZeRO-3 job declares
-  // split or shared parameters).
-  const model::ModelConfig cfg = model_config(single_rank_spec(reader.job_spec(), 1));
-  std::string architecture;
-  try {
-    architecture = hf_architecture(cfg);  // refused before anything is written
-  } catch (const InputError& e) {
-    throw InputError(fmt::format("export {}: {}", step_dir, e.what()));
-  }
-  TRAINER_INPUT_CHECK(tokenizer.vocab.empty() == tokenizer.merges.empty(),
-                      "--vocab and --merges: give both (the tokenizer's two files) or neither");
-  std::optional<HfTokenizerExport> tok;
-  if (!tokenizer.vocab.empty()) tok.emplace(tokenizer.vocab, tokenizer.merges, cfg);
-  // Declaring a model allocates nothing; it lists the parameters and their global shapes.
-  model::Model declared(cfg, model::BatchShape{1, 1});
-  std::map<std::string, HostTensor> ours;
-  for (const auto& p : declared.buffers().params()) {
-    const auto& g = p.spec.global_shape;
-    Slice full = Slice::whole(g, p.spec.tp_dim, p.spec.valid_rows);
-    HostTensor t{g, std::vector<float>(static_cast<size_t>(full.numel()))};
-    reader.read(p.spec.name, full, t.data.data());
-    ours[p.spec.name] = std::move(t);
-  }
-  std::map<std::string, HostTensor> hf = to_hf_tensors(cfg, ours);
-  ours.clear();
-  fs::create_directories(out_dir);
-  SafetensorsWriter w;
-  w.set_metadata("format", "pt");  // transformers refuses files without it
-  for (const auto& [name, t] : hf) w.add_f32(name, t.shape, t.data.data());
-  std::string target = (fs::path(out_dir) / "model.safetensors").string();
-  std::string tmp = fmt::format("{}.tmp-{}", target, ::getpid());
-  std::error_code ec;
-  fs::remove(tmp, ec);
-  try {
-    w.write(tmp);
-    fs::rename(tmp, target);
-  } catch (...) {
-    fs::remove(tmp, ec);
-    throw;
-  }
-  if (tok) tok->write(out_dir);
-  replace_file_atomically((fs::path(out_dir) / "config.json").string(),
-                          hf_config_json(cfg, tok ? tok->eot_id() : -1));
-  if (log)
-    fmt::print(log, "exported {} (step {}) as {} model: {}/model.safetensors ({} tensors), config.json\n",
-               step_dir, reader.step(), architecture, out_dir, hf.size());
-  if (log && tok)
-    fmt::print(log, "tokenizer: {}/vocab.json, merges.txt, tokenizer_config.json, special_tokens_map.json\n",
-               out_dir);
-  return step_dir;
 }
 
 }  // namespace trainer::engine::checkpoint

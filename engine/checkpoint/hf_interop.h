@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/checkpoint/hf_host_tensor.h"
 #include "engine/checkpoint/slice.h"
 #include "engine/optimizer.h"
 #include "kernels/context.h"
@@ -31,28 +32,26 @@ void load_hf_weights(const std::string& path, const model::ModelConfig& cfg,
                      model::Buffers& buffers, Context& ctx, const ShardPosition& position = {},
                      const AdamW* zero3 = nullptr);
 
-// A tensor in HF's naming and layout, fp32, row-major.
-struct HostTensor {
-  std::vector<int64_t> shape;
-  std::vector<float> data;
-};
-
-// Our global (padded, unfused, (out, in)) tensors -> HF's names and layouts.
-std::map<std::string, HostTensor> to_hf_tensors(
-    const model::ModelConfig& cfg, const std::map<std::string, HostTensor>& ours);
-
-// GPT-2 BPE tokenizer files to export with the model (both or neither): the
-// vocabulary and merges the training data was tokenized with.
-struct HfExportTokenizer {
+struct HfExportOptions {
+  // GPT-2 BPE tokenizer files to export with the model (both or neither):
+  // the vocabulary and merges the training data was tokenized with.
   std::string vocab, merges;
+  // The files' dtype: "fp32", "bf16" (round to nearest even) or "fp16".
+  std::string dtype = "fp32";
+  // save_pretrained's default: above it the weights go to
+  // model-0000i-of-0000n.safetensors shards and model.safetensors.index.json.
+  uint64_t max_shard_bytes = 5'000'000'000ull;
 };
 
 // trainer export: the newest good checkpoint under `path` (a step directory,
-// a checkpoint root, or a run directory) -> out_dir/model.safetensors and
-// out_dir/config.json (and the tokenizer's files, hf_tokenizer.h), each
-// written atomically. Everything is checked before the first file is
-// written. Returns the step directory used.
+// a checkpoint root, or a run directory) -> out_dir/model.safetensors (or its
+// shards and index) and out_dir/config.json (and the tokenizer's files,
+// hf_tokenizer.h), each written atomically; model files of an earlier export
+// there are removed once the new ones are in place. Tensors stream one at a
+// time from the checkpoint to the file: host memory holds one tensor, not the
+// model. Everything is checked before the first file is written. Returns the
+// step directory used.
 std::string export_hf(const std::string& path, const std::string& out_dir, FILE* log,
-                      const HfExportTokenizer& tokenizer = {});
+                      const HfExportOptions& options = {});
 
 }  // namespace trainer::engine::checkpoint

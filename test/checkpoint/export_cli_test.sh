@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # export_cli_test.sh TRAINER WORKDIR: `trainer export` refuses a missing
-# checkpoint, an unknown format and a negative reference length with exit 2 and one line, writing nothing.
+# checkpoint, an unknown format or dtype, a bad shard size and a negative reference length with exit
+# 2 and one line, writing nothing.
 set -uo pipefail
 trainer=$1 work=$2
 rm -rf "$work" && mkdir -p "$work"
@@ -9,7 +10,7 @@ check() {  # expected-code pattern args...
   shift 2
   "$trainer" "$@" >"$work/out" 2>"$work/err"
   local rc=$?
-  if [[ $rc -ne $want ]] || ! grep -q "$pattern" "$work/err" || [[ $(wc -l <"$work/err") -ne 1 ]]; then
+  if [[ $rc -ne $want ]] || ! grep -q -e "$pattern" "$work/err" || [[ $(wc -l <"$work/err") -ne 1 ]]; then
     echo "FAILED: trainer $* -> exit $rc, stderr:"; cat "$work/err"; exit 1
   fi
 }
@@ -20,6 +21,9 @@ check 2 "^trainer: error: --format: 'gguf' is not supported (expected hf)$" \
   export "$work/empty" --format gguf --out "$work/hf"
 check 2 "^trainer: error: --reference-logits: expected a number of tokens (>= 1), got -3$" \
   export "$work/empty" --out "$work/hf" --reference-logits -3
+check 2 "^trainer: error: --max-shard-size: 'lots' is not a size (expected e.g. 5GB, 500MB, 2GiB or bytes)$" \
+  export "$work/empty" --out "$work/hf" --max-shard-size lots
+check 2 "--dtype: fp64 not in" export "$work/empty" --out "$work/hf" --dtype fp64
 [[ ! -e "$work/hf" ]] || { echo "FAILED: $work/hf was created"; exit 1; }
 rm -rf "$work"
-echo "export cli: 4 refusals ok"
+echo "export cli: 6 refusals ok"

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -23,6 +24,7 @@
 #include "engine/model_from_spec.h"
 #include "engine/trainer.h"
 #include "kernels/memory.h"
+#include "kernels/numeric.h"
 #include "parallel/communicator.h"
 #include "test/common/tiny_job.h"
 
@@ -192,7 +194,7 @@ TEST_CASE("hf: llama config keys and untied head", "[cpu][checkpoint]") {
   fs::remove_all(dir);
 }
 
-TEST_CASE("hf: an MoE llama is a Mixtral export; an aux_free job starts from one",
+TEST_CASE("hf: an MoE llama is a Mixtral export and an aux_free job starts from one",
           "[cpu][checkpoint]") {
   fs::path dir = fresh_temp_dir("hf_mixtral_names");
   JobSpec spec = mixtral_spec(dir);
@@ -249,8 +251,10 @@ TEST_CASE("hf: the tokenizer exported with the model encodes as the one given", 
   merges.pop_back();  // and without its final newline
   write_file_durably((dir / "tok/merges.txt").string(), merges);
   fs::path out = dir / "hf";
-  export_hf(dir.string(), out.string(), nullptr,
-            {.vocab = fx + "tiny_vocab.json", .merges = (dir / "tok/merges.txt").string()});
+  HfExportOptions with_tokenizer;
+  with_tokenizer.vocab = fx + "tiny_vocab.json";
+  with_tokenizer.merges = (dir / "tok/merges.txt").string();
+  export_hf(dir.string(), out.string(), nullptr, with_tokenizer);
   for (const char* f : {"vocab.json", "merges.txt", "tokenizer_config.json", "special_tokens_map.json"})
     CHECK(fs::exists(out / f));
   // GPT2Tokenizer skips merges.txt's first line and what follows its last newline.
@@ -275,13 +279,75 @@ TEST_CASE("hf: the tokenizer exported with the model encodes as the one given", 
   JobSpec small = tiny_spec(Family::gpt2, dir / "small");
   Trainer b(small, quiet_options());
   Checkpointer(small, *world, Device::cpu, {}, nullptr).save(1, b.model().buffers(), b.optimizer());
-  CHECK_THROWS_WITH(export_hf((dir / "small").string(), (dir / "hf_small").string(), nullptr,
-                              {.vocab = fx + "tiny_vocab.json", .merges = fx + "tiny_merges.txt"}),
+  HfExportOptions too_big;
+  too_big.vocab = fx + "tiny_vocab.json";
+  too_big.merges = fx + "tiny_merges.txt";
+  CHECK_THROWS_WITH(export_hf((dir / "small").string(), (dir / "hf_small").string(), nullptr, too_big),
                     Catch::Matchers::Contains("ids up to 272, beyond model.vocab_size 200"));
-  CHECK_THROWS_WITH(export_hf((dir / "small").string(), (dir / "hf_small").string(), nullptr,
-                              {.vocab = fx + "tiny_vocab.json"}),
+  too_big.merges.clear();
+  CHECK_THROWS_WITH(export_hf((dir / "small").string(), (dir / "hf_small").string(), nullptr, too_big),
                     Catch::Matchers::Contains("give both"));
   CHECK(!fs::exists(dir / "hf_small"));
+  fs::remove_all(dir);
+}
+
+TEST_CASE("hf: bf16/fp16 exports sharded as save_pretrained load back rounded and replace old files",
+          "[cpu][checkpoint]") {
+  fs::path dir = fresh_temp_dir("hf_sharded");
+  JobSpec spec = tiny_spec(Family::llama, dir);
+  Trainer a(spec, quiet_options());
+  fs::path out = trained_export(Family::llama, dir, a, spec);  // fp32, one file
+  REQUIRE(fs::exists(out / "model.safetensors"));
+  auto pa = params_of(a);
+  for (const char* dtype : {"bf16", "fp16"}) {
+    INFO(dtype);
+    const bool bf16 = dtype[0] == 'b';
+    HfExportOptions o;
+    o.dtype = dtype;
+    o.max_shard_bytes = 8000;  // the 200 x 32 tables (12.8 kB) get a shard each
+    export_hf(dir.string(), out.string(), nullptr, o);
+    CHECK(!fs::exists(out / "model.safetensors"));  // the earlier export's file
+    Json index = parse_json(read_text_file((out / "model.safetensors.index.json").string()), "index");
+    std::set<std::string> files;
+    uint64_t total = 0;
+    for (const auto& [name, file] : index.at("weight_map").members()) files.insert(file.as_string());
+    REQUIRE(files.size() > 2);
+    for (size_t i = 0; i < files.size(); ++i) {
+      std::string f = fmt::format("model-{:05d}-of-{:05d}.safetensors", i + 1, files.size());
+      REQUIRE(files.count(f));
+      SafetensorsFile sf((out / f).string());
+      uint64_t bytes = 0;
+      for (const auto& [name, view] : sf.tensors()) {
+        CHECK(view.dtype == (bf16 ? "BF16" : "F16"));
+        CHECK(index.at("weight_map").at(name).as_string() == f);
+        bytes += view.bytes;
+      }
+      CHECK((bytes <= o.max_shard_bytes || sf.tensors().size() == 1));
+      total += bytes;
+    }
+    CHECK(index.at("metadata").at("total_size").as_int() == static_cast<int64_t>(total));
+    Json cfg = parse_json(read_text_file((out / "config.json").string()), "config.json");
+    CHECK(cfg.at("torch_dtype").as_string() == (bf16 ? "bfloat16" : "float16"));
+    Trainer b(spec, quiet_options());
+    load_hf_weights(out.string(), model_config(spec), b.model().buffers(), b.context());
+    for (const auto& [name, v] : params_of(b)) {
+      INFO(name);
+      std::vector<float> want = pa.at(name);
+      const int64_t valid = name.find("embed_tokens") != std::string::npos ||
+                                    name.find("lm_head") != std::string::npos
+                                ? int64_t{spec.model.vocab_size} * spec.model.d_model
+                                : static_cast<int64_t>(want.size());  // padding rows load as zeros
+      for (size_t j = 0; j < want.size(); ++j)
+        want[j] = int64_t(j) >= valid ? 0.0f : bf16 ? round_to_bf16(want[j]) : round_to_f16(want[j]);
+      CHECK(v == want);
+    }
+  }
+  export_hf(dir.string(), out.string(), nullptr);  // fp32 again: one file, no index, no shards
+  int model_files = 0;
+  for (const auto& e : fs::directory_iterator(out))
+    model_files += e.path().filename().string().rfind("model", 0) == 0;
+  CHECK(model_files == 1);
+  CHECK(fs::exists(out / "model.safetensors"));
   fs::remove_all(dir);
 }
 

@@ -1,0 +1,237 @@
+// trainer export --format hf (see hf_interop.h): a checkpoint streamed tensor
+// by tensor into Hugging Face safetensors, in HF's names and layouts.
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <optional>
+#include <set>
+
+#include "engine/checkpoint/checkpoint.h"
+#include "engine/checkpoint/files.h"
+#include "engine/checkpoint/hf_config.h"
+#include "engine/checkpoint/hf_interop.h"
+#include "engine/checkpoint/hf_tokenizer.h"
+#include "engine/checkpoint/safetensors.h"
+#include "engine/json.h"
+#include "engine/model_from_spec.h"
+#include "engine/single_rank.h"
+#include "kernels/cpu/half_convert.h"
+#include "kernels/error.h"
+#include "model/model.h"
+
+namespace trainer::engine::checkpoint {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// One tensor of the export: its HF name and shape, and how to compute it
+// from the checkpoint when its turn to be written comes.
+struct HfTensor {
+  std::string name;
+  std::vector<int64_t> shape;
+  std::function<HostTensor()> make;
+};
+
+using ReadOurs = std::function<HostTensor(const std::string&)>;
+
+// Our global (padded, unfused, (out, in)) tensors -> HF's, sorted by name.
+std::vector<HfTensor> hf_tensors(const model::ModelConfig& cfg,
+                                 const std::vector<std::pair<std::string, std::vector<int64_t>>>& ours,
+                                 const ReadOurs& read) {
+  const int64_t C = cfg.d_model, V = cfg.vocab_size;
+  std::vector<HfTensor> out;
+  for (const auto& [name, shape] : ours) {
+    const std::string n = name;
+    if (n == "model.embed_tokens.weight" || n == "transformer.wte.weight" || n == "lm_head.weight")
+      out.push_back({n, {V, shape[1]}, [=] { return rows(read(n), 0, V); }});  // vocabulary unpadded
+    else if (!cfg.is_llama() && gpt2_qkv(n))
+      continue;  // fused into c_attn below
+    else if (!cfg.is_llama() && gpt2_conv1d_weight(n))
+      out.push_back({n, {shape[1], shape[0]}, [=] { return transpose(read(n)); }});
+    else
+      out.push_back({n, shape, [=] { return read(n); }});
+  }
+  for (int l = 0; l < cfg.n_layer && !cfg.is_llama(); ++l) {
+    const std::string p = fmt::format("transformer.h.{}.attn.", l);
+    static const char* parts[3] = {"q_proj", "k_proj", "v_proj"};
+    // Conv1D (in C, 3C): columns [k*C, (k+1)*C) are projection k's (in, out).
+    out.push_back({p + "c_attn.weight", {C, 3 * C}, [=] {
+                     HostTensor w{{C, 3 * C}, std::vector<float>(static_cast<size_t>(3 * C * C))};
+                     for (int k = 0; k < 3; ++k) {
+                       HostTensor wk = read(p + parts[k] + ".weight");  // (out C, in C)
+                       for (int64_t o = 0; o < C; ++o)
+                         for (int64_t i = 0; i < C; ++i) w.data[i * 3 * C + k * C + o] = wk.data[o * C + i];
+                     }
+                     return w;
+                   }});
+    out.push_back({p + "c_attn.bias", {3 * C}, [=] {
+                     HostTensor b{{3 * C}, std::vector<float>(static_cast<size_t>(3 * C))};
+                     for (int k = 0; k < 3; ++k) {
+                       HostTensor bk = read(p + parts[k] + ".bias");
+                       std::copy(bk.data.begin(), bk.data.end(), b.data.begin() + k * C);
+                     }
+                     return b;
+                   }});
+  }
+  std::sort(out.begin(), out.end(), [](const HfTensor& a, const HfTensor& b) { return a.name < b.name; });
+  return out;
+}
+
+struct ExportDtype {
+  const char* safetensors;  // "F32", "BF16", "F16"
+  const char* torch;        // config.json's torch_dtype
+  size_t bytes;
+  DType dtype;
+};
+
+ExportDtype export_dtype(const std::string& name) {
+  if (name == "fp32") return {"F32", "float32", 4, DType::f32};
+  if (name == "bf16") return {"BF16", "bfloat16", 2, DType::bf16};
+  if (name == "fp16") return {"F16", "float16", 2, DType::f16};
+  throw InputError(fmt::format("--dtype: '{}' is not an export dtype (expected fp32, bf16 or fp16)", name));
+}
+
+int64_t numel(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+// HF's shard file names (save_pretrained's).
+std::string shard_name(size_t i, size_t n) {
+  return n == 1 ? "model.safetensors" : fmt::format("model-{:05d}-of-{:05d}.safetensors", i + 1, n);
+}
+
+bool is_model_file(const std::string& f) {
+  return f == "model.safetensors" || (f.rfind("model-", 0) == 0 && ends_with(f, ".safetensors") &&
+                                      f.find("-of-") != std::string::npos);
+}
+
+void write_atomically(const SafetensorsWriter& w, const std::string& target) {
+  std::string tmp = fmt::format("{}.tmp-{}", target, ::getpid());
+  std::error_code ec;
+  fs::remove(tmp, ec);
+  try {
+    w.write(tmp);
+    fs::rename(tmp, target);
+  } catch (...) {
+    fs::remove(tmp, ec);
+    throw;
+  }
+}
+
+}  // namespace
+
+std::string export_hf(const std::string& path, const std::string& out_dir, FILE* log,
+                      const HfExportOptions& options) {
+  std::string step_dir = resolve_checkpoint(path, stderr);
+  CheckpointReader reader(step_dir);
+  // Global tensors: the single-rank layout (a cp, tp or ZeRO-3 job declares
+  // split or shared parameters).
+  const model::ModelConfig cfg = model_config(single_rank_spec(reader.job_spec(), 1));
+  std::string architecture;
+  try {
+    architecture = hf_architecture(cfg);  // refused before anything is written
+  } catch (const InputError& e) {
+    throw InputError(fmt::format("export {}: {}", step_dir, e.what()));
+  }
+  const ExportDtype dtype = export_dtype(options.dtype);
+  TRAINER_INPUT_CHECK(options.max_shard_bytes > 0, "--max-shard-size: expected a size above 0");
+  TRAINER_INPUT_CHECK(options.vocab.empty() == options.merges.empty(),
+                      "--vocab and --merges: give both (the tokenizer's two files) or neither");
+  std::optional<HfTokenizerExport> tok;
+  if (!options.vocab.empty()) tok.emplace(options.vocab, options.merges, cfg);
+
+  // Declaring a model allocates nothing; it lists the parameters and their global shapes.
+  model::Model declared(cfg, model::BatchShape{1, 1});
+  std::vector<std::pair<std::string, std::vector<int64_t>>> ours;
+  std::map<std::string, const model::ParamSpec*> specs;
+  for (const auto& p : declared.buffers().params()) {
+    ours.emplace_back(p.spec.name, p.spec.global_shape);
+    specs[p.spec.name] = &p.spec;
+  }
+  ReadOurs read = [&](const std::string& name) {
+    const model::ParamSpec& s = *specs.at(name);
+    Slice full = Slice::whole(s.global_shape, s.tp_dim, s.valid_rows);
+    HostTensor t{s.global_shape, std::vector<float>(static_cast<size_t>(full.numel()))};
+    reader.read(name, full, t.data.data());
+    return t;
+  };
+  const std::vector<HfTensor> tensors = hf_tensors(cfg, ours, read);
+
+  // save_pretrained's split: a new shard when the next tensor would overflow this one.
+  std::vector<std::vector<const HfTensor*>> shards;
+  uint64_t in_shard = 0, total = 0;
+  for (const HfTensor& t : tensors) {
+    const uint64_t bytes = static_cast<uint64_t>(numel(t.shape)) * dtype.bytes;
+    if (shards.empty() || (in_shard > 0 && in_shard + bytes > options.max_shard_bytes)) {
+      shards.emplace_back();
+      in_shard = 0;
+    }
+    shards.back().push_back(&t);
+    in_shard += bytes;
+    total += bytes;
+  }
+
+  fs::create_directories(out_dir);
+  const fs::path dir(out_dir);
+  std::set<std::string> written;
+  Json weight_map = Json::object();
+  for (size_t i = 0; i < shards.size(); ++i) {
+    const std::string file = shard_name(i, shards.size());
+    SafetensorsWriter w;
+    w.set_metadata("format", "pt");  // transformers refuses files without it
+    for (const HfTensor* t : shards[i]) {
+      weight_map.set(t->name, Json(file));
+      w.add_lazy(t->name, dtype.safetensors, t->shape, [t, dtype](void* dst) {
+        HostTensor h = t->make();
+        TRAINER_CHECK(h.shape == t->shape, "export: {} computed with another shape", t->name);
+        if (dtype.dtype == DType::f32)
+          std::memcpy(dst, h.data.data(), h.data.size() * sizeof(float));
+        else
+          cpu::from_f32(dtype.dtype, h.data.data(), dst, static_cast<int64_t>(h.data.size()));
+      });
+    }
+    write_atomically(w, (dir / file).string());
+    written.insert(file);
+  }
+  if (tok) tok->write(out_dir);
+  // The index switches a loader from an earlier export's files to these.
+  const fs::path index = dir / "model.safetensors.index.json";
+  std::error_code ec;
+  if (shards.size() > 1) {
+    Json meta = Json::object();
+    meta.set("total_size", Json(total));
+    Json j = Json::object();
+    j.set("metadata", std::move(meta));
+    j.set("weight_map", std::move(weight_map));
+    replace_file_atomically(index.string(), j.dump(2) + "\n");
+  } else {
+    fs::remove(index, ec);
+  }
+  replace_file_atomically((dir / "config.json").string(),
+                          hf_config_json(cfg, tok ? tok->eot_id() : -1, dtype.torch));
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    const std::string f = entry.path().filename().string();
+    if (is_model_file(f) && !written.count(f)) fs::remove(entry.path(), ec);  // an earlier export's
+  }
+  if (log) {
+    std::string files = shards.size() == 1 ? "model.safetensors"
+                                           : fmt::format("{} shards + model.safetensors.index.json",
+                                                         shards.size());
+    fmt::print(log, "exported {} (step {}) as {} model: {}/{} ({} tensors, {}, {:.1f} MB), config.json\n",
+               step_dir, reader.step(), architecture, out_dir, files, tensors.size(), options.dtype,
+               total / 1e6);
+    if (tok)
+      fmt::print(log, "tokenizer: {}/vocab.json, merges.txt, tokenizer_config.json, special_tokens_map.json\n",
+                 out_dir);
+  }
+  return step_dir;
+}
+
+}  // namespace trainer::engine::checkpoint
