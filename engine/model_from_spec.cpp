@@ -22,6 +22,11 @@ model::ModelConfig model_config(const JobSpec& spec) {
   c.max_seq_len = m.max_seq_len;
   c.tie_embeddings = m.tie_embeddings;
   c.rope_theta = static_cast<float>(m.rope_theta);
+  if (m.rope_scaling.enabled)
+    c.rope_scaling = {.factor = m.rope_scaling.factor,
+                      .low_freq_factor = m.rope_scaling.low_freq_factor,
+                      .high_freq_factor = m.rope_scaling.high_freq_factor,
+                      .original_max_positions = double(m.rope_scaling.original_max_position_embeddings)};
   c.norm_eps = static_cast<float>(m.norm_eps);
   c.init_std = static_cast<float>(m.init_std);
   c.seed = spec.run.seed;

@@ -1,29 +1,31 @@
 // Rotary position embedding in Hugging Face's rotate-half layout: dim i pairs with
-// i + D/2, angle = (pos_offset + t) * theta^(-2i/D). Backward is the inverse rotation.
+// i + D/2, angle = (pos_offset + t) * theta^(-2i/D) (scaled as Llama 3.1 when
+// rope.llama3 is active, kernels/rope_scaling.h). Backward is the inverse rotation.
 // Float tensors: f32, bf16 or f16 on the CPU backend, each independently; fp32 math.
 #pragma once
 
 #include "kernels/dispatch.h"
+#include "kernels/rope_scaling.h"
 
 namespace trainer {
 
 #define TRAINER_OPS(NS)                                                                      \
   namespace NS {                                                                             \
   /* out (B, T, H, D) = rotate(inp (B, T, H, D)); written; out may alias inp             */ \
-  void rope_forward(Context& ctx, Tensor out, Tensor inp, float theta, int64_t pos_offset);  \
+  void rope_forward(Context& ctx, Tensor out, Tensor inp, Rope rope, int64_t pos_offset);  \
   /* dinp (B, T, H, D) = rotate^-1(dout); written; dinp may alias dout                    */ \
-  void rope_backward(Context& ctx, Tensor dinp, Tensor dout, float theta,                    \
+  void rope_backward(Context& ctx, Tensor dinp, Tensor dout, Rope rope,                    \
                      int64_t pos_offset);                                                    \
   }
 TRAINER_OPS(cpu)
 TRAINER_OPS(cuda)
 #undef TRAINER_OPS
 
-inline void rope_forward(Context& ctx, Tensor out, Tensor inp, float theta, int64_t pos_offset) {
-  TRAINER_DISPATCH(ctx, rope_forward, out, inp, theta, pos_offset);
+inline void rope_forward(Context& ctx, Tensor out, Tensor inp, Rope rope, int64_t pos_offset) {
+  TRAINER_DISPATCH(ctx, rope_forward, out, inp, rope, pos_offset);
 }
-inline void rope_backward(Context& ctx, Tensor dinp, Tensor dout, float theta,
+inline void rope_backward(Context& ctx, Tensor dinp, Tensor dout, Rope rope,
                           int64_t pos_offset) {
-  TRAINER_DISPATCH(ctx, rope_backward, dinp, dout, theta, pos_offset);
+  TRAINER_DISPATCH(ctx, rope_backward, dinp, dout, rope, pos_offset);
 }
 }  // namespace trainer

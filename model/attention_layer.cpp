@@ -15,7 +15,7 @@ namespace trainer::model {
 void Attention::declare(Buffers& buf, const std::string& prefix, const ModelConfig& cfg,
                         const BatchShape& batch) {
   rope_ = cfg.is_llama();
-  theta_ = cfg.rope_theta;
+  rotary_ = Rope(cfg.rope_theta, cfg.rope_scaling);
   B_ = batch.B;
   T_ = batch.T;
   D_ = cfg.head_dim();
@@ -80,9 +80,9 @@ Tensor kv_view(Tensor flat, int64_t B, int64_t T, int64_t h, int64_t D) {
 void Attention::rope(const LayerEnv& env, Tensor x, bool forward) const {
   auto apply = [&](Tensor t, int64_t pos) {
     if (forward)
-      rope_forward(env.ctx, t, t, theta_, pos);
+      rope_forward(env.ctx, t, t, rotary_, pos);
     else
-      rope_backward(env.ctx, t, t, theta_, pos);
+      rope_backward(env.ctx, t, t, rotary_, pos);
   };
   if (cp_.cp == 1) return apply(x, 0);
   // One contiguous (1, c, h, D) block per sequence and chunk, at its global offset.

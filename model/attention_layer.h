@@ -10,6 +10,7 @@
 
 #include <string>
 
+#include "kernels/rope_scaling.h"
 #include "model/linear_layer.h"
 #include "model/scratch.h"
 #include "model/tp_io.h"
@@ -36,7 +37,7 @@ class Attention {
 
   parallel::CpLayout cp_;
   bool rope_ = false;
-  float theta_ = 10000.0f;
+  Rope rotary_;  // base and Llama 3.1 scaling
   int64_t B_ = 0, T_ = 0, H_ = 0, Hkv_ = 0, D_ = 0;  // H_, Hkv_: heads on this rank
   TpIo io_;
   Linear q_proj_, k_proj_, v_proj_, o_proj_;

@@ -6,6 +6,7 @@
 #include <utility>
 #include <vector>
 
+#include "kernels/rope_scaling.h"
 #include "kernels/tensor.h"
 #include "model/moe_config.h"
 #include "parallel/cp_layout.h"
@@ -25,6 +26,7 @@ struct ModelConfig {
   int max_seq_len = 256;
   bool tie_embeddings = true;
   float rope_theta = 10000.0f;
+  RopeScaling rope_scaling;  // llama: Llama 3.1's frequency scaling when active
   float norm_eps = 1e-5f;
   float init_std = 0.02f;
   uint64_t seed = 1234;

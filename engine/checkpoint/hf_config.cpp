@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <memory>
 #include <optional>
 #include <stdexcept>
 
@@ -25,18 +26,26 @@ bool mixtral(const model::ModelConfig& cfg) { return cfg.is_llama() && cfg.moe_e
 class ConfigCheck {
  public:
   ConfigCheck(const std::string& path)
-      : path_(path), j_(parse_json(read_text_file(path), path)) {
-    TRAINER_INPUT_CHECK(j_.is_object(), "{}: expected a JSON object (a Hugging Face config.json)", path);
+      : path_(path), root_(std::make_shared<Json>(parse_json(read_text_file(path), path))), j_(root_.get()) {
+    TRAINER_INPUT_CHECK(j_->is_object(), "{}: expected a JSON object (a Hugging Face config.json)", path);
+  }
+  // The keys of an object member (rope_scaling), named "member.key" in messages.
+  ConfigCheck member(const std::string& key) const {
+    ConfigCheck c = *this;
+    c.j_ = get(key);
+    c.prefix_ = prefix_ + key + ".";
+    TRAINER_INPUT_CHECK(c.j_ && c.j_->is_object(), "{}: {} is not an object", path_, key);
+    return c;
   }
 
   const Json* get(const std::string& key) const {
-    const Json* v = j_.find(key);
+    const Json* v = j_->find(key);
     return v && v->kind() != Json::Kind::null ? v : nullptr;
   }
   double number(const std::string& key, double fallback) const {
     const Json* v = get(key);
     if (!v) return fallback;
-    TRAINER_INPUT_CHECK(v->is_number(), "{}: {} is {}, expected a number", path_, key, v->dump());
+    TRAINER_INPUT_CHECK(v->is_number(), "{}: {}{} is {}, expected a number", path_, prefix_, key, v->dump());
     return v->as_number();
   }
   std::string text(const std::string& key, const std::string& fallback) const {
@@ -55,15 +64,15 @@ class ConfigCheck {
 
   void same_int(const std::string& key, double fallback, int64_t ours, const std::string& job_key) const {
     double theirs = number(key, fallback);
-    TRAINER_INPUT_CHECK(theirs == static_cast<double>(ours), "{}: {} is {}, but {} is {} (model.init_from)",
-                        path_, key, theirs, job_key, ours);
+    TRAINER_INPUT_CHECK(theirs == static_cast<double>(ours), "{}: {}{} is {}, but {} is {} (model.init_from)",
+                        path_, prefix_, key, theirs, job_key, ours);
   }
-  void same_float(const std::string& key, double fallback, float ours, const std::string& job_key) const {
+  void same_float(const std::string& key, double fallback, double ours, const std::string& job_key) const {
     double theirs = number(key, fallback);
-    // The job's value is a float: equal within its rounding.
+    // The job's value may be a float: equal within its rounding.
     TRAINER_INPUT_CHECK(std::fabs(theirs - ours) <= 1e-6 * std::fabs(theirs),
-                        "{}: {} is {}, but {} is {} (model.init_from)", path_, key, theirs, job_key,
-                        tidy(ours));
+                        "{}: {}{} is {}, but {} is {} (model.init_from)", path_, prefix_, key, theirs,
+                        job_key, tidy(static_cast<float>(ours)));
   }
   void same_flag(const std::string& key, bool fallback, bool ours, const std::string& job_key) const {
     bool theirs = flag(key, fallback);
@@ -81,7 +90,9 @@ class ConfigCheck {
 
  private:
   std::string path_;
-  Json j_;
+  std::shared_ptr<const Json> root_;
+  const Json* j_;
+  std::string prefix_;
 };
 
 void check_gpt2(const ConfigCheck& c, const model::ModelConfig& cfg) {
@@ -112,20 +123,38 @@ void check_llama_like(const ConfigCheck& c, const model::ModelConfig& cfg, bool 
              cfg.d_model / cfg.n_head, "model.d_model / model.n_head");
   c.same_int("vocab_size", 32000, cfg.vocab_size, "model.vocab_size");
   c.same_float("rms_norm_eps", is_mixtral ? 1e-5 : 1e-6, cfg.norm_eps, "model.norm_eps");
-  // transformers 5 keeps the RoPE base in rope_parameters, 4.x in rope_theta.
+  // transformers 5 keeps the RoPE base and scaling in rope_parameters, 4.x
+  // in rope_theta and rope_scaling.
   double theta_default = is_mixtral ? 1e6 : 1e4;
-  std::string rope_type = "default";
+  std::string rope_type = "default", scaling_key;
   if (const Json* rp = c.get("rope_parameters"); rp && rp->is_object()) {
     if (const Json* t = rp->find("rope_theta"); t && t->is_number()) theta_default = t->as_number();
     if (const Json* t = rp->find("rope_type"); t && t->is_string()) rope_type = t->as_string();
+    scaling_key = "rope_parameters";
   }
   c.same_float("rope_theta", theta_default, cfg.rope_theta, "model.rope_theta");
   if (const Json* rs = c.get("rope_scaling"); rs && rs->is_object())
-    if (const Json* t = rs->find("rope_type") ? rs->find("rope_type") : rs->find("type"); t && t->is_string())
+    if (const Json* t = rs->find("rope_type") ? rs->find("rope_type") : rs->find("type"); t && t->is_string()) {
       rope_type = t->as_string();
-  TRAINER_INPUT_CHECK(rope_type == "default",
-                      "{}: RoPE scaling \"{}\": this trainer computes plain RoPE (model.init_from)",
-                      c.path(), rope_type);
+      scaling_key = "rope_scaling";
+    }
+  TRAINER_INPUT_CHECK(rope_type == "default" || rope_type == "llama3",
+                      "{}: RoPE scaling \"{}\": this trainer computes plain RoPE or Llama 3.1's llama3 "
+                      "scaling (model.init_from)", c.path(), rope_type);
+  const RopeScaling& ours = cfg.rope_scaling;
+  if (rope_type == "default") {
+    TRAINER_INPUT_CHECK(!ours.active(), "{}: plain RoPE, but model.rope_scaling is set (model.init_from)",
+                        c.path());
+  } else {
+    TRAINER_INPUT_CHECK(ours.active(), "{}: {} is Llama 3.1's llama3 scaling, but the job has no "
+                        "model.rope_scaling (model.init_from)", c.path(), scaling_key);
+    const ConfigCheck s = c.member(scaling_key);
+    s.same_float("factor", 8.0, ours.factor, "model.rope_scaling.factor");
+    s.same_float("low_freq_factor", 1.0, ours.low_freq_factor, "model.rope_scaling.low_freq_factor");
+    s.same_float("high_freq_factor", 4.0, ours.high_freq_factor, "model.rope_scaling.high_freq_factor");
+    s.same_int("original_max_position_embeddings", 8192, static_cast<int64_t>(ours.original_max_positions),
+               "model.rope_scaling.original_max_position_embeddings");
+  }
   c.same_flag("tie_word_embeddings", false, cfg.tie_embeddings, "model.tie_embeddings");
   std::string act = c.text("hidden_act", "silu");
   TRAINER_INPUT_CHECK(act == "silu", "{}: hidden_act is \"{}\": this trainer's llama computes SwiGLU "
@@ -183,6 +212,15 @@ std::string hf_config_json(const model::ModelConfig& cfg, int eot_id, const std:
     j.set("max_position_embeddings", Json(cfg.max_seq_len));
     j.set("rms_norm_eps", Json(tidy(cfg.norm_eps)));
     j.set("rope_theta", Json(tidy(cfg.rope_theta)));
+    if (const RopeScaling& rs = cfg.rope_scaling; rs.active()) {
+      Json scaling = Json::object();
+      scaling.set("rope_type", Json("llama3"));
+      scaling.set("factor", Json(rs.factor));
+      scaling.set("low_freq_factor", Json(rs.low_freq_factor));
+      scaling.set("high_freq_factor", Json(rs.high_freq_factor));
+      scaling.set("original_max_position_embeddings", Json(static_cast<int64_t>(rs.original_max_positions)));
+      j.set("rope_scaling", std::move(scaling));
+    }
     if (moe) {
       j.set("sliding_window", Json());
       j.set("num_local_experts", Json(cfg.moe.n_experts));

@@ -43,6 +43,17 @@ struct MoESpec {
   bool operator==(const MoESpec&) const = default;
 };
 
+// model.rope_scaling (llama): Llama 3.1's RoPE frequency scaling, as Hugging
+// Face's rope_scaling {rope_type: llama3, ...}; disabled = plain RoPE.
+struct RopeScalingSpec {
+  bool enabled = false;                      // true when the model has a rope_scaling: block
+  double factor = 8.0;                       // >= 1
+  double low_freq_factor = 1.0;              // > 0
+  double high_freq_factor = 4.0;             // > low_freq_factor
+  int original_max_position_embeddings = 8192;  // >= 1
+  bool operator==(const RopeScalingSpec&) const = default;
+};
+
 struct ModelSpec {
   Family family = Family::gpt2;
   int n_layer = 4;                // >= 1
@@ -54,6 +65,7 @@ struct ModelSpec {
   int max_seq_len = 256;          // >= 1
   bool tie_embeddings = true;     // default true for gpt2, false for llama
   double rope_theta = 10000.0;    // > 0
+  RopeScalingSpec rope_scaling;   // llama only
   double norm_eps = 1e-5;         // > 0
   double init_std = 0.02;         // > 0
   std::string init_from = "";     // empty = random init

@@ -96,6 +96,15 @@ std::string job_spec_to_yaml(const JobSpec& spec) {
       to_string(m.family), m.n_layer, m.d_model, m.n_head, m.n_kv_head, m.d_ff, m.vocab_size,
       m.max_seq_len, yes(m.tie_embeddings), num(m.rope_theta), num(m.norm_eps), num(m.init_std),
       m.init_from.empty() ? "null" : str(m.init_from));
+  if (m.rope_scaling.enabled) {
+    const RopeScalingSpec& rs = m.rope_scaling;
+    y += fmt::format("  rope_scaling:\n    type: llama3\n    factor: {}\n    low_freq_factor: {}\n"
+                     "    high_freq_factor: {}\n    original_max_position_embeddings: {}\n",
+                     num(rs.factor), num(rs.low_freq_factor), num(rs.high_freq_factor),
+                     rs.original_max_position_embeddings);
+  } else {
+    y += "  rope_scaling: null\n";
+  }
   if (m.moe.enabled) {
     y += fmt::format(
         "  moe:\n    n_experts: {}\n    top_k: {}\n    n_shared_experts: {}\n    d_ff_expert: {}\n"

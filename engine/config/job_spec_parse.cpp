@@ -135,6 +135,24 @@ void read_moe(Section s, MoESpec& moe) {
   }
 }
 
+void read_rope_scaling(Section s, RopeScalingSpec& rs) {
+  SpecReader& r = s.reader();
+  rs.enabled = true;
+  std::string type = "llama3";
+  s.read("type", type);
+  if (type != "llama3")
+    r.fail(s.path("type"), "expected llama3 (Llama 3.1's frequency scaling), got '" + type + "'");
+  s.read("factor", rs.factor);
+  r.check_min(s.path("factor"), rs.factor, 1);
+  s.read("low_freq_factor", rs.low_freq_factor);
+  r.check_min(s.path("low_freq_factor"), rs.low_freq_factor, 0, true);
+  s.read("high_freq_factor", rs.high_freq_factor);
+  if (!(rs.high_freq_factor > rs.low_freq_factor))
+    r.fail(s.path("high_freq_factor"), fmt::format("must be above low_freq_factor ({}), got {}",
+                                                   rs.low_freq_factor, rs.high_freq_factor));
+  s.read("original_max_position_embeddings", rs.original_max_position_embeddings, 1);
+}
+
 void read_model(Section s, ModelSpec& m) {
   SpecReader& r = s.reader();
   s.read("family", m.family, spec::kFamilyChoices);
@@ -150,6 +168,8 @@ void read_model(Section s, ModelSpec& m) {
   s.read("tie_embeddings", m.tie_embeddings);
   s.read("rope_theta", m.rope_theta);
   r.check_min(s.path("rope_theta"), m.rope_theta, 0, true);
+  if (s.has("rope_scaling") && !s.is_null("rope_scaling"))
+    read_rope_scaling(Section(r, s.get("rope_scaling"), s.path("rope_scaling")), m.rope_scaling);
   s.read("norm_eps", m.norm_eps);
   r.check_min(s.path("norm_eps"), m.norm_eps, 0, true);
   s.read("init_std", m.init_std);

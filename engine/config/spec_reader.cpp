@@ -30,6 +30,9 @@ KeyNode build_key_tree() {
   KeyNode model = leaves("model", {"family", "n_layer", "d_model", "n_head", "n_kv_head", "d_ff",
                                    "vocab_size", "max_seq_len", "tie_embeddings", "rope_theta",
                                    "norm_eps", "init_std", "init_from"});
+  model.children.push_back(leaves("rope_scaling", {"type", "factor", "low_freq_factor",
+                                                   "high_freq_factor",
+                                                   "original_max_position_embeddings"}));
   model.children.push_back(leaves("moe", {"n_experts", "top_k", "n_shared_experts", "d_ff_expert",
                                           "every", "balance", "aux_loss_coeff", "z_loss_coeff",
                                           "bias_update_rate", "capacity_factor"}));

@@ -11,13 +11,14 @@ namespace trainer::cpu {
 namespace {
 
 // sign = +1 rotates by +angle (forward), -1 by -angle (backward: the inverse).
-void rope_apply(const char* op, Tensor out, Tensor inp, float theta, int64_t pos_offset,
+void rope_apply(const char* op, Tensor out, Tensor inp, const Rope& rope, int64_t pos_offset,
                 float sign) {
   TRAINER_CHECK(inp.ndim == 4, "{}: input {} must be (B, T, H, D)", op, inp.str());
   const int64_t B = inp.size(0), T = inp.size(1), H = inp.size(2), D = inp.size(3);
   check_shape(inp, {B, T, H, D}, op);
   check_shape(out, {B, T, H, D}, op);
   TRAINER_CHECK(D % 2 == 0, "{}: head dim {} must be even", op, D);
+  const float theta = rope.theta;
   TRAINER_CHECK(theta > 0.0f && pos_offset >= 0, "{}: theta {} and pos_offset {}", op, theta,
                 pos_offset);
   Staging st(op);
@@ -32,7 +33,8 @@ void rope_apply(const char* op, Tensor out, Tensor inp, float theta, int64_t pos
     for (int64_t t = 0; t < T; ++t) {
       const double pos = static_cast<double>(pos_offset + t);
       for (int64_t i = 0; i < half; ++i) {
-        const double angle = pos * std::pow(static_cast<double>(theta), -2.0 * i / D);
+        const double angle =
+            pos * llama3_inv_freq(std::pow(static_cast<double>(theta), -2.0 * i / D), rope.llama3);
         cs[i] = static_cast<float>(std::cos(angle));
         sn[i] = sign * static_cast<float>(std::sin(angle));
       }
@@ -56,12 +58,12 @@ void rope_apply(const char* op, Tensor out, Tensor inp, float theta, int64_t pos
 
 }  // namespace
 
-void rope_forward(Context& ctx, Tensor out, Tensor inp, float theta, int64_t pos_offset) {
-  rope_apply("rope_forward", out, inp, theta, pos_offset, 1.0f);
+void rope_forward(Context& ctx, Tensor out, Tensor inp, Rope rope, int64_t pos_offset) {
+  rope_apply("rope_forward", out, inp, rope, pos_offset, 1.0f);
 }
 
-void rope_backward(Context& ctx, Tensor dinp, Tensor dout, float theta, int64_t pos_offset) {
-  rope_apply("rope_backward", dinp, dout, theta, pos_offset, -1.0f);
+void rope_backward(Context& ctx, Tensor dinp, Tensor dout, Rope rope, int64_t pos_offset) {
+  rope_apply("rope_backward", dinp, dout, rope, pos_offset, -1.0f);
 }
 
 }  // namespace trainer::cpu

@@ -12,14 +12,16 @@ constexpr int kThreads = 256;
 // One thread per rotated pair (b, t, h, i < D/2); sign = +1 forward, -1 inverse.
 template <class T>
 __global__ void rope_kernel(T* out, const T* inp, int64_t T_len, int64_t H, int64_t D,
-                            double log_theta, int64_t pos_offset, float sign, int64_t num_pairs) {
+                            double log_theta, RopeScaling scaling, int64_t pos_offset, float sign,
+                            int64_t num_pairs) {
   const int64_t half = D / 2;
   for (int64_t p = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; p < num_pairs;
        p += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t i = p % half;
     const int64_t row = p / half;  // (b, t, h) flattened
     const int64_t t = (row / H) % T_len;
-    const double inv_freq = exp(-log_theta * (2.0 * static_cast<double>(i) / static_cast<double>(D)));
+    const double inv_freq = llama3_inv_freq(
+        exp(-log_theta * (2.0 * static_cast<double>(i) / static_cast<double>(D))), scaling);
     double s, c;
     sincos(static_cast<double>(pos_offset + t) * inv_freq, &s, &c);
     const float cs = static_cast<float>(c), sn = sign * static_cast<float>(s);
@@ -30,8 +32,9 @@ __global__ void rope_kernel(T* out, const T* inp, int64_t T_len, int64_t H, int6
   }
 }
 
-void launch(Context& ctx, Tensor out, Tensor inp, float theta, int64_t pos_offset, float sign,
+void launch(Context& ctx, Tensor out, Tensor inp, const Rope& rope, int64_t pos_offset, float sign,
             const char* op) {
+  const float theta = rope.theta;
   CudaState& st = state_of(ctx);
   check_cuda(out, op, "out");
   check_cuda(inp, op, "inp");
@@ -47,19 +50,19 @@ void launch(Context& ctx, Tensor out, Tensor inp, float theta, int64_t pos_offse
   TRAINER_FLOAT_DISPATCH(inp.dtype, op, {
     rope_kernel<T><<<grid_for(num_pairs, kThreads), kThreads, 0, st.stream>>>(
         static_cast<T*>(out.data), static_cast<const T*>(inp.data), inp.shape[1], inp.shape[2], D,
-        log_theta, pos_offset, sign, num_pairs);
+        log_theta, rope.llama3, pos_offset, sign, num_pairs);
   });
   CUDA_LAUNCH_CHECK();
 }
 
 }  // namespace
 
-void rope_forward(Context& ctx, Tensor out, Tensor inp, float theta, int64_t pos_offset) {
-  launch(ctx, out, inp, theta, pos_offset, 1.0f, "rope_forward");
+void rope_forward(Context& ctx, Tensor out, Tensor inp, Rope rope, int64_t pos_offset) {
+  launch(ctx, out, inp, rope, pos_offset, 1.0f, "rope_forward");
 }
 
-void rope_backward(Context& ctx, Tensor dinp, Tensor dout, float theta, int64_t pos_offset) {
-  launch(ctx, dinp, dout, theta, pos_offset, -1.0f, "rope_backward");
+void rope_backward(Context& ctx, Tensor dinp, Tensor dout, Rope rope, int64_t pos_offset) {
+  launch(ctx, dinp, dout, rope, pos_offset, -1.0f, "rope_backward");
 }
 
 }  // namespace trainer::cuda

@@ -80,6 +80,13 @@ TEST_CASE("hf config: each family's own config.json passes its check", "[cpu][ch
   CHECK(mixtral.at("num_local_experts").as_int() == 4);
   CHECK(mixtral.at("num_experts_per_tok").as_int() == 2);
   CHECK(mixtral.at("sliding_window").kind() == Json::Kind::null);
+  model::ModelConfig scaled = llama_cfg();
+  scaled.rope_scaling = {.factor = 32, .low_freq_factor = 1, .high_freq_factor = 4, .original_max_positions = 8192};
+  Json j = parse_json(hf_config_json(scaled), "config.json");
+  CHECK(j.at("rope_scaling").at("rope_type").as_string() == "llama3");
+  CHECK(j.at("rope_scaling").at("factor").as_number() == 32.0);
+  CHECK(j.at("rope_scaling").at("original_max_position_embeddings").as_int() == 8192);
+  CHECK(parse_json(hf_config_json(llama_cfg()), "c").find("rope_scaling") == nullptr);
   fs::remove_all(scratch_dir());
 }
 
@@ -120,12 +127,23 @@ TEST_CASE("hf config: a differing hyper-parameter is named with the job key", "[
     }
     CHECK_THROWS_WITH(check_hf_config(path, c.cfg), Contains(path + ": " + c.message));
   }
-  // RoPE scaling (Llama 3.1's "llama3") is a function this trainer does not compute.
+  // RoPE scaling: Llama 3.1's llama3 when the job has it too, with the same numbers.
   Json scaling = Json::object();
   scaling.set("rope_type", Json("llama3"));
-  scaling.set("factor", Json(8.0));
+  scaling.set("factor", Json(32.0));
   std::string path = config_with(llama_cfg(), "rope_scaling", &scaling);
-  CHECK_THROWS_WITH(check_hf_config(path, llama_cfg()), Contains("RoPE scaling \"llama3\""));
+  CHECK_THROWS_WITH(check_hf_config(path, llama_cfg()),
+                    Contains("rope_scaling is Llama 3.1's llama3 scaling, but the job has no model.rope_scaling"));
+  model::ModelConfig scaled = llama_cfg();
+  scaled.rope_scaling = {.factor = 8, .low_freq_factor = 1, .high_freq_factor = 4, .original_max_positions = 8192};
+  CHECK_THROWS_WITH(check_hf_config(path, scaled),
+                    Contains("rope_scaling.factor is 32, but model.rope_scaling.factor is 8"));
+  CHECK_NOTHROW(check_hf_config(config_with(scaled, "", nullptr), scaled));  // its own export's
+  CHECK_THROWS_WITH(check_hf_config(config_with(llama_cfg(), "", nullptr), scaled),
+                    Contains("plain RoPE, but model.rope_scaling is set"));
+  scaling.set("rope_type", Json("yarn"));
+  CHECK_THROWS_WITH(check_hf_config(config_with(llama_cfg(), "rope_scaling", &scaling), llama_cfg()),
+                    Contains("RoPE scaling \"yarn\": this trainer computes plain RoPE or Llama 3.1's"));
   // transformers 5 writes the base into rope_parameters.
   Json params = Json::object();
   params.set("rope_type", Json("default"));

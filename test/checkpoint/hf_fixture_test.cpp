@@ -1,11 +1,11 @@
 // model.init_from against an independent implementation of transformers:
-// hf_fixtures/ holds tiny GPT2LMHeadModel, LlamaForCausalLM and
-// MixtralForCausalLM checkpoints and the logits their transformers forward
+// hf_fixtures/ holds tiny GPT2LMHeadModel, LlamaForCausalLM (plain RoPE and
+// Llama 3.1 rope_scaling) and MixtralForCausalLM checkpoints and the logits their transformers forward
 // computes (make_hf_fixtures.js, written from transformers' modeling code
 // without reading this trainer's). Loading each and running this trainer's
 // forward must give those logits: the Conv1D and fused c_attn layouts,
-// rotate-half RoPE, GQA grouping, gelu_new, norm epsilons and Mixtral's
-// renormalised top-k routing all show in them (the generator shows that each
+// rotate-half RoPE and Llama 3.1's scaling of it, GQA grouping, gelu_new,
+// norm epsilons and Mixtral's renormalised top-k routing all show in them (the generator shows that each
 // wrong reading moves them by over 1% of the largest logit).
 #include <catch2/catch.hpp>
 
@@ -42,9 +42,14 @@ JobSpec fixture_job(const std::string& name) {
   if (gpt2) {
     s.model.d_ff = 64;
     s.model.norm_eps = 1e-5;
-  } else if (name == "llama") {
+  } else if (name == "llama" || name == "llama3") {
     s.model.n_kv_head = 2, s.model.d_ff = 48;
     s.model.norm_eps = 1e-6, s.model.rope_theta = 500000.0;
+    if (name == "llama3") {  // Llama 3.1's RoPE scaling
+      s.model.rope_scaling.enabled = true;
+      s.model.rope_scaling.factor = 8.0;
+      s.model.rope_scaling.original_max_position_embeddings = 256;
+    }
   } else {
     s.model.n_kv_head = 2;
     s.model.norm_eps = 1e-5, s.model.rope_theta = 1e6;
@@ -57,9 +62,9 @@ JobSpec fixture_job(const std::string& name) {
 
 }  // namespace
 
-TEST_CASE("hf fixtures: init_from computes transformers' logits (gpt2, llama, mixtral)",
+TEST_CASE("hf fixtures: init_from computes transformers' logits (gpt2, llama, llama3, mixtral)",
           "[cpu][checkpoint]") {
-  for (const std::string name : {"gpt2", "llama", "mixtral"}) {
+  for (const std::string name : {"gpt2", "llama", "llama3", "mixtral"}) {
     INFO(name);
     const std::string dir = kFixtures + name;
     JobSpec spec = fixture_job(name);

@@ -100,6 +100,8 @@ model:
   max_seq_len: 128
   tie_embeddings: true
   rope_theta: 500000.0
+  rope_scaling: {type: llama3, factor: 32, low_freq_factor: 2, high_freq_factor: 8,
+                 original_max_position_embeddings: 4096}
   norm_eps: 1.0e-6
   init_std: 0.01
   init_from: hf/model.safetensors
@@ -131,6 +133,11 @@ log: {metrics: none}
   CHECK(s.model.max_seq_len == 128);
   CHECK(s.model.tie_embeddings);
   CHECK(s.model.rope_theta == 500000.0);
+  CHECK(s.model.rope_scaling.enabled);
+  CHECK(s.model.rope_scaling.factor == 32.0);
+  CHECK(s.model.rope_scaling.low_freq_factor == 2.0);
+  CHECK(s.model.rope_scaling.high_freq_factor == 8.0);
+  CHECK(s.model.rope_scaling.original_max_position_embeddings == 4096);
   CHECK(s.model.norm_eps == 1e-6);
   CHECK(s.model.init_std == 0.01);
   CHECK(s.model.init_from == "hf/model.safetensors");
@@ -282,7 +289,7 @@ TEST_CASE("job_spec_to_yaml writes every key in the documented order", "[cpu]") 
   for (const char* key :
        {"run:", "name:", "dir:", "seed:", "device:", "model:", "family:", "n_layer:", "d_model:",
         "n_head:", "n_kv_head:", "d_ff:", "vocab_size:", "max_seq_len:", "tie_embeddings:",
-        "rope_theta:", "norm_eps:", "init_std:", "init_from:", "moe:", "data:", "train:", "val:",
+        "rope_theta:", "norm_eps:", "init_std:", "init_from:", "rope_scaling:", "moe:", "data:", "train:", "val:",
         "format:", "shuffle:", "train:", "seq_len:", "micro_batch:", "global_batch:", "steps:",
         "eval_every:", "eval_batches:", "log_every:", "optimizer:", "name:", "lr:", "min_lr:",
         "warmup_steps:", "schedule:", "decay_steps:", "betas:", "eps:", "weight_decay:",

@@ -25,14 +25,35 @@ std::vector<double> ref_swiglu(const std::vector<double>& g, const std::vector<d
   return y;
 }
 
+// Llama 3.1's frequencies as transformers' _compute_llama3_parameters writes
+// them (torch.where over the three bands), for the reference below.
+std::vector<double> llama3_freqs(double theta, int64_t D, const RopeScaling& s) {
+  std::vector<double> f(static_cast<size_t>(D / 2));
+  const double low_wavelen = s.original_max_positions / s.low_freq_factor;
+  const double high_wavelen = s.original_max_positions / s.high_freq_factor;
+  for (int64_t i = 0; i < D / 2; ++i) {
+    const double inv = std::pow(theta, -2.0 * i / D), wavelen = 2 * M_PI / inv;
+    const double llama = wavelen > low_wavelen ? inv / s.factor : inv;
+    const double smooth = (s.original_max_positions / wavelen - s.low_freq_factor) /
+                          (s.high_freq_factor - s.low_freq_factor);
+    const double smoothed = (1 - smooth) * llama / s.factor + smooth * llama;
+    const bool medium = !(wavelen < high_wavelen) && !(wavelen > low_wavelen);
+    f[static_cast<size_t>(i)] = medium ? smoothed : llama;
+  }
+  return f;
+}
+
 std::vector<double> ref_rope(const std::vector<double>& x, int64_t B, int64_t T, int64_t H,
-                             int64_t D, double theta, int64_t pos_offset) {
+                             int64_t D, double theta, int64_t pos_offset, const RopeScaling* s = nullptr) {
+  std::vector<double> freqs(static_cast<size_t>(D / 2));
+  for (int64_t i = 0; i < D / 2; ++i) freqs[static_cast<size_t>(i)] = std::pow(theta, -2.0 * i / D);
+  if (s) freqs = llama3_freqs(theta, D, *s);
   std::vector<double> y(x.size());
   for (int64_t b = 0; b < B; ++b)
     for (int64_t t = 0; t < T; ++t)
       for (int64_t h = 0; h < H; ++h)
         for (int64_t i = 0; i < D / 2; ++i) {
-          const double a = (pos_offset + t) * std::pow(theta, -2.0 * i / D);
+          const double a = (pos_offset + t) * freqs[static_cast<size_t>(i)];
           const int64_t o = ((b * T + t) * H + h) * D;
           const double x1 = x[o + i], x2 = x[o + i + D / 2];
           y[o + i] = x1 * std::cos(a) - x2 * std::sin(a);
@@ -109,6 +130,39 @@ TEST_CASE("rope rotates pairs (i, i + D/2) and backward is its transpose", "[cpu
   for (int64_t b = 0; b < B; ++b)
     for (int64_t j = 0; j < 2 * H * D; ++j)
       CHECK(tail[b * 2 * H * D + j] == Approx(whole[(b * T + 3) * H * D + j]).margin(1e-6));
+}
+
+TEST_CASE("rope with Llama 3.1 scaling: transformers' three bands, backward its transpose",
+          "[cpu][rope]") {
+  Context ctx;
+  // D 16, theta 5e5: wavelengths 6.3 .. 2.6e5; with original 512 / (1, 4) the
+  // bands are < 128 kept, 128..512 blended, > 512 divided by the factor.
+  const int64_t B = 1, T = 6, H = 2, D = 16;
+  const float theta = 500000.0f;
+  const RopeScaling s{.factor = 8, .low_freq_factor = 1, .high_freq_factor = 4, .original_max_positions = 512};
+  const std::vector<double> f = llama3_freqs(theta, D, s);
+  int kept = 0, blended = 0, divided = 0;
+  for (int64_t i = 0; i < D / 2; ++i) {
+    const double inv = std::pow(double(theta), -2.0 * i / D);
+    kept += f[i] == inv;
+    divided += f[i] == inv / 8;
+    blended += f[i] != inv && f[i] != inv / 8;
+  }
+  REQUIRE((kept > 0 && blended > 0 && divided > 0));
+  auto x = random_floats(B * T * H * D, 63), dy = random_floats(B * T * H * D, 64);
+  const auto xd = to_double(x), dyd = to_double(dy);
+  for (int64_t pos_offset : {0, 4000}) {
+    INFO("pos_offset " << pos_offset);
+    std::vector<float> y(x.size()), dx(x.size()), plain(x.size());
+    cpu::rope_forward(ctx, view(y, {B, T, H, D}), view(x, {B, T, H, D}), Rope(theta, s), pos_offset);
+    require_close(y, ref_rope(xd, B, T, H, D, theta, pos_offset, &s), 1e-5, 1e-6, "rope llama3 out");
+    cpu::rope_forward(ctx, view(plain, {B, T, H, D}), view(x, {B, T, H, D}), theta, pos_offset);
+    if (pos_offset > 0) CHECK(plain != y);  // the scaling shows
+    cpu::rope_backward(ctx, view(dx, {B, T, H, D}), view(dy, {B, T, H, D}), Rope(theta, s), pos_offset);
+    require_close(dx, finite_diff([&](const std::vector<double>& v) {
+                    return dot(dyd, ref_rope(v, B, T, H, D, theta, pos_offset, &s));
+                  }, xd), 1e-4, 1e-5, "rope llama3 dinp");
+  }
 }
 
 TEST_CASE("elementwise add, accumulate, scale, fill, copy", "[cpu][elementwise]") {

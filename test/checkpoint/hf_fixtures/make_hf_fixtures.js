@@ -1,15 +1,17 @@
 #!/usr/bin/env node
 // Independent reference implementation (plain Node.js, no packages) of the
 // forward pass of three Hugging Face transformers models:
-//   GPT2LMHeadModel, LlamaForCausalLM, MixtralForCausalLM
+//   GPT2LMHeadModel, LlamaForCausalLM (default RoPE and Llama 3.1 "llama3"
+//   rope_scaling), MixtralForCausalLM
 // written from the semantics of transformers' modeling_gpt2.py /
-// modeling_llama.py / modeling_mixtral.py (4.4x/4.5x, eager attention, fp32).
+// modeling_llama.py / modeling_mixtral.py / modeling_rope_utils.py
+// (4.4x/4.5x, eager attention, fp32).
 // It writes tiny random checkpoints in the hub layout (model.safetensors +
 // config.json) and the logits the HF model computes for a fixed token sequence.
 //
 //   node make_hf_fixtures.js OUTDIR
 //
-// writes OUTDIR/{gpt2,llama,mixtral}/{model.safetensors,config.json,
+// writes OUTDIR/{gpt2,llama,llama3,mixtral}/{model.safetensors,config.json,
 // reference.json,reference_logits.f32}. Output is byte-for-byte deterministic.
 //
 // Numerics: weights are drawn from a seeded PRNG, rounded to float32
@@ -244,13 +246,62 @@ function causalAttention(q, k, v, nh, hd, kvOf, scale) {
   return out;
 }
 
-// Rotary embedding on T x (nheads*hd), in place copy.
+// Default RoPE inverse frequencies (transformers _compute_default_rope_parameters):
+// inv_freq[j] = 1 / theta^(2j/hd), j = 0..hd/2-1; attention_factor 1.0.
+const defaultInvFreq = (theta, hd) => Array.from({ length: hd / 2 }, (_, j) => 1 / Math.pow(theta, (2 * j) / hd));
+
+// Llama 3.1 RoPE (transformers _compute_llama3_parameters, rope_type "llama3"):
+//   wavelen = 2*pi/inv_freq
+//   low_freq_wavelen = original_max_position_embeddings / low_freq_factor
+//   high_freq_wavelen = original_max_position_embeddings / high_freq_factor
+//   inv_freq_llama = where(wavelen > low_freq_wavelen, inv_freq / factor, inv_freq)
+//   smooth = (original / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor)
+//   smoothed = (1 - smooth) * inv_freq_llama / factor + smooth * inv_freq_llama
+//   is_medium = !(wavelen < high_freq_wavelen) && !(wavelen > low_freq_wavelen)
+//   inv_freq = where(is_medium, smoothed, inv_freq_llama)
+// attention_factor stays 1.0 (cos/sin are not scaled).
+// variant (mutations only): 'llama3' (correct) | 'linear' (every inv_freq / factor)
+//   | 'no_smooth_keep' (medium band left unchanged) | 'no_smooth_div' (medium band / factor)
+//   | 'low_keep' (low band not divided; medium band still smoothed)
+function llama3InvFreq(inv0, rs, variant = 'llama3') {
+  const factor = configValue(rs, 'factor'), lff = configValue(rs, 'low_freq_factor'), hff = configValue(rs, 'high_freq_factor');
+  const old = configValue(rs, 'original_max_position_embeddings');
+  const lowW = old / lff, highW = old / hff;
+  const rows = inv0.map((f) => {
+    const wavelen = 2 * Math.PI / f;
+    const low = wavelen > lowW;
+    const llama = low ? f / factor : f;
+    const smooth = (old / wavelen - lff) / (hff - lff);
+    const smoothed = (1 - smooth) * llama / factor + smooth * llama;
+    const medium = !(wavelen < highW) && !(wavelen > lowW);
+    const branch = medium ? 'medium' : (low ? 'low' : 'high');
+    let out = medium ? smoothed : llama;
+    if (variant === 'linear') out = f / factor;
+    else if (variant === 'no_smooth_keep') out = low ? f / factor : f;
+    else if (variant === 'no_smooth_div') out = (low || medium) ? f / factor : f;
+    else if (variant === 'low_keep') out = medium ? smoothed : f;
+    else if (variant !== 'llama3') throw new Error('llama3 variant ' + variant);
+    return { inv0: f, wavelen, branch, smooth, inv: out };
+  });
+  return { inv: rows.map((r) => r.inv), rows, lowW, highW };
+}
+// Inverse frequencies for a Llama-family config. ropeScaling: 'config' (what
+// the config says) | 'none' (ignore rope_scaling) | a llama3InvFreq variant.
+function ropeInvFreq(cfg, ropeScaling = 'config') {
+  const inv0 = defaultInvFreq(configValue(cfg, 'rope_theta'), cfg.head_dim);
+  const rs = cfg.rope_scaling;
+  if (ropeScaling === 'none' || rs === null || rs === undefined) return inv0;
+  if (rs.rope_type !== 'llama3') throw new Error('unsupported rope_type ' + rs.rope_type);
+  return llama3InvFreq(inv0, rs, ropeScaling === 'config' ? 'llama3' : ropeScaling).inv;
+}
+
+// Rotary embedding on T x (nheads*hd), in place copy; inv = hd/2 inverse frequencies.
 // mode 'half'      : HF rotate_half: x*cos + cat(-x2, x1)*sin, cos = cat(c, c)
 // mode 'half_neg'  : wrong sign (rotate_half = cat(x2, -x1)), i.e. rotation by -angle
 // mode 'interleave': GPT-J / Meta-original pairing (2j, 2j+1) with angle j
-function applyRope(x, nheads, hd, theta, mode) {
+function applyRope(x, nheads, hd, inv, mode) {
   const half = hd / 2;
-  const inv = Array.from({ length: half }, (_, j) => 1 / Math.pow(theta, (2 * j) / hd));
+  if (inv.length !== half) throw new Error('inv_freq length');
   return x.map((row, pos) => {
     const o = new Float64Array(row.length);
     for (let h = 0; h < nheads; h++) {
@@ -342,6 +393,12 @@ const LLAMA_CFG = {
   rms_norm_eps: F(1e-6), rope_scaling: null, rope_theta: F(500000.0), tie_word_embeddings: false,
   torch_dtype: 'float32', use_cache: true, vocab_size: V,
 };
+// Llama 3.1-style rope_scaling, as transformers 4.4x saves it ("rope_type" key;
+// rope_theta stays at top level). Otherwise identical to LLAMA_CFG.
+const LLAMA3_CFG = {
+  ...LLAMA_CFG,
+  rope_scaling: { factor: F(8.0), high_freq_factor: F(4.0), low_freq_factor: F(1.0), original_max_position_embeddings: 256, rope_type: 'llama3' },
+};
 const MIXTRAL_CFG = {
   architectures: ['MixtralForCausalLM'], attention_dropout: F(0.0), bos_token_id: 1, eos_token_id: 2,
   head_dim: 8, hidden_act: 'silu', hidden_size: 32, initializer_range: F(0.02), intermediate_size: 24,
@@ -350,15 +407,17 @@ const MIXTRAL_CFG = {
   rms_norm_eps: F(1e-5), rope_theta: F(1000000.0), router_aux_loss_coef: F(0.01), router_jitter_noise: F(0.0),
   sliding_window: null, tie_word_embeddings: false, torch_dtype: 'float32', use_cache: true, vocab_size: V,
 };
-function decoderWeights(cfg, seed, moe) {
+// qkStd: std of q_proj/k_proj weights (default SCALE.lin); larger values make
+// attention scores, and hence RoPE angle differences, more visible in the logits.
+function decoderWeights(cfg, seed, moe, qkStd = SCALE.lin) {
   const D = cfg.hidden_size, I = cfg.intermediate_size, H = cfg.num_attention_heads, KV = cfg.num_key_value_heads, hd = cfg.head_dim;
   const S = new Store(seed);
   S.randn('model.embed_tokens.weight', [V, D], SCALE.emb);
   for (let l = 0; l < cfg.num_hidden_layers; l++) {
     const p = `model.layers.${l}.`;
     S.randn(p + 'input_layernorm.weight', [D], SCALE.normW, 1);
-    S.randn(p + 'self_attn.q_proj.weight', [H * hd, D], SCALE.lin);
-    S.randn(p + 'self_attn.k_proj.weight', [KV * hd, D], SCALE.lin);
+    S.randn(p + 'self_attn.q_proj.weight', [H * hd, D], qkStd);
+    S.randn(p + 'self_attn.k_proj.weight', [KV * hd, D], qkStd);
     S.randn(p + 'self_attn.v_proj.weight', [KV * hd, D], SCALE.lin);
     S.randn(p + 'self_attn.o_proj.weight', [D, H * hd], SCALE.lin);
     S.randn(p + 'post_attention_layernorm.weight', [D], SCALE.normW, 1);
@@ -381,12 +440,13 @@ function decoderWeights(cfg, seed, moe) {
   return S;
 }
 // opts.rope: 'half' (correct) | 'half_neg' | 'interleave'
+// opts.ropeScaling: 'config' (correct) | 'none' | llama3InvFreq variant (see ropeInvFreq)
 // opts.gqa : 'floor' (correct: kv = floor(h / (H/KV))) | 'mod' (kv = h % KV)
 // opts.moeNoRenorm: don't renormalise the top-k weights (Mixtral)
 // opts.swapW13: swap w1 and w3 (Mixtral) / gate and up (Llama)
 function decoderForward(cfg, S, moe, opts = {}) {
   const D = cfg.hidden_size, I = cfg.intermediate_size, H = cfg.num_attention_heads, KV = cfg.num_key_value_heads, hd = cfg.head_dim;
-  const eps = configValue(cfg, 'rms_norm_eps'), theta = configValue(cfg, 'rope_theta');
+  const eps = configValue(cfg, 'rms_norm_eps'), inv = ropeInvFreq(cfg, opts.ropeScaling || 'config');
   const ropeMode = opts.rope || 'half', grp = H / KV;
   const kvOf = opts.gqa === 'mod' ? (h) => h % KV : (h) => Math.floor(h / grp);
   const emb = S.get('model.embed_tokens.weight');
@@ -395,8 +455,8 @@ function decoderForward(cfg, S, moe, opts = {}) {
   for (let l = 0; l < cfg.num_hidden_layers; l++) {
     const p = `model.layers.${l}.`, g = (n) => S.get(p + n);
     const x = rmsNorm(h, g('input_layernorm.weight'), eps);
-    const q = applyRope(linear(x, g('self_attn.q_proj.weight'), null, D, H * hd), H, hd, theta, ropeMode);
-    const k = applyRope(linear(x, g('self_attn.k_proj.weight'), null, D, KV * hd), KV, hd, theta, ropeMode);
+    const q = applyRope(linear(x, g('self_attn.q_proj.weight'), null, D, H * hd), H, hd, inv, ropeMode);
+    const k = applyRope(linear(x, g('self_attn.k_proj.weight'), null, D, KV * hd), KV, hd, inv, ropeMode);
     const v = linear(x, g('self_attn.v_proj.weight'), null, D, KV * hd);
     const att = causalAttention(q, k, v, H, hd, kvOf, Math.pow(hd, -0.5));
     h = add(h, linear(att, g('self_attn.o_proj.weight'), null, H * hd, D));
@@ -466,15 +526,19 @@ function writeModel(outDir, name, cfg, S, logits, note) {
   console.log(`  wrote ${dir}: model.safetensors ${stBytes} B (${chk.tensors} tensors, header ${chk.headerLen} B, self-check OK), reference_logits.f32 ${lr.length} B`);
 }
 
+// mutations: [label, logits, required, frac = 1e-2]; a required mutation must
+// move some logit by more than frac * max|logit|.
 function report(name, real, mutations) {
   const ma = maxAbs(real), thr = 1e-2 * ma;
-  console.log(`  max |logit| = ${ma.toFixed(6)}  (threshold for mutations: 1e-2*max = ${thr.toExponential(3)})`);
+  console.log(`  max |logit| = ${ma.toFixed(6)}  (threshold for mutations: 1e-2*max = ${thr.toExponential(3)} unless stated)`);
   let ok = true;
-  for (const [label, L, required] of mutations) {
+  for (const [label, L, required, frac] of mutations) {
     const d = maxDiff(real, L);
-    const pass = d > thr;
+    const t = frac === undefined ? thr : frac * ma;
+    const pass = d > t;
     if (required && !pass) ok = false;
-    console.log(`  mutation ${required ? '[required]' : '[info]    '} ${label}: max |dlogit| = ${d.toFixed(6)} (${(d / ma).toFixed(3)} x max)${required ? (pass ? '  OK' : '  FAIL') : ''}`);
+    const tl = frac === undefined ? '' : ` [threshold ${frac}*max = ${t.toExponential(3)}]`;
+    console.log(`  mutation ${required ? '[required]' : '[info]    '} ${label}: max |dlogit| = ${d.toFixed(6)} (${(d / ma).toFixed(3)} x max)${tl}${required ? (pass ? '  OK' : '  FAIL') : ''}`);
   }
   if (!ok) throw new Error(name + ': a required mutation is not distinguishable; raise weight scales');
 }
@@ -516,6 +580,33 @@ function main() {
     ]);
     writeModel(outDir, 'llama', LLAMA_CFG, S, real,
       `LlamaForCausalLM forward (eager, fp32 weights, computed in float64 by an independent JS implementation), batch 1, positions 0..${T - 1}, no padding; rotate_half RoPE, GQA 4q/2kv, untied lm_head; weights seed ${hex(seed)} (mulberry32 + Box-Muller)`);
+  }
+
+  // Llama with Llama 3.1 rope_scaling (rope_type "llama3")
+  {
+    const seed = 0x11A3A301, QK_STD = 0.5;
+    const cfg = LLAMA3_CFG, rs = cfg.rope_scaling;
+    const S = decoderWeights(cfg, seed, false, QK_STD);
+    console.log(`llama3 (LlamaForCausalLM, rope_scaling llama3), seed ${hex(seed)}, q_proj/k_proj std ${QK_STD}`);
+    const l3 = llama3InvFreq(defaultInvFreq(configValue(cfg, 'rope_theta'), cfg.head_dim), rs);
+    console.log(`  rope_theta ${configValue(cfg, 'rope_theta')}, head_dim ${cfg.head_dim}, factor ${configValue(rs, 'factor')}, low/high_freq_factor ${configValue(rs, 'low_freq_factor')}/${configValue(rs, 'high_freq_factor')}, original_max_position_embeddings ${rs.original_max_position_embeddings}`);
+    console.log(`  low_freq_wavelen ${l3.lowW}, high_freq_wavelen ${l3.highW}`);
+    l3.rows.forEach((r, j) => console.log(`  j=${j}: inv_freq ${r.inv0.toPrecision(10)}  wavelen ${r.wavelen.toPrecision(10)}  branch ${r.branch.padEnd(6)}  smooth ${r.smooth.toPrecision(6)}  -> inv_freq ${r.inv.toPrecision(10)} (x${(r.inv / r.inv0).toPrecision(6)})`));
+    const branches = l3.rows.map((r) => r.branch).join(',');
+    if (branches !== 'high,medium,low,low') throw new Error('llama3: expected branches high,medium,low,low, got ' + branches);
+    const real = decoderForward(cfg, S, false).logits;
+    report('llama3', real, [
+      ['(r1) plain RoPE (rope_scaling ignored)', decoderForward(cfg, S, false, { ropeScaling: 'none' }).logits, true, 1e-3],
+      ['(r2) every inv_freq divided by factor (linear scaling, no bands)', decoderForward(cfg, S, false, { ropeScaling: 'linear' }).logits, true, 1e-3],
+      ['(r3) medium band left unscaled (no smoothing; only low band / factor)', decoderForward(cfg, S, false, { ropeScaling: 'no_smooth_keep' }).logits, true, 1e-3],
+      ['(r4) medium band divided by factor (no smoothing)', decoderForward(cfg, S, false, { ropeScaling: 'no_smooth_div' }).logits, true, 1e-3],
+      ['(r5) low band not divided by factor (medium band still smoothed)', decoderForward(cfg, S, false, { ropeScaling: 'low_keep' }).logits, true, 1e-3],
+      ['(a1) interleaved-pair RoPE instead of rotate_half', decoderForward(cfg, S, false, { rope: 'interleave' }).logits, true],
+      ['(a2) rotate_half halves swapped the wrong way (cat(x2,-x1))', decoderForward(cfg, S, false, { rope: 'half_neg' }).logits, true],
+      ['(c) GQA kv head = h % n_kv instead of floor(h/(n_head/n_kv))', decoderForward(cfg, S, false, { gqa: 'mod' }).logits, true],
+    ]);
+    writeModel(outDir, 'llama3', cfg, S, real,
+      `LlamaForCausalLM forward (eager, fp32 weights, computed in float64 by an independent JS implementation), batch 1, positions 0..${T - 1}, no padding; rotate_half RoPE with rope_scaling rope_type llama3 (factor 8, low_freq_factor 1, high_freq_factor 4, original_max_position_embeddings 256; inv_freq per transformers _compute_llama3_parameters: [${l3.rows.map((r) => r.branch).join(', ')}] for j=0..3, attention_factor 1), GQA 4q/2kv, untied lm_head; weights seed ${hex(seed)} (mulberry32 + Box-Muller), q_proj/k_proj std ${QK_STD}`);
   }
 
   // Mixtral: search for a seed with robust routing and full expert coverage
