@@ -48,5 +48,14 @@ for job in tiny-gpt2 tiny-llama moe-tiny; do
   "$PY" scripts/hf_check.py "$hf" --engine vllm
   rc=$?
   (( rc == 1 )) && status=1
+  if [[ $job == tiny-llama ]]; then  # bf16 in save_pretrained's shards + index
+    if "$TRAINER" export "$run" --format hf --out "$hf-bf16" --dtype bf16 --max-shard-size 2MB \
+        --reference-logits 64 >"$OUT/$job.export-bf16.log" 2>&1; then
+      echo "hf_check: $job, bf16 shards"
+      "$PY" scripts/hf_check.py "$hf-bf16" --engine transformers || status=1
+    else
+      echo "hf_check: $job: bf16 export failed:"; tail -3 "$OUT/$job.export-bf16.log"; status=1
+    fi
+  fi
 done
 exit $status

@@ -12,6 +12,7 @@
 #include "engine/checkpoint/files.h"
 #include "engine/checkpoint/hf_config.h"
 #include "engine/json.h"
+#include "engine/model_from_spec.h"
 #include "kernels/error.h"
 
 using namespace trainer;
@@ -175,4 +176,33 @@ TEST_CASE("hf config: a model no transformers class computes is refused by its k
   aux_free.moe.balance = model::MoeBalance::aux_free;
   CHECK_THROWS_WITH(hf_architecture(aux_free), Contains("model.moe.balance is aux_free"));
   CHECK_THROWS_AS(hf_config_json(aux_free), InputError);
+}
+
+TEST_CASE("hf config: configs/llama-1b.yaml is Llama 3.2 1B, configs/llama-8b.yaml Llama 3 8B",
+          "[cpu][checkpoint]") {
+  // Their hub config.json files' architecture keys (meta-llama/Llama-3.2-1B, Meta-Llama-3-8B).
+  const std::string llama32_1b = R"({"architectures": ["LlamaForCausalLM"], "attention_bias": false,
+    "bos_token_id": 128000, "eos_token_id": 128001, "head_dim": 64, "hidden_act": "silu",
+    "hidden_size": 2048, "intermediate_size": 8192, "max_position_embeddings": 131072,
+    "mlp_bias": false, "model_type": "llama", "num_attention_heads": 32, "num_hidden_layers": 16,
+    "num_key_value_heads": 8, "rms_norm_eps": 1e-05, "rope_scaling": {"factor": 32.0,
+    "high_freq_factor": 4.0, "low_freq_factor": 1.0, "original_max_position_embeddings": 8192,
+    "rope_type": "llama3"}, "rope_theta": 500000.0, "tie_word_embeddings": true,
+    "torch_dtype": "bfloat16", "vocab_size": 128256})";
+  const std::string llama3_8b = R"({"architectures": ["LlamaForCausalLM"], "attention_bias": false,
+    "hidden_act": "silu", "hidden_size": 4096, "intermediate_size": 14336,
+    "max_position_embeddings": 8192, "model_type": "llama", "num_attention_heads": 32,
+    "num_hidden_layers": 32, "num_key_value_heads": 8, "rms_norm_eps": 1e-05, "rope_scaling": null,
+    "rope_theta": 500000.0, "tie_word_embeddings": false, "torch_dtype": "bfloat16",
+    "vocab_size": 128256})";
+  const fs::path dir = scratch_dir();
+  fs::create_directories(dir);
+  for (const auto& [yaml, json] : {std::pair{"llama-1b.yaml", llama32_1b}, {"llama-8b.yaml", llama3_8b}}) {
+    INFO(yaml);
+    const std::string path = (dir / (std::string(yaml) + ".json")).string();
+    replace_file_atomically(path, json);
+    const JobSpec spec = load_job_spec(std::string(TRAINER_SOURCE_DIR) + "/configs/" + yaml);
+    CHECK_NOTHROW(check_hf_config(path, model_config(spec)));
+  }
+  fs::remove_all(dir);
 }
