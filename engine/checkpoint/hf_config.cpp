@@ -3,10 +3,13 @@
 #include "engine/checkpoint/hf_config.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <cmath>
 #include <memory>
 #include <optional>
+#include <utility>
+#include <vector>
 #include <stdexcept>
 
 #include "engine/checkpoint/files.h"
@@ -62,28 +65,36 @@ class ConfigCheck {
     return v->as_bool();
   }
 
+  // A difference from the job's model. They are collected, so that one line
+  // names them all rather than one per attempt.
+  template <typename... Args>
+  void require(bool ok, fmt::format_string<Args...> what, Args&&... args) const {
+    if (!ok) diffs_->push_back(fmt::format(what, std::forward<Args>(args)...));
+  }
+  void finish() const {
+    TRAINER_INPUT_CHECK(diffs_->empty(), "{}: {} (model.init_from)", path_, fmt::join(*diffs_, "; "));
+  }
+
   void same_int(const std::string& key, double fallback, int64_t ours, const std::string& job_key) const {
     double theirs = number(key, fallback);
-    TRAINER_INPUT_CHECK(theirs == static_cast<double>(ours), "{}: {}{} is {}, but {} is {} (model.init_from)",
-                        path_, prefix_, key, theirs, job_key, ours);
+    require(theirs == static_cast<double>(ours), "{}{} is {}, but {} is {}", prefix_, key, theirs,
+            job_key, ours);
   }
   void same_float(const std::string& key, double fallback, double ours, const std::string& job_key) const {
     double theirs = number(key, fallback);
     // The job's value may be a float: equal within its rounding.
-    TRAINER_INPUT_CHECK(std::fabs(theirs - ours) <= 1e-6 * std::fabs(theirs),
-                        "{}: {}{} is {}, but {} is {} (model.init_from)", path_, prefix_, key, theirs,
-                        job_key, tidy(static_cast<float>(ours)));
+    require(std::fabs(theirs - ours) <= 1e-6 * std::fabs(theirs), "{}{} is {}, but {} is {}", prefix_,
+            key, theirs, job_key, tidy(static_cast<float>(ours)));
   }
   void same_flag(const std::string& key, bool fallback, bool ours, const std::string& job_key) const {
     bool theirs = flag(key, fallback);
-    TRAINER_INPUT_CHECK(theirs == ours, "{}: {} is {}, but {} is {} (model.init_from)", path_, key,
-                        theirs, job_key, ours);
+    require(theirs == ours, "{} is {}, but {} is {}", key, theirs, job_key, ours);
   }
   // A feature this trainer does not compute must be off.
   void off(const std::string& key, const std::string& why) const {
     const Json* v = get(key);
-    TRAINER_INPUT_CHECK(!v || (v->kind() == Json::Kind::boolean && !v->as_bool()),
-                        "{}: {} is {}: {} (model.init_from)", path_, key, v ? v->dump() : "", why);
+    require(!v || (v->kind() == Json::Kind::boolean && !v->as_bool()), "{} is {}: {}", key,
+            v ? v->dump() : "", why);
   }
 
   const std::string& path() const { return path_; }
@@ -93,6 +104,7 @@ class ConfigCheck {
   std::shared_ptr<const Json> root_;
   const Json* j_;
   std::string prefix_;
+  std::shared_ptr<std::vector<std::string>> diffs_ = std::make_shared<std::vector<std::string>>();
 };
 
 void check_gpt2(const ConfigCheck& c, const model::ModelConfig& cfg) {
@@ -102,15 +114,14 @@ void check_gpt2(const ConfigCheck& c, const model::ModelConfig& cfg) {
   c.same_int("n_inner", 4 * c.number("n_embd", 768), cfg.d_ff, "model.d_ff");
   c.same_int("vocab_size", 50257, cfg.vocab_size, "model.vocab_size");
   double positions = c.number("n_positions", 1024);
-  TRAINER_INPUT_CHECK(positions >= cfg.max_seq_len,
-                      "{}: n_positions is {}, below model.max_seq_len {} (model.init_from)", c.path(),
-                      positions, cfg.max_seq_len);
+  c.require(positions >= cfg.max_seq_len, "n_positions is {}, below model.max_seq_len {}", positions,
+            cfg.max_seq_len);
   c.same_float("layer_norm_epsilon", 1e-5, cfg.norm_eps, "model.norm_eps");
   c.same_flag("tie_word_embeddings", true, cfg.tie_embeddings, "model.tie_embeddings");
   std::string act = c.text("activation_function", "gelu_new");
-  TRAINER_INPUT_CHECK(act == "gelu_new" || act == "gelu_pytorch_tanh",
-                      "{}: activation_function is \"{}\": this trainer's GPT-2 computes the tanh "
-                      "approximation (gelu_new) (model.init_from)", c.path(), act);
+  c.require(act == "gelu_new" || act == "gelu_pytorch_tanh",
+            "activation_function is \"{}\": this trainer's GPT-2 computes the tanh approximation "
+            "(gelu_new)", act);
   c.off("scale_attn_by_inverse_layer_idx", "this trainer scales attention by 1/sqrt(head_dim) only");
 }
 
@@ -138,16 +149,16 @@ void check_llama_like(const ConfigCheck& c, const model::ModelConfig& cfg, bool 
       rope_type = t->as_string();
       scaling_key = "rope_scaling";
     }
-  TRAINER_INPUT_CHECK(rope_type == "default" || rope_type == "llama3",
-                      "{}: RoPE scaling \"{}\": this trainer computes plain RoPE or Llama 3.1's llama3 "
-                      "scaling (model.init_from)", c.path(), rope_type);
+  c.require(rope_type == "default" || rope_type == "llama3",
+            "RoPE scaling \"{}\": this trainer computes plain RoPE or Llama 3.1's llama3 scaling",
+            rope_type);
   const RopeScaling& ours = cfg.rope_scaling;
   if (rope_type == "default") {
-    TRAINER_INPUT_CHECK(!ours.active(), "{}: plain RoPE, but model.rope_scaling is set (model.init_from)",
-                        c.path());
-  } else {
-    TRAINER_INPUT_CHECK(ours.active(), "{}: {} is Llama 3.1's llama3 scaling, but the job has no "
-                        "model.rope_scaling (model.init_from)", c.path(), scaling_key);
+    c.require(!ours.active(), "plain RoPE, but model.rope_scaling is set");
+  } else if (rope_type == "llama3" && !ours.active()) {
+    c.require(false, "{} is Llama 3.1's llama3 scaling, but the job has no model.rope_scaling",
+              scaling_key);
+  } else if (rope_type == "llama3") {
     const ConfigCheck s = c.member(scaling_key);
     s.same_float("factor", 8.0, ours.factor, "model.rope_scaling.factor");
     s.same_float("low_freq_factor", 1.0, ours.low_freq_factor, "model.rope_scaling.low_freq_factor");
@@ -157,8 +168,7 @@ void check_llama_like(const ConfigCheck& c, const model::ModelConfig& cfg, bool 
   }
   c.same_flag("tie_word_embeddings", false, cfg.tie_embeddings, "model.tie_embeddings");
   std::string act = c.text("hidden_act", "silu");
-  TRAINER_INPUT_CHECK(act == "silu", "{}: hidden_act is \"{}\": this trainer's llama computes SwiGLU "
-                      "(silu) (model.init_from)", c.path(), act);
+  c.require(act == "silu", "hidden_act is \"{}\": this trainer's llama computes SwiGLU (silu)", act);
   c.off("attention_bias", "this trainer's llama attention has no biases");
   c.off("mlp_bias", "this trainer's llama MLP has no biases");
   if (!is_mixtral) {
@@ -169,9 +179,9 @@ void check_llama_like(const ConfigCheck& c, const model::ModelConfig& cfg, bool 
   c.same_int("num_local_experts", 8, cfg.moe.n_experts, "model.moe.n_experts");
   c.same_int("num_experts_per_tok", 2, cfg.moe.top_k, "model.moe.top_k");
   double window = c.number("sliding_window", 1e18);
-  TRAINER_INPUT_CHECK(window >= cfg.max_seq_len,
-                      "{}: sliding_window is {}, below model.max_seq_len {}: this trainer's attention "
-                      "is full causal (model.init_from)", c.path(), window, cfg.max_seq_len);
+  c.require(window >= cfg.max_seq_len,
+            "sliding_window is {}, below model.max_seq_len {}: this trainer's attention is full causal",
+            window, cfg.max_seq_len);
 }
 
 }  // namespace
@@ -269,15 +279,19 @@ void check_hf_config(const std::string& config_path, const model::ModelConfig& c
                       !cfg.is_llama() ? "model.family gpt2" : cfg.moe_enabled
                                                                   ? "model.family llama with model.moe"
                                                                   : "model.family llama");
-  if (type == "gpt2") return check_gpt2(c, cfg);
-  if (type == "mixtral") {
-    TRAINER_INPUT_CHECK(cfg.moe_every == 1, "{}: a Mixtral model has an MoE in every layer, but "
-                        "model.moe.every is {} (model.init_from)", config_path, cfg.moe_every);
-    TRAINER_INPUT_CHECK(cfg.moe.n_shared_experts == 0, "{}: a Mixtral model has no shared experts, "
-                        "but model.moe.n_shared_experts is {} (model.init_from)", config_path,
-                        cfg.moe.n_shared_experts);
+  if (type == "gpt2") {
+    check_gpt2(c, cfg);
+  } else {
+    if (type == "mixtral") {
+      c.require(cfg.moe_every == 1, "a Mixtral model has an MoE in every layer, but model.moe.every is {}",
+                cfg.moe_every);
+      c.require(cfg.moe.n_shared_experts == 0,
+                "a Mixtral model has no shared experts, but model.moe.n_shared_experts is {}",
+                cfg.moe.n_shared_experts);
+    }
+    check_llama_like(c, cfg, type == "mixtral");
   }
-  check_llama_like(c, cfg, type == "mixtral");
+  c.finish();
 }
 
 }  // namespace trainer::engine::checkpoint

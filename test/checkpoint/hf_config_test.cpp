@@ -153,6 +153,14 @@ TEST_CASE("hf config: a differing hyper-parameter is named with the job key", "[
   j.set("rope_parameters", params);
   replace_file_atomically(path, j.dump());
   CHECK_NOTHROW(check_hf_config(path, llama_cfg()));
+  // Every difference is named in the one line, not only the first.
+  model::ModelConfig other = llama_cfg();
+  other.n_layer = 3, other.rope_theta = 10000.0f, other.tie_embeddings = true;
+  CHECK_THROWS_WITH(
+      check_hf_config(config_with(llama_cfg(), "", nullptr), other),
+      Contains(": num_hidden_layers is 2, but model.n_layer is 3; rope_theta is 500000, but "
+               "model.rope_theta is 10000; tie_word_embeddings is false, but model.tie_embeddings "
+               "is true (model.init_from)"));
   // A Mixtral config for a job whose MoE is every other layer.
   model::ModelConfig every2 = mixtral_cfg();
   every2.moe_every = 2;
