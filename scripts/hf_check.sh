@@ -42,7 +42,7 @@ for job in tiny-gpt2 tiny-llama moe-tiny; do
   fi
   echo "hf_check: $job"
   "$PY" scripts/hf_check.py "$hf" --engine transformers || status=1
-  if (( ${#tok_args[@]} )); then
+  if (( ${#tok_args[@]} )) && [[ $job == tiny-gpt2 ]]; then  # the same tokenizer files in every export
     "$PY" scripts/hf_check.py "$hf" --text "$OUT/sample.txt" --tokens "$OUT/sample__train_000000.bin" || status=1
   fi
   "$PY" scripts/hf_check.py "$hf" --engine vllm
