@@ -23,7 +23,7 @@ tok_args=()
 if [[ -f $GPT2/encoder.json && -f $GPT2/vocab.bpe ]]; then
   tok_args=(--vocab "$GPT2/encoder.json" --merges "$GPT2/vocab.bpe")
   mkdir -p "$OUT"
-  printf 'The Fulton County Grand Jury said Friday an investigation of Atlanta\x27s recent\nprimary election produced "no evidence" that any irregularities took place. 1962: caf\xc3\xa9s\n' \
+  printf 'The Fulton County Grand Jury said Friday an investigation of Atlanta\x27s recent\nprimary election produced "no evidence" that any irregularities took place . 1962: caf\xc3\xa9s\n' \
     >"$OUT/sample.txt"
   if ! "$TRAINER" tokenize "$OUT/sample.txt" "${tok_args[@]}" --out "$OUT/sample_" >"$OUT/tokenize.log" 2>&1; then
     echo "hf_check: trainer tokenize failed:"; tail -3 "$OUT/tokenize.log"; status=1; tok_args=()

@@ -42,6 +42,9 @@ void HfTokenizerExport::write(const std::string& out_dir) const {
   config.set("model_max_length", Json(max_seq_len_));
   config.set("add_prefix_space", Json(false));
   config.set("errors", Json("replace"));
+  // Byte-level BPE decodes to the exact text; transformers' clean-up would
+  // drop the space before "." or "'s".
+  config.set("clean_up_tokenization_spaces", Json(false));
   for (const auto& [key, value] : specials.members()) config.set(key, value);
   replace_file_atomically((dir / "tokenizer_config.json").string(), config.dump(2) + "\n");
   replace_file_atomically((dir / "special_tokens_map.json").string(), specials.dump(2) + "\n");

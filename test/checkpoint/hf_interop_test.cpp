@@ -274,6 +274,7 @@ TEST_CASE("hf: the tokenizer exported with the model encodes as the one given", 
   CHECK(tc.at("tokenizer_class").as_string() == "GPT2Tokenizer");
   CHECK(tc.at("eos_token").as_string() == "<|endoftext|>");
   CHECK(tc.at("model_max_length").as_int() == spec.model.max_seq_len);
+  CHECK(!tc.at("clean_up_tokenization_spaces").as_bool());
 
   // A vocabulary beyond the model's ids is refused before anything is written.
   JobSpec small = tiny_spec(Family::gpt2, dir / "small");
