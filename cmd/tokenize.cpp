@@ -7,6 +7,7 @@
 #include "cmd/subcommand.h"
 #include "engine/data/tokenize_corpus.h"
 #include "engine/data/tokenizer.h"
+#include "kernels/error.h"
 
 namespace trainer::cmd {
 namespace {
@@ -16,18 +17,21 @@ using engine::data::OutputFormat;
 
 struct Args {
   engine::data::TokenizeOptions opt;
-  std::string vocab, merges, format = "llmc", input = "auto";
+  std::string vocab, merges, tokenizer, format = "llmc", input = "auto";
   bool quiet = false;
 };
 
 Registrar tokenize_registrar(
-    "tokenize", "tokenize text or JSONL with GPT-2's BPE into llm.c shards or a Megatron dataset",
+    "tokenize", "tokenize text or JSONL with GPT-2's or Llama 3's BPE into llm.c shards or a Megatron dataset",
     [](CLI::App& sub) -> std::function<int()> {
       auto args = std::make_shared<Args>();
       sub.add_option("inputs", args->opt.inputs, "text files (one document each) or JSONL files (one per line)")
           ->required();
-      sub.add_option("--vocab", args->vocab, "encoder.json (GPT-2) or vocab.json (Hugging Face)")->required();
-      sub.add_option("--merges", args->merges, "vocab.bpe (GPT-2) or merges.txt (Hugging Face)")->required();
+      sub.add_option("--vocab", args->vocab, "encoder.json (GPT-2) or vocab.json (Hugging Face), with --merges");
+      sub.add_option("--merges", args->merges, "vocab.bpe (GPT-2) or merges.txt (Hugging Face), with --vocab");
+      sub.add_option("--tokenizer", args->tokenizer,
+                     "instead of --vocab/--merges: a Hugging Face tokenizer.json (GPT-2's or Llama 3's "
+                     "byte-level BPE; Llama 3's vocabulary needs --format megatron)");
       sub.add_option("--out", args->opt.out_prefix,
                      "output prefix: llmc writes PREFIX_train_000000.bin, PREFIX_val_000000.bin, ...; "
                      "megatron writes PREFIX.bin/.idx (PREFIX_train/PREFIX_val with --val-fraction)")
@@ -46,7 +50,13 @@ Registrar tokenize_registrar(
         opt.input_kind = args->input == "text" ? InputKind::text
                          : args->input == "jsonl" ? InputKind::jsonl : InputKind::auto_;
         opt.progress = !args->quiet && ::isatty(2);
-        auto tok = engine::data::Tokenizer::load(args->vocab, args->merges);
+        const bool files = !args->vocab.empty() || !args->merges.empty();
+        TRAINER_INPUT_CHECK(files != !args->tokenizer.empty(),
+                            "tokenize: give --vocab and --merges, or --tokenizer (one of the two)");
+        TRAINER_INPUT_CHECK(!files || (!args->vocab.empty() && !args->merges.empty()),
+                            "tokenize: --vocab and --merges go together");
+        auto tok = files ? engine::data::Tokenizer::load(args->vocab, args->merges)
+                         : engine::data::Tokenizer::load_hf(args->tokenizer);
         auto r = engine::data::tokenize_corpus(opt, tok);
         const double mb = r.bytes / 1e6;
         std::printf("tokenize: %lld documents (%lld val), %lld train + %lld val tokens, %.1f MB in %.2f s "

@@ -48,6 +48,8 @@ class Json {
   const Json& at(std::string_view key) const;
   // Object: appends (or replaces) a member; array: appends an item.
   Json& set(std::string key, Json value);
+  // Object: appends a member the caller knows is new (no search).
+  Json& append(std::string key, Json value);
   Json& push(Json value);
 
   // Compact (indent < 0) or pretty-printed text.

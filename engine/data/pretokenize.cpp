@@ -1,5 +1,6 @@
 // Character classification and safe cut points for the GPT-2 pre-tokenizer.
 #include "engine/data/pretokenize.h"
+#include "engine/data/pretokenize_llama3.h"
 
 #include <algorithm>
 
@@ -59,6 +60,17 @@ size_t find_safe_cut(std::string_view text) {
     char c = text[p];
     unsigned char prev = static_cast<unsigned char>(text[p - 1]);
     if ((c == ' ' || c == '\n') && prev > 0x20 && prev < 0x7F) return p;
+  }
+  return 0;
+}
+
+size_t find_safe_cut_llama3(std::string_view text) {
+  for (size_t p = text.size(); p-- > 1;) {
+    char c = text[p];
+    unsigned char prev = static_cast<unsigned char>(text[p - 1]);
+    if (prev <= 0x20 || prev >= 0x7F) continue;
+    const bool word = kAsciiClass[prev] == CharClass::letter || kAsciiClass[prev] == CharClass::number;
+    if (c == ' ' || (c == '\n' && word)) return p;
   }
   return 0;
 }

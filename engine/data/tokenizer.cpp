@@ -1,4 +1,5 @@
-// GPT-2 byte-level BPE (see tokenizer.h): vocabulary loading, merges, encode, decode.
+// Byte-level BPE (see tokenizer.h): vocabulary loading, merges, encode, decode;
+// tokenizer.json in tokenizer_hf.cpp.
 #include "engine/data/tokenizer.h"
 
 #include <algorithm>
@@ -12,6 +13,7 @@
 
 #include "engine/data/json_text.h"
 #include "engine/data/pretokenize.h"
+#include "engine/data/pretokenize_llama3.h"
 #include "kernels/error.h"
 
 namespace trainer::engine::data {
@@ -330,10 +332,18 @@ void Tokenizer::encode_long_piece(std::string_view piece, std::vector<int32_t>& 
 }
 
 void Tokenizer::encode(std::string_view text, std::vector<int32_t>& out, WordCache* cache) const {
-  pretokenize(text, [&](size_t begin, size_t end) {
+  auto word = [&](std::string_view piece) {
+    if (ignore_merges_ && piece.size() > 1)
+      if (auto it = whole_.find(std::string(piece)); it != whole_.end()) {
+        out.push_back(it->second);
+        return;
+      }
+    encode_piece(piece, out);
+  };
+  auto emit = [&](size_t begin, size_t end) {
     std::string_view piece = text.substr(begin, end - begin);
     if (piece.size() == 1 || cache == nullptr) {
-      encode_piece(piece, out);
+      word(piece);
       return;
     }
     uint64_t h = WordCache::hash(piece);
@@ -343,9 +353,17 @@ void Tokenizer::encode(std::string_view text, std::vector<int32_t>& out, WordCac
       return;
     }
     size_t before = out.size();
-    encode_piece(piece, out);
+    word(piece);
     cache->insert(piece, h, out.data() + before, static_cast<uint32_t>(out.size() - before));
-  });
+  };
+  if (pre_ == PreTokenizer::llama3)
+    pretokenize_llama3(text, emit);
+  else
+    pretokenize(text, emit);
+}
+
+size_t Tokenizer::safe_cut(std::string_view text) const {
+  return pre_ == PreTokenizer::llama3 ? find_safe_cut_llama3(text) : find_safe_cut(text);
 }
 
 std::vector<int32_t> Tokenizer::encode(std::string_view text) const {

@@ -1,11 +1,13 @@
-// GPT-2 byte-level BPE: loads encoder.json + vocab.bpe (or HF vocab.json +
-// merges.txt), encodes text to ids exactly as GPT-2 does (pre-tokenizer, then
-// merges applied by rank within each piece) and decodes ids back to bytes.
+// Byte-level BPE: loads GPT-2's encoder.json + vocab.bpe (or HF vocab.json +
+// merges.txt), or a Hugging Face tokenizer.json (GPT-2's or Llama 3's),
+// encodes text to ids exactly as their reference tokenizers do (pre-tokenizer,
+// then merges applied by rank within each piece) and decodes ids back to bytes.
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 namespace trainer::engine::data {
@@ -37,6 +39,10 @@ class WordCache {
   std::vector<int32_t> ids_;
 };
 
+// The pre-tokenizer a vocabulary was trained with: GPT-2's regex, or Llama
+// 3's (tiktoken cl100k's; pretokenize_llama3.h).
+enum class PreTokenizer : uint8_t { gpt2, llama3 };
+
 class Tokenizer {
  public:
   // vocab_path: a JSON object token -> id (GPT-2 encoder.json or HF vocab.json);
@@ -46,9 +52,24 @@ class Tokenizer {
   // Same from the files' contents (names are only for messages).
   static Tokenizer from_text(std::string_view vocab_json, std::string_view merges,
                             const std::string& vocab_name, const std::string& merges_name);
+  // A Hugging Face tokenizer.json of a byte-level BPE: GPT-2's (ByteLevel
+  // pre-tokenizer with its regex) or Llama 3's (Split on its pattern, then
+  // ByteLevel; ignore_merges). Its added tokens join the vocabulary. Any
+  // other model, normalizer or pre-tokenizer is an InputError naming the
+  // file and the key: it would tokenize differently from the model's own.
+  static Tokenizer load_hf(const std::string& tokenizer_json_path);
+  static Tokenizer from_hf_text(std::string_view tokenizer_json, const std::string& name);
 
   int vocab_size() const { return static_cast<int>(token_bytes_.size()); }  // largest id + 1
-  int eot_id() const { return eot_id_; }  // id of <|endoftext|>, -1 when absent
+  // The document separator: <|endoftext|> (GPT-2), or <|end_of_text|> (Llama 3); -1 when absent.
+  int eot_id() const { return eot_id_; }
+  // The token a document starts with, where the vocabulary's model expects one
+  // (Llama 3's <|begin_of_text|>); -1 for GPT-2, whose documents only end.
+  int bos_id() const { return bos_id_; }
+  PreTokenizer pre_tokenizer() const { return pre_; }
+  // A point where text may be cut without changing its pieces (find_safe_cut
+  // for this pre-tokenizer), 0 if none.
+  size_t safe_cut(std::string_view text) const;
   int num_merges() const { return num_merges_; }
 
   // Appends the ids of text to out. cache may be null.
@@ -99,7 +120,13 @@ class Tokenizer {
   int32_t byte_id_[256];
   PairTable pairs_;
   int eot_id_ = -1;
+  int bos_id_ = -1;
   int num_merges_ = 0;
+  PreTokenizer pre_ = PreTokenizer::gpt2;
+  // ignore_merges (Llama 3): a piece that is itself in the vocabulary is that
+  // one token, whatever the merges would build. Byte string -> id.
+  bool ignore_merges_ = false;
+  std::unordered_map<std::string, int32_t> whole_;
 };
 
 // GPT-2's reversible map of the 256 byte values to printable code points (the

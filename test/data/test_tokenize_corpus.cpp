@@ -192,4 +192,10 @@ TEST_CASE("trainer tokenize exits 2 with one line on bad input", "[cpu]") {
   CHECK(status(base + "--vocab " + data_test::fixture("tiny_vocab.json") + " --merges " +
                data_test::fixture("tiny_vocab.json")) == 2);
   CHECK(status(base + "--format parquet --vocab x --merges y") == 2);
+  // One tokenizer: --vocab with --merges, or a tokenizer.json.
+  CHECK(status(base + "--vocab " + data_test::fixture("tiny_vocab.json")) == 2);
+  CHECK(status(base + "--tokenizer " + (dir / "nope.json")) == 2);
+  CHECK(status(base + "--tokenizer " + data_test::fixture("tiny_vocab.json") + " --vocab " +
+               data_test::fixture("tiny_vocab.json") + " --merges " + data_test::fixture("tiny_merges.txt")) == 2);
+  CHECK(status(base + "--tokenizer " + data_test::fixture("tiny_vocab.json")) == 2);  // not a tokenizer.json
 }
