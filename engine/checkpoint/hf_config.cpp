@@ -202,7 +202,8 @@ std::string hf_architecture(const model::ModelConfig& cfg) {
   return "MixtralForCausalLM";
 }
 
-std::string hf_config_json(const model::ModelConfig& cfg, int eot_id, const std::string& torch_dtype) {
+std::string hf_config_json(const model::ModelConfig& cfg, int eot_id, const std::string& torch_dtype,
+                           int bos_id) {
   const std::string arch_name = hf_architecture(cfg);
   Json j = Json::object();
   auto arch = Json::array();
@@ -261,7 +262,7 @@ std::string hf_config_json(const model::ModelConfig& cfg, int eot_id, const std:
     j.set("scale_attn_weights", Json(true));
   }
   if (eot_id >= 0) {
-    j.set("bos_token_id", Json(eot_id));
+    j.set("bos_token_id", Json(bos_id >= 0 ? bos_id : eot_id));
     j.set("eos_token_id", Json(eot_id));
   }
   j.set("tie_word_embeddings", Json(cfg.tie_embeddings));

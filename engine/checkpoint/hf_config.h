@@ -20,8 +20,9 @@ std::string hf_architecture(const model::ModelConfig& cfg);
 // names them); bos_token_id and eos_token_id when the tokenizer's end-of-text
 // id is known (>= 0), since transformers' defaults are other vocabularies' ids;
 // torch_dtype is the weights' ("float32", "bfloat16", "float16").
+// A bos_id >= 0 (Llama 3's <|begin_of_text|>) is the bos_token_id instead.
 std::string hf_config_json(const model::ModelConfig& cfg, int eot_id = -1,
-                           const std::string& torch_dtype = "float32");
+                           const std::string& torch_dtype = "float32", int bos_id = -1);
 
 // `config_path`: an HF config.json that model.init_from starts from. The first
 // hyper-parameter (with transformers' defaults for keys left out) that makes

@@ -144,8 +144,11 @@ std::string export_hf(const std::string& path, const std::string& out_dir, FILE*
   TRAINER_INPUT_CHECK(options.max_shard_bytes > 0, "--max-shard-size: expected a size above 0");
   TRAINER_INPUT_CHECK(options.vocab.empty() == options.merges.empty(),
                       "--vocab and --merges: give both (the tokenizer's two files) or neither");
+  TRAINER_INPUT_CHECK(options.vocab.empty() || options.tokenizer.empty(),
+                      "--tokenizer: give it or --vocab and --merges, not both");
   std::optional<HfTokenizerExport> tok;
-  if (!options.vocab.empty()) tok.emplace(options.vocab, options.merges, cfg);
+  if (!options.vocab.empty()) tok = HfTokenizerExport::gpt2_files(options.vocab, options.merges, cfg);
+  if (!options.tokenizer.empty()) tok = HfTokenizerExport::tokenizer_json(options.tokenizer, cfg);
 
   // Declaring a model allocates nothing; it lists the parameters and their global shapes.
   model::Model declared(cfg, model::BatchShape{1, 1});
@@ -215,7 +218,7 @@ std::string export_hf(const std::string& path, const std::string& out_dir, FILE*
     fs::remove(index, ec);
   }
   replace_file_atomically((dir / "config.json").string(),
-                          hf_config_json(cfg, tok ? tok->eot_id() : -1, dtype.torch));
+                          hf_config_json(cfg, tok ? tok->eot_id() : -1, dtype.torch, tok ? tok->bos_id() : -1));
   for (const auto& entry : fs::directory_iterator(dir)) {
     const std::string f = entry.path().filename().string();
     if (is_model_file(f) && !written.count(f)) fs::remove(entry.path(), ec);  // an earlier export's
@@ -228,8 +231,8 @@ std::string export_hf(const std::string& path, const std::string& out_dir, FILE*
                step_dir, reader.step(), architecture, out_dir, files, tensors.size(), options.dtype,
                total / 1e6);
     if (tok)
-      fmt::print(log, "tokenizer: {}/vocab.json, merges.txt, tokenizer_config.json, special_tokens_map.json\n",
-                 out_dir);
+      fmt::print(log, "tokenizer: {}/{}, tokenizer_config.json, special_tokens_map.json\n", out_dir,
+                 options.tokenizer.empty() ? "vocab.json, merges.txt" : "tokenizer.json");
   }
   return step_dir;
 }

@@ -33,9 +33,10 @@ void load_hf_weights(const std::string& path, const model::ModelConfig& cfg,
                      const AdamW* zero3 = nullptr);
 
 struct HfExportOptions {
-  // GPT-2 BPE tokenizer files to export with the model (both or neither):
-  // the vocabulary and merges the training data was tokenized with.
-  std::string vocab, merges;
+  // The tokenizer the training data was tokenized with, exported with the
+  // model: GPT-2 BPE files (vocab and merges, both or neither), or a Hugging
+  // Face tokenizer.json (not with them).
+  std::string vocab, merges, tokenizer;
   // The files' dtype: "fp32", "bf16" (round to nearest even) or "fp16".
   std::string dtype = "fp32";
   // save_pretrained's default: above it the weights go to

@@ -1,7 +1,8 @@
-// The tokenizer files of a Hugging Face export (trainer export --vocab
-// --merges): GPT2Tokenizer's vocab.json and merges.txt with its
-// tokenizer_config.json and special_tokens_map.json, so AutoTokenizer and
-// vLLM load the export directory as it is, tokenizer included.
+// The tokenizer files of a Hugging Face export, so AutoTokenizer and vLLM
+// load the export directory as it is, tokenizer included: GPT2Tokenizer's
+// vocab.json and merges.txt (trainer export --vocab --merges), or a
+// tokenizer.json as PreTrainedTokenizerFast reads it (--tokenizer, e.g.
+// Llama 3's), each with its tokenizer_config.json and special_tokens_map.json.
 #pragma once
 
 #include <string>
@@ -15,18 +16,24 @@ class HfTokenizerExport {
   // Reads and checks the files with this trainer's own tokenizer before
   // anything is written: they must parse, and their ids must fit in
   // model.vocab_size. Bad files are an InputError naming the file.
-  HfTokenizerExport(const std::string& vocab_path, const std::string& merges_path,
-                    const model::ModelConfig& cfg);
+  static HfTokenizerExport gpt2_files(const std::string& vocab_path, const std::string& merges_path,
+                                      const model::ModelConfig& cfg);
+  static HfTokenizerExport tokenizer_json(const std::string& path, const model::ModelConfig& cfg);
 
-  // <|endoftext|>'s id (GPT-2's bos, eos and unk), -1 when the vocabulary has none.
+  // The end-of-text id (<|endoftext|>, <|end_of_text|>; -1 when none) and
+  // Llama 3's <|begin_of_text|> (-1 when none), for config.json.
   int eot_id() const { return eot_id_; }
+  int bos_id() const { return bos_id_; }
 
-  // out_dir/{vocab.json, merges.txt, tokenizer_config.json, special_tokens_map.json}, each atomically.
+  // out_dir/{vocab.json, merges.txt | tokenizer.json}, tokenizer_config.json,
+  // special_tokens_map.json, each atomically.
   void write(const std::string& out_dir) const;
 
  private:
-  std::string vocab_, merges_;
-  int eot_id_ = -1;
+  HfTokenizerExport() = default;
+  std::string vocab_, merges_, tokenizer_json_;
+  std::string bos_, eos_;  // the tokens' text
+  int eot_id_ = -1, bos_id_ = -1;
   int max_seq_len_ = 0;
 };
 

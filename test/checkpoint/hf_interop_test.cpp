@@ -238,7 +238,7 @@ TEST_CASE("hf: an MoE llama is a Mixtral export and an aux_free job starts from 
 TEST_CASE("hf: the tokenizer exported with the model encodes as the one given", "[cpu][checkpoint]") {
   fs::path dir = fresh_temp_dir("hf_tokenizer");
   JobSpec spec = tiny_spec(Family::gpt2, dir);
-  spec.model.vocab_size = 300;  // the tiny vocabulary's 273 ids fit
+  spec.model.vocab_size = 320;  // the tiny vocabularies' ids (up to 301) fit
   Trainer a(spec, quiet_options());
   testing::train_losses(a, 1, 1);
   auto world = parallel::make_single_communicator("world");
@@ -275,6 +275,26 @@ TEST_CASE("hf: the tokenizer exported with the model encodes as the one given", 
   CHECK(tc.at("eos_token").as_string() == "<|endoftext|>");
   CHECK(tc.at("model_max_length").as_int() == spec.model.max_seq_len);
   CHECK(!tc.at("clean_up_tokenization_spaces").as_bool());
+
+  // A tokenizer.json (Llama 3's kind): copied as it is, for PreTrainedTokenizerFast.
+  const std::string tj = fx + "tiny_llama3_tokenizer.json";
+  fs::path fast = dir / "hf_fast";
+  HfExportOptions with_json;
+  with_json.tokenizer = tj;
+  export_hf(dir.string(), fast.string(), nullptr, with_json);
+  CHECK(read_text_file((fast / "tokenizer.json").string()) == read_text_file(tj));
+  CHECK(!fs::exists(fast / "vocab.json"));
+  Json fc = parse_json(read_text_file((fast / "tokenizer_config.json").string()), "tokenizer_config.json");
+  CHECK(fc.at("tokenizer_class").as_string() == "PreTrainedTokenizerFast");
+  CHECK(fc.at("bos_token").as_string() == "<|begin_of_text|>");
+  CHECK(fc.at("eos_token").as_string() == "<|end_of_text|>");
+  Json fcfg = parse_json(read_text_file((fast / "config.json").string()), "config.json");
+  CHECK(fcfg.at("bos_token_id").as_int() == 300);
+  CHECK(fcfg.at("eos_token_id").as_int() == 301);
+  with_json.vocab = fx + "tiny_vocab.json";
+  with_json.merges = fx + "tiny_merges.txt";
+  CHECK_THROWS_WITH(export_hf(dir.string(), (dir / "hf_both").string(), nullptr, with_json),
+                    Catch::Matchers::Contains("--tokenizer: give it or --vocab and --merges, not both"));
 
   // A vocabulary beyond the model's ids is refused before anything is written.
   JobSpec small = tiny_spec(Family::gpt2, dir / "small");
