@@ -1,5 +1,5 @@
 // trainer sample RUN_DIR_OR_CHECKPOINT [--prompt TEXT | --prompt-ids IDS] [--tokens N]
-//   [--temperature T] [--top-k K] [--seed S] [--vocab FILE --merges FILE] [--ids]
+//   [--temperature T] [--top-k K] [--seed S] [--vocab FILE --merges FILE | --tokenizer FILE] [--ids]
 #include <fmt/format.h>
 
 #include <sstream>
@@ -19,6 +19,7 @@ struct SampleArgs {
   std::string prompt_ids;
   std::string vocab = "data/gpt2/encoder.json";
   std::string merges = "data/gpt2/vocab.bpe";
+  std::string tokenizer;
   bool print_ids = false;
   engine::SampleOptions options;
 };
@@ -54,6 +55,9 @@ Registrar reg("sample", "continue a prompt with a checkpoint's model (one CPU ra
   sub.add_option("--seed", a->options.seed, "same seed, prompt and checkpoint: same text");
   sub.add_option("--vocab", a->vocab, "GPT-2 encoder.json / HF vocab.json (default data/gpt2/encoder.json)");
   sub.add_option("--merges", a->merges, "vocab.bpe / merges.txt (default data/gpt2/vocab.bpe)");
+  sub.add_option("--tokenizer", a->tokenizer,
+                 "instead of --vocab/--merges: a Hugging Face tokenizer.json (e.g. Llama 3's; a prompt "
+                 "then starts with its <|begin_of_text|>)");
   sub.add_flag("--ids", a->print_ids, "print token ids instead of text (no tokenizer needed with --prompt-ids)");
   return std::function<int()>([a] {
     TRAINER_INPUT_CHECK(a->prompt.empty() || a->prompt_ids.empty(),
@@ -68,13 +72,19 @@ Registrar reg("sample", "continue a prompt with a checkpoint's model (one CPU ra
     const bool need_tokenizer = !(a->print_ids && !a->prompt_ids.empty());
     std::unique_ptr<engine::data::Tokenizer> tok;
     if (need_tokenizer)
-      tok = std::make_unique<engine::data::Tokenizer>(engine::data::Tokenizer::load(a->vocab, a->merges));
+      tok = std::make_unique<engine::data::Tokenizer>(
+          a->tokenizer.empty() ? engine::data::Tokenizer::load(a->vocab, a->merges)
+                               : engine::data::Tokenizer::load_hf(a->tokenizer));
+    // Documents start as the data was tokenized: after <|endoftext|> (llm.c,
+    // GPT-2), or with <|begin_of_text|> where the vocabulary has one (Llama 3).
+    const int start = tok ? (tok->bos_id() >= 0 ? tok->bos_id() : tok->eot_id()) : -1;
     if (!a->prompt.empty()) {
       prompt = tok->encode(a->prompt);
+      if (tok->bos_id() >= 0) prompt.insert(prompt.begin(), tok->bos_id());
     } else if (a->prompt_ids.empty()) {
-      TRAINER_INPUT_CHECK(tok->eot_id() >= 0, "{}: has no <|endoftext|> token; give --prompt",
-                          a->vocab);
-      prompt = {tok->eot_id()};
+      TRAINER_INPUT_CHECK(start >= 0, "{}: has no <|endoftext|> token; give --prompt",
+                          a->tokenizer.empty() ? a->vocab : a->tokenizer);
+      prompt = {start};
     }
     if (tok && a->options.stop_id < 0) a->options.stop_id = tok->eot_id();
     std::vector<int32_t> out = engine::sample_continuation(step_dir, prompt, a->options);
@@ -84,7 +94,9 @@ Registrar reg("sample", "continue a prompt with a checkpoint's model (one CPU ra
       fmt::print("{}\n", line);
     } else {
       const bool eot_prompt = a->prompt.empty() && a->prompt_ids.empty();
-      fmt::print("{}{}\n", eot_prompt ? "" : tok->decode(prompt), tok->decode(out));
+      std::vector<int32_t> shown = prompt;  // the text given, without the start token added to it
+      if (!shown.empty() && shown.front() == start && a->prompt_ids.empty()) shown.erase(shown.begin());
+      fmt::print("{}{}\n", eot_prompt ? "" : tok->decode(shown), tok->decode(out));
     }
     return 0;
   });
