@@ -68,6 +68,7 @@ Registrar reg("sample", "continue a prompt with a checkpoint's model (one CPU ra
                         a->options.tokens);
     std::vector<int32_t> prompt;
     if (!a->prompt_ids.empty()) prompt = parse_ids(a->prompt_ids);
+    std::vector<int32_t> shown = prompt;  // the prompt as given, printed before the continuation
     const std::string step_dir = engine::checkpoint::resolve_checkpoint(a->source, stderr);
     const bool need_tokenizer = !(a->print_ids && !a->prompt_ids.empty());
     std::unique_ptr<engine::data::Tokenizer> tok;
@@ -77,11 +78,11 @@ Registrar reg("sample", "continue a prompt with a checkpoint's model (one CPU ra
                                : engine::data::Tokenizer::load_hf(a->tokenizer));
     // Documents start as the data was tokenized: after <|endoftext|> (llm.c,
     // GPT-2), or with <|begin_of_text|> where the vocabulary has one (Llama 3).
-    const int start = tok ? (tok->bos_id() >= 0 ? tok->bos_id() : tok->eot_id()) : -1;
     if (!a->prompt.empty()) {
-      prompt = tok->encode(a->prompt);
+      prompt = shown = tok->encode(a->prompt);
       if (tok->bos_id() >= 0) prompt.insert(prompt.begin(), tok->bos_id());
     } else if (a->prompt_ids.empty()) {
+      const int start = tok->bos_id() >= 0 ? tok->bos_id() : tok->eot_id();
       TRAINER_INPUT_CHECK(start >= 0, "{}: has no <|endoftext|> token; give --prompt",
                           a->tokenizer.empty() ? a->vocab : a->tokenizer);
       prompt = {start};
@@ -93,10 +94,7 @@ Registrar reg("sample", "continue a prompt with a checkpoint's model (one CPU ra
       for (size_t i = 0; i < out.size(); ++i) line += fmt::format("{}{}", i ? "," : "", out[i]);
       fmt::print("{}\n", line);
     } else {
-      const bool eot_prompt = a->prompt.empty() && a->prompt_ids.empty();
-      std::vector<int32_t> shown = prompt;  // the text given, without the start token added to it
-      if (!shown.empty() && shown.front() == start && a->prompt_ids.empty()) shown.erase(shown.begin());
-      fmt::print("{}{}\n", eot_prompt ? "" : tok->decode(shown), tok->decode(out));
+      fmt::print("{}{}\n", tok->decode(shown), tok->decode(out));
     }
     return 0;
   });

@@ -83,10 +83,19 @@ void fsync_directory(const std::string& dir) {
 }
 
 void replace_file_atomically(const std::string& path, std::string_view text) {
+  replace_file_with(path, [&](const std::string& tmp) { write_file_durably(tmp, text); });
+}
+
+void replace_file_with(const std::string& path, const std::function<void(const std::string& tmp)>& write) {
   std::string tmp = fmt::format("{}.tmp-{}", path, ::getpid());
   std::error_code ec;
   fs::remove(tmp, ec);
-  write_file_durably(tmp, text);
+  try {
+    write(tmp);
+  } catch (...) {
+    fs::remove(tmp, ec);
+    throw;
+  }
   if (::rename(tmp.c_str(), path.c_str()) != 0) {
     int err = errno;
     fs::remove(tmp, ec);

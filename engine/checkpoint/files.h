@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 
@@ -40,6 +41,9 @@ class DurableWriter {
 FileDigest write_file_durably(const std::string& path, std::string_view text);
 // Replaces `path` atomically: writes path.tmp-<pid>, fsyncs, renames, fsyncs the directory.
 void replace_file_atomically(const std::string& path, std::string_view text);
+// The same for a file another writer produces: `write(tmp)` writes the whole
+// file durably at tmp (a SafetensorsWriter); on any throw tmp is removed.
+void replace_file_with(const std::string& path, const std::function<void(const std::string& tmp)>& write);
 void fsync_directory(const std::string& dir);
 // Digest of a file as stored (reads it through a memory map).
 FileDigest digest_file(const std::string& path);

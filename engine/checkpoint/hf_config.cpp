@@ -202,8 +202,7 @@ std::string hf_architecture(const model::ModelConfig& cfg) {
   return "MixtralForCausalLM";
 }
 
-std::string hf_config_json(const model::ModelConfig& cfg, int eot_id, const std::string& torch_dtype,
-                           int bos_id) {
+std::string hf_config_json(const model::ModelConfig& cfg, const HfConfigExtras& extras) {
   const std::string arch_name = hf_architecture(cfg);
   Json j = Json::object();
   auto arch = Json::array();
@@ -261,13 +260,11 @@ std::string hf_config_json(const model::ModelConfig& cfg, int eot_id, const std:
     j.set("attn_pdrop", Json(0.0));
     j.set("scale_attn_weights", Json(true));
   }
-  if (eot_id >= 0) {
-    j.set("bos_token_id", Json(bos_id >= 0 ? bos_id : eot_id));
-    j.set("eos_token_id", Json(eot_id));
-  }
+  if (extras.bos_id >= 0) j.set("bos_token_id", Json(extras.bos_id));
+  if (extras.eos_id >= 0) j.set("eos_token_id", Json(extras.eos_id));
   j.set("tie_word_embeddings", Json(cfg.tie_embeddings));
   j.set("initializer_range", Json(tidy(cfg.init_std)));
-  j.set("torch_dtype", Json(torch_dtype));
+  j.set("torch_dtype", Json(extras.torch_dtype));
   return j.dump(2) + "\n";
 }
 

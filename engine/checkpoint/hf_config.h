@@ -16,13 +16,16 @@ namespace trainer::engine::checkpoint {
 // makes it so: an export would load with layers missing or misrouted.
 std::string hf_architecture(const model::ModelConfig& cfg);
 
-// config.json text for hf_architecture(cfg) (keys exactly as transformers
-// names them); bos_token_id and eos_token_id when the tokenizer's end-of-text
-// id is known (>= 0), since transformers' defaults are other vocabularies' ids;
-// torch_dtype is the weights' ("float32", "bfloat16", "float16").
-// A bos_id >= 0 (Llama 3's <|begin_of_text|>) is the bos_token_id instead.
-std::string hf_config_json(const model::ModelConfig& cfg, int eot_id = -1,
-                           const std::string& torch_dtype = "float32", int bos_id = -1);
+// What config.json records beside the model: the weights' dtype, and the
+// exported tokenizer's bos/eos ids (-1: no tokenizer; transformers' defaults
+// are other vocabularies' ids, so none is written then).
+struct HfConfigExtras {
+  std::string torch_dtype = "float32";  // "float32", "bfloat16", "float16"
+  int bos_id = -1, eos_id = -1;
+};
+
+// config.json text for hf_architecture(cfg) (keys exactly as transformers names them).
+std::string hf_config_json(const model::ModelConfig& cfg, const HfConfigExtras& extras = {});
 
 // `config_path`: an HF config.json that model.init_from starts from. The first
 // hyper-parameter (with transformers' defaults for keys left out) that makes

@@ -1,7 +1,6 @@
 // trainer export --format hf (see hf_interop.h): a checkpoint streamed tensor
 // by tensor into Hugging Face safetensors, in HF's names and layouts.
 #include <fmt/format.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
@@ -112,19 +111,6 @@ bool is_model_file(const std::string& f) {
                                       f.find("-of-") != std::string::npos);
 }
 
-void write_atomically(const SafetensorsWriter& w, const std::string& target) {
-  std::string tmp = fmt::format("{}.tmp-{}", target, ::getpid());
-  std::error_code ec;
-  fs::remove(tmp, ec);
-  try {
-    w.write(tmp);
-    fs::rename(tmp, target);
-  } catch (...) {
-    fs::remove(tmp, ec);
-    throw;
-  }
-}
-
 }  // namespace
 
 std::string export_hf(const std::string& path, const std::string& out_dir, FILE* log,
@@ -200,7 +186,7 @@ std::string export_hf(const std::string& path, const std::string& out_dir, FILE*
           cpu::from_f32(dtype.dtype, h.data.data(), dst, static_cast<int64_t>(h.data.size()));
       });
     }
-    write_atomically(w, (dir / file).string());
+    replace_file_with((dir / file).string(), [&](const std::string& tmp) { w.write(tmp); });
     written.insert(file);
   }
   if (tok) tok->write(out_dir);
@@ -218,7 +204,9 @@ std::string export_hf(const std::string& path, const std::string& out_dir, FILE*
     fs::remove(index, ec);
   }
   replace_file_atomically((dir / "config.json").string(),
-                          hf_config_json(cfg, tok ? tok->eot_id() : -1, dtype.torch, tok ? tok->bos_id() : -1));
+                          hf_config_json(cfg, {.torch_dtype = dtype.torch,
+                                               .bos_id = tok ? tok->bos_id() : -1,
+                                               .eos_id = tok ? tok->eos_id() : -1}));
   for (const auto& entry : fs::directory_iterator(dir)) {
     const std::string f = entry.path().filename().string();
     if (is_model_file(f) && !written.count(f)) fs::remove(entry.path(), ec);  // an earlier export's

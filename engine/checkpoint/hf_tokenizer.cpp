@@ -33,8 +33,8 @@ HfTokenizerExport HfTokenizerExport::gpt2_files(const std::string& vocab_path, c
   t.merges_ = read_text_file(merges_path);
   const data::Tokenizer tok = data::Tokenizer::from_text(t.vocab_, t.merges_, vocab_path, merges_path);
   check_fits(tok, "--vocab", vocab_path, cfg);
-  t.eot_id_ = tok.eot_id();
-  if (t.eot_id_ >= 0) t.bos_ = t.eos_ = "<|endoftext|>";  // GPT-2's bos, eos and unk
+  t.eos_id_ = t.bos_id_ = tok.eot_id();  // GPT-2's bos, eos and unk are <|endoftext|>
+  if (t.eos_id_ >= 0) t.bos_ = t.eos_ = "<|endoftext|>";
   // GPT2Tokenizer drops the first line of merges.txt (its "#version" header)
   // and the text after the last newline: give it both, or it loses merges.
   if (t.merges_.rfind("#version", 0) != 0) t.merges_ = "#version: 0.2\n" + t.merges_;
@@ -49,10 +49,10 @@ HfTokenizerExport HfTokenizerExport::tokenizer_json(const std::string& path, con
   t.tokenizer_json_ = read_text_file(path);
   const data::Tokenizer tok = data::Tokenizer::from_hf_text(t.tokenizer_json_, path);
   check_fits(tok, "--tokenizer", path, cfg);
-  t.eot_id_ = tok.eot_id();
-  t.bos_id_ = tok.bos_id();
-  if (t.eot_id_ >= 0) t.eos_ = tok.token_bytes(t.eot_id_);
-  t.bos_ = t.bos_id_ >= 0 ? tok.token_bytes(t.bos_id_) : t.eos_;
+  t.eos_id_ = tok.eot_id();
+  t.bos_id_ = tok.bos_id() >= 0 ? tok.bos_id() : t.eos_id_;
+  if (t.eos_id_ >= 0) t.eos_ = tok.token_bytes(t.eos_id_);
+  if (t.bos_id_ >= 0) t.bos_ = tok.token_bytes(t.bos_id_);
   return t;
 }
 

@@ -20,9 +20,9 @@ class HfTokenizerExport {
                                       const model::ModelConfig& cfg);
   static HfTokenizerExport tokenizer_json(const std::string& path, const model::ModelConfig& cfg);
 
-  // The end-of-text id (<|endoftext|>, <|end_of_text|>; -1 when none) and
-  // Llama 3's <|begin_of_text|> (-1 when none), for config.json.
-  int eot_id() const { return eot_id_; }
+  // For config.json: the end-of-text id (<|endoftext|>, <|end_of_text|>) and
+  // the begin id (Llama 3's <|begin_of_text|>; GPT-2's is <|endoftext|>), -1 when none.
+  int eos_id() const { return eos_id_; }
   int bos_id() const { return bos_id_; }
 
   // out_dir/{vocab.json, merges.txt | tokenizer.json}, tokenizer_config.json,
@@ -33,7 +33,7 @@ class HfTokenizerExport {
   HfTokenizerExport() = default;
   std::string vocab_, merges_, tokenizer_json_;
   std::string bos_, eos_;  // the tokens' text
-  int eot_id_ = -1, bos_id_ = -1;
+  int eos_id_ = -1, bos_id_ = -1;
   int max_seq_len_ = 0;
 };
 

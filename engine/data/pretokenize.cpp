@@ -55,24 +55,27 @@ const CharClass kAsciiClass[128] = {
 
 CharClass char_class_slow(uint32_t cp) { return classify(cp); }
 
-size_t find_safe_cut(std::string_view text) {
+namespace {
+
+// A cut before text[p] (' ' or '\n') after a printable ASCII non-space byte:
+// no piece of either pattern spans it, except that Llama 3's joins a line
+// break to the punctuation before it, so there only a letter or digit may
+// precede a '\n'.
+size_t safe_cut(std::string_view text, bool newline_needs_word) {
   for (size_t p = text.size(); p-- > 1;) {
-    char c = text[p];
-    unsigned char prev = static_cast<unsigned char>(text[p - 1]);
-    if ((c == ' ' || c == '\n') && prev > 0x20 && prev < 0x7F) return p;
+    const char c = text[p];
+    const unsigned char prev = static_cast<unsigned char>(text[p - 1]);
+    if (prev <= 0x20 || prev >= 0x7F || (c != ' ' && c != '\n')) continue;
+    const bool word = kAsciiClass[prev] == CharClass::letter || kAsciiClass[prev] == CharClass::number;
+    if (c == ' ' || word || !newline_needs_word) return p;
   }
   return 0;
 }
 
-size_t find_safe_cut_llama3(std::string_view text) {
-  for (size_t p = text.size(); p-- > 1;) {
-    char c = text[p];
-    unsigned char prev = static_cast<unsigned char>(text[p - 1]);
-    if (prev <= 0x20 || prev >= 0x7F) continue;
-    const bool word = kAsciiClass[prev] == CharClass::letter || kAsciiClass[prev] == CharClass::number;
-    if (c == ' ' || (c == '\n' && word)) return p;
-  }
-  return 0;
-}
+}  // namespace
+
+size_t find_safe_cut(std::string_view text) { return safe_cut(text, false); }
+
+size_t find_safe_cut_llama3(std::string_view text) { return safe_cut(text, true); }
 
 }  // namespace trainer::engine::data

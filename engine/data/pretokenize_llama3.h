@@ -65,15 +65,10 @@ void pretokenize_llama3(std::string_view text, Emit&& emit) {
     }
     // [^\r\n\p{L}\p{N}]?\p{L}+: letters, after at most one character that is
     // neither a letter, a number nor CR/LF (a space, a tab, punctuation).
-    if (c.cls == CharClass::letter) {
-      const size_t end = run_of(i, CharClass::letter);
-      emit(i, end);
-      i = end;
-      continue;
-    }
-    if (c.cls != CharClass::number && !is_crlf(c.cp) && i + c.len < n &&
-        decode_utf8(text, i + c.len).cls == CharClass::letter) {
-      const size_t end = run_of(i + c.len, CharClass::letter);
+    const bool lead = c.cls != CharClass::letter && c.cls != CharClass::number && !is_crlf(c.cp) &&
+                      i + c.len < n && decode_utf8(text, i + c.len).cls == CharClass::letter;
+    if (c.cls == CharClass::letter || lead) {
+      const size_t end = run_of(lead ? i + c.len : i, CharClass::letter);
       emit(i, end);
       i = end;
       continue;

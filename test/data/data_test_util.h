@@ -64,6 +64,20 @@ inline std::string llmc_bytes(const std::vector<uint16_t>& tokens, int32_t magic
   return out;
 }
 
+// The numbers of a fixture field written "1 22 333" (ids, offsets).
+template <class T = int32_t>
+std::vector<T> parse_numbers(const std::string& s) {
+  std::vector<T> out;
+  size_t pos = 0;
+  while (pos < s.size()) {
+    size_t sp = s.find(' ', pos);
+    if (sp == std::string::npos) sp = s.size();
+    out.push_back(static_cast<T>(std::stoll(s.substr(pos, sp - pos))));
+    pos = sp + 1;
+  }
+  return out;
+}
+
 // Runs f and checks it throws InputError whose message contains every part.
 template <class F>
 void require_input_error(F&& f, const std::vector<std::string>& parts) {

@@ -1,6 +1,8 @@
 // `trainer tokenize` end to end: outputs equal the tokenizer's ids with the
 // format's document separators, independent of threads and chunking; bad
 // inputs leave nothing behind; the CLI exits 2 on bad input.
+#include <fmt/format.h>
+
 #include <cstdlib>
 #include <random>
 
@@ -193,9 +195,9 @@ TEST_CASE("trainer tokenize exits 2 with one line on bad input", "[cpu]") {
                data_test::fixture("tiny_vocab.json")) == 2);
   CHECK(status(base + "--format parquet --vocab x --merges y") == 2);
   // One tokenizer: --vocab with --merges, or a tokenizer.json.
-  CHECK(status(base + "--vocab " + data_test::fixture("tiny_vocab.json")) == 2);
-  CHECK(status(base + "--tokenizer " + (dir / "nope.json")) == 2);
-  CHECK(status(base + "--tokenizer " + data_test::fixture("tiny_vocab.json") + " --vocab " +
-               data_test::fixture("tiny_vocab.json") + " --merges " + data_test::fixture("tiny_merges.txt")) == 2);
-  CHECK(status(base + "--tokenizer " + data_test::fixture("tiny_vocab.json")) == 2);  // not a tokenizer.json
+  const std::string vocab = data_test::fixture("tiny_vocab.json"), merges = data_test::fixture("tiny_merges.txt");
+  CHECK(status(fmt::format("{}--vocab {}", base, vocab)) == 2);
+  CHECK(status(fmt::format("{}--tokenizer {}", base, dir / "nope.json")) == 2);
+  CHECK(status(fmt::format("{}--tokenizer {} --vocab {} --merges {}", base, vocab, vocab, merges)) == 2);
+  CHECK(status(fmt::format("{}--tokenizer {}", base, vocab)) == 2);  // not a tokenizer.json
 }

@@ -20,18 +20,6 @@ std::vector<std::string> pieces(std::string_view text) {
   return out;
 }
 
-std::vector<int32_t> parse_ids(const std::string& s) {
-  std::vector<int32_t> ids;
-  size_t pos = 0;
-  while (pos < s.size()) {
-    size_t sp = s.find(' ', pos);
-    if (sp == std::string::npos) sp = s.size();
-    ids.push_back(std::stoi(s.substr(pos, sp - pos)));
-    pos = sp + 1;
-  }
-  return ids;
-}
-
 }  // namespace
 
 TEST_CASE("pre-tokenizer splits like GPT-2's regex", "[cpu]") {
@@ -130,7 +118,7 @@ TEST_CASE("GPT-2 reference ids on the committed strings", "[cpu]") {
   while (std::getline(in, line)) {
     REQUIRE(extract_string_field(line, "text", text, "fixture"));
     REQUIRE(extract_string_field(line, "ids", ids_text, "fixture"));
-    const std::vector<int32_t> expected = parse_ids(ids_text);
+    const std::vector<int32_t> expected = data_test::parse_numbers(ids_text);
     INFO("text: " << text);
     CHECK(tok.encode(text) == expected);
     std::vector<int32_t> cached;

@@ -18,72 +18,31 @@ using data_test::require_input_error;
 
 namespace {
 
-// The tiny byte-level vocabulary as a tokenizer.json: `pre_tokenizer` as
-// given, merges as strings or as pairs, `extra` tokens appended to the vocab.
-std::string tiny_tokenizer_json(const std::string& pre_tokenizer, bool ignore_merges, bool pairs = false,
-                                const std::vector<std::pair<std::string, int>>& extra = {}) {
-  Json vocab = parse_json(data_test::read_file(fixture("tiny_vocab.json")), "tiny_vocab.json");
-  Json out_vocab = Json::object();
-  for (const auto& [k, v] : vocab.members())
-    if (k != "<|endoftext|>") out_vocab.set(k, v);
-  for (const auto& [k, id] : extra) out_vocab.set(k, Json(id));
-  Json merges = Json::array();
-  std::string text = data_test::read_file(fixture("tiny_merges.txt"));
-  for (size_t p = text.find('\n') + 1; p < text.size();) {
-    size_t e = text.find('\n', p);
-    std::string line = text.substr(p, e - p);
-    p = e == std::string::npos ? text.size() : e + 1;
-    if (line.empty()) continue;
-    if (!pairs) {
-      merges.push(Json(line));
-    } else {
-      Json pair = Json::array();
-      pair.push(Json(line.substr(0, line.find(' '))));
-      pair.push(Json(line.substr(line.find(' ') + 1)));
-      merges.push(std::move(pair));
-    }
+// fixtures/tiny_llama3_tokenizer.json (the tiny vocabulary with Llama 3's
+// pre-tokenizer and specials), varied: ignore_merges on or off, merges as
+// ["a", "b"] pairs, `extra` vocabulary tokens, GPT-2's pre-tokenizer.
+std::string tiny_tokenizer_json(bool ignore_merges, bool pairs = false,
+                                const std::vector<std::pair<std::string, int>>& extra = {},
+                                bool gpt2_pre = false) {
+  const std::string name = fixture("tiny_llama3_tokenizer.json");
+  Json j = parse_json(data_test::read_file(name), name);
+  Json model = j.at("model"), vocab = model.at("vocab"), merges = Json::array();
+  for (const auto& [token, id] : extra) vocab.set(token, Json(id));
+  for (const Json& m : model.at("merges").items()) {
+    const std::string& line = m.as_string();
+    Json pair = Json::array();
+    pair.push(Json(line.substr(0, line.find(' '))));
+    pair.push(Json(line.substr(line.find(' ') + 1)));
+    merges.push(pairs ? std::move(pair) : m);
   }
-  Json model = Json::object();
-  model.set("type", Json("BPE"));
-  model.set("continuing_subword_prefix", Json());
-  model.set("byte_fallback", Json(false));
   model.set("ignore_merges", Json(ignore_merges));
-  model.set("vocab", std::move(out_vocab));
+  model.set("vocab", std::move(vocab));
   model.set("merges", std::move(merges));
-  Json added = Json::array();
-  const char* specials[] = {"<|begin_of_text|>", "<|end_of_text|>"};
-  for (int i = 0; i < 2; ++i) {
-    Json a = Json::object();
-    a.set("id", Json(300 + i));
-    a.set("content", Json(specials[i]));
-    a.set("special", Json(true));
-    added.push(std::move(a));
-  }
-  Json j = Json::object();
-  j.set("added_tokens", std::move(added));
-  j.set("normalizer", Json());
-  j.set("pre_tokenizer", parse_json(pre_tokenizer, "pre_tokenizer"));
   j.set("model", std::move(model));
+  if (gpt2_pre)
+    j.set("pre_tokenizer", parse_json(R"({"type": "ByteLevel", "add_prefix_space": false, "use_regex": true})",
+                                      "pre_tokenizer"));
   return j.dump();
-}
-
-const std::string kLlama3Pre =
-    R"({"type": "Sequence", "pretokenizers": [{"type": "Split", "pattern": {"Regex":
-    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"},
-    "behavior": "Isolated", "invert": false}, {"type": "ByteLevel", "add_prefix_space": false,
-    "trim_offsets": true, "use_regex": false}]})";
-const std::string kGpt2Pre = R"({"type": "ByteLevel", "add_prefix_space": false, "use_regex": true})";
-
-std::vector<size_t> parse_ends(const std::string& s) {
-  std::vector<size_t> out;
-  size_t p = 0;
-  while (p < s.size()) {
-    size_t e = s.find(' ', p);
-    if (e == std::string::npos) e = s.size();
-    out.push_back(std::stoul(s.substr(p, e - p)));
-    p = e + 1;
-  }
-  return out;
 }
 
 }  // namespace
@@ -98,7 +57,7 @@ TEST_CASE("llama3 pre-tokenizer: the pieces JavaScript's regex gives", "[cpu]") 
     std::vector<size_t> ends;
     pretokenize_llama3(text, [&](size_t, size_t end) { ends.push_back(end); });
     INFO("text: " << text);
-    CHECK(ends == parse_ends(ends_text));
+    CHECK(ends == data_test::parse_numbers<size_t>(ends_text));
     ++count;
   }
   CHECK(count >= 700);
@@ -108,9 +67,9 @@ TEST_CASE("tokenizer.json: Llama 3's pattern, ignore_merges, specials as documen
           "[cpu]") {
   // "xyz" is in the vocabulary but no merge builds it: ignore_merges takes it whole.
   const Tokenizer whole = Tokenizer::from_hf_text(
-      tiny_tokenizer_json(kLlama3Pre, true, false, {{"xyz", 290}}), "tokenizer.json");
+      tiny_tokenizer_json(true, false, {{"xyz", 290}}), "tokenizer.json");
   const Tokenizer merged = Tokenizer::from_hf_text(
-      tiny_tokenizer_json(kLlama3Pre, false, true, {{"xyz", 290}}), "tokenizer.json");
+      tiny_tokenizer_json(false, true, {{"xyz", 290}}), "tokenizer.json");
   CHECK(whole.pre_tokenizer() == PreTokenizer::llama3);
   CHECK(whole.encode("xyz") == std::vector<int32_t>{290});
   CHECK(merged.encode("xyz") == std::vector<int32_t>{'x', 'y', 'z'});  // ids 0-255 are the bytes
@@ -119,10 +78,10 @@ TEST_CASE("tokenizer.json: Llama 3's pattern, ignore_merges, specials as documen
   CHECK(whole.eot_id() == 301);
   CHECK(whole.vocab_size() == 302);
   // Merges as pairs read as merges as strings (tokenizers >= 0.20 writes pairs).
-  const Tokenizer strings = Tokenizer::from_hf_text(tiny_tokenizer_json(kLlama3Pre, false), "t.json");
+  const Tokenizer strings = Tokenizer::from_hf_text(tiny_tokenizer_json(false), "t.json");
   for (const char* s : {"hello world", "the world, hello!\n\nab aaaa"}) CHECK(merged.encode(s) == strings.encode(s));
   // Where the patterns differ: GPT-2 splits ",hello" in two, Llama 3 keeps it whole.
-  const Tokenizer gpt2 = Tokenizer::from_hf_text(tiny_tokenizer_json(kGpt2Pre, false), "t.json");
+  const Tokenizer gpt2 = Tokenizer::from_hf_text(tiny_tokenizer_json(false, false, {}, true), "t.json");
   CHECK(gpt2.pre_tokenizer() == PreTokenizer::gpt2);
   CHECK(gpt2.encode("hello world") == data_test::tiny_tokenizer().encode("hello world"));
   std::vector<size_t> g, l;
@@ -151,7 +110,7 @@ TEST_CASE("tokenizer.json: Llama 3's pattern, ignore_merges, specials as documen
 }
 
 TEST_CASE("llama3 pre-tokenizer: text cut at a safe point tokenizes as a whole", "[cpu]") {
-  const Tokenizer tok = Tokenizer::from_hf_text(tiny_tokenizer_json(kLlama3Pre, true), "t.json");
+  const Tokenizer tok = Tokenizer::from_hf_text(tiny_tokenizer_json(true), "t.json");
   std::mt19937 rng(7);
   int cuts = 0;
   for (int k = 0; k < 3000; ++k) {
@@ -172,7 +131,7 @@ TEST_CASE("llama3 pre-tokenizer: text cut at a safe point tokenizes as a whole",
 }
 
 TEST_CASE("tokenizer.json: what would tokenize differently is refused by its key", "[cpu]") {
-  const std::string good = tiny_tokenizer_json(kLlama3Pre, true);
+  const std::string good = tiny_tokenizer_json(true);
   auto with = [&](const std::string& from, const std::string& to) {
     std::string s = good;
     const size_t at = s.find(from);
