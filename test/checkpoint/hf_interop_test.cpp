@@ -103,7 +103,7 @@ std::pair<std::vector<float>, std::vector<float>> forward(Trainer& t, int vocab)
   return {losses, host_logits(t)};
 }
 
-fs::path trained_export(Family f, const fs::path& dir, Trainer& a, const JobSpec& spec) {
+fs::path trained_export(const fs::path& dir, Trainer& a, const JobSpec& spec) {
   testing::train_losses(a, 1, 3);
   auto world = parallel::make_single_communicator("world");
   Checkpointer c(spec, *world, Device::cpu, {}, nullptr);
@@ -120,7 +120,7 @@ TEST_CASE("hf: export -> import gives identical parameters and logits", "[cpu][c
     INFO(name);
     fs::path dir = spec.run.dir;
     Trainer a(spec, quiet_options());
-    fs::path out = trained_export(spec.model.family, dir, a, spec);
+    fs::path out = trained_export(dir, a, spec);
     Trainer b(spec, quiet_options());
     auto before = params_of(b);
     load_hf_weights(out.string(), model_config(spec), b.model().buffers(), b.context());
@@ -140,7 +140,7 @@ TEST_CASE("hf: exported GPT-2 uses HF names, Conv1D layout and the unpadded voca
   fs::path dir = fresh_temp_dir("hf_layout");
   JobSpec spec = tiny_spec(Family::gpt2, dir);
   Trainer a(spec, quiet_options());
-  fs::path out = trained_export(Family::gpt2, dir, a, spec);
+  fs::path out = trained_export(dir, a, spec);
   auto ours = params_of(a);
   SafetensorsFile f((out / "model.safetensors").string());
   CHECK(f.metadata().at("format") == "pt");
@@ -177,7 +177,7 @@ TEST_CASE("hf: llama config keys and untied head", "[cpu][checkpoint]") {
   fs::path dir = fresh_temp_dir("hf_llama_cfg");
   JobSpec spec = tiny_spec(Family::llama, dir);
   Trainer a(spec, quiet_options());
-  fs::path out = trained_export(Family::llama, dir, a, spec);
+  fs::path out = trained_export(dir, a, spec);
   SafetensorsFile f((out / "model.safetensors").string());
   CHECK(f.tensor("lm_head.weight").shape == std::vector<int64_t>{200, 32});
   CHECK(f.tensor("model.layers.0.self_attn.k_proj.weight").shape == std::vector<int64_t>{16, 32});
@@ -199,7 +199,7 @@ TEST_CASE("hf: an MoE llama is a Mixtral export and an aux_free job starts from 
   fs::path dir = fresh_temp_dir("hf_mixtral_names");
   JobSpec spec = mixtral_spec(dir);
   Trainer a(spec, quiet_options());
-  fs::path out = trained_export(Family::llama, dir, a, spec);
+  fs::path out = trained_export(dir, a, spec);
   SafetensorsFile f((out / "model.safetensors").string());
   CHECK(f.tensor("model.layers.1.block_sparse_moe.gate.weight").shape == std::vector<int64_t>{4, 32});
   CHECK(f.tensor("model.layers.0.block_sparse_moe.experts.3.w1.weight").shape ==
@@ -317,7 +317,7 @@ TEST_CASE("hf: bf16/fp16 exports sharded as save_pretrained load back rounded an
   fs::path dir = fresh_temp_dir("hf_sharded");
   JobSpec spec = tiny_spec(Family::llama, dir);
   Trainer a(spec, quiet_options());
-  fs::path out = trained_export(Family::llama, dir, a, spec);  // fp32, one file
+  fs::path out = trained_export(dir, a, spec);  // fp32, one file
   REQUIRE(fs::exists(out / "model.safetensors"));
   auto pa = params_of(a);
   for (const char* dtype : {"bf16", "fp16"}) {
@@ -377,7 +377,7 @@ TEST_CASE("hf: bf16 weights without the transformer. prefix, sharded by an index
   fs::path dir = fresh_temp_dir("hf_bf16");
   JobSpec spec = tiny_spec(Family::gpt2, dir);
   Trainer a(spec, quiet_options());
-  fs::path out = trained_export(Family::gpt2, dir, a, spec);
+  fs::path out = trained_export(dir, a, spec);
   // Re-encode the export as two bf16 shards named like GPT2Model ("h.0..."), with an index.
   SafetensorsFile src((out / "model.safetensors").string());
   fs::path sharded = dir / "sharded";
@@ -436,7 +436,7 @@ TEST_CASE("hf: reference logits written with an export are the trained model's l
     INFO(name);
     fs::path dir = spec.run.dir;
     Trainer a(spec, quiet_options());
-    fs::path out = trained_export(spec.model.family, dir, a, spec);
+    fs::path out = trained_export(dir, a, spec);
     const std::string step_dir = resolve_checkpoint(dir.string(), nullptr);
     write_hf_reference(step_dir, out.string(), 1000, nullptr);  // clamped to max_seq_len 16
 
