@@ -33,35 +33,30 @@
   } while (0)
 
 // Non-blocking communicators may answer ncclInProgress; the call is then
-// finished by polling the communicator (bounded by the mesh timeout).
-#define NCCL_CHECK(comm, call, timeout_s)                                                  \
+// finished by polling the communicator (bounded by the mesh timeout). GUARD is
+// the communicator's Tracker (nullptr before one exists): the call and every
+// poll are made under its lock, and not at all once the watchdog's abort has
+// marked it dead, so this thread never passes NCCL a handle ncclCommAbort is
+// freeing on the watchdog's thread.
+#define NCCL_CHECK(comm, guard, call, timeout_s)                                           \
   do {                                                                                     \
-    ncclResult_t nccl_check_rc_ = (call);                                                  \
-    if (nccl_check_rc_ == ncclInProgress) nccl_check_rc_ = wait_ready((comm), (timeout_s)); \
+    ncclResult_t nccl_check_rc_ = guarded((guard), [&] { return (call); });                \
+    if (nccl_check_rc_ == ncclInProgress)                                                  \
+      nccl_check_rc_ = wait_ready((comm), (timeout_s), (guard));                           \
     if (nccl_check_rc_ != ncclSuccess) ::trainer::parallel::park_if_watchdog_fired();      \
     if (nccl_check_rc_ != ncclSuccess)                                                     \
       ::trainer::throw_check_failure(                                                      \
           #call, __FILE__, __LINE__,                                                       \
           std::string(ncclGetErrorString(nccl_check_rc_)) + ": " + ncclGetLastError(comm)); \
   } while (0)
+// A call on this communicator, from inside NcclCommunicator.
+#define NCCL_CALL(call) NCCL_CHECK(comm_, tracker_.get(), call, timeout_s_)
 #endif
 
 namespace trainer::parallel {
 
 #if TRAINER_NCCL
 namespace {
-
-ncclResult_t wait_ready(ncclComm_t comm, double timeout_s) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
-  ncclResult_t state = ncclInProgress;
-  while (true) {
-    const ncclResult_t rc = ncclCommGetAsyncError(comm, &state);
-    if (rc != ncclSuccess) return rc;
-    if (state != ncclInProgress) return state;
-    if (std::chrono::steady_clock::now() > deadline) return ncclInProgress;
-    std::this_thread::sleep_for(std::chrono::microseconds(100));
-  }
-}
 
 ncclDataType_t nccl_type(DType dtype) {
   switch (dtype) {
@@ -151,6 +146,29 @@ struct Tracker {
   }
 };
 
+// What this thread's NCCL calls share with abort(): `call` runs under the
+// tracker's lock while the communicator is live; a dead one answers
+// ncclInvalidUsage without touching the handle (NCCL_CHECK then parks if the
+// watchdog fired, which is why it is dead).
+template <class Call>
+ncclResult_t guarded(Tracker* guard, Call&& call) {
+  if (!guard) return call();
+  std::lock_guard<std::mutex> lock(guard->mutex);
+  return guard->live ? call() : ncclInvalidUsage;
+}
+
+ncclResult_t wait_ready(ncclComm_t comm, double timeout_s, Tracker* guard = nullptr) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  ncclResult_t state = ncclInProgress;
+  while (true) {
+    const ncclResult_t rc = guarded(guard, [&] { return ncclCommGetAsyncError(comm, &state); });
+    if (rc != ncclSuccess) return rc;
+    if (state != ncclInProgress) return state;
+    if (std::chrono::steady_clock::now() > deadline) return ncclInProgress;
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+}
+
 class NcclCommunicator final : public Communicator {
  public:
   NcclCommunicator(std::string name, ncclComm_t comm, int device, double timeout_s)
@@ -194,14 +212,13 @@ class NcclCommunicator final : public Communicator {
     if (buf.device == Device::cpu) {
       const ncclDataType_t type = reduce_type(buf, "all_reduce");
       through_staging(buf, "all_reduce", [&](void* dev, size_t count) {
-        NCCL_CHECK(comm_, ncclAllReduce(dev, dev, count, type, nccl_op(op), comm_, stream_),
-                   timeout_s_);
+        NCCL_CALL(ncclAllReduce(dev, dev, count, type, nccl_op(op), comm_, stream_));
       });
       return;
     }
     check(buf, "all_reduce");
-    NCCL_CHECK(comm_, ncclAllReduce(buf.data, buf.data, buf.numel(), reduce_type(buf, "all_reduce"),
-                                    nccl_op(op), comm_, stream_), timeout_s_);
+    NCCL_CALL(ncclAllReduce(buf.data, buf.data, buf.numel(), reduce_type(buf, "all_reduce"),
+                            nccl_op(op), comm_, stream_));
     track("all_reduce");
   }
   void reduce_scatter(Tensor send, Tensor recv, ReduceOp op) override {
@@ -209,9 +226,8 @@ class NcclCommunicator final : public Communicator {
     check(send, "reduce_scatter");
     check(recv, "reduce_scatter");
     check_count(*this, "reduce_scatter", send, recv.numel() * size(), "send");
-    NCCL_CHECK(comm_, ncclReduceScatter(send.data, recv.data, recv.numel(),
-                                        reduce_type(send, "reduce_scatter"), nccl_op(op), comm_,
-                                        stream_), timeout_s_);
+    NCCL_CALL(ncclReduceScatter(send.data, recv.data, recv.numel(),
+                                reduce_type(send, "reduce_scatter"), nccl_op(op), comm_, stream_));
     track("reduce_scatter");
   }
   void all_gather(Tensor send, Tensor recv) override {
@@ -219,22 +235,21 @@ class NcclCommunicator final : public Communicator {
     check(send, "all_gather");
     check(recv, "all_gather");
     check_count(*this, "all_gather", recv, send.numel() * size(), "recv");
-    NCCL_CHECK(comm_, ncclAllGather(send.data, recv.data, send.numel(), nccl_type(send.dtype),
-                                    comm_, stream_), timeout_s_);
+    NCCL_CALL(
+        ncclAllGather(send.data, recv.data, send.numel(), nccl_type(send.dtype), comm_, stream_));
     track("all_gather");
   }
   void broadcast(Tensor buf, int root) override {
     OpRange range("broadcast", name());
     if (buf.device == Device::cpu) {
       through_staging(buf, "broadcast", [&](void* dev, size_t count) {
-        NCCL_CHECK(comm_, ncclBroadcast(dev, dev, count, nccl_type(buf.dtype), root, comm_, stream_),
-                   timeout_s_);
+        NCCL_CALL(ncclBroadcast(dev, dev, count, nccl_type(buf.dtype), root, comm_, stream_));
       });
       return;
     }
     check(buf, "broadcast");
-    NCCL_CHECK(comm_, ncclBroadcast(buf.data, buf.data, buf.numel(), nccl_type(buf.dtype), root,
-                                    comm_, stream_), timeout_s_);
+    NCCL_CALL(
+        ncclBroadcast(buf.data, buf.data, buf.numel(), nccl_type(buf.dtype), root, comm_, stream_));
     track("broadcast");
   }
   void send(Tensor buf, int peer) override { send_recv(buf, peer, Tensor(), -1); }
@@ -245,16 +260,14 @@ class NcclCommunicator final : public Communicator {
     if (!s.empty()) check(s, op);
     if (!r.empty()) check(r, op);
     // Paired inside one group so neighbours exchanging both ways cannot deadlock.
-    NCCL_CHECK(comm_, ncclGroupStart(), timeout_s_);
+    NCCL_CALL(ncclGroupStart());
     if (!s.empty()) {
-      NCCL_CHECK(comm_, ncclSend(s.data, s.numel(), nccl_type(s.dtype), send_peer, comm_, stream_),
-                 timeout_s_);
+      NCCL_CALL(ncclSend(s.data, s.numel(), nccl_type(s.dtype), send_peer, comm_, stream_));
     }
     if (!r.empty()) {
-      NCCL_CHECK(comm_, ncclRecv(r.data, r.numel(), nccl_type(r.dtype), recv_peer, comm_, stream_),
-                 timeout_s_);
+      NCCL_CALL(ncclRecv(r.data, r.numel(), nccl_type(r.dtype), recv_peer, comm_, stream_));
     }
-    NCCL_CHECK(comm_, ncclGroupEnd(), timeout_s_);
+    NCCL_CALL(ncclGroupEnd());
     track(op);
   }
   void batch_p2p(std::span<const P2pOp> ops) override {
@@ -266,17 +279,17 @@ class NcclCommunicator final : public Communicator {
                     "batch_p2p on axis {}: peer {} (rank {} of {})", name(), op.peer, rank(),
                     size());
     }
-    NCCL_CHECK(comm_, ncclGroupStart(), timeout_s_);
+    NCCL_CALL(ncclGroupStart());
     for (const P2pOp& op : ops) {
       if (op.kind == P2pOp::send) {
-        NCCL_CHECK(comm_, ncclSend(op.buf.data, op.buf.numel(), nccl_type(op.buf.dtype), op.peer,
-                                   comm_, stream_), timeout_s_);
+        NCCL_CALL(ncclSend(op.buf.data, op.buf.numel(), nccl_type(op.buf.dtype), op.peer, comm_,
+                           stream_));
       } else {
-        NCCL_CHECK(comm_, ncclRecv(op.buf.data, op.buf.numel(), nccl_type(op.buf.dtype), op.peer,
-                                   comm_, stream_), timeout_s_);
+        NCCL_CALL(ncclRecv(op.buf.data, op.buf.numel(), nccl_type(op.buf.dtype), op.peer, comm_,
+                           stream_));
       }
     }
-    NCCL_CHECK(comm_, ncclGroupEnd(), timeout_s_);
+    NCCL_CALL(ncclGroupEnd());
     track("batch_p2p");
   }
   void all_to_allv(Tensor send, std::span<const int64_t> send_counts, Tensor recv,
@@ -300,26 +313,25 @@ class NcclCommunicator final : public Communicator {
     const size_t elem = dtype_size(send.dtype);
     const ncclDataType_t type = nccl_type(send.dtype);
     int64_t send_off = 0, recv_off = 0;
-    NCCL_CHECK(comm_, ncclGroupStart(), timeout_s_);
+    NCCL_CALL(ncclGroupStart());
     for (int p = 0; p < size(); ++p) {
       // Zero counts are skipped on both sides, as NCCL requires matching pairs.
       if (send_counts[p] > 0) {
-        NCCL_CHECK(comm_, ncclSend(static_cast<char*>(send.data) + send_off * elem,
-                                   send_counts[p], type, p, comm_, stream_), timeout_s_);
+        NCCL_CALL(ncclSend(static_cast<char*>(send.data) + send_off * elem, send_counts[p], type, p,
+                           comm_, stream_));
       }
       if (recv_counts[p] > 0) {
-        NCCL_CHECK(comm_, ncclRecv(static_cast<char*>(recv.data) + recv_off * elem,
-                                   recv_counts[p], type, p, comm_, stream_), timeout_s_);
+        NCCL_CALL(ncclRecv(static_cast<char*>(recv.data) + recv_off * elem, recv_counts[p], type, p,
+                           comm_, stream_));
       }
       send_off += send_counts[p];
       recv_off += recv_counts[p];
     }
-    NCCL_CHECK(comm_, ncclGroupEnd(), timeout_s_);
+    NCCL_CALL(ncclGroupEnd());
     track("all_to_allv");
   }
   void barrier() override {
-    NCCL_CHECK(comm_, ncclAllReduce(staging_, staging_, 1, ncclFloat32, ncclSum, comm_, stream_),
-               timeout_s_);
+    NCCL_CALL(ncclAllReduce(staging_, staging_, 1, ncclFloat32, ncclSum, comm_, stream_));
     track("barrier");
     synchronize();
   }
@@ -339,7 +351,10 @@ class NcclCommunicator final : public Communicator {
   }
   void abort() noexcept override {
     if (aborted_.exchange(true)) return;
-    tracker_->kill();  // the watchdog no longer polls a handle ncclCommAbort frees
+    // Waits for a call this rank's thread is making to return; after it no
+    // thread (this one's NCCL_CHECK, the watchdog's poll) touches the handle
+    // ncclCommAbort frees.
+    tracker_->kill();
     ncclCommAbort(comm_);
   }
 
@@ -448,7 +463,7 @@ std::unique_ptr<Communicator> make_nccl_world(const LaunchEnv& env, double timeo
   const ncclUniqueId id = share_unique_id(env, timeout_s);
   ncclConfig_t cfg = nonblocking_config();
   ncclComm_t comm = nullptr;
-  NCCL_CHECK(comm, ncclCommInitRankConfig(&comm, env.world, id, env.rank, &cfg), timeout_s);
+  NCCL_CHECK(comm, nullptr, ncclCommInitRankConfig(&comm, env.world, id, env.rank, &cfg), timeout_s);
   // Initialisation itself may still be running after a non-blocking call returns.
   const ncclResult_t state = wait_ready(comm, timeout_s);
   TRAINER_CHECK(state == ncclSuccess, "rank {}: NCCL world init: {} after {} s", env.rank,

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # mesh_matches.sh FIXTURES TRAINER MPIEXEC NP JOB [--set ...]: trains JOB on
-# one rank and on NP ranks (mpirun) with the given overrides and requires the
+# one rank and on NP ranks (mpirun) with the given overrides (the mesh run's
+# only: anything both runs need, a precision or a schedule, belongs in JOB) and requires the
 # loss of every step to agree within 1e-5 relative (MESH_RTOL overrides: a
 # bf16 mesh rounds partial sums the single rank never forms); MESH_GRAD_NORM=1
 # compares every step's gradient norm as well (AdamW hides a wrongly scaled
