@@ -6,6 +6,7 @@
 #include <string>
 
 #include "cmd/subcommand.h"
+#include "engine/checkpoint/files.h"
 #include "engine/checkpoint/hf_interop.h"
 #include "engine/hf_reference.h"
 #include "kernels/error.h"
@@ -66,9 +67,10 @@ Registrar reg("export", "export a checkpoint (Hugging Face safetensors + config.
     TRAINER_INPUT_CHECK(args->format == "hf", "--format: '{}' is not supported (expected hf)",
                         args->format);
     TRAINER_INPUT_CHECK(args->reference_tokens >= 0,
-                        "--reference-logits: expected a number of tokens (>= 1), got {}",
+                        "--reference-logits: expected a number of tokens (>= 1; 0 = none), got {}",
                         args->reference_tokens);
     args->options.max_shard_bytes = parse_size(args->max_shard_size, "--max-shard-size");
+    engine::checkpoint::check_output_dir(args->out, "--out");
     std::string step_dir = engine::checkpoint::export_hf(args->source, args->out, stdout, args->options);
     if (args->reference_tokens > 0)
       engine::write_hf_reference(step_dir, args->out, args->reference_tokens, stdout);

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <exception>
 #include <map>
+#include <new>
 
 #include "cmd/subcommand.h"
 #include "cmd/version.h"
@@ -50,6 +51,9 @@ int main(int argc, char** argv) {
   } catch (const InputError& e) {
     std::fprintf(stderr, "trainer: error: %s\n", e.what());
     return 2;
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "trainer: failed: out of host memory (std::bad_alloc)\n");
+    return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "trainer: failed: %s\n", e.what());
     return 1;

@@ -12,6 +12,7 @@
 #include <filesystem>
 
 #include "engine/checkpoint/checkpoint.h"
+#include "engine/checkpoint/files.h"
 #include "engine/checkpoint/hf_interop.h"
 #include "engine/data/sample_source.h"
 #include "engine/lr_schedule.h"
@@ -45,6 +46,12 @@ Trainer::Trainer(const JobSpec& spec, parallel::Mesh& mesh, TrainerOptions optio
 
 void Trainer::setup() {
   const JobSpec& spec = spec_;
+  if (options_.write_run_dir) {
+    // Before any work: a run that trains for hours and then cannot save is lost.
+    checkpoint::check_output_dir(spec.run.dir, "run.dir");
+    checkpoint::check_output_dir(checkpoint::checkpoint_root(spec),
+                                 spec.checkpoint.dir.empty() ? "run.dir" : "checkpoint.dir");
+  }
   const parallel::MeshShape& shape = mesh_->shape();
   Device device = mesh_->device();
   precision_ = std::make_unique<MixedPrecision>(spec.precision);
@@ -140,6 +147,7 @@ void Trainer::setup() {
         spec, mesh_->comm(parallel::Axis::world), ctx_.device, pos, mesh_->logs() ? stderr : nullptr);
     std::map<std::string, double> scalars;
     start_step_ = checkpointer_->resume(buf, *optimizer_, &scalars);
+    samples_at_start_ = checkpointer_->resumed_samples();
     precision_->restore(scalars, checkpointer_->last_path());
     if (start_step_ == 0 && !spec.model.init_from.empty())
       checkpoint::load_hf_weights(spec.model.init_from, model_->config(), buf, ctx_, pos,
@@ -242,9 +250,12 @@ void Trainer::setup() {
       fmt::print(options_.log, "{}\n", parallel::describe_schedule(shape.pp, accum_steps_, shape.virtual_stages));
     if (train_data_) fmt::print(options_.log, "train data: {}\n", train_data_->describe());
     if (val_data_) fmt::print(options_.log, "val data: {}\n", val_data_->describe());
-    if (start_step_ > 0)
-      fmt::print(options_.log, "resumed from {} after step {}\n", checkpointer_->last_path(),
-                 start_step_);
+    if (start_step_ > 0) {
+      fmt::print(options_.log, "resumed from {} after step {} ({} samples consumed)\n",
+                 checkpointer_->last_path(), start_step_, samples_at_start_);
+      for (const std::string& note : checkpointer_->resume_notes())
+        fmt::print(options_.log, "note: {}\n", note);
+    }
     std::fflush(options_.log);
   }
 }
@@ -416,7 +427,10 @@ StepRecord Trainer::train_step(int step) {
   auto t0 = std::chrono::steady_clock::now();
   const int B = spec_.train.micro_batch, T = spec_.train.seq_len, G = spec_.train.global_batch;
   const double tokens = double(G) * T;
-  const int64_t rank_first = int64_t(step - 1) * G + int64_t(dp_rank_) * (G / dp_size_);
+  // The data continues after the samples the resumed checkpoint consumed (its
+  // global batch may have been another): step - 1 - start_step_ steps since.
+  const int64_t rank_first = samples_at_start_ + int64_t(step - 1 - start_step_) * G +
+                             int64_t(dp_rank_) * (G / dp_size_);
   model_->zero_grads(ctx_);
   if (sharded_) sharded_->zero_grads();
   model_->reset_moe_stats(ctx_);
@@ -576,6 +590,32 @@ double Trainer::evaluate() {
   return sum / (double(spec_.train.eval_batches) * B * T);
 }
 
+namespace {
+
+// JSON has no inf or NaN: such a value is written as null.
+std::string json_number(double v, const char* spec) {
+  return std::isfinite(v) ? fmt::format(fmt::runtime(spec), v) : std::string("null");
+}
+
+}  // namespace
+
+// Without loss scaling (fp32, bf16, fp8) nothing skips a step: an inf or NaN
+// loss or gradient norm means the run diverged (or its initialisation
+// overflows), and AdamW would go on with clipped-to-zero or NaN updates.
+// Every rank holds the same reduced values, so all stop together. A step fp16
+// skipped for overflow is the scaler's business.
+void Trainer::check_finite(const StepRecord& r) const {
+  if (r.skipped) return;
+  if (std::isfinite(r.loss) && std::isfinite(r.grad_norm)) return;
+  const std::string what = !std::isfinite(r.loss)
+                               ? fmt::format("loss is {}", r.loss)
+                               : fmt::format("gradient norm is {} (loss {:.6g})", r.grad_norm, r.loss);
+  const std::string last = checkpointer_ && !checkpointer_->last_path().empty()
+                               ? fmt::format("; the last checkpoint is {}", checkpointer_->last_path())
+                               : std::string();
+  throw Error(fmt::format("step {}: {}: the run diverged{}", r.step, what, last));
+}
+
 void Trainer::log_step(const StepRecord& r) {
   if (options_.log && (r.step % spec_.train.log_every == 0 || r.step == 1 || r.skipped ||
                        r.step == spec_.train.steps)) {
@@ -597,16 +637,18 @@ void Trainer::log_step(const StepRecord& r) {
   if (metrics_) {
     std::string extra;  // MoE and loss-scale fields, when the job has them
     if (!std::isnan(r.moe_imbalance))
-      extra = fmt::format(", \"moe_aux_loss\": {:.9g}, \"moe_imbalance\": {:.6g}, \"moe_dropped\": {:.0f}",
-                        r.moe_aux_loss, r.moe_imbalance, r.moe_dropped);
+      extra = fmt::format(", \"moe_aux_loss\": {}, \"moe_imbalance\": {}, \"moe_dropped\": {}",
+                          json_number(r.moe_aux_loss, "{:.9g}"),
+                          json_number(r.moe_imbalance, "{:.6g}"), json_number(r.moe_dropped, "{:.0f}"));
     if (!std::isnan(r.loss_scale))
-      extra += fmt::format(", \"loss_scale\": {:g}, \"skipped\": {}", r.loss_scale, r.skipped);
+      extra += fmt::format(", \"loss_scale\": {}, \"skipped\": {}", json_number(r.loss_scale, "{:g}"),
+                           r.skipped);
     fmt::print(metrics_,
-               "{{\"step\": {}, \"loss\": {:.9g}, \"lr\": {:.9g}, \"grad_norm\": {}, "
-               "\"tokens_per_s\": {:.6g}, \"tflops\": {:.6g}, \"mfu\": {:.6g}{}}}\n",
-               r.step, r.loss, r.lr,
-               std::isnan(r.grad_norm) ? "null" : fmt::format("{:.9g}", r.grad_norm),
-               r.tokens_per_s, r.tflops, r.mfu, extra);
+               "{{\"step\": {}, \"loss\": {}, \"lr\": {}, \"grad_norm\": {}, "
+               "\"tokens_per_s\": {}, \"tflops\": {}, \"mfu\": {}{}}}\n",
+               r.step, json_number(r.loss, "{:.9g}"), json_number(r.lr, "{:.9g}"),
+               json_number(r.grad_norm, "{:.9g}"), json_number(r.tokens_per_s, "{:.6g}"),
+               json_number(r.tflops, "{:.6g}"), json_number(r.mfu, "{:.6g}"), extra);
     std::fflush(metrics_);
   }
   if (tensorboard_) tensorboard_->log_step(r);
@@ -619,7 +661,8 @@ void Trainer::log_eval(int step, double val_loss) {
     std::fflush(options_.log);
   }
   if (metrics_) {
-    fmt::print(metrics_, "{{\"step\": {}, \"val_loss\": {:.9g}}}\n", step, val_loss);
+    fmt::print(metrics_, "{{\"step\": {}, \"val_loss\": {}}}\n", step,
+               json_number(val_loss, "{:.9g}"));
     std::fflush(metrics_);
   }
   if (tensorboard_) tensorboard_->log_eval(step, val_loss);
@@ -630,9 +673,8 @@ int Trainer::run() {
   int done = start_step_;
   for (int step = start_step_ + 1; step <= spec_.train.steps; ++step) {
     StepRecord r = train_step(step);
-    // A step fp16 skipped for overflow may have an inf loss; the next ones must not.
-    TRAINER_CHECK(r.skipped || std::isfinite(r.loss), "step {}: loss is {} (diverged)", step, r.loss);
-    log_step(r);
+    log_step(r);  // the diverged step too, so metrics.jsonl shows it
+    check_finite(r);
     done = step;
     bool last = step == spec_.train.steps;
     if (val_data_ && spec_.train.eval_every > 0 && (step % spec_.train.eval_every == 0 || last))

@@ -108,6 +108,7 @@ class Trainer {
   std::vector<Tensor> owned_gradients() const;
   Tensor flat_arena(model::Category category) const;
   void log_step(const StepRecord& r);
+  void check_finite(const StepRecord& r) const;  // throws when the run diverged
   void log_eval(int step, double val_loss);
 
   JobSpec spec_;
@@ -156,6 +157,7 @@ class Trainer {
   std::vector<StepRecord> history_;
   std::unique_ptr<checkpoint::Checkpointer> checkpointer_;
   int start_step_ = 0;
+  int64_t samples_at_start_ = 0;  // training samples the resumed checkpoint had consumed
   FILE* metrics_ = nullptr;
   std::unique_ptr<TensorBoardMetrics> tensorboard_;  // log.metrics: tensorboard
 };

@@ -43,8 +43,9 @@ std::string find_latest_good(const std::string& root, FILE* warn);
 
 // Resolves a user-given path: a step directory, or a checkpoint root / run
 // directory (then its newest good checkpoint, looking in <path>/checkpoints
-// too). Every problem is an InputError naming the file.
-std::string resolve_checkpoint(const std::string& path, FILE* warn);
+// too; without `fall_back`, as a resume asks, the newest complete one, which
+// must verify). Every problem is an InputError naming the file.
+std::string resolve_checkpoint(const std::string& path, FILE* warn, bool fall_back = true);
 
 // True when `path` names one step directory (not a root or run directory).
 bool is_step_dir(const std::string& path);
@@ -114,6 +115,12 @@ class Checkpointer {
   const std::string& root() const { return root_; }
   // The step directory written or loaded last ("" if none).
   const std::string& last_path() const { return last_path_; }
+  // After resume(): the training samples the checkpoint's run had consumed
+  // (0 on a fresh start), where the data stream continues.
+  int64_t resumed_samples() const { return resumed_samples_; }
+  // After resume(): one line each for the data-stream settings that changed
+  // since the checkpoint (data_stream_changes).
+  const std::vector<std::string>& resume_notes() const { return resume_notes_; }
 
  private:
   int agree(int value_on_rank0);  // broadcast of one int from rank 0
@@ -121,6 +128,7 @@ class Checkpointer {
   void load_fp8_state(const CheckpointReader& reader, model::Buffers& buffers) const;
   Json make_metadata(int step, const std::map<std::string, double>& scalars) const;
   void prune(int step) const;
+  void abandon_newer(int step) const;
 
   JobSpec spec_;
   parallel::Communicator& world_;
@@ -129,6 +137,9 @@ class Checkpointer {
   FILE* warn_;
   std::string root_;
   std::string last_path_;
+  int resumed_step_ = 0;
+  int64_t resumed_samples_ = 0;
+  std::vector<std::string> resume_notes_;
   int run_id_ = 0;  // rank 0's pid: names the temporary directory on every rank
   void* scratch_ = nullptr;  // device bytes for the collectives
 };

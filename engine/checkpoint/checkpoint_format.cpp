@@ -46,11 +46,28 @@ auto with_file(const std::string& path, F&& f) {
 }
 
 // step_000123 -> 123; -1 for anything else (temporary and renamed-aside dirs).
-int parse_step_name(const std::string& name) {
+int parse_step_name(std::string name) {
+  while (name.size() > 1 && name.back() == '/') name.pop_back();
+  name = fs::path(name).filename().string();
   static const std::regex re("step_([0-9]{1,9})");
   std::smatch m;
   if (!std::regex_match(name, m, re)) return -1;
   return std::stoi(m[1].str());
+}
+
+// The highest-numbered step directory under root ("" when none), complete or not.
+std::string newest_step_dir(const std::string& root) {
+  std::error_code ec;
+  int best = -1;
+  std::string path;
+  for (const auto& entry : fs::directory_iterator(root, ec)) {
+    const int step = entry.is_directory() ? parse_step_name(entry.path().filename().string()) : -1;
+    if (step > best) {
+      best = step;
+      path = entry.path().string();
+    }
+  }
+  return path;
 }
 
 }  // namespace
@@ -92,7 +109,16 @@ Json verify_checkpoint(const std::string& step_dir) {
   with_file(meta_path, [&] {
     if (meta.at("format").as_string() != "trainer-checkpoint")
       throw std::runtime_error("format is not \"trainer-checkpoint\"");
-    (void)meta.at("step").as_int();
+    if (meta.at("format_version").as_int() != kFormatVersion)
+      throw std::runtime_error(fmt::format("format_version {} (this build reads {})",
+                                           meta.at("format_version").as_int(), kFormatVersion));
+    const int64_t step = meta.at("step").as_int();
+    if (step != manifest.at("step").as_int())
+      throw std::runtime_error(fmt::format("step {}, but manifest.json says {}", step,
+                                           manifest.at("step").as_int()));
+    const int named = parse_step_name(fs::path(step_dir).lexically_normal().string());
+    if (named >= 0 && named != step)
+      throw std::runtime_error(fmt::format("step {}, but its directory is named for step {}", step, named));
     (void)meta.at("job_spec").as_string();
     for (const Json& s : meta.at("shards").items())
       if (!manifest.at("files").find(s.as_string()))
@@ -134,7 +160,7 @@ std::string find_latest_good(const std::string& root, FILE* warn) {
 
 bool is_step_dir(const std::string& path) {
   return fs::exists(fs::path(path) / "manifest.json") || fs::exists(fs::path(path) / "metadata.json") ||
-         parse_step_name(fs::path(path).lexically_normal().filename().string()) >= 0 ||
+         parse_step_name(fs::path(path).lexically_normal().string()) >= 0 ||
          fs::path(path).filename().string().find(".tmp-") != std::string::npos;
 }
 
@@ -152,7 +178,7 @@ std::vector<std::string> checkpoint_roots(const std::string& path) {
   return roots;
 }
 
-std::string resolve_checkpoint(const std::string& path, FILE* warn) {
+std::string resolve_checkpoint(const std::string& path, FILE* warn, bool fall_back) {
   TRAINER_INPUT_CHECK(fs::exists(path), "{}: no such checkpoint", path);
   if (is_step_dir(path)) {
     verify_checkpoint(path);
@@ -160,8 +186,24 @@ std::string resolve_checkpoint(const std::string& path, FILE* warn) {
   }
   for (const std::string& root : checkpoint_roots(path)) {
     std::string latest = (fs::path(root) / "latest").string();
+    if (!fall_back) {
+      // The path means its newest checkpoint: that one or an error, never an older one.
+      const std::string newest = newest_step_dir(root);
+      if (newest.empty()) continue;
+      verify_checkpoint(newest);
+      return newest;
+    }
     std::string best = find_latest_good(root, warn);
-    if (!best.empty()) return best;
+    if (!best.empty()) {
+      std::error_code ec;
+      const fs::path home = fs::path(best).parent_path();
+      const bool own = fs::equivalent(home, path, ec) ||
+                       fs::equivalent(home, fs::path(path) / "checkpoints", ec);
+      if (warn && !own)  // a copied run directory would otherwise read the original's silently
+        fmt::print(warn, "trainer: note: {} holds no checkpoint of its own; using {} (checkpoint.dir "
+                   "of its job.yaml)\n", path, best);
+      return best;
+    }
     TRAINER_INPUT_CHECK(!fs::exists(latest),
                         "{}: names a checkpoint but none under {} is complete and intact", latest,
                         root);

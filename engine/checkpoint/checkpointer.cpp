@@ -9,6 +9,7 @@
 #include <regex>
 
 #include "engine/checkpoint/checkpoint.h"
+#include "engine/checkpoint/resume_check.h"
 #include "engine/checkpoint/files.h"
 #include "engine/checkpoint/safetensors.h"
 #include "engine/checkpoint/state_range.h"
@@ -79,9 +80,11 @@ Json Checkpointer::make_metadata(int step, const std::map<std::string, double>& 
   mesh.set("ep", Json(p.ep));
   mesh.set("zero", Json(p.zero));
   Json data = Json::object();
-  // Sample order is a pure function of (seed, step): the step is the data position.
+  // Sample order is a pure function of the seed; the position is the count of
+  // samples consumed (the steps since a resume times their global batch).
   data.set("next_step", Json(step + 1));
-  data.set("samples_consumed", Json(int64_t(step) * spec_.train.global_batch));
+  data.set("samples_consumed",
+           Json(resumed_samples_ + int64_t(step - resumed_step_) * spec_.train.global_batch));
   data.set("global_batch", Json(spec_.train.global_batch));
   data.set("seed", Json(std::to_string(spec_.run.seed)));
   Json rng = Json::object();
@@ -257,6 +260,7 @@ void Checkpointer::save(int step, const model::Buffers& buffers, const AdamW& op
     fsync_directory(root.string());
     replace_file_atomically((root / "latest").string(), name + "\n");
     if (!aside.empty()) remove_quietly(aside);  // already out of the step_N namespace
+    abandon_newer(step);
     prune(step);
   }
   last_path_ = final_dir.string();
@@ -284,6 +288,33 @@ void Checkpointer::prune(int step) const {
     discard(done[i].second, run_id_);
 }
 
+// Checkpoints of later steps than the one just saved were left by a run this
+// one resumed before (auto falling back past a corrupt one, or an explicit
+// older path): another trajectory. Left as step_N they would be resumed by
+// the next auto start and, being newest, would push this run's saves out of
+// checkpoint.keep. They are renamed out of the step_N namespace (kept, never
+// resumed or pruned; delete them by hand) and named on the warning stream.
+void Checkpointer::abandon_newer(int step) const {
+  static const std::regex complete("step_([0-9]{1,9})");
+  std::error_code ec;
+  std::vector<fs::path> newer;
+  for (const auto& e : fs::directory_iterator(root_, ec)) {
+    std::smatch m;
+    const std::string n = e.path().filename().string();
+    if (std::regex_match(n, m, complete) && std::stoi(m[1].str()) > step) newer.push_back(e.path());
+  }
+  for (const fs::path& p : newer) {
+    const fs::path to = p.parent_path() / fmt::format("{}.abandoned-{}", p.filename().string(), run_id_);
+    fs::rename(p, to, ec);
+    if (warn_)
+      fmt::print(warn_, "trainer: warning: {} is newer than this run's step {} (left by the run it "
+                 "resumed before); {}\n", p.string(), step,
+                 ec ? fmt::format("could not rename it: {}", ec.message())
+                    : fmt::format("renamed {} so no later start resumes it", to.filename().string()));
+  }
+  if (!newer.empty()) fsync_directory(root_);
+}
+
 int Checkpointer::resume(model::Buffers& buffers, AdamW& optimizer,
                          std::map<std::string, double>* scalars) {
   const std::string& mode = spec_.checkpoint.resume;
@@ -295,12 +326,19 @@ int Checkpointer::resume(model::Buffers& buffers, AdamW& optimizer,
   int code = 0;
   if (world_.rank() == 0) {
     try {
-      chosen = automatic ? find_latest_good(root_, warn_) : resolve_checkpoint(mode, warn_);
+      chosen = automatic ? find_latest_good(root_, warn_)
+                         : resolve_checkpoint(mode, warn_, /*fall_back=*/false);
       if (!chosen.empty()) {
-        int saved = CheckpointReader(chosen).step();
+        const CheckpointReader saved_by(chosen);
+        int saved = saved_by.step();
         TRAINER_INPUT_CHECK(saved >= 0 && saved <= spec_.train.steps,
                             "{}: saved after step {}, outside train.steps ({})", chosen, saved,
                             spec_.train.steps);
+        const std::vector<std::string> diff = model_differences(saved_by.job_spec().model, spec_.model);
+        TRAINER_INPUT_CHECK(diff.empty(),
+                            "{}: saved by another model: {} (to start a changed model from it, "
+                            "export it with trainer export --format hf and use model.init_from)",
+                            chosen, fmt::join(diff, "; "));
         code = saved + 1;
       }
     } catch (const InputError& e) {
@@ -353,6 +391,10 @@ int Checkpointer::resume(model::Buffers& buffers, AdamW& optimizer,
     copy_from_host(st.view(v), host.data());
   }
   load_fp8_state(reader, buffers);
+  resumed_step_ = step;
+  resumed_samples_ = static_cast<int64_t>(
+      reader.metadata().at("data_position").at("samples_consumed").as_int());
+  resume_notes_ = data_stream_changes(reader.job_spec(), spec_);
   if (scalars) {
     scalars->clear();
     for (const auto& [k, val] : reader.metadata().at("scalars").members()) (*scalars)[k] = val.as_number();

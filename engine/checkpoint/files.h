@@ -50,5 +50,10 @@ FileDigest digest_file(const std::string& path);
 uint64_t xxh3(const void* data, size_t bytes);
 // The whole file as text; InputError naming the path when it cannot be read.
 std::string read_text_file(const std::string& path);
+// Checks, creating nothing, that `path` is a directory this process can
+// write, or can be created as one (its nearest existing ancestor is a
+// writable directory). InputError "KEY: PATH: why" otherwise: found before a
+// run trains for hours and then cannot save.
+void check_output_dir(const std::string& path, const std::string& key);
 
 }  // namespace trainer::engine::checkpoint

@@ -195,8 +195,13 @@ TEST_CASE("checkpoint: partial and truncated checkpoints are skipped by auto, re
   spec.checkpoint.resume = (root / "step_000003").string();
   Trainer c(spec, quiet_options());
   CHECK_THROWS_WITH(resume(c, spec), Catch::Contains("manifest.json") && Catch::Contains("partial"));
-  // An explicit run directory resolves to its newest good checkpoint.
+  // An explicit run directory means its newest checkpoint: that one or exit 2,
+  // never an older one (auto is the mode that falls back).
   spec.checkpoint.resume = dir.string();
+  CHECK_THROWS_WITH(resume(c, spec), Catch::Contains((root / "step_000003" / "manifest.json").string()));
+  fs::remove_all(root / "step_000003");
+  CHECK_THROWS_WITH(resume(c, spec), Catch::Contains(shard2.string()) && Catch::Contains("truncated"));
+  fs::remove_all(root / "step_000002");
   CHECK(resume(c, spec) == 1);
   fs::remove_all(dir);
 }
@@ -252,7 +257,7 @@ TEST_CASE("checkpoint: a ZeRO shard of the optimizer loads its flat range of the
   fs::remove_all(dir);
 }
 
-TEST_CASE("checkpoint: a checkpoint of another model is refused naming the tensor",
+TEST_CASE("checkpoint: a checkpoint of another model is refused naming the keys",
           "[cpu][checkpoint]") {
   fs::path dir = fresh_temp_dir("other_model");
   JobSpec spec = tiny_spec(Family::gpt2, dir);
@@ -264,12 +269,19 @@ TEST_CASE("checkpoint: a checkpoint of another model is refused naming the tenso
   JobSpec wider = spec;
   wider.model.d_ff = 96;
   Trainer b(wider, quiet_options());
-  CHECK_THROWS_WITH(resume(b, wider), Catch::Contains("rank_00000.safetensors") &&
-                                          Catch::Contains("transformer.h.0.mlp.c_fc") &&
-                                          Catch::Contains("global shape"));
+  CHECK_THROWS_WITH(resume(b, wider), Catch::Contains("step_000001: saved by another model: "
+                                                      "model.d_ff is 64 in the checkpoint, 96"));
   JobSpec llama = tiny_spec(Family::llama, dir);
   Trainer c(llama, quiet_options());
-  CHECK_THROWS_WITH(resume(c, llama), Catch::Contains("no tensor \"model."));
+  CHECK_THROWS_WITH(resume(c, llama), Catch::Contains("model.family is gpt2 in the checkpoint, llama"));
+  // Below the job spec, the tensors are checked too (a checkpoint whose spec
+  // matches but whose shard does not: the reader names the tensor).
+  CheckpointReader reader((dir / "checkpoints" / "step_000001").string());
+  Slice wrong = reader.any_slice("transformer.h.0.mlp.c_fc.weight");
+  wrong.global_shape[0] += 1;
+  std::vector<float> out(static_cast<size_t>(wrong.numel()));
+  CHECK_THROWS_WITH(reader.read("transformer.h.0.mlp.c_fc.weight", wrong, out.data()),
+                    Catch::Contains("rank_00000.safetensors") && Catch::Contains("global shape"));
   fs::remove_all(dir);
 }
 

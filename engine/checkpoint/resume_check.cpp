@@ -1,0 +1,82 @@
+#include "engine/checkpoint/resume_check.h"
+
+#include <fmt/format.h>
+
+namespace trainer::engine::checkpoint {
+
+namespace {
+
+// Appends "KEY is A in the checkpoint, B in this job" when the two differ.
+template <class T>
+void differ(std::vector<std::string>& out, const char* key, const T& saved, const T& job) {
+  if (!(saved == job)) out.push_back(fmt::format("{} is {} in the checkpoint, {} in this job", key, saved, job));
+}
+
+std::string describe(const RopeScalingSpec& r) {
+  if (!r.enabled) return "null";
+  return fmt::format("{{factor {}, low_freq_factor {}, high_freq_factor {}, "
+                     "original_max_position_embeddings {}}}",
+                     r.factor, r.low_freq_factor, r.high_freq_factor,
+                     r.original_max_position_embeddings);
+}
+
+std::string describe(const std::vector<DataSource>& sources) {
+  std::string s;
+  for (const DataSource& d : sources)
+    s += fmt::format("{}{}{}", s.empty() ? "" : ", ", d.path,
+                     d.weight == 1.0 ? std::string() : fmt::format(" (weight {})", d.weight));
+  return s;
+}
+
+}  // namespace
+
+std::vector<std::string> model_differences(const ModelSpec& saved, const ModelSpec& job) {
+  std::vector<std::string> out;
+  differ(out, "model.family", std::string(to_string(saved.family)), std::string(to_string(job.family)));
+  differ(out, "model.n_layer", saved.n_layer, job.n_layer);
+  differ(out, "model.d_model", saved.d_model, job.d_model);
+  differ(out, "model.n_head", saved.n_head, job.n_head);
+  differ(out, "model.n_kv_head", saved.n_kv_head, job.n_kv_head);
+  differ(out, "model.d_ff", saved.d_ff, job.d_ff);
+  differ(out, "model.vocab_size", saved.vocab_size, job.vocab_size);
+  if (job.family == Family::gpt2) differ(out, "model.max_seq_len", saved.max_seq_len, job.max_seq_len);
+  differ(out, "model.tie_embeddings", saved.tie_embeddings, job.tie_embeddings);
+  differ(out, "model.rope_theta", saved.rope_theta, job.rope_theta);
+  differ(out, "model.rope_scaling", describe(saved.rope_scaling), describe(job.rope_scaling));
+  differ(out, "model.norm_eps", saved.norm_eps, job.norm_eps);
+  const MoESpec &a = saved.moe, &b = job.moe;
+  if (a.enabled != b.enabled) {
+    out.push_back(fmt::format("model.moe is {} in the checkpoint, {} in this job",
+                              a.enabled ? "set" : "absent", b.enabled ? "set" : "absent"));
+    return out;
+  }
+  if (!a.enabled) return out;
+  differ(out, "model.moe.n_experts", a.n_experts, b.n_experts);
+  differ(out, "model.moe.top_k", a.top_k, b.top_k);
+  differ(out, "model.moe.n_shared_experts", a.n_shared_experts, b.n_shared_experts);
+  differ(out, "model.moe.d_ff_expert", a.d_ff_expert, b.d_ff_expert);
+  differ(out, "model.moe.every", a.every, b.every);
+  // aux_free routes by a learned bias the other rules do not have.
+  differ(out, "model.moe.balance", a.balance == Balance::aux_free, b.balance == Balance::aux_free);
+  return out;
+}
+
+std::vector<std::string> data_stream_changes(const JobSpec& saved, const JobSpec& job) {
+  std::vector<std::string> out;
+  auto note = [&](const char* key, const std::string& was, const std::string& now, const char* what) {
+    if (was != now) out.push_back(fmt::format("{} was {} in the checkpoint, {} now: {}", key, was, now, what));
+  };
+  note("train.global_batch", std::to_string(saved.train.global_batch),
+       std::to_string(job.train.global_batch), "the run continues after the samples the checkpoint consumed");
+  note("train.seq_len", std::to_string(saved.train.seq_len), std::to_string(job.train.seq_len),
+       "the data is cut into samples of the new length, counted from the checkpoint's sample count");
+  note("run.seed", std::to_string(saved.run.seed), std::to_string(job.run.seed),
+       "the sample order is a new one");
+  note("data.shuffle", saved.data.shuffle ? "true" : "false", job.data.shuffle ? "true" : "false",
+       "the sample order is a new one");
+  note("data.train", describe(saved.data.train), describe(job.data.train),
+       "the run continues at the checkpoint's sample count in the new data");
+  return out;
+}
+
+}  // namespace trainer::engine::checkpoint

@@ -1,0 +1,26 @@
+// What a resume compares between the job a checkpoint was saved by and the
+// job resuming it: the model must be the same function (a shape check alone
+// lets a 2-layer checkpoint load as a 1-layer model, or a changed n_head,
+// norm_eps or top_k through), while the data stream may change (a new blend
+// or batch size for the next phase is normal) and is reported.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "engine/config/job_spec.h"
+
+namespace trainer::engine::checkpoint {
+
+// "model.n_layer is 2 in the checkpoint, 1 in this job", one entry per key
+// that changes what the model computes. init_std and init_from (only read
+// before step 1), llama's max_seq_len (a bound on seq_len, no parameter) and
+// the MoE balancing coefficients and capacity (training settings) may differ.
+std::vector<std::string> model_differences(const ModelSpec& saved, const ModelSpec& job);
+
+// The data stream's changes, each a note for the log: the global batch (the
+// run continues at the checkpoint's sample count, not at step x batch),
+// seq_len, seed, shuffle, and the training sources.
+std::vector<std::string> data_stream_changes(const JobSpec& saved, const JobSpec& job);
+
+}  // namespace trainer::engine::checkpoint

@@ -1,0 +1,247 @@
+// What a resume accepts: the same model only (each differing key named), the
+// data continuing after the samples the checkpoint consumed even when the
+// global batch changed, and no newer checkpoint of an abandoned trajectory
+// surviving the next save as the newest one.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "engine/checkpoint/checkpoint.h"
+#include "engine/checkpoint/resume_check.h"
+#include "engine/trainer.h"
+#include "parallel/communicator.h"
+#include "test/common/tiny_job.h"
+
+using namespace trainer;
+using namespace trainer::engine;
+using namespace trainer::engine::checkpoint;
+using testing::fresh_temp_dir;
+using testing::quiet_options;
+using testing::train_losses;
+namespace fs = std::filesystem;
+
+namespace {
+
+JobSpec spec_in(const fs::path& dir, Family family = Family::gpt2) {
+  JobSpec s = testing::tiny_job(family, 9);
+  s.run.dir = dir.string();
+  s.checkpoint.keep = 10;
+  return s;
+}
+
+void save(Trainer& t, const JobSpec& spec, int step) {
+  auto world = parallel::make_single_communicator("world");
+  Checkpointer c(spec, *world, Device::cpu, {}, nullptr);
+  c.save(step, t.model().buffers(), t.optimizer());
+}
+
+int resume(Trainer& t, const JobSpec& spec, std::string* warnings = nullptr) {
+  auto world = parallel::make_single_communicator("world");
+  FILE* warn = std::tmpfile();
+  Checkpointer c(spec, *world, Device::cpu, {}, warn);
+  int step = 0;
+  try {
+    step = c.resume(t.model().buffers(), t.optimizer());
+  } catch (...) {
+    std::fclose(warn);
+    throw;
+  }
+  if (warnings) {
+    std::rewind(warn);
+    char buf[1024];
+    while (std::fgets(buf, sizeof buf, warn)) *warnings += buf;
+  }
+  std::fclose(warn);
+  return step;
+}
+
+std::string read_all(const fs::path& p) {
+  std::ifstream in(p);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+std::vector<std::string> names_in(const fs::path& dir) {
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(dir)) names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+}  // namespace
+
+TEST_CASE("resume: a checkpoint of a differently configured model is refused naming each key",
+          "[cpu][checkpoint]") {
+  for (Family f : {Family::gpt2, Family::llama}) {
+    fs::path dir = fresh_temp_dir("other_config");
+    JobSpec spec = spec_in(dir, f);
+    {
+      Trainer a(spec, quiet_options());
+      train_losses(a, 1, 1);
+      save(a, spec, 1);
+    }
+    // Same tensor names and shapes, another function: a shape check lets all of these through.
+    JobSpec fewer = spec;
+    fewer.model.n_layer = 1;
+    Trainer b(fewer, quiet_options());
+    CHECK_THROWS_WITH(resume(b, fewer),
+                      Catch::Contains("saved by another model: model.n_layer is 2 in the "
+                                      "checkpoint, 1 in this job"));
+    JobSpec changed = spec;
+    changed.model.n_head = 8;
+    changed.model.n_kv_head = f == Family::llama ? 2 : 8;
+    changed.model.norm_eps = 1e-6;
+    Trainer c(changed, quiet_options());
+    CHECK_THROWS_WITH(resume(c, changed),
+                      Catch::Contains("model.n_head is 4 in the checkpoint, 8 in this job") &&
+                          Catch::Contains("model.norm_eps is 1e-05 in the checkpoint, 1e-06") &&
+                          Catch::Contains("model.init_from"));
+    // Settings read only before step 1, or not part of the function, may differ.
+    JobSpec same = spec;
+    same.model.init_std = 0.5;
+    if (f == Family::llama) same.model.max_seq_len = 64;
+    Trainer d(same, quiet_options());
+    CHECK(resume(d, same) == 1);
+    fs::remove_all(dir);
+  }
+}
+
+TEST_CASE("resume: model_differences names MoE structure, not its training settings",
+          "[cpu][checkpoint]") {
+  ModelSpec a;
+  a.family = Family::llama;
+  a.moe.enabled = true;
+  ModelSpec b = a;
+  b.moe.aux_loss_coeff = 0.1;
+  b.moe.capacity_factor = 1.25;
+  b.moe.bias_update_rate = 0.01;
+  CHECK(model_differences(a, b).empty());
+  b.moe.top_k = 1;
+  b.moe.balance = Balance::aux_free;
+  const std::vector<std::string> d = model_differences(a, b);
+  REQUIRE(d.size() == 2);
+  CHECK(d[0] == "model.moe.top_k is 2 in the checkpoint, 1 in this job");
+  CHECK_THAT(d[1], Catch::StartsWith("model.moe.balance"));
+  ModelSpec dense = a;
+  dense.moe.enabled = false;
+  CHECK(model_differences(a, dense) ==
+        std::vector<std::string>{"model.moe is set in the checkpoint, absent in this job"});
+}
+
+TEST_CASE("resume: the data continues after the samples the checkpoint consumed",
+          "[cpu][checkpoint]") {
+  fs::path dir = fresh_temp_dir("data_position");
+  JobSpec spec = spec_in(dir);
+  spec.train.steps = 2;
+  TrainerOptions writing = quiet_options();
+  writing.write_run_dir = true;
+  {
+    Trainer a(spec, writing);
+    a.run();  // steps 1-2 of global batch 4 and the final save: 8 samples consumed
+  }
+  JobSpec doubled = spec;
+  doubled.train.global_batch = 8;
+  doubled.train.steps = 3;
+  FILE* log = std::tmpfile();
+  TrainerOptions logged = writing;
+  logged.log = log;
+  Trainer b(doubled, logged);
+  REQUIRE(b.start_step() == 2);
+  const double resumed = b.train_step(3).loss;
+  // The same weights on samples 8..15: a trainer that loaded them without the
+  // trainer's own resume draws those samples at its step 2 (the loss is taken
+  // before the update, so only the weights and samples matter). At step x
+  // batch the resumed step would have read samples 16..23.
+  JobSpec ref_spec = doubled;
+  ref_spec.checkpoint.resume = (dir / "checkpoints" / "step_000002").string();
+  Trainer ref(ref_spec, quiet_options());
+  REQUIRE(resume(ref, ref_spec) == 2);
+  Trainer ref3(ref_spec, quiet_options());
+  REQUIRE(resume(ref3, ref_spec) == 2);
+  CHECK(resumed == ref.train_step(2).loss);
+  CHECK(resumed != ref3.train_step(3).loss);
+  std::rewind(log);
+  std::string text;
+  char buf[1024];
+  while (std::fgets(buf, sizeof buf, log)) text += buf;
+  std::fclose(log);
+  CHECK_THAT(text, Catch::Contains("after step 2 (8 samples consumed)") &&
+                       Catch::Contains("note: train.global_batch was 4 in the checkpoint, 8 now"));
+  // The next save counts from there: 8 + 8, not 3 x 8.
+  {
+    Trainer b2(doubled, writing);
+    b2.run();
+  }
+  CHECK_THAT(read_all(dir / "checkpoints" / "step_000003" / "metadata.json"),
+             Catch::Contains("\"samples_consumed\": 16"));
+  fs::remove_all(dir);
+}
+
+TEST_CASE("resume: checkpoints newer than the resumed one are renamed aside at the next save",
+          "[cpu][checkpoint]") {
+  fs::path dir = fresh_temp_dir("abandon");
+  JobSpec spec = spec_in(dir);
+  fs::path root = dir / "checkpoints";
+  {
+    Trainer a(spec, quiet_options());
+    for (int s = 1; s <= 3; ++s) {
+      train_losses(a, s, s);
+      save(a, spec, s);
+    }
+  }
+  // Back to step 1 on purpose, keeping one checkpoint: the old step 3 must
+  // neither delete the new step 2 (it is the newer number) nor be resumed next.
+  JobSpec back = spec;
+  back.checkpoint.resume = (root / "step_000001").string();
+  back.checkpoint.keep = 1;
+  Trainer b(back, quiet_options());
+  REQUIRE(resume(b, back) == 1);
+  train_losses(b, 2, 2);
+  std::string warnings;
+  {
+    auto world = parallel::make_single_communicator("world");
+    FILE* warn = std::tmpfile();
+    Checkpointer c(back, *world, Device::cpu, {}, warn);
+    c.save(2, b.model().buffers(), b.optimizer());
+    std::rewind(warn);
+    char buf[1024];
+    while (std::fgets(buf, sizeof buf, warn)) warnings += buf;
+    std::fclose(warn);
+  }
+  std::vector<std::string> names = names_in(root);
+  REQUIRE(names.size() == 3);
+  CHECK(names[0] == "latest");
+  CHECK(names[1] == "step_000002");
+  CHECK_THAT(names[2], Catch::StartsWith("step_000003.abandoned-"));
+  CHECK_THAT(warnings, Catch::Contains("step_000003 is newer than this run's step 2"));
+  CHECK(read_all(root / "latest") == "step_000002\n");
+  JobSpec again = spec;  // auto
+  Trainer d(again, quiet_options());
+  CHECK(resume(d, again) == 2);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("resume: a step directory whose name disagrees with its step is refused",
+          "[cpu][checkpoint]") {
+  fs::path dir = fresh_temp_dir("misnamed");
+  JobSpec spec = spec_in(dir);
+  fs::path root = dir / "checkpoints";
+  {
+    Trainer a(spec, quiet_options());
+    train_losses(a, 1, 2);
+    save(a, spec, 2);
+    save(a, spec, 4);
+  }
+  fs::rename(root / "step_000002", root / "step_000009");
+  CHECK_THROWS_WITH(verify_checkpoint((root / "step_000009").string()),
+                    Catch::Contains("step 2, but its directory is named for step 9"));
+  std::string warnings;
+  Trainer b(spec, quiet_options());
+  CHECK(resume(b, spec, &warnings) == 4);  // auto skips it instead of rolling back to step 2
+  CHECK_THAT(warnings, Catch::Contains("step_000009"));
+  fs::remove_all(dir);
+}
