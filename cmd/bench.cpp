@@ -29,7 +29,7 @@ Registrar reg("bench", "benchmark training steps: tokens/s, FLOP/s, MFU", [](CLI
   sub.add_option("job", args->job, "job spec (YAML)")->required();
   sub.add_option("--set", args->overrides, "override a key: key.path=value (repeatable)");
   sub.add_option("--steps", args->steps, "timed steps (after one warm-up step)")
-      ->check(CLI::PositiveNumber);
+      ->check(whole_number(1, 1 << 20));
   return std::function<int()>([args] {
     engine::JobSpec spec = engine::load_job_spec(args->job, args->overrides);
     spec.train.steps = args->steps + 1;

@@ -25,7 +25,7 @@ Registrar reg("plan", "validate a job and print its per-rank memory plan", [](CL
   auto args = std::make_shared<PlanArgs>();
   sub.add_option("job", args->job, "job spec (YAML)")->required();
   sub.add_option("--set", args->overrides, "override a key: key.path=value (repeatable)");
-  sub.add_option("--world", args->world, "number of ranks to plan for")->check(CLI::PositiveNumber);
+  sub.add_option("--world", args->world, "number of ranks to plan for")->check(whole_number(1, 1 << 24));
   return std::function<int()>([args] {
     engine::JobSpec spec = engine::load_job_spec(args->job, args->overrides);
     parallel::MeshShape shape = engine::resolve_job_mesh(spec, args->world);

@@ -52,7 +52,8 @@ Registrar reg("sample", "continue a prompt with a checkpoint's model (one CPU ra
   sub.add_option("--tokens", a->options.tokens, "new tokens to generate (default 64)");
   sub.add_option("--temperature", a->options.temperature, "0 = greedy; default 1.0");
   sub.add_option("--top-k", a->options.top_k, "sample among the k most likely tokens; 0 = all (default 40)");
-  sub.add_option("--seed", a->options.seed, "same seed, prompt and checkpoint: same text");
+  sub.add_option("--seed", a->options.seed, "same seed, prompt and checkpoint: same text")
+      ->check(whole_number(0, UINT64_MAX));
   sub.add_option("--vocab", a->vocab, "GPT-2 encoder.json / HF vocab.json (default data/gpt2/encoder.json)");
   sub.add_option("--merges", a->merges, "vocab.bpe / merges.txt (default data/gpt2/vocab.bpe)");
   sub.add_option("--tokenizer", a->tokenizer,

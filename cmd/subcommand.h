@@ -3,7 +3,11 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <fmt/format.h>
 
+#include <cerrno>
+#include <cstdint>
+#include <cstdlib>
 #include <functional>
 #include <string>
 #include <vector>
@@ -35,6 +39,23 @@ inline void add_checkpoint_source(CLI::App& sub, std::string& source) {
                  "a run directory, a checkpoint directory, or one step_* directory "
                  "(the newest intact checkpoint is used)")
       ->required();
+}
+
+// A whole number in lo..hi, checked before CLI11 converts it: CLI11's own
+// range check prints its bounds as doubles ("0 not in range 0.000000 to
+// 1797...") and lets "-1" wrap into an unsigned option.
+inline CLI::Validator whole_number(uint64_t lo, uint64_t hi) {
+  return CLI::Validator(
+      [lo, hi](std::string& s) -> std::string {
+        errno = 0;
+        char* end = nullptr;
+        const unsigned long long v = std::strtoull(s.c_str(), &end, 10);
+        const bool digits = !s.empty() && s.find_first_not_of("0123456789") == std::string::npos;
+        if (!digits || *end != '\0' || errno == ERANGE || v < lo || v > hi)
+          return fmt::format("expected a whole number in {}..{}, got '{}'", lo, hi, s);
+        return std::string();
+      },
+      fmt::format("{}..{}", lo, hi));
 }
 
 }  // namespace trainer::cmd

@@ -42,7 +42,8 @@ Registrar tokenize_registrar(
       sub.add_option("--jsonl-field", args->opt.jsonl_field, "JSONL field holding the text");
       sub.add_option("--val-fraction", args->opt.val_fraction, "fraction of documents for validation, 0..1");
       sub.add_option("--shard-tokens", args->opt.shard_tokens, "llmc: tokens per shard");
-      sub.add_option("--threads", args->opt.threads, "worker threads (0 = all cores)");
+      sub.add_option("--threads", args->opt.threads, "worker threads (0 = all cores)")
+          ->check(whole_number(0, 1024));  // each holds a cache and a batch: ~1 MB
       sub.add_flag("--quiet", args->quiet, "no progress line");
       return [args]() {
         auto& opt = args->opt;

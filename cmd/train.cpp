@@ -31,8 +31,16 @@ Registrar reg("train", "train a model from a YAML job spec", [](CLI::App& sub) {
     error_rank() = mesh.rank();
     try {
       engine::Trainer trainer(spec, mesh);
+      const int first = trainer.start_step();
       int steps = trainer.run();
-      if (mesh.logs()) fmt::print("trained {} steps; run directory {}\n", steps, spec.run.dir);
+      if (mesh.logs()) {
+        if (steps == first)
+          fmt::print("nothing to train: the checkpoint is at step {} of train.steps {}; run directory {}\n",
+                     first, spec.train.steps, spec.run.dir);
+        else
+          fmt::print("trained to step {} ({} steps this run); run directory {}\n", steps,
+                     steps - first, spec.run.dir);
+      }
     } catch (const InputError& e) {
       // One line from one rank, then every rank goes down with exit code 2.
       std::fprintf(stderr, "trainer: error: %s\n", e.what());

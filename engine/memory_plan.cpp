@@ -93,13 +93,22 @@ MemoryPlan plan_memory(const model::Buffers& buffers, const AdamW& optimizer,
     plan.category[c] = buffers.category_bytes(static_cast<Category>(c));
   plan.activation_slots = std::max(activation_slots, 1);
   size_t& activations = plan.category[static_cast<int>(Category::activations)];
-  activations *= plan.activation_slots;
+  // Each category is at most kMaxPlanBytes (Buffers::add): these products are
+  // checked the same way, so total() cannot wrap.
+  auto checked = [](size_t n, size_t bytes) {
+    size_t out = 0;
+    TRAINER_INPUT_CHECK(!__builtin_mul_overflow(n, bytes, &out) && out <= model::kMaxPlanBytes,
+                        "memory plan: {} activation slots of {} bytes need more than 2^56 bytes "
+                        "(64 PiB): the model or batch sizes are too large", n, bytes);
+    return out;
+  };
+  activations = checked(size_t(plan.activation_slots), activations);
   if (!chunk_slots.empty()) {
     plan.activation_slots = 0;
     activations = 0;
     for (auto [n, bytes] : chunk_slots) {
       plan.activation_slots += n;
-      activations += size_t(n) * bytes;
+      activations = checked(1, activations + checked(size_t(n), bytes));
     }
     plan.activation_slots = std::max(plan.activation_slots, 1);
     plan.chunk_slots = std::move(chunk_slots);

@@ -30,7 +30,7 @@ void on_signal(int sig) {
     _exit(128 + sig);
   }
   g_first_ns.store(now_ns());
-  const char msg[] = "trainer: stop requested, finishing the current step (signal again to exit now)\n";
+  const char msg[] = "trainer: stop requested, finishing the current step (signal again after 2 s to exit now)\n";
   (void)!write(2, msg, sizeof(msg) - 1);
 }
 }  // namespace

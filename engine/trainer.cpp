@@ -9,7 +9,9 @@
 #include <chrono>
 #include <climits>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
+#include <sstream>
 
 #include "engine/checkpoint/checkpoint.h"
 #include "engine/checkpoint/files.h"
@@ -43,6 +45,30 @@ Trainer::Trainer(const JobSpec& spec, parallel::Mesh& mesh, TrainerOptions optio
     : spec_(spec), options_(options), mesh_(&mesh) {
   setup();
 }
+
+namespace {
+
+// A run that resumes at step k (0: starts afresh) replays the steps after k:
+// their lines from the earlier run are dropped, so metrics.jsonl holds each
+// step once, from the trajectory that continues. Lines without a step stay.
+void drop_metrics_after(const std::string& path, int step) {
+  std::error_code ec;
+  if (!fs::exists(path, ec)) return;
+  std::istringstream in(checkpoint::read_text_file(path));
+  std::string kept, line;
+  bool dropped = false;
+  while (std::getline(in, line)) {
+    const std::string key = "{\"step\": ";
+    if (line.rfind(key, 0) == 0 && std::atoll(line.c_str() + key.size()) > step) {
+      dropped = true;
+      continue;
+    }
+    kept += line + "\n";
+  }
+  if (dropped) checkpoint::replace_file_atomically(path, kept);
+}
+
+}  // namespace
 
 void Trainer::setup() {
   const JobSpec& spec = spec_;
@@ -228,12 +254,24 @@ void Trainer::setup() {
   host_targets_.resize(static_cast<size_t>(local_tokens));
   host_losses_.resize(static_cast<size_t>(local_tokens));
   peak_flops_ = peak_flops(ctx_, spec.precision.compute);
+  // The first step's samples and the first evaluation batch are read now: a
+  // token id outside the vocabulary there (a wrong model.vocab_size, another
+  // tokenizer's data) is refused before anything is written. Later samples are
+  // checked as they are drawn (scanning a whole corpus would read terabytes).
+  if (train_data_)
+    for (int64_t i = 0; i < spec.train.global_batch / dp_size_; ++i)
+      train_data_->get(first_sample(start_step_ + 1) + i, host_tokens_.data());
+  if (val_data_)
+    for (int64_t i = 0; i < spec.train.micro_batch; ++i)
+      val_data_->get(int64_t(dp_rank_ % spec.train.eval_batches) * spec.train.micro_batch + i,
+                     host_tokens_.data());
 
   if (options_.write_run_dir && mesh_->logs()) {
     fs::create_directories(spec.run.dir);
     write_resolved_spec(spec, (fs::path(spec.run.dir) / "job.yaml").string());
     if (spec.log.metrics != "none") {  // jsonl, tensorboard
       std::string path = (fs::path(spec.run.dir) / "metrics.jsonl").string();
+      drop_metrics_after(path, start_step_);
       metrics_ = std::fopen(path.c_str(), "a");
       TRAINER_INPUT_CHECK(metrics_ != nullptr, "{}: cannot open for appending", path);
     }
@@ -423,14 +461,19 @@ void Trainer::synchronize_gradients() {
                                   flat_arena(model::Category::gradients), shard_);
 }
 
+// This rank's first training sample of `step`. The data continues after the
+// samples the resumed checkpoint consumed (its global batch may have been
+// another): step - 1 - start_step_ steps of this job's batch since.
+int64_t Trainer::first_sample(int step) const {
+  const int G = spec_.train.global_batch;
+  return samples_at_start_ + int64_t(step - 1 - start_step_) * G + int64_t(dp_rank_) * (G / dp_size_);
+}
+
 StepRecord Trainer::train_step(int step) {
   auto t0 = std::chrono::steady_clock::now();
   const int B = spec_.train.micro_batch, T = spec_.train.seq_len, G = spec_.train.global_batch;
   const double tokens = double(G) * T;
-  // The data continues after the samples the resumed checkpoint consumed (its
-  // global batch may have been another): step - 1 - start_step_ steps since.
-  const int64_t rank_first = samples_at_start_ + int64_t(step - 1 - start_step_) * G +
-                             int64_t(dp_rank_) * (G / dp_size_);
+  const int64_t rank_first = first_sample(step);
   model_->zero_grads(ctx_);
   if (sharded_) sharded_->zero_grads();
   model_->reset_moe_stats(ctx_);
@@ -691,7 +734,9 @@ int Trainer::run() {
     }
     if (stop && !last) {
       if (options_.log)
-        fmt::print(options_.log, "stopped after step {} on signal {}\n", step, stop_signal());
+        fmt::print(options_.log, "stopped after step {} on {}\n", step,
+                   stop_signal() ? fmt::format("signal {}", stop_signal())
+                                 : std::string("a signal another rank received"));
       break;
     }
   }

@@ -100,6 +100,7 @@ class Trainer {
   // Every dp rank must run each evaluation forward (collectives inside it).
   bool lockstep_forwards() const;
   void load_micro_batch(const data::SampleSource* source, int64_t first_sample);
+  int64_t first_sample(int step) const;  // this rank's first training sample of `step`
   double micro_batch_loss_sum();
   void await_device();  // before a host copy on a multi-GPU rank: poll, never block
   double grad_norm();

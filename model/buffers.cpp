@@ -23,8 +23,14 @@ BufferId Buffers::add(Category category, std::string name, std::vector<int64_t> 
                       DType dtype) {
   TRAINER_CHECK(!shape.empty() && shape.size() <= Tensor::kMaxDims, "buffer {}: rank {}", name,
                 shape.size());
+  // A size past kMaxPlanBytes is a spec asking for more than any machine
+  // holds: refused here, before sums of such sizes can wrap around 2^64.
   size_t numel = 1;
-  for (int64_t s : shape) numel *= static_cast<size_t>(s);
+  for (int64_t s : shape)
+    TRAINER_INPUT_CHECK(s >= 0 && !__builtin_mul_overflow(numel, static_cast<size_t>(s), &numel) &&
+                            numel <= kMaxPlanBytes / dtype_size(dtype),
+                        "memory plan: buffer {} of shape [{}] needs more than 2^56 bytes (64 PiB): "
+                        "the model or batch sizes are too large", name, fmt::join(shape, ", "));
   if (recomputing_ && category == Category::activations) category = Category::recomputed;
   BufferInfo info{std::move(name), category, std::move(shape), dtype, 0, numel * dtype_size(dtype)};
   const size_t aligned = (info.bytes + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment;
@@ -45,6 +51,9 @@ BufferId Buffers::add(Category category, std::string name, std::vector<int64_t> 
     info.offset = used;
     used += aligned;
   }
+  TRAINER_INPUT_CHECK(used <= kMaxPlanBytes,
+                      "memory plan: the {} arena needs more than 2^56 bytes (64 PiB) by buffer {}: "
+                      "the model or batch sizes are too large", category_name(category), info.name);
   buffers_.push_back(std::move(info));
   return static_cast<BufferId>(buffers_.size() - 1);
 }

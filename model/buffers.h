@@ -24,6 +24,9 @@ namespace trainer::model {
 enum class Category : int { parameters, gradients, activations, scratch, compute_weights, recomputed };
 constexpr int kNumCategories = 6;
 const char* category_name(Category c);
+// The largest buffer or arena a plan may hold (64 PiB): above it a spec's
+// sizes are refused (InputError) before any sum of them can wrap.
+constexpr size_t kMaxPlanBytes = size_t(1) << 56;
 
 enum class Init { normal, zeros, ones };
 

@@ -2,6 +2,7 @@
 #include "engine/checkpoint/safetensors.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <bit>
@@ -180,9 +181,14 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
       if (static_cast<uint64_t>(e) > data_size)
         throw std::runtime_error(fmt::format("data ends at {} but the file holds {} data bytes "
                                              "(truncated)", e, data_size));
-      if (static_cast<uint64_t>(t.numel()) * esize != static_cast<uint64_t>(e - b))
-        throw std::runtime_error(fmt::format("shape needs {} bytes, data_offsets give {}",
-                                             t.numel() * static_cast<int64_t>(esize), e - b));
+      // The element count in checked arithmetic: a crafted [2^40, 2^40] must
+      // not wrap to a size that happens to match.
+      uint64_t need = esize;
+      for (int64_t d : t.shape)
+        if (__builtin_mul_overflow(need, static_cast<uint64_t>(d), &need))
+          throw std::runtime_error(fmt::format("shape [{}] overflows 64-bit sizes", fmt::join(t.shape, ", ")));
+      if (need != static_cast<uint64_t>(e - b))
+        throw std::runtime_error(fmt::format("shape needs {} bytes, data_offsets give {}", need, e - b));
       t.data = data + b;
       t.bytes = static_cast<size_t>(e - b);
       ranges.emplace_back(b, e);

@@ -11,11 +11,13 @@
 #include <fmt/format.h>
 
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <set>
 #include <sstream>
+#include <vector>
 
 namespace trainer::engine {
 namespace {
@@ -115,10 +117,10 @@ void read_run(Section s, RunSpec& run) {
 
 void read_moe(Section s, MoESpec& moe) {
   moe.enabled = true;
-  s.read("n_experts", moe.n_experts, 2);
+  s.read("n_experts", moe.n_experts, 2, 1 << 16);
   s.read("top_k", moe.top_k, 1);
-  s.read("n_shared_experts", moe.n_shared_experts, 0);
-  s.read("d_ff_expert", moe.d_ff_expert, 1);
+  s.read("n_shared_experts", moe.n_shared_experts, 0, 1 << 16);
+  s.read("d_ff_expert", moe.d_ff_expert, 1, 1 << 24);
   s.read("every", moe.every, 1);
   s.read("balance", moe.balance, spec::kBalanceChoices);
   s.read("aux_loss_coeff", moe.aux_loss_coeff);
@@ -156,14 +158,16 @@ void read_rope_scaling(Section s, RopeScalingSpec& rs) {
 void read_model(Section s, ModelSpec& m) {
   SpecReader& r = s.reader();
   s.read("family", m.family, spec::kFamilyChoices);
-  s.read("n_layer", m.n_layer, 1);
-  s.read("d_model", m.d_model, 1);
-  s.read("n_head", m.n_head, 1);
+  // Upper bounds far past any real model: beyond them a typo would make
+  // `trainer plan` build millions of layers or sizes whose products wrap.
+  s.read("n_layer", m.n_layer, 1, 16384);
+  s.read("d_model", m.d_model, 1, 1 << 20);
+  s.read("n_head", m.n_head, 1, 1 << 16);
   m.n_kv_head = m.n_head;
   s.read("n_kv_head", m.n_kv_head, 1);
-  s.read("d_ff", m.d_ff, 1);
-  s.read("vocab_size", m.vocab_size, 2);
-  s.read("max_seq_len", m.max_seq_len, 1);
+  s.read("d_ff", m.d_ff, 1, 1 << 24);
+  s.read("vocab_size", m.vocab_size, 2, 1 << 24);
+  s.read("max_seq_len", m.max_seq_len, 1, 1 << 24);
   m.tie_embeddings = m.family == Family::gpt2;
   s.read("tie_embeddings", m.tie_embeddings);
   s.read("rope_theta", m.rope_theta);
@@ -241,8 +245,8 @@ void read_data(Section s, DataSpec& d) {
 
 void read_train(Section s, TrainSpec& t) {
   s.read("seq_len", t.seq_len, 1);
-  s.read("micro_batch", t.micro_batch, 1);
-  s.read("global_batch", t.global_batch, 1);
+  s.read("micro_batch", t.micro_batch, 1, 1 << 20);
+  s.read("global_batch", t.global_batch, 1, 1 << 30);
   s.read("steps", t.steps, 1);
   s.read("eval_every", t.eval_every, 0);
   s.read("eval_batches", t.eval_batches, 1);
@@ -293,11 +297,14 @@ void read_precision(Section s, PrecisionSpec& p) {
     double v = 0;
     if (n.IsScalar() && n.Scalar() == "dynamic") {
       p.dynamic_loss_scale = true;
-    } else if (n.IsScalar() && spec::parse_double(n.Scalar(), v) && v > 0) {
+    } else if (n.IsScalar() && spec::parse_double(n.Scalar(), v) && v > 0 &&
+               std::isfinite(static_cast<float>(v)) && static_cast<float>(v) > 0) {
       p.dynamic_loss_scale = false;
       p.loss_scale = v;
     } else {
-      r.fail(path, n.Mark(), "expected 'dynamic' or a number > 0, got " + spec::describe(n));
+      // The scale is a float on the device: 1e300 would become inf there.
+      r.fail(path, n.Mark(), "expected 'dynamic' or a number > 0 a float holds (up to 3.4e38), got " +
+                                 spec::describe(n));
     }
   }
   s.read("fp8_amax_history", p.fp8_amax_history, 1);
@@ -347,7 +354,15 @@ JobSpec parse_job_spec(const std::string& yaml_text, const std::string& source_n
                        const std::vector<std::string>& overrides) {
   YAML::Node root;
   try {
-    root = YAML::Load(yaml_text);
+    // LoadAll: YAML::Load would read the first document and drop the rest
+    // unparsed, syntax errors and all.
+    std::vector<YAML::Node> docs = YAML::LoadAll(yaml_text);
+    if (docs.size() > 1) {
+      const YAML::Mark m = docs[1].Mark();
+      throw InputError(fmt::format("{}{}: a second YAML document (after '---'); a job spec is one document",
+                                   source_name, m.is_null() ? std::string() : fmt::format(":{}", m.line + 1)));
+    }
+    if (!docs.empty()) root = docs[0];
   } catch (const YAML::Exception& e) {
     if (e.mark.is_null()) throw InputError(fmt::format("{}: {}", source_name, e.msg));
     throw InputError(fmt::format("{}:{}:{}: {}", source_name, e.mark.line + 1, e.mark.column + 1, e.msg));

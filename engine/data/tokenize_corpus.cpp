@@ -135,6 +135,9 @@ class Pipeline {
         bool jsonl = path.size() >= 6 && (path.ends_with(".jsonl") || path.ends_with(".ndjson"));
         kind = jsonl ? InputKind::jsonl : InputKind::text;
       }
+      std::error_code ec;
+      TRAINER_INPUT_CHECK(!std::filesystem::is_directory(path, ec),
+                          "{}: is a directory (expected a text or JSONL file)", path);
       if (kind == InputKind::jsonl) read_jsonl(path);
       else read_text(path);
     }

@@ -206,6 +206,9 @@ Tokenizer Tokenizer::from_text(std::string_view vocab_json, std::string_view mer
     uint64_t key = (uint64_t(uint32_t(ia->second)) << 32) | uint32_t(ib->second);
     pairs.push_back({key, Merge{rank++, iab->second}});
   }
+  // An empty file is a wrong path or a failed download, not a tokenizer: it
+  // would encode every byte alone and train happily on that.
+  TRAINER_INPUT_CHECK(rank > 0, "{}: lists no merges (expected one \"a b\" pair per line)", merges_name);
   t.num_merges_ = rank;
   t.pairs_.build(pairs);
   return t;

@@ -171,13 +171,24 @@ TEST_CASE("resume: the data continues after the samples the checkpoint consumed"
   std::fclose(log);
   CHECK_THAT(text, Catch::Contains("after step 2 (8 samples consumed)") &&
                        Catch::Contains("note: train.global_batch was 4 in the checkpoint, 8 now"));
-  // The next save counts from there: 8 + 8, not 3 x 8.
+  // The next save counts from there: 8 + 8, not 3 x 8. A step 3 the first
+  // run logged after its checkpoint (then killed) is dropped from
+  // metrics.jsonl by the resume, which logs its own once.
   {
+    std::ofstream(dir / "metrics.jsonl", std::ios::app) << "{\"step\": 3, \"loss\": 99}\n";
     Trainer b2(doubled, writing);
     b2.run();
   }
   CHECK_THAT(read_all(dir / "checkpoints" / "step_000003" / "metadata.json"),
              Catch::Contains("\"samples_consumed\": 16"));
+  const std::string metrics = read_all(dir / "metrics.jsonl");
+  CHECK(metrics.find("\"loss\": 99") == std::string::npos);
+  size_t step3 = 0;
+  for (size_t at = metrics.find("{\"step\": 3,"); at != std::string::npos;
+       at = metrics.find("{\"step\": 3,", at + 1))
+    ++step3;
+  CHECK(step3 == 1);
+  CHECK(metrics.find("{\"step\": 1,") != std::string::npos);
   fs::remove_all(dir);
 }
 

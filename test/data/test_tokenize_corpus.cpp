@@ -161,6 +161,8 @@ TEST_CASE("tokenize: bad inputs name the file and leave nothing behind", "[cpu]"
   require_input_error([&] { run({dir / "bad.jsonl"}); }, {"bad.jsonl", "line 2", "byte offset 15", "\"text\""});
   require_input_error([&] { run({dir / "broken.jsonl"}); }, {"broken.jsonl", "line 2", "closing quote"});
   require_input_error([&] { run({dir / "a.txt"}, 0.5); }, {"--val-fraction", "no document"});
+  std::filesystem::create_directories(dir / "folder");
+  require_input_error([&] { run({dir / "folder"}); }, {"folder", "is a directory"});
   // Nothing that looks like output, and no temp files.
   CHECK(std::filesystem::is_empty(dir / "out"));
   std::string vocab = data_test::read_file(data_test::fixture("tiny_vocab.json"));
@@ -200,4 +202,10 @@ TEST_CASE("trainer tokenize exits 2 with one line on bad input", "[cpu]") {
   CHECK(status(fmt::format("{}--tokenizer {}", base, dir / "nope.json")) == 2);
   CHECK(status(fmt::format("{}--tokenizer {} --vocab {} --merges {}", base, vocab, vocab, merges)) == 2);
   CHECK(status(fmt::format("{}--tokenizer {}", base, vocab)) == 2);  // not a tokenizer.json
+  // An empty merges file (a wrong path, a failed download) is not a tokenizer.
+  write_file(dir / "empty_merges.txt", "");
+  CHECK(status(fmt::format("{}--vocab {} --merges {}", base, vocab, dir / "empty_merges.txt")) == 2);
+  // Threads hold ~1 MB each: a typo of a count is refused, not allocated.
+  CHECK(status(fmt::format("{}--vocab {} --merges {} --threads 100000", base, vocab, merges)) == 2);
+  CHECK(status(fmt::format("{}--vocab {} --merges {} --threads -1", base, vocab, merges)) == 2);
 }
