@@ -17,52 +17,23 @@
 #include "engine/checkpoint/checkpoint.h"
 #include "engine/trainer.h"
 #include "parallel/communicator.h"
+#include "test/checkpoint/checkpoint_helpers.h"
 #include "test/common/tiny_job.h"
 
 using namespace trainer;
 using namespace trainer::engine;
 using namespace trainer::engine::checkpoint;
 using testing::fresh_temp_dir;
+using testing::read_all;
+using testing::resume;
+using testing::save;
 using testing::quiet_options;
 using testing::train_losses;
 namespace fs = std::filesystem;
 
 namespace {
 
-JobSpec tiny_spec(Family family, const fs::path& dir) {
-  JobSpec s = testing::tiny_job(family, 9);
-  s.run.dir = dir.string();
-  s.checkpoint.keep = 10;
-  return s;
-}
-
-void save(Trainer& t, const JobSpec& spec, int step) {
-  auto world = parallel::make_single_communicator("world");
-  Checkpointer c(spec, *world, Device::cpu, {}, nullptr);
-  c.save(step, t.model().buffers(), t.optimizer());
-}
-
-// Resumes a fresh trainer; returns the step and what was written on the warning stream.
-int resume(Trainer& t, const JobSpec& spec, std::string* warnings = nullptr) {
-  auto world = parallel::make_single_communicator("world");
-  FILE* warn = std::tmpfile();
-  Checkpointer c(spec, *world, Device::cpu, {}, warn);
-  int step = 0;
-  try {
-    step = c.resume(t.model().buffers(), t.optimizer());
-  } catch (...) {
-    std::fclose(warn);
-    throw;
-  }
-  if (warnings) {
-    std::rewind(warn);
-    warnings->clear();
-    char buf[512];
-    while (std::fgets(buf, sizeof buf, warn)) *warnings += buf;
-  }
-  std::fclose(warn);
-  return step;
-}
+JobSpec tiny_spec(Family family, const fs::path& dir) { return testing::tiny_spec_in(dir, family); }
 
 void flip_byte(const fs::path& p, size_t at) {
   std::fstream f(p, std::ios::in | std::ios::out | std::ios::binary);
@@ -71,11 +42,6 @@ void flip_byte(const fs::path& p, size_t at) {
   f.get(c);
   f.seekp(static_cast<std::streamoff>(at));
   f.put(static_cast<char>(c ^ 0x10));
-}
-
-std::string read_all(const fs::path& p) {
-  std::ifstream in(p);
-  return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
 }  // namespace
@@ -261,11 +227,7 @@ TEST_CASE("checkpoint: a checkpoint of another model is refused naming the keys"
           "[cpu][checkpoint]") {
   fs::path dir = fresh_temp_dir("other_model");
   JobSpec spec = tiny_spec(Family::gpt2, dir);
-  {
-    Trainer a(spec, quiet_options());
-    train_losses(a, 1, 1);
-    save(a, spec, 1);
-  }
+  testing::train_and_save(spec, {1});
   JobSpec wider = spec;
   wider.model.d_ff = 96;
   Trainer b(wider, quiet_options());

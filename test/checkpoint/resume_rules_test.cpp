@@ -15,55 +15,23 @@
 #include "engine/checkpoint/resume_check.h"
 #include "engine/trainer.h"
 #include "parallel/communicator.h"
+#include "test/checkpoint/checkpoint_helpers.h"
 #include "test/common/tiny_job.h"
 
 using namespace trainer;
 using namespace trainer::engine;
 using namespace trainer::engine::checkpoint;
 using testing::fresh_temp_dir;
+using testing::read_all;
+using testing::resume;
+using testing::save;
+using testing::tiny_spec_in;
+using testing::train_and_save;
 using testing::quiet_options;
 using testing::train_losses;
 namespace fs = std::filesystem;
 
 namespace {
-
-JobSpec spec_in(const fs::path& dir, Family family = Family::gpt2) {
-  JobSpec s = testing::tiny_job(family, 9);
-  s.run.dir = dir.string();
-  s.checkpoint.keep = 10;
-  return s;
-}
-
-void save(Trainer& t, const JobSpec& spec, int step) {
-  auto world = parallel::make_single_communicator("world");
-  Checkpointer c(spec, *world, Device::cpu, {}, nullptr);
-  c.save(step, t.model().buffers(), t.optimizer());
-}
-
-int resume(Trainer& t, const JobSpec& spec, std::string* warnings = nullptr) {
-  auto world = parallel::make_single_communicator("world");
-  FILE* warn = std::tmpfile();
-  Checkpointer c(spec, *world, Device::cpu, {}, warn);
-  int step = 0;
-  try {
-    step = c.resume(t.model().buffers(), t.optimizer());
-  } catch (...) {
-    std::fclose(warn);
-    throw;
-  }
-  if (warnings) {
-    std::rewind(warn);
-    char buf[1024];
-    while (std::fgets(buf, sizeof buf, warn)) *warnings += buf;
-  }
-  std::fclose(warn);
-  return step;
-}
-
-std::string read_all(const fs::path& p) {
-  std::ifstream in(p);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
 
 std::vector<std::string> names_in(const fs::path& dir) {
   std::vector<std::string> names;
@@ -78,12 +46,8 @@ TEST_CASE("resume: a checkpoint of a differently configured model is refused nam
           "[cpu][checkpoint]") {
   for (Family f : {Family::gpt2, Family::llama}) {
     fs::path dir = fresh_temp_dir("other_config");
-    JobSpec spec = spec_in(dir, f);
-    {
-      Trainer a(spec, quiet_options());
-      train_losses(a, 1, 1);
-      save(a, spec, 1);
-    }
+    JobSpec spec = tiny_spec_in(dir, f);
+    train_and_save(spec, {1});
     // Same tensor names and shapes, another function: a shape check lets all of these through.
     JobSpec fewer = spec;
     fewer.model.n_layer = 1;
@@ -135,7 +99,7 @@ TEST_CASE("resume: model_differences names MoE structure, not its training setti
 TEST_CASE("resume: the data continues after the samples the checkpoint consumed",
           "[cpu][checkpoint]") {
   fs::path dir = fresh_temp_dir("data_position");
-  JobSpec spec = spec_in(dir);
+  JobSpec spec = tiny_spec_in(dir);
   spec.train.steps = 2;
   TrainerOptions writing = quiet_options();
   writing.write_run_dir = true;
@@ -195,15 +159,9 @@ TEST_CASE("resume: the data continues after the samples the checkpoint consumed"
 TEST_CASE("resume: checkpoints newer than the resumed one are renamed aside at the next save",
           "[cpu][checkpoint]") {
   fs::path dir = fresh_temp_dir("abandon");
-  JobSpec spec = spec_in(dir);
+  JobSpec spec = tiny_spec_in(dir);
   fs::path root = dir / "checkpoints";
-  {
-    Trainer a(spec, quiet_options());
-    for (int s = 1; s <= 3; ++s) {
-      train_losses(a, s, s);
-      save(a, spec, s);
-    }
-  }
+  train_and_save(spec, {1, 2, 3});
   // Back to step 1 on purpose, keeping one checkpoint: the old step 3 must
   // neither delete the new step 2 (it is the newer number) nor be resumed next.
   JobSpec back = spec;
@@ -213,16 +171,7 @@ TEST_CASE("resume: checkpoints newer than the resumed one are renamed aside at t
   REQUIRE(resume(b, back) == 1);
   train_losses(b, 2, 2);
   std::string warnings;
-  {
-    auto world = parallel::make_single_communicator("world");
-    FILE* warn = std::tmpfile();
-    Checkpointer c(back, *world, Device::cpu, {}, warn);
-    c.save(2, b.model().buffers(), b.optimizer());
-    std::rewind(warn);
-    char buf[1024];
-    while (std::fgets(buf, sizeof buf, warn)) warnings += buf;
-    std::fclose(warn);
-  }
+  save(b, back, 2, &warnings);
   std::vector<std::string> names = names_in(root);
   REQUIRE(names.size() == 3);
   CHECK(names[0] == "latest");
@@ -239,14 +188,9 @@ TEST_CASE("resume: checkpoints newer than the resumed one are renamed aside at t
 TEST_CASE("resume: a step directory whose name disagrees with its step is refused",
           "[cpu][checkpoint]") {
   fs::path dir = fresh_temp_dir("misnamed");
-  JobSpec spec = spec_in(dir);
+  JobSpec spec = tiny_spec_in(dir);
   fs::path root = dir / "checkpoints";
-  {
-    Trainer a(spec, quiet_options());
-    train_losses(a, 1, 2);
-    save(a, spec, 2);
-    save(a, spec, 4);
-  }
+  train_and_save(spec, {2, 4});
   fs::rename(root / "step_000002", root / "step_000009");
   CHECK_THROWS_WITH(verify_checkpoint((root / "step_000009").string()),
                     Catch::Contains("step 2, but its directory is named for step 9"));
