@@ -392,9 +392,14 @@ int Checkpointer::resume(model::Buffers& buffers, AdamW& optimizer,
   }
   load_fp8_state(reader, buffers);
   resumed_step_ = step;
-  resumed_samples_ = static_cast<int64_t>(
-      reader.metadata().at("data_position").at("samples_consumed").as_int());
-  resume_notes_ = data_stream_changes(reader.job_spec(), spec_);
+  const JobSpec saved_spec = reader.job_spec();
+  const Json* position = reader.metadata().find("data_position");
+  const Json* consumed = position ? position->find("samples_consumed") : nullptr;
+  // Without the field (a checkpoint from before it was written), the saving
+  // run's own batch says how far its data went.
+  resumed_samples_ = consumed ? consumed->as_int()
+                              : int64_t(step) * saved_spec.train.global_batch;
+  resume_notes_ = data_stream_changes(saved_spec, spec_);
   if (scalars) {
     scalars->clear();
     for (const auto& [k, val] : reader.metadata().at("scalars").members()) (*scalars)[k] = val.as_number();
