@@ -47,11 +47,11 @@ inline void add_checkpoint_source(CLI::App& sub, std::string& source) {
 inline CLI::Validator whole_number(uint64_t lo, uint64_t hi) {
   return CLI::Validator(
       [lo, hi](std::string& s) -> std::string {
-        errno = 0;
-        char* end = nullptr;
-        const unsigned long long v = std::strtoull(s.c_str(), &end, 10);
+        // Digits only: strtoull would accept a sign, spaces and trailing text.
         const bool digits = !s.empty() && s.find_first_not_of("0123456789") == std::string::npos;
-        if (!digits || *end != '\0' || errno == ERANGE || v < lo || v > hi)
+        errno = 0;
+        const unsigned long long v = digits ? std::strtoull(s.c_str(), nullptr, 10) : 0;
+        if (!digits || errno == ERANGE || v < lo || v > hi)
           return fmt::format("expected a whole number in {}..{}, got '{}'", lo, hi, s);
         return std::string();
       },

@@ -16,6 +16,7 @@
 #include "engine/checkpoint/checkpoint.h"
 #include "engine/checkpoint/files.h"
 #include "engine/checkpoint/hf_interop.h"
+#include "engine/checkpoint/resume_check.h"
 #include "engine/data/sample_source.h"
 #include "engine/lr_schedule.h"
 #include "engine/mesh_from_spec.h"
@@ -461,12 +462,13 @@ void Trainer::synchronize_gradients() {
                                   flat_arena(model::Category::gradients), shard_);
 }
 
-// This rank's first training sample of `step`. The data continues after the
+// This rank's first training sample of `step`: the data continues after the
 // samples the resumed checkpoint consumed (its global batch may have been
-// another): step - 1 - start_step_ steps of this job's batch since.
+// another), as the checkpoints record it.
 int64_t Trainer::first_sample(int step) const {
   const int G = spec_.train.global_batch;
-  return samples_at_start_ + int64_t(step - 1 - start_step_) * G + int64_t(dp_rank_) * (G / dp_size_);
+  return checkpoint::samples_consumed_after(step - 1, start_step_, samples_at_start_, G) +
+         int64_t(dp_rank_) * (G / dp_size_);
 }
 
 StepRecord Trainer::train_step(int step) {

@@ -27,6 +27,9 @@ constexpr int kFormatVersion = 1;
 
 std::string step_dir_name(int step);  // "step_000123"
 std::string shard_file_name(int rank);  // "rank_00000.safetensors"
+// The step a directory name (or path) is named for: step_000123 -> 123; -1
+// for anything else (temporary, renamed-aside and abandoned directories).
+int parse_step_name(std::string name);
 // checkpoint.dir with its default applied: <run.dir>/checkpoints.
 std::string checkpoint_root(const JobSpec& spec);
 

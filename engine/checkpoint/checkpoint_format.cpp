@@ -20,6 +20,15 @@ namespace fs = std::filesystem;
 std::string step_dir_name(int step) { return fmt::format("step_{:06d}", step); }
 std::string shard_file_name(int rank) { return fmt::format("rank_{:05d}.safetensors", rank); }
 
+int parse_step_name(std::string name) {
+  while (name.size() > 1 && name.back() == '/') name.pop_back();
+  name = fs::path(name).filename().string();
+  static const std::regex re("step_([0-9]{1,9})");
+  std::smatch m;
+  if (!std::regex_match(name, m, re)) return -1;
+  return std::stoi(m[1].str());
+}
+
 std::string checkpoint_root(const JobSpec& spec) {
   if (!spec.checkpoint.dir.empty()) return spec.checkpoint.dir;
   return (fs::path(spec.run.dir) / "checkpoints").string();
@@ -43,16 +52,6 @@ auto with_file(const std::string& path, F&& f) {
   } catch (const std::runtime_error& e) {
     throw InputError(fmt::format("{}: {}", path, e.what()));
   }
-}
-
-// step_000123 -> 123; -1 for anything else (temporary and renamed-aside dirs).
-int parse_step_name(std::string name) {
-  while (name.size() > 1 && name.back() == '/') name.pop_back();
-  name = fs::path(name).filename().string();
-  static const std::regex re("step_([0-9]{1,9})");
-  std::smatch m;
-  if (!std::regex_match(name, m, re)) return -1;
-  return std::stoi(m[1].str());
 }
 
 // The highest-numbered step directory under root ("" when none), complete or not.

@@ -83,8 +83,8 @@ Json Checkpointer::make_metadata(int step, const std::map<std::string, double>& 
   // Sample order is a pure function of the seed; the position is the count of
   // samples consumed (the steps since a resume times their global batch).
   data.set("next_step", Json(step + 1));
-  data.set("samples_consumed",
-           Json(resumed_samples_ + int64_t(step - resumed_step_) * spec_.train.global_batch));
+  data.set("samples_consumed", Json(samples_consumed_after(step, resumed_step_, resumed_samples_,
+                                                          spec_.train.global_batch)));
   data.set("global_batch", Json(spec_.train.global_batch));
   data.set("seed", Json(std::to_string(spec_.run.seed)));
   Json rng = Json::object();
@@ -268,15 +268,16 @@ void Checkpointer::save(int step, const model::Buffers& buffers, const AdamW& op
 }
 
 void Checkpointer::prune(int step) const {
-  static const std::regex complete("step_([0-9]{1,9})"), partial("step_([0-9]{1,9})\\.tmp-[0-9]+"),
+  static const std::regex partial("step_([0-9]{1,9})\\.tmp-[0-9]+"),
       dead("step_[0-9]{1,9}\\.(old|del)-[0-9]+");
   std::vector<std::pair<int, fs::path>> done;
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(root_, ec)) {
     std::string n = e.path().filename().string();
     std::smatch m;
-    if (std::regex_match(n, m, complete) && fs::exists(e.path() / "manifest.json")) {
-      done.emplace_back(std::stoi(m[1].str()), e.path());
+    const int done_step = parse_step_name(n);
+    if (done_step >= 0 && fs::exists(e.path() / "manifest.json")) {
+      done.emplace_back(done_step, e.path());
     } else if (std::regex_match(n, m, partial) && std::stoi(m[1].str()) <= step) {
       remove_quietly(e.path());  // a save that died: never loadable, only wasting space
     } else if (std::regex_match(n, dead)) {
@@ -295,14 +296,10 @@ void Checkpointer::prune(int step) const {
 // checkpoint.keep. They are renamed out of the step_N namespace (kept, never
 // resumed or pruned; delete them by hand) and named on the warning stream.
 void Checkpointer::abandon_newer(int step) const {
-  static const std::regex complete("step_([0-9]{1,9})");
   std::error_code ec;
   std::vector<fs::path> newer;
-  for (const auto& e : fs::directory_iterator(root_, ec)) {
-    std::smatch m;
-    const std::string n = e.path().filename().string();
-    if (std::regex_match(n, m, complete) && std::stoi(m[1].str()) > step) newer.push_back(e.path());
-  }
+  for (const auto& e : fs::directory_iterator(root_, ec))
+    if (parse_step_name(e.path().filename().string()) > step) newer.push_back(e.path());
   for (const fs::path& p : newer) {
     const fs::path to = p.parent_path() / fmt::format("{}.abandoned-{}", p.filename().string(), run_id_);
     fs::rename(p, to, ec);
@@ -398,7 +395,7 @@ int Checkpointer::resume(model::Buffers& buffers, AdamW& optimizer,
   // Without the field (a checkpoint from before it was written), the saving
   // run's own batch says how far its data went.
   resumed_samples_ = consumed ? consumed->as_int()
-                              : int64_t(step) * saved_spec.train.global_batch;
+                              : samples_consumed_after(step, 0, 0, saved_spec.train.global_batch);
   resume_notes_ = data_stream_changes(saved_spec, spec_);
   if (scalars) {
     scalars->clear();

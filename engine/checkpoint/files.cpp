@@ -131,11 +131,11 @@ void check_output_dir(const std::string& path, const std::string& key) {
   // The path itself, or the nearest ancestor that exists (what create_directories starts from).
   fs::path existing = p;
   while (!fs::exists(existing, ec) && existing.has_relative_path()) existing = existing.parent_path();
+  const std::string which = existing == p ? std::string("it") : existing.string();
   TRAINER_INPUT_CHECK(fs::is_directory(existing, ec), "{}: {}: {} exists and is not a directory", key,
-                      path, existing == p ? std::string("it") : existing.string());
+                      path, which);
   TRAINER_INPUT_CHECK(::access(existing.c_str(), W_OK | X_OK) == 0, "{}: {}: {} is not writable ({})",
-                      key, path, existing == p ? std::string("it") : existing.string(),
-                      std::strerror(errno));
+                      key, path, which, std::strerror(errno));
 }
 
 }  // namespace trainer::engine::checkpoint

@@ -5,6 +5,7 @@
 // or batch size for the next phase is normal) and is reported.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -22,5 +23,14 @@ std::vector<std::string> model_differences(const ModelSpec& saved, const ModelSp
 // run continues at the checkpoint's sample count, not at step x batch),
 // seq_len, seed, shuffle, and the training sources.
 std::vector<std::string> data_stream_changes(const JobSpec& saved, const JobSpec& job);
+
+// Training samples consumed after `step`, for a run that resumed after
+// `resumed_step` with `resumed_samples` consumed (0 and 0 when it started
+// afresh) and has taken `global_batch` samples a step since: where the data
+// stream continues, and what a checkpoint of that step records.
+inline int64_t samples_consumed_after(int step, int resumed_step, int64_t resumed_samples,
+                                      int global_batch) {
+  return resumed_samples + int64_t(step - resumed_step) * global_batch;
+}
 
 }  // namespace trainer::engine::checkpoint

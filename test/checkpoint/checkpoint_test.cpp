@@ -27,13 +27,12 @@ using testing::fresh_temp_dir;
 using testing::read_all;
 using testing::resume;
 using testing::save;
+using testing::tiny_spec_in;
 using testing::quiet_options;
 using testing::train_losses;
 namespace fs = std::filesystem;
 
 namespace {
-
-JobSpec tiny_spec(Family family, const fs::path& dir) { return testing::tiny_spec_in(dir, family); }
 
 void flip_byte(const fs::path& p, size_t at) {
   std::fstream f(p, std::ios::in | std::ios::out | std::ios::binary);
@@ -49,7 +48,7 @@ void flip_byte(const fs::path& p, size_t at) {
 TEST_CASE("checkpoint: resume continues with bit-identical losses", "[cpu][checkpoint]") {
   for (Family f : {Family::gpt2, Family::llama}) {
     fs::path dir = fresh_temp_dir("resume");
-    JobSpec spec = tiny_spec(f, dir);
+    JobSpec spec = tiny_spec_in(dir, f);
     std::vector<double> uninterrupted;
     {
       Trainer a(spec, quiet_options());
@@ -70,7 +69,7 @@ TEST_CASE("checkpoint: resume continues with bit-identical losses", "[cpu][check
 
 TEST_CASE("checkpoint: metadata holds the job, mesh, step and data position", "[cpu][checkpoint]") {
   fs::path dir = fresh_temp_dir("meta");
-  JobSpec spec = tiny_spec(Family::llama, dir);
+  JobSpec spec = tiny_spec_in(dir, Family::llama);
   Trainer a(spec, quiet_options());
   train_losses(a, 1, 2);
   save(a, spec, 2);
@@ -94,7 +93,7 @@ TEST_CASE("checkpoint: metadata holds the job, mesh, step and data position", "[
 
 TEST_CASE("checkpoint: a flipped byte is detected and named; auto falls back", "[cpu][checkpoint]") {
   fs::path dir = fresh_temp_dir("flip");
-  JobSpec spec = tiny_spec(Family::gpt2, dir);
+  JobSpec spec = tiny_spec_in(dir, Family::gpt2);
   std::vector<double> after2;
   {
     Trainer a(spec, quiet_options());
@@ -126,7 +125,7 @@ TEST_CASE("checkpoint: a flipped byte is detected and named; auto falls back", "
 TEST_CASE("checkpoint: partial and truncated checkpoints are skipped by auto, refused by path",
           "[cpu][checkpoint]") {
   fs::path dir = fresh_temp_dir("partial");
-  JobSpec spec = tiny_spec(Family::llama, dir);
+  JobSpec spec = tiny_spec_in(dir, Family::llama);
   {
     Trainer a(spec, quiet_options());
     train_losses(a, 1, 1);
@@ -175,7 +174,7 @@ TEST_CASE("checkpoint: partial and truncated checkpoints are skipped by auto, re
 TEST_CASE("checkpoint: keep deletes older ones only after the new one is complete",
           "[cpu][checkpoint]") {
   fs::path dir = fresh_temp_dir("keep");
-  JobSpec spec = tiny_spec(Family::gpt2, dir);
+  JobSpec spec = tiny_spec_in(dir, Family::gpt2);
   spec.checkpoint.keep = 2;
   Trainer a(spec, quiet_options());
   fs::path root = dir / "checkpoints";
@@ -198,7 +197,7 @@ TEST_CASE("checkpoint: keep deletes older ones only after the new one is complet
 TEST_CASE("checkpoint: a ZeRO shard of the optimizer loads its flat range of the state",
           "[cpu][checkpoint]") {
   fs::path dir = fresh_temp_dir("zero");
-  JobSpec spec = tiny_spec(Family::llama, dir);
+  JobSpec spec = tiny_spec_in(dir, Family::llama);
   Trainer a(spec, quiet_options());
   train_losses(a, 1, 2);
   save(a, spec, 2);
@@ -226,14 +225,14 @@ TEST_CASE("checkpoint: a ZeRO shard of the optimizer loads its flat range of the
 TEST_CASE("checkpoint: a checkpoint of another model is refused naming the keys",
           "[cpu][checkpoint]") {
   fs::path dir = fresh_temp_dir("other_model");
-  JobSpec spec = tiny_spec(Family::gpt2, dir);
+  JobSpec spec = tiny_spec_in(dir, Family::gpt2);
   testing::train_and_save(spec, {1});
   JobSpec wider = spec;
   wider.model.d_ff = 96;
   Trainer b(wider, quiet_options());
   CHECK_THROWS_WITH(resume(b, wider), Catch::Contains("step_000001: saved by another model: "
                                                       "model.d_ff is 64 in the checkpoint, 96"));
-  JobSpec llama = tiny_spec(Family::llama, dir);
+  JobSpec llama = tiny_spec_in(dir, Family::llama);
   Trainer c(llama, quiet_options());
   CHECK_THROWS_WITH(resume(c, llama), Catch::Contains("model.family is gpt2 in the checkpoint, llama"));
   // Below the job spec, the tensors are checked too (a checkpoint whose spec
@@ -250,7 +249,7 @@ TEST_CASE("checkpoint: a checkpoint of another model is refused naming the keys"
 TEST_CASE("checkpoint: SIGKILL during saves never leaves a bad complete checkpoint",
           "[cpu][checkpoint]") {
   fs::path dir = fresh_temp_dir("kill");
-  JobSpec spec = tiny_spec(Family::gpt2, dir);
+  JobSpec spec = tiny_spec_in(dir, Family::gpt2);
   spec.checkpoint.keep = 2;
   Trainer a(spec, quiet_options());
   train_losses(a, 1, 1);
