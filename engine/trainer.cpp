@@ -713,6 +713,16 @@ void Trainer::log_eval(int step, double val_loss) {
   if (tensorboard_) tensorboard_->log_eval(step, val_loss);
 }
 
+void Trainer::log_saved(const std::string& path, bool background) {
+  if (path.empty() || !options_.log) return;
+  if (background)
+    fmt::print(options_.log, "saved checkpoint {} (written in the background in {:.2f} s)\n", path,
+               checkpointer_->last_write_seconds());
+  else
+    fmt::print(options_.log, "saved checkpoint {}\n", path);
+  std::fflush(options_.log);
+}
+
 int Trainer::run() {
   install_stop_handlers();
   int done = start_step_;
@@ -726,13 +736,27 @@ int Trainer::run() {
       log_eval(step, evaluate());
     // Every rank must agree to stop at the same step, or the save would hang.
     bool stop = parallel::group_sum(mesh_->comm(parallel::Axis::world), stop_requested() ? 1 : 0) > 0;
-    if (checkpointer_ && (checkpointer_->due(step) || last || stop)) {
+    const bool save = checkpointer_ && (checkpointer_->due(step) || last || stop);
+    // A background save is completed at the first step boundary where every
+    // rank's shard is written (a collective only while one is in flight).
+    if (checkpointer_ && !save) log_saved(checkpointer_->poll(), true);
+    if (save) {
       std::map<std::string, double> scalars;
       precision_->save(scalars);
       model_->buffers().fp8_amax_to_host();  // evaluation forwards since the step recorded some
-      checkpointer_->save(step, model_->buffers(), *optimizer_, scalars);
-      if (options_.log)
-        fmt::print(options_.log, "saved checkpoint {}\n", checkpointer_->last_path());
+      // The last save of a run is written in the foreground: the run ends
+      // with it, and a Slurm time limit waits for no thread.
+      const bool background = spec_.checkpoint.async && !last && !stop;
+      log_saved(checkpointer_->finish(), true);  // one in flight at most: wait for it
+      checkpointer_->save(step, model_->buffers(), *optimizer_, scalars, background);
+      if (background) {
+        if (options_.log)
+          fmt::print(options_.log, "saving checkpoint {} in the background ({:.1f} MiB host "
+                     "snapshot on rank 0)\n", checkpoint::step_dir_name(step),
+                     static_cast<double>(checkpointer_->pending_bytes()) / (1 << 20));
+      } else {
+        log_saved(checkpointer_->last_path(), false);
+      }
     }
     if (stop && !last) {
       if (options_.log)

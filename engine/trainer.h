@@ -111,6 +111,8 @@ class Trainer {
   void log_step(const StepRecord& r);
   void check_finite(const StepRecord& r) const;  // throws when the run diverged
   void log_eval(int step, double val_loss);
+  // "saved checkpoint PATH" for a completed save; nothing for "".
+  void log_saved(const std::string& path, bool background);
 
   JobSpec spec_;
   TrainerOptions options_;

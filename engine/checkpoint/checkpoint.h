@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdio>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <string>
@@ -22,6 +23,8 @@
 #include "parallel/communicator.h"
 
 namespace trainer::engine::checkpoint {
+
+class BackgroundWrite;
 
 constexpr int kFormatVersion = 1;
 
@@ -109,9 +112,26 @@ class Checkpointer {
 
   // Collective: writes step_X/ atomically, replaces `latest`, then deletes
   // complete checkpoints beyond checkpoint.keep. `scalars` are small named
-  // values (loss scale, ...) stored in metadata.json.
+  // values (loss scale, ...) stored in metadata.json. A save still in flight
+  // is completed first. With `background`, each rank copies its shard to
+  // host memory and a thread writes it while training goes on; poll() or
+  // finish() completes the directory later. A rank that cannot write its
+  // shard (or rank 0 its directory) makes every rank throw Error.
   void save(int step, const model::Buffers& buffers, const AdamW& optimizer,
-            const std::map<std::string, double>& scalars = {});
+            const std::map<std::string, double>& scalars = {}, bool background = false);
+  // Collective, every rank at the same point (each step): while a background
+  // save is in flight, agrees whether every rank's shard is written and, if
+  // so, completes it. Returns the completed step directory, else "".
+  std::string poll();
+  // Collective: waits for the save in flight and completes it; its path, or
+  // "" when none was in flight.
+  std::string finish();
+  bool in_flight() const { return pending_ != nullptr; }
+  // Host bytes held by this rank's save in flight (its snapshot).
+  size_t pending_bytes() const;
+  // Seconds the last completed background save spent writing (0 for a
+  // save written in the foreground).
+  double last_write_seconds() const { return last_seconds_; }
 
   // checkpoint.every > 0 and step is a multiple of it.
   bool due(int step) const;
@@ -126,6 +146,21 @@ class Checkpointer {
   const std::vector<std::string>& resume_notes() const { return resume_notes_; }
 
  private:
+  enum class ShardStatus : int32_t { none = 0, written = 1, failed = 2 };
+  struct Pending {  // a save begun and not yet completed
+    int step = 0;
+    std::map<std::string, double> scalars;
+    std::filesystem::path tmp;
+    std::unique_ptr<BackgroundWrite> write;  // background saves on writing ranks
+    ShardStatus status = ShardStatus::none;
+    FileDigest digest;
+    std::string error;
+    double seconds = 0;
+  };
+  std::unique_ptr<SafetensorsWriter> shard_writer(int step, const model::Buffers& buffers,
+                                                  const AdamW& optimizer,
+                                                  std::vector<float>* snapshot) const;
+  void complete(const Pending& p, const std::vector<int32_t>& got);
   int agree(int value_on_rank0);  // broadcast of one int from rank 0
   void add_fp8_state(SafetensorsWriter& w, const model::Buffers& buffers) const;
   void load_fp8_state(const CheckpointReader& reader, model::Buffers& buffers) const;
@@ -145,6 +180,8 @@ class Checkpointer {
   std::vector<std::string> resume_notes_;
   int run_id_ = 0;  // rank 0's pid: names the temporary directory on every rank
   void* scratch_ = nullptr;  // device bytes for the collectives
+  std::unique_ptr<Pending> pending_;
+  double last_seconds_ = 0;
 };
 
 }  // namespace trainer::engine::checkpoint

@@ -9,12 +9,14 @@
 #include <regex>
 
 #include "engine/checkpoint/checkpoint.h"
+#include "engine/checkpoint/background_write.h"
 #include "engine/checkpoint/resume_check.h"
 #include "engine/checkpoint/files.h"
 #include "engine/checkpoint/safetensors.h"
 #include "engine/checkpoint/state_range.h"
 #include "kernels/error.h"
 #include "kernels/memory.h"
+#include "parallel/grad_sync.h"
 
 namespace trainer::engine::checkpoint {
 
@@ -51,7 +53,14 @@ Checkpointer::Checkpointer(const JobSpec& spec, parallel::Communicator& world, D
   run_id_ = agree(static_cast<int>(::getpid()));
 }
 
-Checkpointer::~Checkpointer() { device_free(device_, scratch_); }
+// A save still in flight is waited for (its thread must not outlive the
+// process's state) but not completed: completing is collective, and a
+// destructor may run on one rank's error. Its directory stays a partial
+// save, which the next start skips and the next save deletes.
+Checkpointer::~Checkpointer() {
+  pending_.reset();
+  device_free(device_, scratch_);
+}
 
 int Checkpointer::agree(int value_on_rank0) {
   if (world_.size() == 1) return value_on_rank0;
@@ -144,127 +153,238 @@ void Checkpointer::load_fp8_state(const CheckpointReader& reader, model::Buffers
   }
 }
 
+// The shard this rank writes: parameters (or, under ZeRO-3, its shard of
+// them), AdamW moments and fp8 scaling state, each under its global name with
+// the slice it holds. Without `snapshot` the tensors stream from the device
+// as the file is written; with it they are copied into it now (the step's
+// state, while training goes on) and the writer reads that copy.
+std::unique_ptr<SafetensorsWriter> Checkpointer::shard_writer(int step, const model::Buffers& buffers,
+                                                              const AdamW& optimizer,
+                                                              std::vector<float>* snapshot) const {
+  auto w = std::make_unique<SafetensorsWriter>();
+  w->set_metadata("format", "trainer-shard");
+  w->set_metadata("format_version", std::to_string(kFormatVersion));
+  w->set_metadata("rank", std::to_string(world_.rank()));
+  w->set_metadata("step", std::to_string(step));
+  struct Entry {
+    std::string name;
+    std::vector<int64_t> shape;
+    Tensor source;
+    std::string slice;
+  };
+  std::vector<Entry> entries;
+  Tensor m = optimizer.m(), v = optimizer.v();
+  const bool sharded = optimizer.layout().shards_parameters();
+  for (int i = 0; i < static_cast<int>(buffers.params().size()); ++i) {
+    const model::Buffers::Param& p = buffers.params()[i];
+    // A parameter replicated over tp (norms, biases of row-parallel layers,
+    // positions) is identical on every tp rank, state included: tp rank 0 writes it.
+    if (p.spec.tp_dim < 0 && position_.tp_rank != 0) continue;
+    // A shard held by several tp ranks (replicated KV heads): its first holder writes it.
+    if (position_.tp_rank % p.spec.tp_replicas != 0) continue;
+    if (p.spec.tied_copy) continue;  // the first pipeline stage writes the tied table
+    const model::BufferInfo& info = buffers.buffers()[p.value];
+    Slice slice = local_slice(p.spec, info.shape, position_);
+    StateRange st = state_range(slice, i, optimizer);
+    if (position_.writes_params(p.spec) && sharded && !st.empty()) {
+      // ZeRO-3: every dp rank writes its shard of the values, as of the state.
+      entries.push_back({p.spec.name, st.stored_shape(info), st.view(optimizer.param_shards()),
+                         st.slice.to_json().dump()});
+    } else if (position_.writes_params(p.spec) && !sharded) {
+      entries.push_back({p.spec.name, info.shape, buffers.get(p.value), slice.to_json().dump()});
+    }
+    if (!position_.writes_optimizer(p.spec) || st.empty()) continue;
+    std::string sj = st.slice.to_json().dump();
+    for (auto [suffix, flat] : {std::pair{".exp_avg", m}, std::pair{".exp_avg_sq", v}})
+      entries.push_back({p.spec.name + suffix, st.stored_shape(info), st.view(flat), sj});
+  }
+  if (snapshot) {
+    int64_t total = 0;
+    for (const Entry& e : entries) total += e.source.numel();
+    snapshot->assign(static_cast<size_t>(total), 0.0f);
+  }
+  int64_t at = 0;
+  for (const Entry& e : entries) {
+    const int64_t n = e.source.numel();
+    if (snapshot) {
+      float* dst = snapshot->data() + at;
+      copy_to_host(dst, e.source);
+      w->add(e.name, "F32", e.shape, dst, static_cast<size_t>(n) * sizeof(float));
+      at += n;
+    } else {
+      Tensor t = e.source;
+      w->add_lazy(e.name, "F32", e.shape, [t](void* dst) { copy_to_host(dst, t); });
+    }
+    w->set_metadata("slice." + e.name, e.slice);
+  }
+  add_fp8_state(*w, buffers);  // a host copy already
+  return w;
+}
+
 void Checkpointer::save(int step, const model::Buffers& buffers, const AdamW& optimizer,
-                        const std::map<std::string, double>& scalars) {
+                        const std::map<std::string, double>& scalars, bool background) {
+  finish();  // one save in flight at most: the one before completes first
   const int rank = world_.rank();
   const fs::path root(root_);
   const std::string name = step_dir_name(step);
-  const fs::path tmp = root / fmt::format("{}.tmp-{}", name, run_id_);
-  const fs::path final_dir = root / name;
+  auto p = std::make_unique<Pending>();
+  p->step = step;
+  p->scalars = scalars;
+  p->tmp = root / fmt::format("{}.tmp-{}", name, run_id_);
   if (rank == 0) {
     fs::create_directories(root);
-    remove_quietly(tmp);
-    fs::create_directory(tmp);
+    remove_quietly(p->tmp);
+    fs::create_directory(p->tmp);
   }
   world_.barrier();
 
-  // Every writing rank: its shard, streamed tensor by tensor from the device.
-  FileDigest digest;
-  const bool writes = position_.writes_anything();
-  if (writes) {
-    SafetensorsWriter w;
-    w.set_metadata("format", "trainer-shard");
-    w.set_metadata("format_version", std::to_string(kFormatVersion));
-    w.set_metadata("rank", std::to_string(rank));
-    w.set_metadata("step", std::to_string(step));
-    Tensor m = optimizer.m(), v = optimizer.v();
-    const bool sharded = optimizer.layout().shards_parameters();
-    for (int i = 0; i < static_cast<int>(buffers.params().size()); ++i) {
-      const model::Buffers::Param& p = buffers.params()[i];
-      // A parameter replicated over tp (norms, biases of row-parallel layers,
-      // positions) is identical on every tp rank, state included: tp rank 0 writes it.
-      if (p.spec.tp_dim < 0 && position_.tp_rank != 0) continue;
-      // A shard held by several tp ranks (replicated KV heads): its first holder writes it.
-      if (position_.tp_rank % p.spec.tp_replicas != 0) continue;
-      if (p.spec.tied_copy) continue;  // the first pipeline stage writes the tied table
-      const model::BufferInfo& info = buffers.buffers()[p.value];
-      Slice slice = local_slice(p.spec, info.shape, position_);
-      StateRange st = state_range(slice, i, optimizer);
-      if (position_.writes_params(p.spec) && sharded && !st.empty()) {
-        // ZeRO-3: every dp rank writes its shard of the values, as of the state.
-        Tensor value = st.view(optimizer.param_shards());
-        w.add_lazy(p.spec.name, "F32", st.stored_shape(info), [value](void* dst) { copy_to_host(dst, value); });
-        w.set_metadata("slice." + p.spec.name, st.slice.to_json().dump());
-      } else if (position_.writes_params(p.spec) && !sharded) {
-        Tensor value = buffers.get(p.value);
-        w.add_lazy(p.spec.name, "F32", info.shape, [value](void* dst) { copy_to_host(dst, value); });
-        w.set_metadata("slice." + p.spec.name, slice.to_json().dump());
-      }
-      if (!position_.writes_optimizer(p.spec) || st.empty()) continue;
-      std::string sj = st.slice.to_json().dump();
-      for (auto [suffix, flat] : {std::pair{".exp_avg", m}, std::pair{".exp_avg_sq", v}}) {
-        Tensor t = st.view(flat);
-        w.add_lazy(p.spec.name + suffix, "F32", st.stored_shape(info),
-                   [t](void* dst) { copy_to_host(dst, t); });
-        w.set_metadata("slice." + p.spec.name + suffix, sj);
-      }
+  const std::string shard = (p->tmp / shard_file_name(rank)).string();
+  if (!position_.writes_anything()) {
+    p->status = ShardStatus::none;
+  } else if (background) {
+    std::vector<float> snapshot;
+    std::unique_ptr<SafetensorsWriter> w = shard_writer(step, buffers, optimizer, &snapshot);
+    p->write = std::make_unique<BackgroundWrite>(std::move(w), std::move(snapshot), shard);
+  } else {
+    try {
+      p->digest = shard_writer(step, buffers, optimizer, nullptr)->write(shard);
+      p->status = ShardStatus::written;
+    } catch (const std::exception& e) {
+      p->status = ShardStatus::failed;
+      p->error = e.what();  // names the file
     }
-    add_fp8_state(w, buffers);
-    digest = w.write((tmp / shard_file_name(rank)).string());
   }
+  pending_ = std::move(p);
+  if (!background) finish();
+}
 
-  // Rank 0 learns every shard's digest, then completes the directory.
+size_t Checkpointer::pending_bytes() const {
+  return pending_ && pending_->write ? pending_->write->bytes() : 0;
+}
+
+std::string Checkpointer::poll() {
+  if (!pending_) return "";
+  const int mine = !pending_->write || pending_->write->done() ? 1 : 0;
+  const int ready = world_.size() > 1 ? static_cast<int>(parallel::group_sum(world_, mine)) : mine;
+  return ready == world_.size() ? finish() : std::string();
+}
+
+// Collective: every rank's shard status and digest go to every rank; rank 0
+// writes metadata.json and manifest.json, renames the directory into place
+// and replaces `latest`; all ranks learn the outcome, so a failure on any of
+// them ends every rank with an error instead of leaving some waiting.
+std::string Checkpointer::finish() {
+  if (!pending_) return "";
+  std::unique_ptr<Pending> p = std::move(pending_);
+  if (p->write) {
+    p->write->wait();
+    p->seconds = p->write->seconds();
+    if (p->write->error().empty()) {
+      p->status = ShardStatus::written;
+      p->digest = p->write->digest();
+    } else {
+      p->status = ShardStatus::failed;
+      p->error = p->write->error();
+    }
+    p->write.reset();  // the host snapshot goes now
+  }
+  const int rank = world_.rank();
   const int n = world_.size();
-  Tensor mine(scratch_, {kDigestInts}, DType::i32, device_);
-  Tensor all(static_cast<int32_t*>(scratch_) + kDigestInts, {int64_t(n) * kDigestInts}, DType::i32,
-             device_);
-  int32_t host[kDigestInts] = {writes ? 1 : 0,
+  const FileDigest& digest = p->digest;
+  int32_t host[kDigestInts] = {static_cast<int32_t>(p->status),
                                static_cast<int32_t>(digest.xxh3 & 0xffffffffu),
                                static_cast<int32_t>(digest.xxh3 >> 32),
                                static_cast<int32_t>(digest.bytes & 0xffffffffu),
                                static_cast<int32_t>(digest.bytes >> 32)};
   std::vector<int32_t> got(host, host + kDigestInts);
   if (n > 1) {  // one rank needs no collective (and no device copy)
+    Tensor mine(scratch_, {kDigestInts}, DType::i32, device_);
+    Tensor all(static_cast<int32_t*>(scratch_) + kDigestInts, {int64_t(n) * kDigestInts},
+               DType::i32, device_);
     copy_from_host(mine, host);
     world_.all_gather(mine, all);
     world_.synchronize();
     got.resize(static_cast<size_t>(n) * kDigestInts);
-    if (rank == 0) copy_to_host(got.data(), all);
+    copy_to_host(got.data(), all);
   }
-  if (rank == 0) {
-    Json meta = make_metadata(step, scalars);
-    Json files = Json::object();
-    Json shards = Json::array();
-    for (int r = 0; r < n; ++r) {
-      const int32_t* g = &got[static_cast<size_t>(r) * kDigestInts];
-      if (!g[0]) continue;
-      auto lo = [](int32_t x) { return static_cast<uint64_t>(static_cast<uint32_t>(x)); };
-      Json f = Json::object();
-      f.set("bytes", Json(lo(g[3]) | lo(g[4]) << 32));
-      f.set("xxh3", Json(hex64(lo(g[1]) | lo(g[2]) << 32)));
-      files.set(shard_file_name(r), std::move(f));
-      shards.push(Json(shard_file_name(r)));
+  const std::string name = step_dir_name(p->step);
+  int failed_rank = -1;
+  for (int r = 0; r < n && failed_rank < 0; ++r)
+    if (got[static_cast<size_t>(r) * kDigestInts] == static_cast<int32_t>(ShardStatus::failed))
+      failed_rank = r;
+  std::string error;
+  if (failed_rank >= 0) {
+    if (rank == 0) discard(p->tmp, run_id_);
+    error = rank == failed_rank
+                ? fmt::format("checkpoint {}: writing this rank's shard failed: {}", name, p->error)
+                : fmt::format("checkpoint {}: rank {} could not write its shard (its message names "
+                              "the cause)", name, failed_rank);
+  } else if (rank == 0) {
+    try {
+      complete(*p, got);
+    } catch (const std::exception& e) {
+      error = fmt::format("checkpoint {}: completing {} failed: {}", name, p->tmp.string(), e.what());
     }
-    meta.set("shards", std::move(shards));
-    FileDigest md = write_file_durably((tmp / "metadata.json").string(), meta.dump(2) + "\n");
-    Json mf = Json::object();
-    mf.set("bytes", Json(md.bytes));
-    mf.set("xxh3", Json(hex64(md.xxh3)));
-    files.set("metadata.json", std::move(mf));
-    Json manifest = Json::object();
-    manifest.set("format_version", Json(kFormatVersion));
-    manifest.set("step", Json(step));
-    manifest.set("files", std::move(files));
-    // The manifest is written last: a directory without one is a partial save.
-    write_file_durably((tmp / "manifest.json").string(), manifest.dump(2) + "\n");
-    fsync_directory(tmp.string());
-    // Saving a step that already exists (resumed and saved again): move the old one aside
-    // and delete it only once the new one is in place.
-    fs::path aside;
-    if (fs::exists(final_dir)) {
-      aside = root / fmt::format("{}.old-{}", name, run_id_);
-      remove_quietly(aside);
-      fs::rename(final_dir, aside);
-    }
-    fs::rename(tmp, final_dir);
-    fsync_directory(root.string());
-    replace_file_atomically((root / "latest").string(), name + "\n");
-    if (!aside.empty()) remove_quietly(aside);  // already out of the step_N namespace
-    abandon_newer(step);
-    prune(step);
   }
-  last_path_ = final_dir.string();
+  // Rank 0 may have failed to complete the directory: everyone learns it.
+  if (failed_rank < 0 && agree(error.empty() ? 1 : 0) == 0 && error.empty())
+    error = fmt::format("checkpoint {}: rank 0 could not complete it (its message names the cause)",
+                        name);
+  if (!error.empty()) {
+    const std::string previous = last_path_.empty() ? "there is no earlier checkpoint"
+                                                    : "the last good one is " + last_path_;
+    throw Error(fmt::format("{}; {}", error, previous));
+  }
+  last_path_ = (fs::path(root_) / name).string();
+  last_seconds_ = p->seconds;
   world_.barrier();
+  return last_path_;
+}
+
+void Checkpointer::complete(const Pending& p, const std::vector<int32_t>& got) {
+  const fs::path root(root_);
+  const std::string name = step_dir_name(p.step);
+  const fs::path final_dir = root / name;
+  Json meta = make_metadata(p.step, p.scalars);
+  Json files = Json::object();
+  Json shards = Json::array();
+  for (int r = 0; r < world_.size(); ++r) {
+    const int32_t* g = &got[static_cast<size_t>(r) * kDigestInts];
+    if (g[0] != static_cast<int32_t>(ShardStatus::written)) continue;
+    auto lo = [](int32_t x) { return static_cast<uint64_t>(static_cast<uint32_t>(x)); };
+    Json f = Json::object();
+    f.set("bytes", Json(lo(g[3]) | lo(g[4]) << 32));
+    f.set("xxh3", Json(hex64(lo(g[1]) | lo(g[2]) << 32)));
+    files.set(shard_file_name(r), std::move(f));
+    shards.push(Json(shard_file_name(r)));
+  }
+  meta.set("shards", std::move(shards));
+  FileDigest md = write_file_durably((p.tmp / "metadata.json").string(), meta.dump(2) + "\n");
+  Json mf = Json::object();
+  mf.set("bytes", Json(md.bytes));
+  mf.set("xxh3", Json(hex64(md.xxh3)));
+  files.set("metadata.json", std::move(mf));
+  Json manifest = Json::object();
+  manifest.set("format_version", Json(kFormatVersion));
+  manifest.set("step", Json(p.step));
+  manifest.set("files", std::move(files));
+  // The manifest is written last: a directory without one is a partial save.
+  write_file_durably((p.tmp / "manifest.json").string(), manifest.dump(2) + "\n");
+  fsync_directory(p.tmp.string());
+  // Saving a step that already exists (resumed and saved again): move the old one aside
+  // and delete it only once the new one is in place.
+  fs::path aside;
+  if (fs::exists(final_dir)) {
+    aside = root / fmt::format("{}.old-{}", name, run_id_);
+    remove_quietly(aside);
+    fs::rename(final_dir, aside);
+  }
+  fs::rename(p.tmp, final_dir);
+  fsync_directory(root.string());
+  replace_file_atomically((root / "latest").string(), name + "\n");
+  if (!aside.empty()) remove_quietly(aside);  // already out of the step_N namespace
+  abandon_newer(p.step);
+  prune(p.step);
 }
 
 void Checkpointer::prune(int step) const {

@@ -143,6 +143,7 @@ struct CheckpointSpec {
   int every = 0;                  // >= 0; 0 = only at the end and on SIGTERM
   int keep = 3;                   // >= 1
   std::string resume = "auto";    // auto | never | <path>
+  bool async = false;             // write shards in the background from a host snapshot
   bool operator==(const CheckpointSpec&) const = default;
 };
 

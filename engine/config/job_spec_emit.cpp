@@ -141,8 +141,9 @@ std::string job_spec_to_yaml(const JobSpec& spec) {
       pa.tp, pa.pp, pa.cp, pa.ep, pa.dp == 0 ? "auto" : std::to_string(pa.dp), pa.zero,
       yes(pa.sequence_parallel), to_string(pa.pp_schedule), pa.virtual_stages,
       to_string(pa.recompute), num(pa.timeout_s));
-  y += fmt::format("checkpoint:\n  dir: {}\n  every: {}\n  keep: {}\n  resume: {}\n",
-                   ck.dir.empty() ? "null" : str(ck.dir), ck.every, ck.keep, str(ck.resume));
+  y += fmt::format("checkpoint:\n  dir: {}\n  every: {}\n  keep: {}\n  resume: {}\n  async: {}\n",
+                   ck.dir.empty() ? "null" : str(ck.dir), ck.every, ck.keep, str(ck.resume),
+                   yes(ck.async));
   y += fmt::format("log:\n  metrics: {}\n", str(lg.metrics));
   return y;
 }

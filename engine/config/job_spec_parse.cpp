@@ -344,6 +344,7 @@ void read_checkpoint(Section s, CheckpointSpec& c, const std::string& run_dir) {
   s.read("every", c.every, 0);
   s.read("keep", c.keep, 1);
   s.read("resume", c.resume);
+  s.read("async", c.async);
 }
 
 void read_log(Section s, LogSpec& l) { s.read("metrics", l.metrics, spec::kMetricsChoices); }

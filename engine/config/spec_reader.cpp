@@ -49,7 +49,7 @@ KeyNode build_key_tree() {
                             "fp8_first_last_bf16", "fp8_weight_cache"}),
        leaves("parallel", {"tp", "pp", "cp", "ep", "dp", "zero", "sequence_parallel", "pp_schedule",
                            "virtual_stages", "recompute", "timeout_s"}),
-       leaves("checkpoint", {"dir", "every", "keep", "resume"}),
+       leaves("checkpoint", {"dir", "every", "keep", "resume", "async"}),
        leaves("log", {"metrics"})}};
 }
 

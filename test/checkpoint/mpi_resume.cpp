@@ -1,10 +1,23 @@
 // On 2 MPI ranks (dp 2): a ZeRO-1 run saved at step 3 and resumed continues
 // with bit-identical losses; the same checkpoint resumed with zero 0 (each
 // rank assembling the whole optimizer state from both shards) continues
-// within float tolerance. Usage: mpirun -np 2 checkpoint_mpi_resume DIR
+// within float tolerance. A background save (checkpoint.async) writes the same
+// shards, completed once both ranks' are written; a shard rank 1 cannot write
+// ends the save on both ranks with an Error (rank 0's names rank 1), none
+// waiting on the other, and leaves the previous checkpoint as latest.
+// Usage: mpirun -np 2 checkpoint_mpi_resume DIR
 #include <fmt/format.h>
 
+#include <signal.h>
+#include <sys/resource.h>
+
+#include <chrono>
 #include <cmath>
+#include <fstream>
+#include <functional>
+#include <iterator>
+#include <string>
+#include <thread>
 #include <cstdio>
 #include <filesystem>
 #include <vector>
@@ -41,6 +54,33 @@ checkpoint::ShardPosition position(const Mesh& mesh, const JobSpec& spec) {
   const Coords& c = mesh.coords();
   return checkpoint::shard_position(
       {.tp = c.tp, .dp = c.dp, .cp = c.cp, .dp_size = mesh.shape().dp, .zero = spec.parallel.zero});
+}
+
+std::string bytes_of(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// Rank `failing` cannot grow files past 512 bytes (EFBIG; SIGXFSZ ignored)
+// during `save`; returns this rank's Error message ("" when none was thrown).
+std::string save_failing_on(int rank, int failing, const std::function<void()>& save) {
+  rlimit old{};
+  ::getrlimit(RLIMIT_FSIZE, &old);
+  sighandler_t old_handler = ::signal(SIGXFSZ, SIG_IGN);
+  if (rank == failing) {
+    rlimit lim = old;
+    lim.rlim_cur = 512;
+    ::setrlimit(RLIMIT_FSIZE, &lim);
+  }
+  std::string what;
+  try {
+    save();
+  } catch (const Error& e) {
+    what = e.what();
+  }
+  ::setrlimit(RLIMIT_FSIZE, &old);
+  ::signal(SIGXFSZ, old_handler);
+  return what;
 }
 
 }  // namespace
@@ -92,10 +132,53 @@ int main(int argc, char** argv) {
         MPI_TEST_CHECK(meta.at("shards").items().size() == 1, rank);
       }
     }
+    {
+      // Background saves: the same shards as step 3's foreground save.
+      JobSpec sa = spec;
+      sa.checkpoint.dir = (fs::path(argv[1]) / "async").string();
+      Trainer a(sa, mesh, quiet_options());
+      train_losses(a, 1, 3);
+      checkpoint::Checkpointer c(sa, world, Device::cpu, position(mesh, sa));
+      c.save(3, a.model().buffers(), a.optimizer(), {}, /*background=*/true);
+      MPI_TEST_CHECK(c.in_flight(), rank);
+      train_losses(a, 4, 4);  // training goes on meanwhile
+      std::string done;
+      for (int i = 0; i < 2000 && done.empty(); ++i) {
+        done = c.poll();  // collective: both ranks poll at each "step"
+        if (done.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      }
+      MPI_TEST_CHECK(done == (fs::path(sa.checkpoint.dir) / "step_000003").string(), rank);
+      if (rank == 0) {
+        checkpoint::verify_checkpoint(done);
+        for (int r = 0; r < 2; ++r) {
+          const std::string shard = checkpoint::shard_file_name(r);
+          MPI_TEST_CHECK(bytes_of(fs::path(done) / shard) ==
+                             bytes_of(fs::path(argv[1]) / "checkpoints" / "step_000003" / shard),
+                         rank);
+        }
+      }
+      // Rank 1 cannot write its shard: both ranks end the save with an Error.
+      for (bool background : {true, false}) {
+        const std::string what = save_failing_on(rank, 1, [&] {
+          c.save(4, a.model().buffers(), a.optimizer(), {}, background);
+          c.finish();
+        });
+        MPI_TEST_CHECK(what.find("checkpoint step_000004") != std::string::npos, rank);
+        MPI_TEST_CHECK(what.find(rank == 0 ? "rank 1 could not write its shard" : "File too large") !=
+                           std::string::npos, rank);
+        MPI_TEST_CHECK(what.find("the last good one is " + done) != std::string::npos, rank);
+        MPI_TEST_CHECK(!c.in_flight(), rank);
+        world.barrier();
+        if (rank == 0) {
+          MPI_TEST_CHECK(!fs::exists(fs::path(sa.checkpoint.dir) / "step_000004"), rank);
+          MPI_TEST_CHECK(checkpoint::find_latest_good(sa.checkpoint.dir, nullptr) == done, rank);
+        }
+      }
+    }
     world.barrier();
     if (rank == 0) {
       fs::remove_all(argv[1]);
-      std::printf("checkpoint mpi resume: 2 ranks ok\n");
+      std::printf("checkpoint mpi resume and async save: 2 ranks ok\n");
     }
   });
 }

@@ -1,0 +1,34 @@
+#include "engine/checkpoint/background_write.h"
+
+#include <chrono>
+#include <exception>
+
+namespace trainer::engine::checkpoint {
+
+BackgroundWrite::BackgroundWrite(std::unique_ptr<SafetensorsWriter> writer,
+                                 std::vector<float> snapshot, std::string path)
+    : writer_(std::move(writer)), snapshot_(std::move(snapshot)), path_(std::move(path)) {
+  thread_ = std::thread([this] {
+    const auto start = std::chrono::steady_clock::now();
+    try {
+      digest_ = writer_->write(path_);
+    } catch (const std::exception& e) {
+      error_ = e.what();
+      if (error_.empty()) error_ = "unknown error";
+    } catch (...) {
+      error_ = "unknown error";
+    }
+    seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    done_.store(true, std::memory_order_release);
+  });
+}
+
+BackgroundWrite::~BackgroundWrite() {
+  if (thread_.joinable()) thread_.join();
+}
+
+void BackgroundWrite::wait() {
+  if (thread_.joinable()) thread_.join();
+}
+
+}  // namespace trainer::engine::checkpoint

@@ -1,0 +1,180 @@
+// checkpoint.async: a save whose shard is written by a background thread from
+// a host snapshot. It must write what a foreground save writes, survive the
+// model changing under it, leave only a partial save when the run ends first,
+// and turn a failed write into an Error that keeps the previous checkpoint.
+#include <catch2/catch.hpp>
+
+#include <signal.h>
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <iterator>
+#include <filesystem>
+#include <string>
+#include <thread>
+
+#include "engine/checkpoint/checkpoint.h"
+#include "engine/trainer.h"
+#include "kernels/elementwise.h"
+#include "parallel/communicator.h"
+#include "test/checkpoint/checkpoint_helpers.h"
+#include "test/common/tiny_job.h"
+
+using namespace trainer;
+using namespace trainer::engine;
+using namespace trainer::engine::checkpoint;
+using testing::fresh_temp_dir;
+using testing::read_all;
+using testing::tiny_spec_in;
+using testing::quiet_options;
+using testing::train_losses;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string bytes_of(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// Files larger than `limit` bytes fail to grow (EFBIG) while it lives; SIGXFSZ,
+// which would kill the process instead, is ignored meanwhile.
+class FileSizeLimit {
+ public:
+  explicit FileSizeLimit(rlim_t limit) {
+    ::getrlimit(RLIMIT_FSIZE, &old_);
+    old_handler_ = ::signal(SIGXFSZ, SIG_IGN);
+    rlimit lim = old_;
+    lim.rlim_cur = limit;
+    ::setrlimit(RLIMIT_FSIZE, &lim);
+  }
+  ~FileSizeLimit() {
+    ::setrlimit(RLIMIT_FSIZE, &old_);
+    ::signal(SIGXFSZ, old_handler_);
+  }
+
+ private:
+  rlimit old_{};
+  sighandler_t old_handler_;
+};
+
+}  // namespace
+
+TEST_CASE("async checkpoint: the bytes of a foreground save, from the step's state",
+          "[cpu][checkpoint]") {
+  for (Family f : {Family::gpt2, Family::llama}) {
+    fs::path dir = fresh_temp_dir("async_same");
+    JobSpec fg = tiny_spec_in(dir, f);
+    fg.checkpoint.dir = (dir / "fg").string();
+    JobSpec bg = fg;
+    bg.checkpoint.dir = (dir / "bg").string();
+    Trainer a(fg, quiet_options());
+    train_losses(a, 1, 2);
+    testing::save(a, fg, 2);
+    auto world = parallel::make_single_communicator("world");
+    Checkpointer c(bg, *world);
+    c.save(2, a.model().buffers(), a.optimizer(), {}, /*background=*/true);
+    REQUIRE(c.in_flight());
+    CHECK(c.pending_bytes() > 0);
+    // The model moves on while the shard is written: the file must still
+    // hold step 2, so the writer reads the snapshot, never the live state.
+    const model::Buffers& buf = a.model().buffers();
+    for (int i = 0; i < static_cast<int>(buf.params().size()); ++i)
+      fill(a.context(), buf.get(buf.params()[i].value), std::nanf(""));
+    fill(a.context(), a.optimizer().m(), std::nanf(""));
+    fill(a.context(), a.optimizer().v(), std::nanf(""));
+    std::string done;
+    for (int i = 0; i < 2000 && done.empty(); ++i) {
+      done = c.poll();
+      if (done.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    REQUIRE(done == (dir / "bg" / "step_000002").string());
+    CHECK_FALSE(c.in_flight());
+    CHECK(c.pending_bytes() == 0);
+    CHECK(c.last_path() == done);
+    CHECK_NOTHROW(verify_checkpoint(done));
+    CHECK(read_all(dir / "bg" / "latest") == "step_000002\n");
+    CHECK(bytes_of(dir / "bg" / "step_000002" / "rank_00000.safetensors") ==
+          bytes_of(dir / "fg" / "step_000002" / "rank_00000.safetensors"));
+    CHECK(c.finish().empty());  // nothing left in flight
+    fs::remove_all(dir);
+  }
+}
+
+TEST_CASE("async checkpoint: a run that ends before completing it leaves a partial save",
+          "[cpu][checkpoint]") {
+  fs::path dir = fresh_temp_dir("async_partial");
+  JobSpec spec = tiny_spec_in(dir, Family::gpt2);
+  Trainer a(spec, quiet_options());
+  train_losses(a, 1, 1);
+  testing::save(a, spec, 1);
+  train_losses(a, 2, 2);
+  {
+    // As when the trainer throws (or is killed) with a save in flight: the
+    // shard may be written, but the directory is never completed.
+    auto world = parallel::make_single_communicator("world");
+    Checkpointer c(spec, *world);
+    c.save(2, a.model().buffers(), a.optimizer(), {}, true);
+  }
+  fs::path root = dir / "checkpoints";
+  CHECK_FALSE(fs::exists(root / "step_000002"));
+  bool partial = false;
+  for (const auto& e : fs::directory_iterator(root))
+    partial |= e.path().filename().string().rfind("step_000002.tmp-", 0) == 0;
+  CHECK(partial);
+  CHECK(read_all(root / "latest") == "step_000001\n");
+  Trainer b(spec, quiet_options());
+  std::string warnings;
+  CHECK(testing::resume(b, spec, &warnings) == 1);
+  CHECK_THAT(warnings, Catch::Contains("step_000002.tmp-"));
+  fs::remove_all(dir);
+}
+
+TEST_CASE("checkpoint: a shard that cannot be written is an Error; the previous one stays",
+          "[cpu][checkpoint]") {
+  for (bool background : {false, true}) {
+    INFO("background " << background);
+    fs::path dir = fresh_temp_dir("save_fails");
+    JobSpec spec = tiny_spec_in(dir, Family::llama);
+    fs::path root = dir / "checkpoints";
+    Trainer a(spec, quiet_options());
+    train_losses(a, 1, 1);
+    auto world = parallel::make_single_communicator("world");
+    Checkpointer c(spec, *world);
+    c.save(1, a.model().buffers(), a.optimizer(), {}, background);
+    c.finish();
+    train_losses(a, 2, 2);
+    auto fails = [&] {
+      FileSizeLimit limit(512);  // the shard's header alone is larger
+      c.save(2, a.model().buffers(), a.optimizer(), {}, background);
+      c.finish();
+    };
+    try {
+      fails();
+      FAIL("the save did not fail");
+    } catch (const InputError& e) {
+      FAIL(std::string("a failed write is not bad input: ") + e.what());
+    } catch (const Error& e) {
+      const std::string what = e.what();
+      CHECK_THAT(what, Catch::Contains("checkpoint step_000002") &&
+                           Catch::Contains("rank_00000.safetensors") &&
+                           Catch::Contains("File too large") &&
+                           Catch::Contains("the last good one is " + (root / "step_000001").string()));
+    }
+    CHECK_FALSE(c.in_flight());
+    CHECK(read_all(root / "latest") == "step_000001\n");
+    std::vector<std::string> names;
+    for (const auto& e : fs::directory_iterator(root)) names.push_back(e.path().filename().string());
+    std::sort(names.begin(), names.end());
+    CHECK(names == std::vector<std::string>{"latest", "step_000001"});  // nothing half-written
+    // Once the disk has room again, saving works.
+    c.save(2, a.model().buffers(), a.optimizer(), {}, background);
+    c.finish();
+    CHECK(c.last_path() == (root / "step_000002").string());
+    CHECK_NOTHROW(verify_checkpoint((root / "step_000002").string()));
+    fs::remove_all(dir);
+  }
+}
