@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include "cmd/subcommand.h"
+#include "engine/checkpoint/shard_contents.h"
 #include "engine/config/job_spec.h"
 #include "engine/memory_plan.h"
 #include "engine/model_from_spec.h"
@@ -112,6 +113,16 @@ Registrar reg("plan", "validate a job and print its per-rank memory plan", [](CL
                      "(1/{})\n",
                      spec.parallel.zero, shard[0], dense.size, shard[1], experts.size);
         }
+      }
+      if (spec.checkpoint.async) {
+        // What this rank (dp, tp, ep rank 0: the one writing every replicated
+        // tensor) copies to host memory at each background save.
+        const engine::checkpoint::ShardPosition pos = engine::checkpoint::shard_position(
+            {.dp_size = dense.size, .zero = spec.parallel.zero, .ep_size = shape.ep});
+        const size_t bytes =
+            engine::checkpoint::shard_bytes(engine::checkpoint::shard_entries(model.buffers(), optimizer, pos));
+        fmt::print("  host memory, not in the total: checkpoint.async snapshot {} bytes ({})\n", bytes,
+                   engine::format_bytes(static_cast<double>(bytes)));
       }
       if (cfg.fp8_cache_weights) {
         const model::Buffers& b = model.buffers();

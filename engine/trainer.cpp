@@ -751,9 +751,10 @@ int Trainer::run() {
       checkpointer_->save(step, model_->buffers(), *optimizer_, scalars, background);
       if (background) {
         if (options_.log)
-          fmt::print(options_.log, "saving checkpoint {} in the background ({:.1f} MiB host "
-                     "snapshot on rank 0)\n", checkpoint::step_dir_name(step),
-                     static_cast<double>(checkpointer_->pending_bytes()) / (1 << 20));
+          fmt::print(options_.log, "saving checkpoint {} in the background (host snapshot {}, {} "
+                     "bytes, on rank 0)\n", checkpoint::step_dir_name(step),
+                     format_bytes(static_cast<double>(checkpointer_->pending_bytes())),
+                     checkpointer_->pending_bytes());
       } else {
         log_saved(checkpointer_->last_path(), false);
       }

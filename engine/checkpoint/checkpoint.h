@@ -162,7 +162,6 @@ class Checkpointer {
                                                   std::vector<float>* snapshot) const;
   void complete(const Pending& p, const std::vector<int32_t>& got);
   int agree(int value_on_rank0);  // broadcast of one int from rank 0
-  void add_fp8_state(SafetensorsWriter& w, const model::Buffers& buffers) const;
   void load_fp8_state(const CheckpointReader& reader, model::Buffers& buffers) const;
   Json make_metadata(int step, const std::map<std::string, double>& scalars) const;
   void prune(int step) const;

@@ -13,6 +13,7 @@
 #include "engine/checkpoint/resume_check.h"
 #include "engine/checkpoint/files.h"
 #include "engine/checkpoint/safetensors.h"
+#include "engine/checkpoint/shard_contents.h"
 #include "engine/checkpoint/state_range.h"
 #include "kernels/error.h"
 #include "kernels/memory.h"
@@ -114,30 +115,6 @@ Json Checkpointer::make_metadata(int step, const std::map<std::string, double>& 
   return m;
 }
 
-// FP8 delayed-scaling state, one small tensor per GEMM operand under the
-// operand's global name: after the step's amax max-reduction it is the same
-// on every tp, cp and dp rank, so the stage's first replica writes it (one
-// copy: under ZeRO-3 every dp rank writes parameters, and two copies of a
-// whole tensor would not load), and any layout finds its own layers' entries.
-// A routed expert's operands are the same on the ranks holding the expert:
-// its first replica writes them.
-void Checkpointer::add_fp8_state(SafetensorsWriter& w, const model::Buffers& buffers) const {
-  const Fp8Scaling* f = buffers.fp8();
-  if (!f || position_.tp_rank != 0) return;
-  for (int i = 0; i < f->size(); ++i) {
-    // A routed expert's state is one copy per expert: its first replica's.
-    if (!(buffers.fp8_expert(i) ? position_.write_expert_replicated : position_.write_replicated))
-      continue;
-    auto state = std::make_shared<std::vector<float>>(f->tensor_state(i));
-    const std::string name = buffers.fp8_names()[i] + ".fp8_state";
-    const int64_t n = static_cast<int64_t>(state->size());
-    w.add_lazy(name, "F32", {n}, [state](void* dst) {
-      std::memcpy(dst, state->data(), state->size() * sizeof(float));
-    });
-    w.set_metadata("slice." + name, Slice::whole({n}).to_json().dump());
-  }
-}
-
 // A checkpoint without an operand's entry (saved in another precision, or a
 // layer that was bf16 then) leaves that operand's scaling fresh.
 void Checkpointer::load_fp8_state(const CheckpointReader& reader, model::Buffers& buffers) const {
@@ -153,11 +130,10 @@ void Checkpointer::load_fp8_state(const CheckpointReader& reader, model::Buffers
   }
 }
 
-// The shard this rank writes: parameters (or, under ZeRO-3, its shard of
-// them), AdamW moments and fp8 scaling state, each under its global name with
-// the slice it holds. Without `snapshot` the tensors stream from the device
-// as the file is written; with it they are copied into it now (the step's
-// state, while training goes on) and the writer reads that copy.
+// The shard this rank writes (shard_contents.h). Without `snapshot` the
+// tensors stream from the device as the file is written; with it they are
+// copied into it now (the step's state, while training goes on) and the
+// writer reads that copy.
 std::unique_ptr<SafetensorsWriter> Checkpointer::shard_writer(int step, const model::Buffers& buffers,
                                                               const AdamW& optimizer,
                                                               std::vector<float>* snapshot) const {
@@ -166,58 +142,36 @@ std::unique_ptr<SafetensorsWriter> Checkpointer::shard_writer(int step, const mo
   w->set_metadata("format_version", std::to_string(kFormatVersion));
   w->set_metadata("rank", std::to_string(world_.rank()));
   w->set_metadata("step", std::to_string(step));
-  struct Entry {
-    std::string name;
-    std::vector<int64_t> shape;
-    Tensor source;
-    std::string slice;
-  };
-  std::vector<Entry> entries;
-  Tensor m = optimizer.m(), v = optimizer.v();
-  const bool sharded = optimizer.layout().shards_parameters();
-  for (int i = 0; i < static_cast<int>(buffers.params().size()); ++i) {
-    const model::Buffers::Param& p = buffers.params()[i];
-    // A parameter replicated over tp (norms, biases of row-parallel layers,
-    // positions) is identical on every tp rank, state included: tp rank 0 writes it.
-    if (p.spec.tp_dim < 0 && position_.tp_rank != 0) continue;
-    // A shard held by several tp ranks (replicated KV heads): its first holder writes it.
-    if (position_.tp_rank % p.spec.tp_replicas != 0) continue;
-    if (p.spec.tied_copy) continue;  // the first pipeline stage writes the tied table
-    const model::BufferInfo& info = buffers.buffers()[p.value];
-    Slice slice = local_slice(p.spec, info.shape, position_);
-    StateRange st = state_range(slice, i, optimizer);
-    if (position_.writes_params(p.spec) && sharded && !st.empty()) {
-      // ZeRO-3: every dp rank writes its shard of the values, as of the state.
-      entries.push_back({p.spec.name, st.stored_shape(info), st.view(optimizer.param_shards()),
-                         st.slice.to_json().dump()});
-    } else if (position_.writes_params(p.spec) && !sharded) {
-      entries.push_back({p.spec.name, info.shape, buffers.get(p.value), slice.to_json().dump()});
-    }
-    if (!position_.writes_optimizer(p.spec) || st.empty()) continue;
-    std::string sj = st.slice.to_json().dump();
-    for (auto [suffix, flat] : {std::pair{".exp_avg", m}, std::pair{".exp_avg_sq", v}})
-      entries.push_back({p.spec.name + suffix, st.stored_shape(info), st.view(flat), sj});
-  }
-  if (snapshot) {
-    int64_t total = 0;
-    for (const Entry& e : entries) total += e.source.numel();
-    snapshot->assign(static_cast<size_t>(total), 0.0f);
-  }
+  const std::vector<ShardEntry> entries = shard_entries(buffers, optimizer, position_);
+  if (snapshot) snapshot->assign(shard_bytes(entries) / sizeof(float), 0.0f);
   int64_t at = 0;
-  for (const Entry& e : entries) {
-    const int64_t n = e.source.numel();
-    if (snapshot) {
-      float* dst = snapshot->data() + at;
-      copy_to_host(dst, e.source);
-      w->add(e.name, "F32", e.shape, dst, static_cast<size_t>(n) * sizeof(float));
-      at += n;
+  for (const ShardEntry& e : entries) {
+    const size_t bytes = static_cast<size_t>(e.numel) * sizeof(float);
+    if (e.host) {  // small host state: copied now in either case
+      auto values = std::make_shared<std::vector<float>>(e.host());
+      TRAINER_CHECK(static_cast<int64_t>(values->size()) == e.numel, "{}: {} elements, listed {}",
+                    e.name, values->size(), e.numel);
+      if (snapshot) {
+        std::copy(values->begin(), values->end(), snapshot->begin() + at);
+        w->add(e.name, "F32", e.shape, snapshot->data() + at, bytes);
+      } else {
+        w->add_lazy(e.name, "F32", e.shape, [values](void* dst) {
+          std::memcpy(dst, values->data(), values->size() * sizeof(float));
+        });
+      }
     } else {
-      Tensor t = e.source;
-      w->add_lazy(e.name, "F32", e.shape, [t](void* dst) { copy_to_host(dst, t); });
+      Tensor t = e.device();
+      TRAINER_CHECK(t.numel() == e.numel, "{}: {} elements, listed {}", e.name, t.numel(), e.numel);
+      if (snapshot) {
+        copy_to_host(snapshot->data() + at, t);
+        w->add(e.name, "F32", e.shape, snapshot->data() + at, bytes);
+      } else {
+        w->add_lazy(e.name, "F32", e.shape, [t](void* dst) { copy_to_host(dst, t); });
+      }
     }
+    if (snapshot) at += e.numel;
     w->set_metadata("slice." + e.name, e.slice);
   }
-  add_fp8_state(*w, buffers);  // a host copy already
   return w;
 }
 

@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "engine/checkpoint/checkpoint.h"
+#include "engine/checkpoint/shard_contents.h"
 #include "engine/trainer.h"
 #include "kernels/elementwise.h"
 #include "parallel/communicator.h"
@@ -175,6 +176,29 @@ TEST_CASE("checkpoint: a shard that cannot be written is an Error; the previous 
     c.finish();
     CHECK(c.last_path() == (root / "step_000002").string());
     CHECK_NOTHROW(verify_checkpoint((root / "step_000002").string()));
+    fs::remove_all(dir);
+  }
+}
+
+TEST_CASE("async checkpoint: the snapshot is the size trainer plan gives it", "[cpu][checkpoint]") {
+  for (ComputeDtype prec : {ComputeDtype::fp32, ComputeDtype::fp8}) {
+    const bool fp8 = prec == ComputeDtype::fp8;
+    INFO("fp8 " << fp8);
+    fs::path dir = fresh_temp_dir("async_size");
+    JobSpec spec = tiny_spec_in(dir, Family::llama);
+    spec.precision.compute = prec;  // fp8: the scaling state is in the snapshot too
+    spec.precision.fp8_first_last_bf16 = false;  // the tiny model has only a first and a last layer
+    Trainer a(spec, quiet_options());
+    train_losses(a, 1, 1);
+    auto world = parallel::make_single_communicator("world");
+    Checkpointer c(spec, *world);
+    c.save(1, a.model().buffers(), a.optimizer(), {}, true);
+    const std::vector<ShardEntry> entries = shard_entries(a.model().buffers(), a.optimizer(), {});
+    CHECK(c.pending_bytes() == shard_bytes(entries));
+    bool fp8_state = false;
+    for (const ShardEntry& e : entries) fp8_state |= e.name.find(".fp8_state") != std::string::npos;
+    CHECK(fp8_state == fp8);
+    CHECK(c.finish() == (dir / "checkpoints" / "step_000001").string());
     fs::remove_all(dir);
   }
 }

@@ -3,6 +3,7 @@
 #  1. A run with background saves writes, step for step, the shard bytes of a
 #     run saving in the foreground, and logs each completion (on 4 ranks,
 #     dp2 x tp2, when MPIEXEC is given).
+#     trainer plan's snapshot size is the bytes the run holds on rank 0.
 #  2. A disk that fills during a background save (the file-size limit): exit 1,
 #     one line naming the checkpoint, the failed file and the last good
 #     checkpoint; `latest` still names it and nothing half-written is left.
@@ -30,6 +31,14 @@ for step in 2 4 6; do
   grep -q "saved checkpoint $dir/bg/checkpoints/step_00000$step (written in the background" "$dir/bg.log" ||
     { echo "FAIL: the completion of step $step is not logged"; fail=1; }
 done
+# trainer plan sizes rank 0's host snapshot exactly (the same list of tensors).
+world=1
+[ -n "$mpiexec" ] && world=4
+planned=$("$trainer" plan mesh_gpt2.yaml --world $world "${mesh[@]}" --set checkpoint.async=true |
+          sed -n 's/.*checkpoint.async snapshot \([0-9]*\) bytes.*/\1/p')
+held=$(sed -n 's/.*host snapshot [^,]*, \([0-9]*\) bytes, on rank 0.*/\1/p' "$dir/bg.log" | sort -u)
+[ -n "$planned" ] && [ "$planned" = "$held" ] ||
+  { echo "FAIL: trainer plan says $planned bytes, the run held '$held'"; fail=1; }
 # The run's last save is written in the foreground.
 grep -q "^saved checkpoint $dir/bg/checkpoints/step_000008\$" "$dir/bg.log" ||
   { echo "FAIL: the last save was not in the foreground"; fail=1; }
@@ -61,5 +70,5 @@ if [ -z "$mpiexec" ]; then
   ls "$dir/bg/checkpoints" | grep -q "step_000010" && { echo "FAIL: step_000010 left behind"; fail=1; }
   cat "$dir/full.err"
 fi
-[ $fail = 0 ] && echo "background saves equal foreground ones ($shards shards)${mpiexec:+ on 4 ranks}"
+[ $fail = 0 ] && echo "background saves equal foreground ones ($shards shards)${mpiexec:+ on 4 ranks}; snapshot $held bytes as planned"
 exit $fail
