@@ -70,7 +70,7 @@ done
 # MPI off: a node's Open MPI rarely matches ours and its plugins cannot be
 # bundled sensibly; multi-GPU runs use NCCL's TCP rendezvous instead.
 TEST_DIRS="kernels;precision;model;parallel;cuda"
-cmake -S "$ROOT" -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTRAINER_CUDA=$CUDA \
+cmake -S "$ROOT" -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTRAINER_CUDA="$CUDA" \
   -DTRAINER_MPI=OFF -DTRAINER_TESTS=ON "-DTRAINER_TEST_DIRS=$TEST_DIRS" >"$BUILD_DIR.cmake.log" 2>&1 ||
   { tail -20 "$BUILD_DIR.cmake.log"; die "cmake failed (log: $BUILD_DIR.cmake.log)"; }
 rm -f "$BUILD_DIR.cmake.log"
@@ -145,6 +145,7 @@ done
 for name in "${!LIBS[@]}"; do
   cp -L "${LIBS[$name]}" "$STAGE/lib/$name"
   chmod u+w "$STAGE/lib/$name"
+  # shellcheck disable=SC2016  # $ORIGIN is for the dynamic loader, not the shell
   patchelf --set-rpath '$ORIGIN' "$STAGE/lib/$name"
 done
 
@@ -159,7 +160,9 @@ GLIBCXX_REQUIRED=$(newest_version GLIBCXX_)
 
 # ------------------------------------------------------------- the rest
 cp configs/*.yaml "$STAGE/configs/"
-[[ -f scripts/gpu_check.sh ]] && cp scripts/gpu_check.sh "$STAGE/scripts/"
+# The GPU check with its stage table (and the CPU references' maker, which
+# reads the same table); scripts/GPU_CHECK.md says how they are used.
+cp scripts/gpu_check.sh scripts/gpu_stages.sh scripts/gpu_refs.sh scripts/GPU_CHECK.md "$STAGE/scripts/"
 # The Hugging Face load check gpu_check runs where Python has transformers.
 cp scripts/hf_check.sh scripts/hf_check.py "$STAGE/scripts/"
 cp scripts/bundle_env.sh "$STAGE/env.sh"
@@ -172,6 +175,7 @@ dirty=$(git status --porcelain --untracked-files=no 2>/dev/null | grep -q . && e
 {
   echo "commit=${commit:-unknown}"
   echo "uncommitted_changes_in_tree=$dirty"
+  # shellcheck disable=SC1091  # the build machine's os-release
   echo "built=$(date -u +%Y-%m-%dT%H:%M:%SZ) on $(uname -m), $(. /etc/os-release 2>/dev/null; echo "${PRETTY_NAME:-unknown OS}" | tr ' ' _)"
   echo "cuda=$CUDA"
   echo "cuda_architectures=$("$BUILD_DIR/trainer" --version 2>/dev/null | sed -n 's/^cuda architectures: //p')"

@@ -1,45 +1,81 @@
 #!/usr/bin/env bash
-# The one command for a GPU machine: prints the GPU, driver and library versions,
-# builds with CUDA (or uses a carried build), runs the [cuda] suite (every CUDA
-# op against the CPU op) and the op benchmarks, the [nccl] tests on one GPU (a
-# world of one NCCL rank: device scalars, overlapped gradient buckets, the
-# watchdog on a stuck collective), trains configs/tiny-gpt2.yaml 50 steps on
-# the GPU and on the CPU in fp32, bf16 and fp16 and compares the loss curves,
-# also in fp8 (and forces an fp16 overflow on both), with >= 2 GPUs trains it
-# on 2 GPUs (dp2, tp2; launch.sh, NCCL over the TCP rendezvous) against one
-# GPU, checks that `trainer export --format hf` loads in transformers (and
-# vLLM) with the trainer's logits where Python has them (scripts/hf_check.sh),
-# then benchmarks whole training steps of GPT-2 124M and Llama 1B in fp32,
-# bf16 and fp8 if `trainer bench` exists. Each stage prints PASS, FAIL or SKIPPED (with the reason); the script
-# exits 1 if any stage failed. Everything is bounded by an 8-minute budget.
+# The one command for a GPU machine; scripts/GPU_CHECK.md says how to prepare
+# it here, carry it and run it in a 15-minute lease. Prints the GPU, driver and
+# library versions, builds with CUDA (or uses a carried build), then runs the
+# stages of scripts/gpu_stages.sh in this order (most information per device
+# second first, so the budget drops what is proven already or rarely breaks):
+#   cuda_suite           the [cuda] suite: every CUDA op against the CPU op
+#   train_compare, train_bf16, train_fp16, train_fp8
+#                        configs/tiny-gpt2.yaml 50 steps on the GPU against the
+#                        CPU in the same precision, loss curves compared
+#   train_fp16_overflow  a static loss scale of 1e9: every GPU step skipped
+#   bench_gpt2-124m_bf16, bench_llama-1b_bf16, bench_gpt2-124m_fp8, bench_llama-1b_fp8
+#                        whole training steps (`trainer bench`): tokens/s, TFLOP/s, MFU
+#   hf_load              `trainer export --format hf` loads in transformers (and
+#                        vLLM) with the trainer's logits, where Python has them
+#   nccl_smoke, nccl_streams  the [nccl] tests on a world of one NCCL rank
+#   multi_gpu            with >= 2 GPUs: dp2 and tp2 (launch.sh) against one GPU
+#   train_moe, train_moe_fp8, train_recompute_full   more GPU-vs-CPU pairs
+#   sanitizer            compute-sanitizer memcheck on small ops
+#   op_bench             cuda_ops_test "[.bench]" at GPT-2 124M shapes
+#   bench_gpt2-124m_fp32, bench_llama-1b_fp32
+# Each stage prints PASS, FAIL or SKIPPED (with the reason) and has its own
+# timeout, cut to what the budget has left; a stage that cannot start in time
+# is SKIPPED. The summary (gpu_check.md) ends with the STAGES= that reruns what
+# failed or ran out of time. Exit 1 if any stage failed, 2 for a bad STAGES.
 #
 # Environment:
+#   STAGES      comma-separated stages to run (default: all); the environment,
+#               build and CPU-reference checks always run
+#   CPU_REFS    a folder from scripts/gpu_refs.sh: when its stamp matches the
+#               trainer run here, the pairs take its CPU losses instead of
+#               training on this machine's CPU (each pair's detail says which)
 #   BUILD_DIR   build directory to use or create (default: build-gpu-check; a
 #               carried directory holding test/cuda/cuda_ops_test is used as is
 #               when this machine has no nvcc)
 #   OUT         where the summary goes (default: build/gpu_check)
 #   BUILD       auto (default: build when nvcc, cmake and ninja exist) or never
 #               (use BUILD_DIR as carried)
-#   BUDGET_S    total seconds (default 480)
+#   BUDGET_S    total seconds (default 420: with the machine's start that leaves
+#               a 15-minute lease a few minutes for a second, shorter call)
+#   GPU_CHECK_STEPS  caps every pair's steps (tests; CPU_REFS must match it)
 #   LOSS_TOL    largest allowed |loss_gpu - loss_cpu| at any step in fp32 (default 0.02)
 #   LOSS_RTOL_MP  largest allowed |loss_gpu - loss_cpu| / loss_cpu at any step in bf16
-#               and fp16, each against the CPU in the same dtype (default 5e-3; why: the
-#               tiny-gpt2 stage)
+#               and fp16, each against the CPU in the same dtype (default 5e-3; why:
+#               the bf16 stage)
 #   LOSS_RTOL_FP8 the same for fp8 (default 2e-2, ~30x the 6.3e-4 by which CPU fp8
 #               and CPU fp32 differ over those 50 steps: the GPU and CPU quantise the
 #               same way and differ in the forward GEMMs' fast fp8 accumulation, far
 #               below fp8's own rounding, and in what bf16 differs by)
 #   BENCH_STEPS timed steps per benchmark (default 4: GPT-2 124M in fp32 takes ~11 s
-#               a step, and the budget is 8 minutes)
+#               a step)
 #   MGPU_RTOL   largest relative loss difference, 2 GPUs vs 1 (default 1e-4: the
 #               ranks sum partial GEMMs and reduce in orders one GPU never forms)
 #   MOE_RTOL    the same for configs/moe-tiny.yaml on the GPU vs the CPU (default 1e-3)
-# The tiny run needs data/brown (scripts/get_data.sh; git-ignored, so carry it).
+# The pairs need data/brown (scripts/get_data.sh; git-ignored, so carry it).
 set -uo pipefail
+# CPU_REFS and OUT are the caller's paths; everything else is the root's.
+[[ -n ${CPU_REFS:-} && $CPU_REFS != /* ]] && CPU_REFS=$PWD/$CPU_REFS
+[[ -n ${OUT:-} && $OUT != /* ]] && OUT=$PWD/$OUT
 cd "$(dirname "$0")/.." || exit 1
 ROOT=$(pwd)
+# shellcheck source=scripts/gpu_stages.sh
+. scripts/gpu_stages.sh || exit 1
+declare -A WANT=()
+IFS=, read -ra requested <<<"${STAGES:-}"
+for s in "${requested[@]}"; do
+  s=${s// /}
+  [[ -z $s ]] && continue
+  if ! gpu_is_stage "$s"; then
+    echo "gpu_check: unknown stage '$s' in STAGES; valid: $(IFS=,; echo "${GPU_STAGES[*]}")" >&2
+    exit 2
+  fi
+  WANT[$s]=1
+done
+selected() { (( ${#WANT[@]} == 0 )) || [[ -n ${WANT[$1]:-} ]]; }
+
 START=$(date +%s)
-BUDGET_S=${BUDGET_S:-480}
+BUDGET_S=${BUDGET_S:-420}
 LOSS_TOL=${LOSS_TOL:-0.02}
 LOSS_RTOL_MP=${LOSS_RTOL_MP:-5e-3}
 LOSS_RTOL_FP8=${LOSS_RTOL_FP8:-2e-2}
@@ -52,6 +88,8 @@ mkdir -p "$SUMMARY_DIR"
 SUMMARY="$SUMMARY_DIR/gpu_check.md"
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/gpu_check.XXXXXX")
 FAILED=0
+STAGE=""             # the stage whose rows record() writes ("" before the stages)
+declare -A RERUN=()  # stages that failed or ran out of time
 declare -a ROWS=()
 
 remaining() { echo $(( BUDGET_S - ($(date +%s) - START) )); }
@@ -60,14 +98,26 @@ stage_timeout() {
   local left; left=$(remaining)
   (( left > $1 )) && echo "$1" || echo $(( left > 5 ? left - 5 : 1 ))
 }
-record() {  # record STAGE STATUS DETAIL
+# limit SECONDS COMMAND...: a KILL 5 s after the TERM, so a hung GPU call cannot
+# hold the lease past the budget.
+limit() { timeout -k 5 "$@"; }
+record() {  # record NAME STATUS DETAIL
   printf '== %-14s %-7s %s\n' "$1" "$2" "$3"
   ROWS+=("| $1 | $2 | $3 |")
   [[ $2 == FAIL ]] && FAILED=1
+  [[ -n $STAGE && ( $2 == FAIL || $3 == *"time budget"* ) ]] && RERUN[$STAGE]=1
   return 0
 }
+# need SECONDS: true when that many remain, else the stage is SKIPPED.
+need() {
+  local left; left=$(remaining)
+  (( left >= $1 )) && return 0
+  record "$STAGE" SKIPPED "out of time budget (${left}s left, it needs ${1}s to start)"
+  return 1
+}
+# budget_cut RC T WANT: a timeout that was the budget's, not the stage's own.
+budget_cut() { [[ $1 == 124 || $1 == 137 ]] && (( $2 < $3 )); }
 section() { printf '\n---- %s (%ss left) ----\n' "$1" "$(remaining)"; }
-
 # ---------------------------------------------------------------- environment
 section "environment"
 # pip nvidia-* wheels put the CUDA libraries in site-packages/nvidia/<lib>/lib.
@@ -136,7 +186,7 @@ if [[ ${BUILD:-auto} != never ]] && command -v nvcc >/dev/null && command -v cma
     t=$(stage_timeout 120)
     # shellcheck disable=SC2086
     if timeout "$t" ninja -C "$BUILD_DIR" -j "$jobs" $nccl_targets >"$WORK/build_nccl.log" 2>&1; then
-      record build_nccl PASS "built $(echo $nccl_targets)"
+      record build_nccl PASS "built ${nccl_targets//$'\n'/ }"
     else
       tail -20 "$WORK/build_nccl.log"
       record build_nccl FAIL "ninja of the NCCL tests failed or timed out (${t}s); log above"
@@ -150,108 +200,58 @@ else
   record build FAIL "not building here and no carried build at $BUILD_DIR"
 fi
 
-# ------------------------------------------------------------------ cuda suite
-section "[cuda] suite"
-if [[ -x $TEST_BIN ]]; then
+# -------------------------------------------------------------- CPU references
+# The pairs' CPU losses from CPU_REFS when its stamp is this trainer's, data's
+# and table's (gpu_refs.sh made them), else from training here.
+REFS_OK=0 REFS_WHY="CPU_REFS unset"
+pairs_selected=0
+for s in "${GPU_STAGES[@]}"; do gpu_pair "$s" && selected "$s" && pairs_selected=1; done
+if (( pairs_selected )) && [[ -n ${CPU_REFS:-} ]]; then
+  section "CPU references"
+  if [[ ! -f $CPU_REFS/stamp ]]; then
+    REFS_WHY="no stamp in CPU_REFS=$CPU_REFS"
+  elif ! gpu_refs_stamp "$TRAINER_BIN" >"$WORK/stamp"; then
+    REFS_WHY="'$TRAINER_BIN --version' failed"
+  else
+    stale=$(awk -F': ' 'NR == FNR { here[$1] = $0; next } { seen[$1] = 1; if (here[$1] != $0) print $1 }
+                        END { for (k in here) if (!(k in seen)) print k }' "$WORK/stamp" "$CPU_REFS/stamp" |
+            sort -u | paste -sd, -)
+    if [[ -z $stale ]]; then
+      REFS_OK=1
+      cp "$CPU_REFS"/*_cpu.txt "$WORK/"
+    else
+      REFS_WHY="CPU_REFS stale (its stamp differs in: ${stale//,/, })"
+      diff "$CPU_REFS/stamp" "$WORK/stamp"
+    fi
+  fi
+  if (( REFS_OK )); then record cpu_refs PASS "stamp matches $TRAINER_BIN: CPU losses from $CPU_REFS"
+  else record cpu_refs SKIPPED "$REFS_WHY: the pairs train on this machine's CPU"; fi
+fi
+
+# ------------------------------------------------------------------ the stages
+stage_cuda_suite() {
+  section "cuda_suite: every CUDA op against the CPU op"
+  if [[ ! -x $TEST_BIN ]]; then record cuda_suite FAIL "no test binary at $TEST_BIN"; return; fi
   if ldd "$TEST_BIN" | grep -q "not found"; then
     ldd "$TEST_BIN" | grep "not found"
     record cuda_suite FAIL "shared libraries missing (above)"
-  else
-    t=$(stage_timeout 180)
-    timeout "$t" "$TEST_BIN" 2>&1 | tee "$WORK/suite.log"
-    rc=${PIPESTATUS[0]}
-    summary=$(grep -E "^(All tests passed|test cases:)" "$WORK/suite.log" | tail -1)
-    case $rc in
-      0) record cuda_suite PASS "${summary:-all passed}" ;;
-      77) record cuda_suite FAIL "the suite saw no GPU (exit 77) on a GPU check machine" ;;
-      124) record cuda_suite FAIL "timed out after ${t}s" ;;
-      *) record cuda_suite FAIL "exit $rc: ${summary:-see log}" ;;
-    esac
-    # A small-shape pass under compute-sanitizer catches races and out-of-bounds writes.
-    # These cases now run every dtype (layernorm five pairings), so more time than
-    # the fp32-only pass had; plus the fp8 cast-transpose tiles.
-    if command -v compute-sanitizer >/dev/null && (( $(remaining) > 300 )); then
-      t=$(stage_timeout 150)
-      if timeout "$t" compute-sanitizer --error-exitcode 9 --tool memcheck "$TEST_BIN" \
-           "[gelu],[layernorm],[cross_entropy],[embedding],[state],cast_transpose*,moe_plan*" \
-           >"$WORK/sanitizer.log" 2>&1; then
-        record sanitizer PASS "memcheck clean on gelu, layernorm, cross_entropy, embedding, state, cast_transpose, moe_plan"
-      else
-        tail -30 "$WORK/sanitizer.log"
-        record sanitizer FAIL "compute-sanitizer memcheck reported errors or timed out"
-      fi
-    else
-      record sanitizer SKIPPED "compute-sanitizer not installed or no time left"
-    fi
+    return
   fi
-else
-  record cuda_suite FAIL "no test binary at $TEST_BIN"
-fi
-
-# ------------------------------------------------------------- [nccl] one GPU
-section "[nccl] one GPU (a world of one NCCL rank)"
-nccl_ran=0
-for name in parallel_nccl_smoke parallel_nccl_streams; do
-  bin="$BUILD_DIR/test/parallel/$name"
-  [[ -x $bin ]] || continue
-  nccl_ran=1
-  t=$(stage_timeout 90)
-  timeout "$t" "$bin" >"$WORK/$name.log" 2>&1
-  rc=$?
-  cat "$WORK/$name.log"
-  cp "$WORK/$name.log" "$SUMMARY_DIR/$name.log"
-  fails=$(grep -c '^FAIL' "$WORK/$name.log")
+  need 30 || return
+  local t rc summary
+  t=$(stage_timeout 180)
+  limit "$t" "$TEST_BIN" 2>&1 | tee "$WORK/suite.log"
+  rc=${PIPESTATUS[0]}
+  cp "$WORK/suite.log" "$SUMMARY_DIR/cuda_suite.log"
+  summary=$(grep -E "^(All tests passed|test cases:)" "$WORK/suite.log" | tail -1)
   case $rc in
-    0) record "$name" PASS "$(tail -1 "$WORK/$name.log")" ;;
-    77) record "$name" FAIL "saw no GPU (exit 77) on a GPU check machine" ;;
-    124) record "$name" FAIL "timed out after ${t}s" ;;
-    *) record "$name" FAIL "exit $rc, $fails failed checks: $(grep -m1 '^FAIL' "$WORK/$name.log" | cut -c1-160)" ;;
+    0) record cuda_suite PASS "${summary:-all passed}" ;;
+    77) record cuda_suite FAIL "the suite saw no GPU (exit 77) on a GPU check machine" ;;
+    124|137) record cuda_suite FAIL "timed out after ${t}s" ;;
+    *) record cuda_suite FAIL "exit $rc: ${summary:-see log}" ;;
   esac
-done
-((nccl_ran)) || record nccl SKIPPED "no parallel_nccl_* binaries in $BUILD_DIR/test/parallel (a build without NCCL)"
-
-# -------------------------------------------------------------- op benchmarks
-section "op benchmarks (GPT-2 124M shapes)"
-if [[ -x $TEST_BIN ]] && (( $(remaining) > 120 )); then
-  t=$(stage_timeout 90)
-  if timeout "$t" "$TEST_BIN" "[.bench]" >"$WORK/op_bench.log" 2>&1; then
-    grep '^bench ' "$WORK/op_bench.log" | tee "$SUMMARY_DIR/op_bench.txt"
-    record op_bench PASS "$(grep -c '^bench ' "$WORK/op_bench.log") ops timed; table in op_bench.txt"
-  else
-    tail -20 "$WORK/op_bench.log"
-    record op_bench FAIL "op benchmarks failed or timed out (${t}s)"
-  fi
-else
-  record op_bench SKIPPED "no test binary or no time left"
-fi
-
-# ------------------------------------------------------- tiny GPU vs CPU run
-section "tiny-gpt2: GPU vs CPU loss (fp32, bf16, fp16)"
-losses() {  # losses METRICS_FILE: "step loss" per training step
-  awk -F'[:,}]' '/"loss"/ { s=""; l="";
-      for (i = 1; i < NF; i++) { if ($i ~ /"step"$/) s = $(i+1); if ($i ~ /"loss"$/) l = $(i+1) }
-      gsub(/ /, "", s); gsub(/ /, "", l); print s, l }' "$1"
 }
-# train_pair NAME PREC STEPS [--set ...]: the tiny job (or $PAIR_CONFIG) on the CPU
-# and on the GPU in PREC, runs in $WORK/NAME_{cpu,cuda}; fails the stage NAME when
-# either run fails.
-train_pair() {
-  local name=$1 prec=$2 steps=$3 dev t cfg=${PAIR_CONFIG:-configs/tiny-gpt2.yaml}
-  shift 3
-  for dev in cpu cuda; do
-    t=$(stage_timeout 120)
-    if ! timeout "$t" "$TRAINER_BIN" train "$cfg" --set train.steps="$steps" \
-         --set train.eval_every=0 --set run.device=$dev --set precision.compute="$prec" \
-         --set run.dir="$WORK/${name}_$dev" "$@" >"$WORK/${name}_$dev.log" 2>&1; then
-      tail -5 "$WORK/${name}_$dev.log"
-      record "$name" FAIL "trainer train on $dev in $prec failed or timed out (${t}s); log above"
-      return 1
-    fi
-  done
-  losses "$WORK/${name}_cpu/metrics.jsonl" >"$WORK/${name}_cpu.txt"
-  losses "$WORK/${name}_cuda/metrics.jsonl" >"$WORK/${name}_cuda.txt"
-  cp "$WORK/${name}_cpu.txt" "$WORK/${name}_cuda.txt" "$SUMMARY_DIR/"
-}
+
 # loss_gap A B STEPS: "n worst_abs worst_rel at" over the steps both loss files hold
 # (rel = |a - b| / |a|); fewer than STEPS steps or a NaN/inf loss give "inf" for both.
 loss_gap() {
@@ -265,155 +265,84 @@ loss_gap() {
     END { if (bad || n < want) printf "%d inf inf %s\n", n, at
           else printf "%d %g %g %s\n", n, wa, wr, at }' "$1" "$2"
 }
-if [[ ! -x $TRAINER_BIN ]]; then
-  record train_compare SKIPPED "no trainer binary at $TRAINER_BIN"
-elif [[ ! -f configs/tiny-gpt2.yaml ]]; then
-  record train_compare SKIPPED "configs/tiny-gpt2.yaml missing"
-elif ! ls data/brown/train_*.bin >/dev/null 2>&1; then
-  record train_compare SKIPPED "data/brown missing (run scripts/get_data.sh and carry data/brown)"
-else
-  # fp32: the GPU does the CPU's arithmetic up to summation order (measured 1.1e-7).
-  if train_pair train_compare fp32 50; then
-    read -r n worst _ at <<<"$(loss_gap "$WORK/train_compare_cpu.txt" "$WORK/train_compare_cuda.txt" 50)"
-    detail="$n steps; worst |diff| $worst at step ${at:-?} (tol $LOSS_TOL)"
-    if awk -v w="$worst" -v t="$LOSS_TOL" 'BEGIN { exit !(w <= t) }'; then
-      record train_compare PASS "$detail"
-    else record train_compare FAIL "$detail"; fi
-  fi
-  # bf16 / fp16 against the CPU in the same dtype. Both store every activation,
-  # gradient and weight copy rounded at the same points; they differ only in fp32
-  # summation order, in expf/tanhf against the CPU's approximations, and in the GPU
-  # attention's 16-bit copies of P and dS (the CPU keeps them fp32): a subset of what
-  # separates bf16 from fp32. On the CPU, bf16 vs fp32 over these 50 steps differs
-  # by at most 1.3e-4 relative, fp16 vs fp32 by 6.7e-6; LOSS_RTOL_MP (5e-3) is ~40x
-  # the bf16 gap, while a wrong kernel moves the loss by far more (or to NaN).
-  # fp8 (every block GEMM in fp8: the model has two layers, so first/last stay fp8
-  # too): the same codes and scales on both (the scaling state is the CPU's code,
-  # mirrored to the device), but the GPU's forward GEMM accumulates with Hopper's
-  # fast fp8 accumulation where the CPU sums dequantised values in fp32; its bound
-  # is LOSS_RTOL_FP8 (why: the header).
-  for prec in bf16 fp16 fp8; do
-    tol=$LOSS_RTOL_MP extra=()
-    [[ $prec == fp8 ]] && tol=$LOSS_RTOL_FP8 extra=(--set precision.fp8_first_last_bf16=false)
-    if train_pair "train_$prec" "$prec" 50 ${extra[@]+"${extra[@]}"}; then
-      read -r n _ worst at <<<"$(loss_gap "$WORK/train_${prec}_cpu.txt" "$WORK/train_${prec}_cuda.txt" 50)"
-      ref=""
-      [[ -f $WORK/train_compare_cpu.txt ]] &&
-        ref=$(loss_gap "$WORK/train_compare_cpu.txt" "$WORK/train_${prec}_cpu.txt" 50 | awk '{print $3}')
-      detail="$n steps; worst relative |diff| $worst at step ${at:-?} (tol $tol)${ref:+; CPU $prec vs CPU fp32: $ref}"
-      if awk -v w="$worst" -v t="$tol" 'BEGIN { exit !(w <= t) }'; then
-        record "train_$prec" PASS "$detail"
-      else record "train_$prec" FAIL "$detail"; fi
-    fi
-  done
-  # fp16 overflow on the GPU: a static loss scale of 1e9 overflows fp16 in every
-  # backward, so every step must be skipped (found on device, agreed, logged), the
-  # weights never move and each step's loss is the initial model's, as on the CPU.
-  if train_pair train_fp16_overflow fp16 3 --set precision.loss_scale=1e9; then
-    read -r n _ worst _ <<<"$(loss_gap "$WORK/train_fp16_overflow_cpu.txt" "$WORK/train_fp16_overflow_cuda.txt" 3)"
-    skipped=$(grep -c '"skipped": true' "$WORK/train_fp16_overflow_cuda/metrics.jsonl" || true)
-    detail="$skipped of 3 GPU steps skipped; losses vs CPU: worst relative |diff| $worst (tol $LOSS_RTOL_MP)"
-    if (( skipped == 3 )) && awk -v w="$worst" -v t="$LOSS_RTOL_MP" 'BEGIN { exit !(w <= t) }'; then
-      record train_fp16_overflow PASS "$detail"
-    else record train_fp16_overflow FAIL "$detail"; fi
-  fi
-  # Full recomputation on the GPU: the same kernels run again, so the losses are
-  # the fp32 CPU run's within LOSS_TOL, as without it.
-  if train_pair train_recompute_full fp32 20 --set parallel.recompute=full; then
-    read -r n worst _ at <<<"$(loss_gap "$WORK/train_recompute_full_cpu.txt" "$WORK/train_recompute_full_cuda.txt" 20)"
-    detail="$n steps; worst |diff| $worst at step ${at:-?} (tol $LOSS_TOL)"
-    if awk -v w="$worst" -v t="$LOSS_TOL" 'BEGIN { exit !(w <= t) }'; then
-      record train_recompute_full PASS "$detail"
-    else record train_recompute_full FAIL "$detail"; fi
-  fi
-  # MoE on the GPU (the CUDA routing kernels): configs/moe-tiny.yaml 20 steps in
-  # fp32 against the CPU. The kernels pick the CPU's experts barring near-ties, so
-  # the losses agree to summation order; MOE_RTOL leaves room for a rare flip.
-  if [[ -f configs/moe-tiny.yaml ]] && (( $(remaining) > 150 )) &&
-     PAIR_CONFIG=configs/moe-tiny.yaml train_pair train_moe fp32 20; then
-    read -r n _ worst at <<<"$(loss_gap "$WORK/train_moe_cpu.txt" "$WORK/train_moe_cuda.txt" 20)"
-    detail="$n steps; worst relative |diff| $worst at step ${at:-?} (tol $MOE_RTOL)"
-    if awk -v w="$worst" -v t="$MOE_RTOL" 'BEGIN { exit !(w <= t) }'; then
-      record train_moe PASS "$detail"
-    else record train_moe FAIL "$detail"; fi
-  fi
-  # MoE in fp8: the router in fp32 on the bf16 activations, every expert GEMM an
-  # FP8 GEMM on its ragged row block (zero-padded to 16 rows); fp8's bound.
-  if [[ -f configs/moe-tiny.yaml ]] && (( $(remaining) > 150 )) &&
-     PAIR_CONFIG=configs/moe-tiny.yaml train_pair train_moe_fp8 fp8 20 --set precision.fp8_first_last_bf16=false; then
-    read -r n _ worst at <<<"$(loss_gap "$WORK/train_moe_fp8_cpu.txt" "$WORK/train_moe_fp8_cuda.txt" 20)"
-    detail="$n steps; worst relative |diff| $worst at step ${at:-?} (tol $LOSS_RTOL_FP8)"
-    if awk -v w="$worst" -v t="$LOSS_RTOL_FP8" 'BEGIN { exit !(w <= t) }'; then
-      record train_moe_fp8 PASS "$detail"
-    else record train_moe_fp8 FAIL "$detail"; fi
-  fi
-fi
-
-# ------------------------------------------- Hugging Face export loads as is
-section "HF export in transformers / vLLM"
-if [[ ! -x $TRAINER_BIN ]] || ! ls data/brown/train_*.bin >/dev/null 2>&1; then
-  record hf_load SKIPPED "needs the trainer binary and data/brown"
-elif ! python3 -c 'import torch, transformers' 2>/dev/null; then
-  record hf_load SKIPPED "python3 cannot import torch and transformers here"
-else
-  t=$(stage_timeout 120)
-  timeout "$t" scripts/hf_check.sh "$TRAINER_BIN" "$WORK/hf" >"$WORK/hf.log" 2>&1
-  rc=$?
-  cat "$WORK/hf.log"; cp "$WORK/hf.log" "$SUMMARY_DIR/hf_check.log"
-  detail=$(grep -E 'PASS|FAIL|not installed' "$WORK/hf.log" | cut -c1-120 | paste -sd';' -)
-  if (( rc == 0 )); then record hf_load PASS "$detail"
-  else record hf_load FAIL "rc $rc (${t}s limit): $detail"; fi
-fi
-
-# --------------------------------------------------------- 2 GPUs vs one GPU
-section "tiny-gpt2: 2 GPUs (dp2, tp2) vs one GPU"
-NGPU=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
-LAUNCH="$BUILD_DIR/launch.sh"  # a bundle's bin/launch.sh, else the repository's
-[[ -x $LAUNCH ]] || LAUNCH="$ROOT/scripts/bundle_launch.sh"
-if (( NGPU < 2 )); then
-  record multi_gpu SKIPPED "$NGPU GPU(s) visible: NCCL runs one rank per GPU, so dp2 and tp2 need 2 ([nccl] above covers a world of one)"
-elif [[ ! -x $TRAINER_BIN ]] || ! ls data/brown/train_*.bin >/dev/null 2>&1; then
-  record multi_gpu SKIPPED "no trainer binary at $TRAINER_BIN or no data/brown"
-else
-  mg_args=(train configs/tiny-gpt2.yaml --set train.steps=20 --set train.eval_every=0
-           --set run.device=cuda --set parallel.timeout_s=60)
-  t=$(stage_timeout 90)
-  if timeout "$t" "$TRAINER_BIN" "${mg_args[@]}" --set run.dir="$WORK/mg_1gpu" >"$WORK/mg_1gpu.log" 2>&1; then
-    losses "$WORK/mg_1gpu/metrics.jsonl" >"$WORK/mg_loss_1gpu.txt"
-    for layout in "dp2|" "tp2|--set parallel.tp=2"; do
-      IFS='|' read -r name extra <<<"$layout"
-      if (( $(remaining) < 60 )); then record "multi_gpu_$name" SKIPPED "out of time budget"; continue; fi
-      t=$(stage_timeout 120)
-      # shellcheck disable=SC2086
-      timeout "$t" bash "$LAUNCH" -n 2 --grace 10 --port $((29500 + RANDOM % 2000)) "$TRAINER_BIN" \
-        "${mg_args[@]}" --set run.dir="$WORK/mg_$name" $extra >"$WORK/mg_$name.log" 2>&1
-      rc=$?
-      if (( rc != 0 )); then
-        tail -15 "$WORK/mg_$name.log"
-        record "multi_gpu_$name" FAIL "launch.sh -n 2 exited $rc (log above)"
-        continue
-      fi
-      losses "$WORK/mg_$name/metrics.jsonl" >"$WORK/mg_loss_$name.txt"
-      cp "$WORK/mg_loss_$name.txt" "$SUMMARY_DIR/loss_2gpu_$name.txt"
-      cmp_out=$(awk -v tol="$MGPU_RTOL" 'NR == FNR { one[$1] = $2; next } ($1 in one) {
-          d = one[$1] - $2; if (d < 0) d = -d; r = d / (one[$1] < 0 ? -one[$1] : one[$1]);
-          if (r > worst) { worst = r; at = $1 } n++ }
-        END { printf "%d %s %s %g\n", n, (n >= 20 && worst <= tol) ? "ok" : "bad", at, worst }' \
-        "$WORK/mg_loss_1gpu.txt" "$WORK/mg_loss_$name.txt")
-      read -r n verdict at worst <<<"$cmp_out"
-      detail="$n steps; worst relative difference $worst at step ${at:-?} (tol $MGPU_RTOL)"
-      if [[ $verdict == ok ]]; then record "multi_gpu_$name" PASS "$detail"
-      else record "multi_gpu_$name" FAIL "$detail"; fi
-    done
-    cp "$WORK/mg_loss_1gpu.txt" "$SUMMARY_DIR/loss_1gpu.txt"
+within() { awk -v w="$1" -v t="$2" 'BEGIN { exit !(w <= t) }'; }
+# train_pair NAME: NAME's job on the GPU and, unless CPU_REFS holds its losses,
+# on the CPU; loss files in $WORK/NAME_{cpu,cuda}.txt, CPU_SIDE says where the
+# CPU's came from. Fails the stage when a run fails.
+train_pair() {
+  local name=$1 dev t devs=(cuda)
+  if (( REFS_OK )) && [[ -s $WORK/${name}_cpu.txt ]]; then
+    CPU_SIDE="CPU losses from CPU_REFS"
   else
-    tail -10 "$WORK/mg_1gpu.log"
-    record multi_gpu FAIL "the one-GPU reference run failed or timed out (${t}s)"
+    devs=(cpu cuda)
+    CPU_SIDE="CPU trained here: $REFS_WHY"
+    (( REFS_OK )) && CPU_SIDE="CPU trained here: CPU_REFS has no ${name}_cpu.txt"
   fi
-fi
+  for dev in "${devs[@]}"; do
+    gpu_pair "$name" "$dev" "$WORK/${name}_$dev"
+    t=$(stage_timeout 120)
+    if ! limit "$t" "$TRAINER_BIN" "${PAIR_ARGS[@]}" >"$WORK/${name}_$dev.log" 2>&1; then
+      tail -5 "$WORK/${name}_$dev.log"
+      record "$name" FAIL "trainer train on $dev in $PAIR_PREC failed or timed out (${t}s); log above; $CPU_SIDE"
+      return 1
+    fi
+    gpu_losses "$WORK/${name}_$dev/metrics.jsonl" >"$WORK/${name}_$dev.txt"
+  done
+  cp "$WORK/${name}_cpu.txt" "$WORK/${name}_cuda.txt" "$SUMMARY_DIR/"
+}
+# fp32: the GPU does the CPU's arithmetic up to summation order (measured 1.1e-7);
+# full recomputation runs the same kernels again, so the same bound.
+# bf16 / fp16 against the CPU in the same dtype. Both store every activation,
+# gradient and weight copy rounded at the same points; they differ only in fp32
+# summation order, in expf/tanhf against the CPU's approximations, and in the GPU
+# attention's 16-bit copies of P and dS (the CPU keeps them fp32): a subset of what
+# separates bf16 from fp32. On the CPU, bf16 vs fp32 over these 50 steps differs
+# by at most 1.3e-4 relative, fp16 vs fp32 by 6.7e-6; LOSS_RTOL_MP (5e-3) is ~40x
+# the bf16 gap, while a wrong kernel moves the loss by far more (or to NaN).
+# fp8: the same codes and scales on both (the scaling state is the CPU's code,
+# mirrored to the device), but the GPU's forward GEMM accumulates with Hopper's
+# fast fp8 accumulation where the CPU sums dequantised values in fp32; its bound
+# is LOSS_RTOL_FP8 (why: the header). MoE: the CUDA routing kernels pick the
+# CPU's experts barring near-ties, so the losses agree to summation order and
+# MOE_RTOL leaves room for a rare flip; in fp8 the router stays fp32 on the
+# bf16 activations and every expert GEMM is an FP8 GEMM on its ragged row block.
+# fp16 overflow: a static loss scale of 1e9 overflows fp16 in every backward,
+# so every step must be skipped (found on device, agreed, logged), the weights
+# never move and each step's loss is the initial model's, as on the CPU.
+stage_pair() {
+  local name=$1 n wa wr at worst tol ref="" detail skipped
+  gpu_pair "$name"
+  section "$name: $PAIR_CFG in $PAIR_PREC, $PAIR_STEPS steps, GPU vs CPU"
+  if [[ ! -x $TRAINER_BIN ]]; then record "$name" SKIPPED "no trainer binary at $TRAINER_BIN"; return; fi
+  if [[ ! -f $PAIR_CFG ]]; then record "$name" SKIPPED "$PAIR_CFG missing"; return; fi
+  if ! ls data/brown/train_*.bin >/dev/null 2>&1; then
+    record "$name" SKIPPED "data/brown missing (run scripts/get_data.sh and carry data/brown)"
+    return
+  fi
+  need $(( REFS_OK ? 20 : 40 )) || return
+  train_pair "$name" || return
+  read -r n wa wr at <<<"$(loss_gap "$WORK/${name}_cpu.txt" "$WORK/${name}_cuda.txt" "$PAIR_STEPS")"
+  case $name in
+    train_compare|train_recompute_full)
+      worst=$wa tol=$LOSS_TOL
+      detail="$n steps; worst |diff| $wa at step ${at:-?} (tol $tol)" ;;
+    train_fp16_overflow)
+      worst=$wr tol=$LOSS_RTOL_MP
+      skipped=$(grep -c '"skipped": true' "$WORK/${name}_cuda/metrics.jsonl")
+      (( skipped == PAIR_STEPS )) || worst=inf
+      detail="$skipped of $PAIR_STEPS GPU steps skipped; losses vs CPU: worst relative |diff| $wr (tol $tol)" ;;
+    *)
+      worst=$wr tol=$LOSS_RTOL_MP
+      [[ $PAIR_PREC == fp8 ]] && tol=$LOSS_RTOL_FP8
+      [[ $name == train_moe ]] && tol=$MOE_RTOL
+      [[ $PAIR_CFG == configs/tiny-gpt2.yaml && -f $WORK/train_compare_cpu.txt ]] &&
+        ref=$(loss_gap "$WORK/train_compare_cpu.txt" "$WORK/${name}_cpu.txt" "$PAIR_STEPS" | awk '{print $3}')
+      detail="$n steps; worst relative |diff| $wr at step ${at:-?} (tol $tol)${ref:+; CPU $PAIR_PREC vs CPU fp32: $ref}" ;;
+  esac
+  if within "$worst" "$tol"; then record "$name" PASS "$detail; $CPU_SIDE"
+  else record "$name" FAIL "$detail; $CPU_SIDE"; fi
+}
 
-# ------------------------------------------------------------------ benchmark
-section "benchmark"
 # Dense bf16 tensor-core peak from the datasheets (H100/H200 SXM: 989.4 TFLOP/s).
 case "$GPU_NAME" in
   *H200*|*H100*SXM*|*H100\ 80GB\ HBM3*) PEAK_BF16=989.4e12 ;;
@@ -421,56 +350,214 @@ case "$GPU_NAME" in
   *A100*) PEAK_BF16=312e12 ;;
   *) PEAK_BF16="" ;;
 esac
-if [[ ! -x $TRAINER_BIN ]] || ! "$TRAINER_BIN" --help 2>&1 | grep -qw bench; then
-  record bench SKIPPED "no trainer binary with a bench subcommand"
-else
-  # Mixed precision first: the fp32 figures exist from the first run (README), so
-  # they are the ones the budget drops when it runs short.
-  llama_size="--set train.seq_len=2048 --set train.micro_batch=4 --set train.global_batch=16"
-  for spec in "configs/gpt2-124m.yaml|bf16|--set train.seq_len=1024" \
-              "configs/llama-1b.yaml|bf16|$llama_size" \
-              "configs/gpt2-124m.yaml|fp8|--set train.seq_len=1024" \
-              "configs/llama-1b.yaml|fp8|$llama_size" \
-              "configs/gpt2-124m.yaml|fp32|--set train.seq_len=1024" \
-              "configs/llama-1b.yaml|fp32|$llama_size"; do
-    IFS='|' read -r cfg prec extra <<<"$spec"
-    name="bench $(basename "$cfg" .yaml) $prec"
-    if [[ ! -f $cfg ]]; then record "$name" SKIPPED "$cfg missing"; continue; fi
-    if (( $(remaining) < 40 )); then record "$name" SKIPPED "out of time budget"; continue; fi
+stage_bench() {  # stage_bench bench_CONFIG_PRECISION
+  local name=$1 cfg prec extra t rc tps gflops mfu tf
+  cfg=${name#bench_} prec=${name##*_}
+  cfg=configs/${cfg%_*}.yaml
+  section "$name: trainer bench $cfg in $prec, $BENCH_STEPS steps"
+  # Llama 1B at the size whose fp32 step fits the stage (the first run's figures).
+  case $cfg in
+    *llama*) extra="--set train.seq_len=2048 --set train.micro_batch=4 --set train.global_batch=16" ;;
+    *) extra="--set train.seq_len=1024" ;;
+  esac
+  if [[ ! -x $TRAINER_BIN ]] || ! "$TRAINER_BIN" --help 2>&1 | grep -qw bench; then
+    record "$name" SKIPPED "no trainer binary with a bench subcommand"; return
+  fi
+  if [[ ! -f $cfg ]]; then record "$name" SKIPPED "$cfg missing"; return; fi
+  need 40 || return
+  t=$(stage_timeout 120)
+  # shellcheck disable=SC2086
+  limit "$t" "$TRAINER_BIN" bench "$cfg" --steps "$BENCH_STEPS" --set run.device=cuda \
+    --set precision.compute="$prec" $extra >"$WORK/$name.log" 2>&1
+  rc=$?
+  if (( rc == 2 )); then  # refused by this build (bad input or a feature not built): say why
+    record "$name" SKIPPED "refused: $(grep -m1 'error' "$WORK/$name.log" | cut -c1-200)"
+  elif (( rc == 0 )); then
+    cat "$WORK/$name.log"
+    tps=$(awk '/throughput/ {print $2}' "$WORK/$name.log")
+    gflops=$(awk '/achieved/ {print $2}' "$WORK/$name.log")
+    mfu=""
+    [[ -n $PEAK_BF16 && -n $gflops && $prec != fp32 ]] &&
+      mfu=$(awk -v g="$gflops" -v p="$PEAK_BF16" 'BEGIN { printf "%.1f%%", 100 * g * 1e9 / p }')
+    tf=$(awk -v g="${gflops:-0}" 'BEGIN { printf "%.1f", g / 1000 }')
+    record "$name" PASS "${tps:-?} tokens/s, $tf TFLOP/s${mfu:+, MFU $mfu of dense bf16 peak}"
+  elif budget_cut "$rc" "$t" 120; then
+    record "$name" SKIPPED "stopped by the time budget after ${t}s"
+  else
+    tail -5 "$WORK/$name.log"
+    record "$name" FAIL "trainer bench failed or timed out (${t}s)"
+  fi
+}
+
+stage_hf_load() {
+  section "hf_load: HF export in transformers / vLLM"
+  local t rc detail
+  if [[ ! -x $TRAINER_BIN ]] || ! ls data/brown/train_*.bin >/dev/null 2>&1; then
+    record hf_load SKIPPED "needs the trainer binary and data/brown"; return
+  fi
+  if ! python3 -c 'import torch, transformers' 2>/dev/null; then
+    record hf_load SKIPPED "python3 cannot import torch and transformers here"; return
+  fi
+  need 60 || return
+  t=$(stage_timeout 120)
+  limit "$t" scripts/hf_check.sh "$TRAINER_BIN" "$WORK/hf" >"$WORK/hf.log" 2>&1
+  rc=$?
+  cat "$WORK/hf.log"; cp "$WORK/hf.log" "$SUMMARY_DIR/hf_check.log"
+  detail=$(grep -E 'PASS|FAIL|not installed' "$WORK/hf.log" | cut -c1-120 | paste -sd';' -)
+  if (( rc == 0 )); then record hf_load PASS "$detail"
+  elif budget_cut "$rc" "$t" 120; then record hf_load SKIPPED "stopped by the time budget after ${t}s: $detail"
+  else record hf_load FAIL "rc $rc (${t}s limit): $detail"; fi
+}
+
+stage_nccl() {  # stage_nccl nccl_smoke|nccl_streams: a world of one NCCL rank
+  local stage=$1 name=parallel_$1 bin t rc fails
+  bin="$BUILD_DIR/test/parallel/$name"
+  section "$stage: $name on one GPU"
+  if [[ ! -x $bin ]]; then
+    record "$stage" SKIPPED "no $name in $BUILD_DIR/test/parallel (a build without NCCL)"; return
+  fi
+  need 30 || return
+  t=$(stage_timeout 90)
+  limit "$t" "$bin" >"$WORK/$name.log" 2>&1
+  rc=$?
+  cat "$WORK/$name.log"
+  cp "$WORK/$name.log" "$SUMMARY_DIR/$name.log"
+  fails=$(grep -c '^FAIL' "$WORK/$name.log")
+  case $rc in
+    0) record "$stage" PASS "$(tail -1 "$WORK/$name.log")" ;;
+    77) record "$stage" FAIL "saw no GPU (exit 77) on a GPU check machine" ;;
+    124|137) record "$stage" FAIL "timed out after ${t}s" ;;
+    *) record "$stage" FAIL "exit $rc, $fails failed checks: $(grep -m1 '^FAIL' "$WORK/$name.log" | cut -c1-160)" ;;
+  esac
+}
+
+stage_multi_gpu() {
+  section "multi_gpu: tiny-gpt2 on 2 GPUs (dp2, tp2) vs one GPU"
+  local ngpu launch mg_args t layout name extra rc cmp_out n verdict at worst detail
+  ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
+  launch="$BUILD_DIR/launch.sh"  # a bundle's bin/launch.sh, else the repository's
+  [[ -x $launch ]] || launch="$ROOT/scripts/bundle_launch.sh"
+  if (( ngpu < 2 )); then
+    record multi_gpu SKIPPED "$ngpu GPU(s) visible: NCCL runs one rank per GPU, so dp2 and tp2 need 2 (nccl_* cover a world of one)"
+    return
+  elif [[ ! -x $TRAINER_BIN ]] || ! ls data/brown/train_*.bin >/dev/null 2>&1; then
+    record multi_gpu SKIPPED "no trainer binary at $TRAINER_BIN or no data/brown"; return
+  fi
+  need 60 || return
+  mg_args=(train configs/tiny-gpt2.yaml --set train.steps=20 --set train.eval_every=0
+           --set run.device=cuda --set parallel.timeout_s=60)
+  t=$(stage_timeout 90)
+  if ! limit "$t" "$TRAINER_BIN" "${mg_args[@]}" --set run.dir="$WORK/mg_1gpu" >"$WORK/mg_1gpu.log" 2>&1; then
+    tail -10 "$WORK/mg_1gpu.log"
+    record multi_gpu FAIL "the one-GPU reference run failed or timed out (${t}s)"
+    return
+  fi
+  gpu_losses "$WORK/mg_1gpu/metrics.jsonl" >"$WORK/mg_loss_1gpu.txt"
+  cp "$WORK/mg_loss_1gpu.txt" "$SUMMARY_DIR/loss_1gpu.txt"
+  for layout in "dp2|" "tp2|--set parallel.tp=2"; do
+    IFS='|' read -r name extra <<<"$layout"
+    if (( $(remaining) < 60 )); then record "multi_gpu_$name" SKIPPED "out of time budget"; continue; fi
     t=$(stage_timeout 120)
     # shellcheck disable=SC2086
-    timeout "$t" "$TRAINER_BIN" bench "$cfg" --steps "$BENCH_STEPS" --set run.device=cuda \
-      --set precision.compute=$prec $extra >"$WORK/bench.log" 2>&1
+    limit "$t" bash "$launch" -n 2 --grace 10 --port $((29500 + RANDOM % 2000)) "$TRAINER_BIN" \
+      "${mg_args[@]}" --set run.dir="$WORK/mg_$name" $extra >"$WORK/mg_$name.log" 2>&1
     rc=$?
-    if (( rc == 2 )); then  # refused by this build (bad input or a feature not built): say why
-      record "$name" SKIPPED "refused: $(grep -m1 'error' "$WORK/bench.log" | cut -c1-200)"
-    elif (( rc == 0 )); then
-      cat "$WORK/bench.log"
-      tps=$(awk '/throughput/ {print $2}' "$WORK/bench.log")
-      gflops=$(awk '/achieved/ {print $2}' "$WORK/bench.log")
-      mfu=""
-      [[ -n $PEAK_BF16 && -n $gflops && $prec != fp32 ]] &&
-        mfu=$(awk -v g="$gflops" -v p="$PEAK_BF16" 'BEGIN { printf "%.1f%%", 100 * g * 1e9 / p }')
-      tf=$(awk -v g="${gflops:-0}" 'BEGIN { printf "%.1f", g / 1000 }')
-      record "$name" PASS "${tps:-?} tokens/s, $tf TFLOP/s${mfu:+, MFU $mfu of dense bf16 peak}"
-    else
-      tail -5 "$WORK/bench.log"
-      record "$name" FAIL "trainer bench failed or timed out (${t}s)"
+    if (( rc != 0 )); then
+      tail -15 "$WORK/mg_$name.log"
+      record "multi_gpu_$name" FAIL "launch.sh -n 2 exited $rc (log above)"
+      continue
     fi
+    gpu_losses "$WORK/mg_$name/metrics.jsonl" >"$WORK/mg_loss_$name.txt"
+    cp "$WORK/mg_loss_$name.txt" "$SUMMARY_DIR/loss_2gpu_$name.txt"
+    cmp_out=$(awk -v tol="$MGPU_RTOL" 'NR == FNR { one[$1] = $2; next } ($1 in one) {
+        d = one[$1] - $2; if (d < 0) d = -d; r = d / (one[$1] < 0 ? -one[$1] : one[$1]);
+        if (r > worst) { worst = r; at = $1 } n++ }
+      END { printf "%d %s %s %g\n", n, (n >= 20 && worst <= tol) ? "ok" : "bad", at, worst }' \
+      "$WORK/mg_loss_1gpu.txt" "$WORK/mg_loss_$name.txt")
+    read -r n verdict at worst <<<"$cmp_out"
+    detail="$n steps; worst relative difference $worst at step ${at:-?} (tol $MGPU_RTOL)"
+    if [[ $verdict == ok ]]; then record "multi_gpu_$name" PASS "$detail"
+    else record "multi_gpu_$name" FAIL "$detail"; fi
   done
-fi
+}
+
+# A small-shape pass under compute-sanitizer catches races and out-of-bounds
+# writes; its cases run every dtype (layernorm five pairings), plus the fp8
+# cast-transpose tiles and the MoE plan.
+stage_sanitizer() {
+  section "sanitizer: compute-sanitizer memcheck on small shapes"
+  local t rc
+  if [[ ! -x $TEST_BIN ]]; then record sanitizer SKIPPED "no test binary at $TEST_BIN"; return; fi
+  if ! command -v compute-sanitizer >/dev/null; then
+    record sanitizer SKIPPED "compute-sanitizer not installed"; return
+  fi
+  need 60 || return
+  t=$(stage_timeout 150)
+  limit "$t" compute-sanitizer --error-exitcode 9 --tool memcheck "$TEST_BIN" \
+    "[gelu],[layernorm],[cross_entropy],[embedding],[state],cast_transpose*,moe_plan*" \
+    >"$WORK/sanitizer.log" 2>&1
+  rc=$?
+  if (( rc == 0 )); then
+    record sanitizer PASS "memcheck clean on gelu, layernorm, cross_entropy, embedding, state, cast_transpose, moe_plan"
+  elif budget_cut "$rc" "$t" 150; then
+    record sanitizer SKIPPED "stopped by the time budget after ${t}s"
+  else
+    tail -30 "$WORK/sanitizer.log"
+    record sanitizer FAIL "compute-sanitizer memcheck reported errors or timed out (exit $rc, ${t}s)"
+  fi
+}
+
+stage_op_bench() {
+  section "op_bench: op benchmarks at GPT-2 124M shapes"
+  local t rc
+  if [[ ! -x $TEST_BIN ]]; then record op_bench SKIPPED "no test binary at $TEST_BIN"; return; fi
+  need 40 || return
+  t=$(stage_timeout 90)
+  limit "$t" "$TEST_BIN" "[.bench]" >"$WORK/op_bench.log" 2>&1
+  rc=$?
+  if (( rc == 0 )); then
+    grep '^bench ' "$WORK/op_bench.log" | tee "$SUMMARY_DIR/op_bench.txt"
+    record op_bench PASS "$(grep -c '^bench ' "$WORK/op_bench.log") ops timed; table in op_bench.txt"
+  elif budget_cut "$rc" "$t" 90; then
+    record op_bench SKIPPED "stopped by the time budget after ${t}s"
+  else
+    tail -20 "$WORK/op_bench.log"
+    record op_bench FAIL "op benchmarks failed or timed out (${t}s)"
+  fi
+}
+
+for STAGE in "${GPU_STAGES[@]}"; do
+  selected "$STAGE" || continue
+  case $STAGE in
+    cuda_suite) stage_cuda_suite ;;
+    train_*) stage_pair "$STAGE" ;;
+    bench_*) stage_bench "$STAGE" ;;
+    hf_load) stage_hf_load ;;
+    nccl_*) stage_nccl "$STAGE" ;;
+    multi_gpu) stage_multi_gpu ;;
+    sanitizer) stage_sanitizer ;;
+    op_bench) stage_op_bench ;;
+  esac
+done
+STAGE=""
 
 # -------------------------------------------------------------------- summary
+rerun=""
+for s in "${GPU_STAGES[@]}"; do [[ -n ${RERUN[$s]:-} ]] && rerun+=${rerun:+,}$s; done
 {
   echo "# gpu_check $(date -u +%Y-%m-%dT%H:%M:%SZ) on ${GPU_NAME}"
   echo
-  echo "commit $(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown), $(( $(date +%s) - START )) s"
+  echo "commit $(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown), $(( $(date +%s) - START )) s" \
+       "of a ${BUDGET_S} s budget${STAGES:+, STAGES=$STAGES}"
   echo
   echo "| stage | result | detail |"
   echo "|---|---|---|"
   printf '%s\n' "${ROWS[@]}"
+  if [[ -n $rerun ]]; then
+    echo
+    echo "Failed or out of time: rerun with \`STAGES=$rerun\`."
+  fi
 } >"$SUMMARY"
-[[ -f $WORK/suite.log ]] && cp "$WORK/suite.log" "$SUMMARY_DIR/cuda_suite.log"
 echo
 cat "$SUMMARY"
 echo "summary written to $SUMMARY"
