@@ -193,19 +193,25 @@ void Checkpointer::save(int step, const model::Buffers& buffers, const AdamW& op
   world_.barrier();
 
   const std::string shard = (p->tmp / shard_file_name(rank)).string();
+  // A rank that cannot take its snapshot or write its shard (no host memory,
+  // a full disk) records the failure instead of throwing alone: finish(),
+  // which every rank reaches, turns it into an Error on all of them.
   if (!position_.writes_anything()) {
     p->status = ShardStatus::none;
-  } else if (background) {
-    std::vector<float> snapshot;
-    std::unique_ptr<SafetensorsWriter> w = shard_writer(step, buffers, optimizer, &snapshot);
-    p->write = std::make_unique<BackgroundWrite>(std::move(w), std::move(snapshot), shard);
   } else {
     try {
-      p->digest = shard_writer(step, buffers, optimizer, nullptr)->write(shard);
-      p->status = ShardStatus::written;
+      if (background) {
+        std::vector<float> snapshot;
+        std::unique_ptr<SafetensorsWriter> w = shard_writer(step, buffers, optimizer, &snapshot);
+        p->write = std::make_unique<BackgroundWrite>(std::move(w), std::move(snapshot), shard);
+      } else {
+        p->digest = shard_writer(step, buffers, optimizer, nullptr)->write(shard);
+        p->status = ShardStatus::written;
+      }
     } catch (const std::exception& e) {
       p->status = ShardStatus::failed;
-      p->error = e.what();  // names the file
+      const std::string what = e.what();  // a write error names the file already
+      p->error = what.find(shard) != std::string::npos ? what : fmt::format("{}: {}", shard, what);
     }
   }
   pending_ = std::move(p);

@@ -4,6 +4,7 @@
 
 #include <cblas.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <mutex>
 #include <string>
@@ -76,15 +77,25 @@ void check_same_leading(const Tensor& a, const Tensor& b, const char* op) {
   TRAINER_CHECK(ok, "{}: leading dims of {} and {} differ", op, a.str(), b.str());
 }
 
-// GEMM blocks are multiples of 16 rows so each thread's panel stays aligned with
-// OpenBLAS's register blocking.
+// A GEMM is cut into chunks of rows (or columns) whose bounds depend on the
+// size alone, never on the thread count, and each chunk is one single-threaded
+// sgemm call: OpenBLAS may round an element differently by the shape of the
+// call computing it (its Haswell kernels, which AMD CPUs get, do: one call and
+// the same rows in two calls differ by an ulp), so calls that followed the
+// threads would make the results depend on OMP_NUM_THREADS. At most kChunks
+// chunks, each a multiple of 16 rows (OpenBLAS's register blocking); the
+// threads take them in contiguous runs (schedule(static)).
 constexpr int64_t kBlock = 16;
+constexpr int64_t kChunks = 16;
 
-void thread_rows(int64_t n, int64_t* begin, int64_t* end) {
-  int64_t b, e;
-  split_range((n + kBlock - 1) / kBlock, omp_get_thread_num(), omp_get_num_threads(), &b, &e);
-  *begin = std::min(n, b * kBlock);
-  *end = std::min(n, e * kBlock);
+int64_t chunk_size(int64_t n) {
+  const int64_t per = (n + kChunks - 1) / kChunks;
+  return std::max<int64_t>(kBlock, (per + kBlock - 1) / kBlock * kBlock);
+}
+int64_t num_chunks(int64_t n) { return n <= 0 ? 0 : (n + chunk_size(n) - 1) / chunk_size(n); }
+void chunk_bounds(int64_t n, int64_t c, int64_t* begin, int64_t* end) {
+  *begin = std::min(n, c * chunk_size(n));
+  *end = std::min(n, *begin + chunk_size(n));
 }
 
 }  // namespace
@@ -109,10 +120,11 @@ void linear_forward(Context& ctx, Tensor out, Tensor inp, Tensor weight, Tensor 
   // The larger of M and N is split so each thread's GEMM stays large (the LM
   // head has N = vocab, a transformer block's GEMMs have M = tokens).
   const bool split_n = N >= M;
-#pragma omp parallel
-  {
+  const int64_t split = split_n ? N : M;
+#pragma omp parallel for schedule(static)
+  for (int64_t c = 0; c < num_chunks(split); ++c) {
     int64_t r0, r1;
-    thread_rows(split_n ? N : M, &r0, &r1);
+    chunk_bounds(split, c, &r0, &r1);
     const int64_t m0 = split_n ? 0 : r0, m1 = split_n ? M : r1;
     const int64_t n0 = split_n ? r0 : 0, n1 = split_n ? r1 : N;
     if (m1 > m0 && n1 > n0) {
@@ -156,10 +168,11 @@ void linear_backward(Context& ctx, Tensor dinp, Tensor dweight, Tensor dbias, Te
   blas_single_threaded();
 #pragma omp parallel
   {
-    int64_t r0, r1;
-    if (dx) {  // dinp rows split over M: a thread reads all of weight, its rows of dout
-      thread_rows(M, &r0, &r1);
-      if (r1 > r0) {
+    if (dx) {  // dinp rows split over M: a chunk reads all of weight, its rows of dout
+#pragma omp for schedule(static)
+      for (int64_t c = 0; c < num_chunks(M); ++c) {
+        int64_t r0, r1;
+        chunk_bounds(M, c, &r0, &r1);
         if (N > 0)
           cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, r1 - r0, K, N, 1.0f,
                       dy + r0 * N, N, w, K, 0.0f, dx + r0 * K, K);
@@ -169,14 +182,18 @@ void linear_backward(Context& ctx, Tensor dinp, Tensor dweight, Tensor dbias, Te
     }
     // dweight and dbias rows split over N, so accumulation needs no reduction
     // and every element is summed in the same order whatever the thread count.
-    thread_rows(N, &r0, &r1);
-    if (r1 > r0 && M > 0 && K > 0)
-      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r1 - r0, K, M, 1.0f, dy + r0, N, x, K,
-                  1.0f, dw + r0 * K, K);
-    if (db && r1 > r0) {
-      for (int64_t i = 0; i < M; ++i) {
-        const float* row = dy + i * N;
-        for (int64_t j = r0; j < r1; ++j) db[j] += row[j];
+#pragma omp for schedule(static)
+    for (int64_t c = 0; c < num_chunks(N); ++c) {
+      int64_t r0, r1;
+      chunk_bounds(N, c, &r0, &r1);
+      if (M > 0 && K > 0)
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r1 - r0, K, M, 1.0f, dy + r0, N, x,
+                    K, 1.0f, dw + r0 * K, K);
+      if (db) {
+        for (int64_t i = 0; i < M; ++i) {
+          const float* row = dy + i * N;
+          for (int64_t j = r0; j < r1; ++j) db[j] += row[j];
+        }
       }
     }
   }

@@ -461,11 +461,18 @@ TEST_CASE("hf: reference logits written with an export are the trained model's l
     m.forward(a.context());
     std::vector<float> logits = host_logits(a);
     const int64_t Vpad = static_cast<int64_t>(logits.size()) / (rows * T);
-    double worst = 0;
+    double worst = 0, largest = 0;
     for (int64_t t = 0; t < T; ++t)
-      for (int64_t v = 0; v < V; ++v)
+      for (int64_t v = 0; v < V; ++v) {
         worst = std::max(worst, double(std::abs(file[t * V + v] - logits[t * Vpad + v])));
-    CHECK(worst == 0.0);  // same ops on the same weights on one CPU rank: the same bits
+        largest = std::max(largest, double(std::abs(logits[t * Vpad + v])));
+      }
+    // Same ops on the same weights on one CPU rank, but the reference runs one
+    // sequence and this model `rows`: OpenBLAS may round an element by the
+    // GEMM's row count (its Haswell kernels do, by an ulp: 9e-8 here), so
+    // equal up to float rounding, far below what a wrong weight moves.
+    INFO("worst " << worst << " of largest " << largest);
+    CHECK(worst <= 1e-6 * std::max(1.0, largest));
     fs::remove_all(dir);
   }
 }
