@@ -36,11 +36,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string bytes_of(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
 // Files larger than `limit` bytes fail to grow (EFBIG) while it lives; SIGXFSZ,
 // which would kill the process instead, is ignored meanwhile.
 class FileSizeLimit {
@@ -98,8 +93,8 @@ TEST_CASE("async checkpoint: the bytes of a foreground save, from the step's sta
     CHECK(c.last_path() == done);
     CHECK_NOTHROW(verify_checkpoint(done));
     CHECK(read_all(dir / "bg" / "latest") == "step_000002\n");
-    CHECK(bytes_of(dir / "bg" / "step_000002" / "rank_00000.safetensors") ==
-          bytes_of(dir / "fg" / "step_000002" / "rank_00000.safetensors"));
+    CHECK(read_all(dir / "bg" / "step_000002" / "rank_00000.safetensors") ==
+          read_all(dir / "fg" / "step_000002" / "rank_00000.safetensors"));
     CHECK(c.finish().empty());  // nothing left in flight
     fs::remove_all(dir);
   }
@@ -167,10 +162,7 @@ TEST_CASE("checkpoint: a shard that cannot be written is an Error; the previous 
     }
     CHECK_FALSE(c.in_flight());
     CHECK(read_all(root / "latest") == "step_000001\n");
-    std::vector<std::string> names;
-    for (const auto& e : fs::directory_iterator(root)) names.push_back(e.path().filename().string());
-    std::sort(names.begin(), names.end());
-    CHECK(names == std::vector<std::string>{"latest", "step_000001"});  // nothing half-written
+    CHECK(testing::names_in(root) == std::vector<std::string>{"latest", "step_000001"});  // nothing half-written
     // Once the disk has room again, saving works.
     c.save(2, a.model().buffers(), a.optimizer(), {}, background);
     c.finish();

@@ -28,6 +28,7 @@
 #include "engine/trainer.h"
 #include "parallel/launch_env.h"
 #include "parallel/mesh.h"
+#include "test/checkpoint/checkpoint_helpers.h"
 #include "test/common/tiny_job.h"
 
 using namespace trainer;
@@ -54,11 +55,6 @@ checkpoint::ShardPosition position(const Mesh& mesh, const JobSpec& spec) {
   const Coords& c = mesh.coords();
   return checkpoint::shard_position(
       {.tp = c.tp, .dp = c.dp, .cp = c.cp, .dp_size = mesh.shape().dp, .zero = spec.parallel.zero});
-}
-
-std::string bytes_of(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
 // Rank `failing` cannot grow files past 512 bytes (EFBIG; SIGXFSZ ignored)
@@ -152,8 +148,8 @@ int main(int argc, char** argv) {
         checkpoint::verify_checkpoint(done);
         for (int r = 0; r < 2; ++r) {
           const std::string shard = checkpoint::shard_file_name(r);
-          MPI_TEST_CHECK(bytes_of(fs::path(done) / shard) ==
-                             bytes_of(fs::path(argv[1]) / "checkpoints" / "step_000003" / shard),
+          MPI_TEST_CHECK(testing::read_all(fs::path(done) / shard) ==
+                             testing::read_all(fs::path(argv[1]) / "checkpoints" / "step_000003" / shard),
                          rank);
         }
       }

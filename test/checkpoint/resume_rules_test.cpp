@@ -21,6 +21,7 @@
 using namespace trainer;
 using namespace trainer::engine;
 using namespace trainer::engine::checkpoint;
+using testing::names_in;
 using testing::fresh_temp_dir;
 using testing::read_all;
 using testing::resume;
@@ -33,12 +34,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::vector<std::string> names_in(const fs::path& dir) {
-  std::vector<std::string> names;
-  for (const auto& e : fs::directory_iterator(dir)) names.push_back(e.path().filename().string());
-  std::sort(names.begin(), names.end());
-  return names;
-}
 
 }  // namespace
 
