@@ -45,4 +45,13 @@ DeviceContext::~DeviceContext() {
 #endif
 }
 
+void use_fused_attention(Context& ctx, bool on) {
+#ifdef TRAINER_CUDA
+  if (ctx.device == Device::cuda && ctx.cuda) ctx.cuda->flash_attention = on;
+#else
+  (void)ctx;
+  (void)on;
+#endif
+}
+
 }  // namespace trainer::engine

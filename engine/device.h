@@ -24,4 +24,8 @@ class DeviceContext {
   Context ctx_;
 };
 
+// run.attention on a CUDA context: false sends every attention down the
+// unfused path (CudaState::flash_attention); a CPU context has one path.
+void use_fused_attention(Context& ctx, bool on);
+
 }  // namespace trainer::engine

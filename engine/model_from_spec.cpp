@@ -1,9 +1,24 @@
 // JobSpec -> ModelConfig.
 #include "engine/model_from_spec.h"
 
+#include "kernels/error.h"
+#include "kernels/op_scratch.h"
+
 namespace trainer::engine {
 
 void apply_device(model::ModelConfig& cfg, const JobSpec& spec, Device device) {
+  cfg.fused_attention = spec.run.attention != AttentionKind::unfused;
+  if (spec.run.attention == AttentionKind::fused && device == Device::cuda) {
+    // Checked on the whole sequence and every head: tp and cp only shrink it.
+    const int64_t D = cfg.head_dim();
+    TRAINER_INPUT_CHECK(
+        flash_attention_shape_applies(cfg.act_dtype, spec.train.micro_batch, spec.train.seq_len,
+                                      spec.train.seq_len, cfg.n_head, cfg.n_kv_head, D),
+        "{}: run.attention: fused, but the fused kernels take bf16 or fp16 attention "
+        "(precision.compute bf16, fp16 or fp8) with a head dim that is a multiple of 16 from {} "
+        "to {}; this job has {} attention and head dim {} (auto uses them where they apply)",
+        spec.source_path, kFlashMinHeadDim, kFlashMaxHeadDim, dtype_name(cfg.act_dtype), D);
+  }
   cfg.fp8_pad_rows = cfg.fp8 && device == Device::cuda;
   cfg.fp8_cache_weights =
       cfg.fp8_pad_rows && spec.parallel.zero != 3 && spec.precision.fp8_weight_cache;

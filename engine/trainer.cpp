@@ -117,6 +117,7 @@ void Trainer::setup() {
                         spec.source_path, cfg.moe.d_ff_expert);
   }
   apply_device(cfg, spec, device);
+  use_fused_attention(ctx_, cfg.fused_attention);
   cfg.tp_rank = mesh_->coords().tp;
   cfg.cp_rank = mesh_->coords().cp;
   cfg.moe.ep = shape.ep;

@@ -51,8 +51,9 @@ size_t attention_backward_scratch_bytes(const AttentionShape& s, bool fused) {
   return 2 * (f32_part + narrow_part + kv_part);
 }
 
-size_t attention_scratch_bytes(const AttentionShape& s) {
-  const bool fused = flash_attention_shape_applies(s.dtype, s.B, s.Tq, s.Tk, s.H, s.Hkv, s.D);
+size_t attention_scratch_bytes(const AttentionShape& s, bool allow_fused) {
+  const bool fused =
+      allow_fused && flash_attention_shape_applies(s.dtype, s.B, s.Tq, s.Tk, s.H, s.Hkv, s.D);
   return std::max(attention_forward_scratch_bytes(s, fused), attention_backward_scratch_bytes(s, fused));
 }
 

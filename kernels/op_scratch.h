@@ -31,7 +31,7 @@ size_t column_sums_scratch_bytes(int64_t rows, int64_t cols);
 
 // Attention, q (B, Tq, H, D), k and v (B, Tk, Hkv, D). The shape part of
 // flash_attention_applies (the rest, alignment and strides, holds for the
-// model's buffers); st.flash_attention is assumed on, as the trainer leaves it.
+// model's buffers); st.flash_attention is the other part (run.attention).
 bool flash_attention_shape_applies(DType dtype, int64_t B, int64_t Tq, int64_t Tk, int64_t H,
                                    int64_t Hkv, int64_t D);
 struct AttentionShape {
@@ -40,8 +40,9 @@ struct AttentionShape {
 };
 size_t attention_forward_scratch_bytes(const AttentionShape& s, bool fused);
 size_t attention_backward_scratch_bytes(const AttentionShape& s, bool fused);
-// Either pass, the path picked by flash_attention_shape_applies.
-size_t attention_scratch_bytes(const AttentionShape& s);
+// Either pass, the path picked by flash_attention_shape_applies (the unfused
+// one everywhere without allow_fused: CudaState::flash_attention off).
+size_t attention_scratch_bytes(const AttentionShape& s, bool allow_fused = true);
 
 // Linear (kernels/linear.h), inp (M, K), out (M, N). Forward: a bias kernel
 // after the GEMM writes a 16-bit output through fp32 (M, N) scratch.

@@ -48,7 +48,8 @@ void Attention::declare(Buffers& buf, const std::string& prefix, const ModelConf
   // Under cp each local query chunk attends to the whole gathered sequence.
   buf.declare_op_scratch(attention_scratch_bytes({B_, cp_.cp == 1 ? T_ : cp_.chunk(),
                                                   cp_.cp == 1 ? T_ : cp_.seq, H_, Hkv_, D_,
-                                                  buf.act_dtype()}));
+                                                  buf.act_dtype()},
+                                                 cfg.fused_attention));
 }
 
 Tensor Attention::heads(const LayerEnv& env, BufferId id, int64_t h) const {

@@ -93,6 +93,10 @@ struct ModelConfig {
   // gathers a block per use) nor with precision.fp8_weight_cache: false. The
   // CPU re-quantises (the same codes).
   bool fp8_cache_weights = false;
+  // The CUDA backend's attention (run.attention): the fused kernels where the
+  // shape allows them, or (false) the unfused path everywhere, whose scores
+  // scratch the plan then counts. The CPU has one attention and ignores it.
+  bool fused_attention = true;
   int fp8_amax_history = 1024;
   int fp8_margin = 0;
   bool fp8_layer(int layer) const {

@@ -11,6 +11,7 @@
 #   train_fp16_overflow  a static loss scale of 1e9: every GPU step skipped
 #   bench_gpt2-124m_bf16, bench_llama-1b_bf16, bench_gpt2-124m_fp8, bench_llama-1b_fp8
 #                        whole training steps (`trainer bench`): tokens/s, TFLOP/s, MFU
+#   bench_llama-1b_bf16_unfused  the same with run.attention unfused: the fused kernels' worth
 #   hf_load              `trainer export --format hf` loads in transformers (and
 #                        vLLM) with the trainer's logits, where Python has them
 #   nccl_smoke, nccl_streams  the [nccl] tests on a world of one NCCL rank
@@ -350,9 +351,12 @@ case "$GPU_NAME" in
   *A100*) PEAK_BF16=312e12 ;;
   *) PEAK_BF16="" ;;
 esac
-stage_bench() {  # stage_bench bench_CONFIG_PRECISION
-  local name=$1 cfg prec extra t rc tps gflops mfu tf
-  cfg=${name#bench_} prec=${name##*_}
+stage_bench() {  # stage_bench bench_CONFIG_PRECISION[_unfused]
+  local name=$1 cfg prec extra t rc tps gflops mfu tf attention=auto
+  cfg=${name#bench_}
+  # _unfused: the same bench with run.attention unfused, the fused kernels' A/B.
+  if [[ $cfg == *_unfused ]]; then attention=unfused; cfg=${cfg%_unfused}; fi
+  prec=${cfg##*_}
   cfg=configs/${cfg%_*}.yaml
   section "$name: trainer bench $cfg in $prec, $BENCH_STEPS steps"
   # Llama 1B at the size whose fp32 step fits the stage (the first run's figures).
@@ -368,7 +372,7 @@ stage_bench() {  # stage_bench bench_CONFIG_PRECISION
   t=$(stage_timeout 120)
   # shellcheck disable=SC2086
   limit "$t" "$TRAINER_BIN" bench "$cfg" --steps "$BENCH_STEPS" --set run.device=cuda \
-    --set precision.compute="$prec" $extra >"$WORK/$name.log" 2>&1
+    --set precision.compute="$prec" --set run.attention="$attention" $extra >"$WORK/$name.log" 2>&1
   rc=$?
   if (( rc == 2 )); then  # refused by this build (bad input or a feature not built): say why
     record "$name" SKIPPED "refused: $(grep -m1 'error' "$WORK/$name.log" | cut -c1-200)"

@@ -8,7 +8,7 @@
 # only a GPU gives (bf16/fp8 MFU), then what is proven already or rarely breaks.
 GPU_STAGES=(cuda_suite train_compare train_bf16 train_fp16 train_fp8 train_fp16_overflow
             bench_gpt2-124m_bf16 bench_llama-1b_bf16 bench_gpt2-124m_fp8 bench_llama-1b_fp8
-            hf_load nccl_smoke nccl_streams multi_gpu train_moe train_moe_fp8
+            bench_llama-1b_bf16_unfused hf_load nccl_smoke nccl_streams multi_gpu train_moe train_moe_fp8
             train_recompute_full sanitizer op_bench bench_gpt2-124m_fp32 bench_llama-1b_fp32)
 
 # Training pairs, NAME|CONFIG|PRECISION|STEPS|EXTRA (--set flags, split on spaces).

@@ -12,6 +12,9 @@
 namespace trainer::engine {
 
 enum class DeviceKind { cpu, cuda, auto_ };
+// The CUDA backend's attention: the fused kernels where the shape allows,
+// always them (refused where they do not apply), or never.
+enum class AttentionKind { auto_, fused, unfused };
 enum class Family { gpt2, llama };
 enum class Balance { aux_loss, aux_free, none };
 enum class DataFormat { auto_, llmc, megatron };
@@ -25,6 +28,7 @@ struct RunSpec {
   std::string dir = "";           // default: runs/<name>
   uint64_t seed = 1234;
   DeviceKind device = DeviceKind::auto_;
+  AttentionKind attention = AttentionKind::auto_;
   bool operator==(const RunSpec&) const = default;
 };
 
@@ -184,6 +188,7 @@ const char* to_string(Family f);
 const char* to_string(ComputeDtype c);
 const char* to_string(Schedule s);
 const char* to_string(DeviceKind d);
+const char* to_string(AttentionKind a);
 const char* to_string(Balance b);
 const char* to_string(DataFormat f);
 const char* to_string(PipelineSchedule p);

@@ -71,6 +71,7 @@ const char* to_string(Family f) { return spec::name_of(spec::kFamilyChoices, f);
 const char* to_string(ComputeDtype c) { return spec::name_of(spec::kComputeChoices, c); }
 const char* to_string(Schedule s) { return spec::name_of(spec::kScheduleChoices, s); }
 const char* to_string(DeviceKind d) { return spec::name_of(spec::kDeviceChoices, d); }
+const char* to_string(AttentionKind a) { return spec::name_of(spec::kAttentionChoices, a); }
 const char* to_string(Balance b) { return spec::name_of(spec::kBalanceChoices, b); }
 const char* to_string(DataFormat f) { return spec::name_of(spec::kFormatChoices, f); }
 const char* to_string(PipelineSchedule p) { return spec::name_of(spec::kPipelineChoices, p); }
@@ -87,8 +88,9 @@ std::string job_spec_to_yaml(const JobSpec& spec) {
   const CheckpointSpec& ck = spec.checkpoint;
   const LogSpec& lg = spec.log;
   std::string y = "# Resolved job spec: every key, defaults filled in.\n";
-  y += fmt::format("run:\n  name: {}\n  dir: {}\n  seed: {}\n  device: {}\n", str(run.name),
-                   str(run.dir), run.seed, to_string(run.device));
+  y += fmt::format("run:\n  name: {}\n  dir: {}\n  seed: {}\n  device: {}\n  attention: {}\n",
+                   str(run.name), str(run.dir), run.seed, to_string(run.device),
+                   to_string(run.attention));
   y += fmt::format(
       "model:\n  family: {}\n  n_layer: {}\n  d_model: {}\n  n_head: {}\n  n_kv_head: {}\n"
       "  d_ff: {}\n  vocab_size: {}\n  max_seq_len: {}\n  tie_embeddings: {}\n  rope_theta: {}\n"

@@ -112,6 +112,7 @@ void read_run(Section s, RunSpec& run) {
   s.read("dir", run.dir);
   s.read("seed", run.seed);
   s.read("device", run.device, spec::kDeviceChoices);
+  s.read("attention", run.attention, spec::kAttentionChoices);
   if (run.dir.empty()) run.dir = "runs/" + run.name;
 }
 

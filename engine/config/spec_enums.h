@@ -14,6 +14,8 @@ using Choices = std::vector<std::pair<E, const char*>>;
 
 inline const Choices<DeviceKind> kDeviceChoices = {
     {DeviceKind::cpu, "cpu"}, {DeviceKind::cuda, "cuda"}, {DeviceKind::auto_, "auto"}};
+inline const Choices<AttentionKind> kAttentionChoices = {
+    {AttentionKind::auto_, "auto"}, {AttentionKind::fused, "fused"}, {AttentionKind::unfused, "unfused"}};
 inline const Choices<Family> kFamilyChoices = {{Family::gpt2, "gpt2"}, {Family::llama, "llama"}};
 inline const Choices<Balance> kBalanceChoices = {
     {Balance::aux_loss, "aux_loss"}, {Balance::aux_free, "aux_free"}, {Balance::none, "none"}};

@@ -38,7 +38,7 @@ KeyNode build_key_tree() {
                                           "bias_update_rate", "capacity_factor"}));
   return KeyNode{
       "",
-      {leaves("run", {"name", "dir", "seed", "device"}),
+      {leaves("run", {"name", "dir", "seed", "device", "attention"}),
        model,
        leaves("data", {"train", "val", "format", "shuffle"}),
        leaves("train", {"seq_len", "micro_batch", "global_batch", "steps", "eval_every",

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # cuda_matches_cpu.sh TRAINER SOURCE_DIR WORK: the tiny GPT-2 on real text, a
 # few steps on the CUDA backend and on the CPU in fp32, bf16, fp16 and fp8
-# (every block GEMM in fp8), and the tiny MoE in fp8, losses and grad norms
+# (every block GEMM in fp8), bf16 with run.attention: unfused, and the tiny
+# MoE in fp8, losses and grad norms
 # compared step by step at
 # gpu_check.sh's tolerances. Exit 77 (skipped) where no GPU is visible; in a
 # build against the CUDA emulator (test/cuda_emu) it runs in CI.
@@ -39,13 +40,17 @@ metrics() {
 status=0
 # moe_fp8: configs/moe-tiny.yaml in fp8, every expert GEMM in fp8 on its
 # ragged row block (zero-padded to 16 rows on the GPU).
-for case in "fp32 1e-4" "bf16 5e-3" "fp16 5e-3" "fp8 2e-2" "moe_fp8 2e-2"; do
+# bf16_unfused: run.attention unfused, the batched-GEMM attention instead of
+# the fused kernels bf16 takes by default (the CPU has one attention).
+for case in "fp32 1e-4" "bf16 5e-3" "bf16_unfused 5e-3" "fp16 5e-3" "fp8 2e-2" "moe_fp8 2e-2"; do
   read -r prec tol <<<"$case"
-  extra=() job=configs/tiny-gpt2.yaml
+  extra=() job=configs/tiny-gpt2.yaml dtype=${prec#moe_}
+  dtype=${dtype%_unfused}
   [[ $prec == *fp8 ]] && extra=(--set precision.fp8_first_last_bf16=false)
+  [[ $prec == *_unfused ]] && extra=(--set run.attention=unfused)
   [[ $prec == moe_* ]] && job=configs/moe-tiny.yaml
-  JOB=$job run "${prec}_cpu" cpu "${prec#moe_}" "${extra[@]}"
-  JOB=$job run "${prec}_cuda" cuda "${prec#moe_}" "${extra[@]}"
+  JOB=$job run "${prec}_cpu" cpu "$dtype" "${extra[@]}"
+  JOB=$job run "${prec}_cuda" cuda "$dtype" "${extra[@]}"
   metrics "$work/${prec}_cpu/metrics.jsonl" >"$work/${prec}_cpu.txt"
   metrics "$work/${prec}_cuda/metrics.jsonl" >"$work/${prec}_cuda.txt"
   if ! paste "$work/${prec}_cpu.txt" "$work/${prec}_cuda.txt" | awk -v tol="$tol" -v n="$steps" -v p="$prec" '

@@ -70,3 +70,39 @@ TEST_CASE("op scratch follows the op the shapes make largest", "[cpu][engine][pl
   CHECK(plans(spec).cuda.op_scratch == 138240);
   CHECK(embedding_backward_scratch_bytes(256) == 138240);
 }
+
+TEST_CASE("run.attention: unfused plans the unfused scores; fused refuses what it cannot take",
+          "[cpu][engine][plan]") {
+  // Head dim 64 in bf16 over 512 tokens: the fused kernels apply, so auto and
+  // fused plan a linear's fp32 output ((512, 256), the largest request
+  // left), and unfused the (1, 512, 512) scores, 6x that.
+  JobSpec spec = bf16_gpt2();
+  spec.model.d_model = 256;
+  spec.model.d_ff = 64;
+  spec.model.max_seq_len = spec.train.seq_len = 512;
+  spec.train.micro_batch = spec.train.global_batch = 1;
+  auto cuda_plan = [](const JobSpec& s) {
+    model::ModelConfig cfg = model_config(s);
+    apply_device(cfg, s, Device::cuda);
+    model::Model m(cfg, micro_batch_shape(s));
+    AdamW opt(s.optimizer, m.buffers());
+    return plan_memory(m.buffers(), opt, 0, 1, {}, Device::cuda);
+  };
+  const size_t fused = cuda_plan(spec).op_scratch;
+  CHECK(fused == 512 * 256 * 4);
+  spec.run.attention = AttentionKind::fused;
+  CHECK(cuda_plan(spec).op_scratch == fused);
+  spec.run.attention = AttentionKind::unfused;
+  const AttentionShape shape{1, 512, 512, 4, 4, 64, DType::bf16};
+  CHECK(attention_scratch_bytes(shape, false) == 2 * (512 * 512 * 4 + 512 * 512 * 2));
+  CHECK(cuda_plan(spec).op_scratch == attention_scratch_bytes(shape, false));
+  CHECK(attention_scratch_bytes(shape) == 0 + attention_backward_scratch_bytes(shape, true));
+  // fused where they do not apply (fp32 attention) is bad input, naming the key.
+  spec.run.attention = AttentionKind::fused;
+  spec.precision.compute = ComputeDtype::fp32;
+  CHECK_THROWS_WITH(cuda_plan(spec), Catch::Contains("run.attention: fused") &&
+                                         Catch::Contains("fp32 attention and head dim 64"));
+  // The CPU has one attention: nothing to refuse there.
+  model::ModelConfig cpu = model_config(spec);
+  CHECK_NOTHROW(apply_device(cpu, spec, Device::cpu));
+}
