@@ -155,7 +155,6 @@ class Checkpointer {
     ShardStatus status = ShardStatus::none;
     FileDigest digest;
     std::string error;
-    double seconds = 0;
   };
   std::unique_ptr<SafetensorsWriter> shard_writer(int step, const model::Buffers& buffers,
                                                   const AdamW& optimizer,

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <regex>
 
 #include "engine/checkpoint/checkpoint.h"
@@ -146,30 +147,27 @@ std::unique_ptr<SafetensorsWriter> Checkpointer::shard_writer(int step, const mo
   if (snapshot) snapshot->assign(shard_bytes(entries) / sizeof(float), 0.0f);
   int64_t at = 0;
   for (const ShardEntry& e : entries) {
-    const size_t bytes = static_cast<size_t>(e.numel) * sizeof(float);
-    if (e.host) {  // small host state: copied now in either case
+    // The entry's bytes into dst: host state copied now (it is small and may
+    // change before a lazy write), device tensors when called.
+    std::function<void(void*)> fill;
+    if (e.host) {
       auto values = std::make_shared<std::vector<float>>(e.host());
       TRAINER_CHECK(static_cast<int64_t>(values->size()) == e.numel, "{}: {} elements, listed {}",
                     e.name, values->size(), e.numel);
-      if (snapshot) {
-        std::copy(values->begin(), values->end(), snapshot->begin() + at);
-        w->add(e.name, "F32", e.shape, snapshot->data() + at, bytes);
-      } else {
-        w->add_lazy(e.name, "F32", e.shape, [values](void* dst) {
-          std::memcpy(dst, values->data(), values->size() * sizeof(float));
-        });
-      }
+      fill = [values](void* dst) { std::memcpy(dst, values->data(), values->size() * sizeof(float)); };
     } else {
       Tensor t = e.device();
       TRAINER_CHECK(t.numel() == e.numel, "{}: {} elements, listed {}", e.name, t.numel(), e.numel);
-      if (snapshot) {
-        copy_to_host(snapshot->data() + at, t);
-        w->add(e.name, "F32", e.shape, snapshot->data() + at, bytes);
-      } else {
-        w->add_lazy(e.name, "F32", e.shape, [t](void* dst) { copy_to_host(dst, t); });
-      }
+      fill = [t](void* dst) { copy_to_host(dst, t); };
     }
-    if (snapshot) at += e.numel;
+    if (snapshot) {
+      float* dst = snapshot->data() + at;
+      fill(dst);
+      w->add(e.name, "F32", e.shape, dst, static_cast<size_t>(e.numel) * sizeof(float));
+      at += e.numel;
+    } else {
+      w->add_lazy(e.name, "F32", e.shape, std::move(fill));
+    }
     w->set_metadata("slice." + e.name, e.slice);
   }
   return w;
@@ -236,9 +234,10 @@ std::string Checkpointer::poll() {
 std::string Checkpointer::finish() {
   if (!pending_) return "";
   std::unique_ptr<Pending> p = std::move(pending_);
+  double seconds = 0;  // a foreground save's write is not timed
   if (p->write) {
     p->write->wait();
-    p->seconds = p->write->seconds();
+    seconds = p->write->seconds();
     if (p->write->error().empty()) {
       p->status = ShardStatus::written;
       p->digest = p->write->digest();
@@ -296,7 +295,7 @@ std::string Checkpointer::finish() {
     throw Error(fmt::format("{}; {}", error, previous));
   }
   last_path_ = (fs::path(root_) / name).string();
-  last_seconds_ = p->seconds;
+  last_seconds_ = seconds;
   world_.barrier();
   return last_path_;
 }

@@ -88,15 +88,15 @@ void check_same_leading(const Tensor& a, const Tensor& b, const char* op) {
 constexpr int64_t kBlock = 16;
 constexpr int64_t kChunks = 16;
 
-int64_t chunk_size(int64_t n) {
-  const int64_t per = (n + kChunks - 1) / kChunks;
-  return std::max<int64_t>(kBlock, (per + kBlock - 1) / kBlock * kBlock);
-}
-int64_t num_chunks(int64_t n) { return n <= 0 ? 0 : (n + chunk_size(n) - 1) / chunk_size(n); }
-void chunk_bounds(int64_t n, int64_t c, int64_t* begin, int64_t* end) {
-  *begin = std::min(n, c * chunk_size(n));
-  *end = std::min(n, *begin + chunk_size(n));
-}
+struct Chunks {
+  int64_t n, size, count;
+  explicit Chunks(int64_t rows)
+      : n(rows),
+        size(std::max<int64_t>(kBlock, ((rows + kChunks - 1) / kChunks + kBlock - 1) / kBlock * kBlock)),
+        count(rows <= 0 ? 0 : (rows + size - 1) / size) {}
+  int64_t begin(int64_t c) const { return std::min(n, c * size); }
+  int64_t end(int64_t c) const { return std::min(n, (c + 1) * size); }
+};
 
 }  // namespace
 
@@ -120,11 +120,10 @@ void linear_forward(Context& ctx, Tensor out, Tensor inp, Tensor weight, Tensor 
   // The larger of M and N is split so each thread's GEMM stays large (the LM
   // head has N = vocab, a transformer block's GEMMs have M = tokens).
   const bool split_n = N >= M;
-  const int64_t split = split_n ? N : M;
+  const Chunks chunks(split_n ? N : M);
 #pragma omp parallel for schedule(static)
-  for (int64_t c = 0; c < num_chunks(split); ++c) {
-    int64_t r0, r1;
-    chunk_bounds(split, c, &r0, &r1);
+  for (int64_t c = 0; c < chunks.count; ++c) {
+    const int64_t r0 = chunks.begin(c), r1 = chunks.end(c);
     const int64_t m0 = split_n ? 0 : r0, m1 = split_n ? M : r1;
     const int64_t n0 = split_n ? r0 : 0, n1 = split_n ? r1 : N;
     if (m1 > m0 && n1 > n0) {
@@ -166,13 +165,13 @@ void linear_backward(Context& ctx, Tensor dinp, Tensor dweight, Tensor dbias, Te
     db = st.inout(dbias, "dbias");
   }
   blas_single_threaded();
+  const Chunks rows(M), cols(N);
 #pragma omp parallel
   {
     if (dx) {  // dinp rows split over M: a chunk reads all of weight, its rows of dout
 #pragma omp for schedule(static)
-      for (int64_t c = 0; c < num_chunks(M); ++c) {
-        int64_t r0, r1;
-        chunk_bounds(M, c, &r0, &r1);
+      for (int64_t c = 0; c < rows.count; ++c) {
+        const int64_t r0 = rows.begin(c), r1 = rows.end(c);
         if (N > 0)
           cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, r1 - r0, K, N, 1.0f,
                       dy + r0 * N, N, w, K, 0.0f, dx + r0 * K, K);
@@ -183,9 +182,8 @@ void linear_backward(Context& ctx, Tensor dinp, Tensor dweight, Tensor dbias, Te
     // dweight and dbias rows split over N, so accumulation needs no reduction
     // and every element is summed in the same order whatever the thread count.
 #pragma omp for schedule(static)
-    for (int64_t c = 0; c < num_chunks(N); ++c) {
-      int64_t r0, r1;
-      chunk_bounds(N, c, &r0, &r1);
+    for (int64_t c = 0; c < cols.count; ++c) {
+      const int64_t r0 = cols.begin(c), r1 = cols.end(c);
       if (M > 0 && K > 0)
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r1 - r0, K, M, 1.0f, dy + r0, N, x,
                     K, 1.0f, dw + r0 * K, K);

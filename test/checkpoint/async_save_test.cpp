@@ -4,14 +4,8 @@
 // and turn a failed write into an Error that keeps the previous checkpoint.
 #include <catch2/catch.hpp>
 
-#include <signal.h>
-#include <sys/resource.h>
-
-#include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <fstream>
-#include <iterator>
 #include <filesystem>
 #include <string>
 #include <thread>
@@ -33,31 +27,6 @@ using testing::tiny_spec_in;
 using testing::quiet_options;
 using testing::train_losses;
 namespace fs = std::filesystem;
-
-namespace {
-
-// Files larger than `limit` bytes fail to grow (EFBIG) while it lives; SIGXFSZ,
-// which would kill the process instead, is ignored meanwhile.
-class FileSizeLimit {
- public:
-  explicit FileSizeLimit(rlim_t limit) {
-    ::getrlimit(RLIMIT_FSIZE, &old_);
-    old_handler_ = ::signal(SIGXFSZ, SIG_IGN);
-    rlimit lim = old_;
-    lim.rlim_cur = limit;
-    ::setrlimit(RLIMIT_FSIZE, &lim);
-  }
-  ~FileSizeLimit() {
-    ::setrlimit(RLIMIT_FSIZE, &old_);
-    ::signal(SIGXFSZ, old_handler_);
-  }
-
- private:
-  rlimit old_{};
-  sighandler_t old_handler_;
-};
-
-}  // namespace
 
 TEST_CASE("async checkpoint: the bytes of a foreground save, from the step's state",
           "[cpu][checkpoint]") {
@@ -144,7 +113,7 @@ TEST_CASE("checkpoint: a shard that cannot be written is an Error; the previous 
     c.finish();
     train_losses(a, 2, 2);
     auto fails = [&] {
-      FileSizeLimit limit(512);  // the shard's header alone is larger
+      testing::FileSizeLimit limit(512);  // the shard's header alone is larger
       c.save(2, a.model().buffers(), a.optimizer(), {}, background);
       c.finish();
     };

@@ -8,14 +8,10 @@
 // Usage: mpirun -np 2 checkpoint_mpi_resume DIR
 #include <fmt/format.h>
 
-#include <signal.h>
-#include <sys/resource.h>
-
 #include <chrono>
 #include <cmath>
-#include <fstream>
 #include <functional>
-#include <iterator>
+#include <optional>
 #include <string>
 #include <thread>
 #include <cstdio>
@@ -57,26 +53,17 @@ checkpoint::ShardPosition position(const Mesh& mesh, const JobSpec& spec) {
       {.tp = c.tp, .dp = c.dp, .cp = c.cp, .dp_size = mesh.shape().dp, .zero = spec.parallel.zero});
 }
 
-// Rank `failing` cannot grow files past 512 bytes (EFBIG; SIGXFSZ ignored)
-// during `save`; returns this rank's Error message ("" when none was thrown).
+// Rank `failing` cannot grow files past 512 bytes during `save`; returns
+// this rank's Error message ("" when none was thrown).
 std::string save_failing_on(int rank, int failing, const std::function<void()>& save) {
-  rlimit old{};
-  ::getrlimit(RLIMIT_FSIZE, &old);
-  sighandler_t old_handler = ::signal(SIGXFSZ, SIG_IGN);
-  if (rank == failing) {
-    rlimit lim = old;
-    lim.rlim_cur = 512;
-    ::setrlimit(RLIMIT_FSIZE, &lim);
-  }
-  std::string what;
+  std::optional<testing::FileSizeLimit> full;
+  if (rank == failing) full.emplace(512);
   try {
     save();
   } catch (const Error& e) {
-    what = e.what();
+    return e.what();
   }
-  ::setrlimit(RLIMIT_FSIZE, &old);
-  ::signal(SIGXFSZ, old_handler);
-  return what;
+  return "";
 }
 
 }  // namespace
