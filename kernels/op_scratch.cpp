@@ -65,6 +65,14 @@ size_t linear_backward_scratch_bytes(int64_t M, int64_t N, bool bias) {
   return bias ? std::max(linear_bias_grad_scratch_bytes(N), column_sums_scratch_bytes(M, N)) : 0;
 }
 
+size_t linear_gelu_forward_scratch_bytes(int64_t M, int64_t N, DType dtype) {
+  return dtype != DType::f32 ? f32_bytes(M * N) : 0;
+}
+size_t linear_dgelu_backward_scratch_bytes(int64_t M, int64_t K, int64_t N, DType dtype,
+                                           bool bias) {
+  return std::max(dtype != DType::f32 ? f32_bytes(M * K) : 0, linear_backward_scratch_bytes(M, N, bias));
+}
+
 size_t fp8_linear_forward_scratch_bytes(int64_t M, int64_t N, bool bias) {
   return bias ? f32_bytes(M * N) : 0;
 }

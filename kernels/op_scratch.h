@@ -50,6 +50,13 @@ size_t linear_forward_scratch_bytes(int64_t M, int64_t N, DType out_dtype, bool 
 // Backward with a bias: BGRADB's (N) fp32 result, or the column sums without it.
 size_t linear_bias_grad_scratch_bytes(int64_t N);
 size_t linear_backward_scratch_bytes(int64_t M, int64_t N, bool bias);
+// Linear + GELU (kernels/linear_gelu.h), dtype that of the activations. Without
+// cuBLASLt's GELU epilogue (an fp32 bias with 16-bit activations, a width not a
+// multiple of 8, or no algorithm) a 16-bit forward writes the GEMM into fp32
+// (M, N) scratch and a 16-bit backward its dpre product into fp32 (M, K); the
+// backward's weight and bias gradients are then linear_backward's.
+size_t linear_gelu_forward_scratch_bytes(int64_t M, int64_t N, DType dtype);
+size_t linear_dgelu_backward_scratch_bytes(int64_t M, int64_t K, int64_t N, DType dtype, bool bias);
 // FP8 linear (kernels/fp8_linear.h): fp32 (M, N) for the bias, column sums for its gradient.
 size_t fp8_linear_forward_scratch_bytes(int64_t M, int64_t N, bool bias);
 size_t fp8_linear_backward_scratch_bytes(int64_t M, int64_t N, bool bias);

@@ -9,6 +9,7 @@
 #include "kernels/gelu.h"
 #include "kernels/layernorm.h"
 #include "kernels/linear.h"
+#include "kernels/linear_gelu.h"
 #include "kernels/norm.h"
 #include "kernels/rmsnorm.h"
 #include "kernels/rope.h"

@@ -1,7 +1,9 @@
 // Linear layer over kernels/linear.h, with its tensor-parallel split.
 #include "model/linear_layer.h"
 
+#include "kernels/gelu.h"
 #include "kernels/linear.h"
+#include "kernels/linear_gelu.h"
 #include "kernels/op_scratch.h"
 #include "model/fp8_gemm.h"
 
@@ -9,7 +11,7 @@ namespace trainer::model {
 
 void Linear::declare(Buffers& buf, const std::string& name, int64_t in, int64_t out,
                      bool has_bias, float std, Split split, const ModelConfig& cfg, int64_t rows,
-                     int tp_replicas) {
+                     int tp_replicas, Gelu gelu) {
   TRAINER_CHECK(tp_replicas == 1 || (split == Split::column && cfg.tp % tp_replicas == 0),
                 "{}: {} tp replicas of a {} split over tp {}", name, tp_replicas,
                 split == Split::column ? "column" : "non-column", cfg.tp);
@@ -44,8 +46,13 @@ void Linear::declare(Buffers& buf, const std::string& name, int64_t in, int64_t 
   if (fp8_ >= 0) {
     declare_fp8_linear_scratch(buf, rows, out_local, fwd_bias, has_bias);
   } else {
-    buf.declare_op_scratch(linear_forward_scratch_bytes(rows, out_local, buf.act_dtype(), fwd_bias));
-    buf.declare_op_scratch(linear_backward_scratch_bytes(rows, out_local, has_bias));
+    buf.declare_op_scratch(gelu == Gelu::after
+                               ? linear_gelu_forward_scratch_bytes(rows, out_local, buf.act_dtype())
+                               : linear_forward_scratch_bytes(rows, out_local, buf.act_dtype(), fwd_bias));
+    buf.declare_op_scratch(gelu == Gelu::before
+                               ? linear_dgelu_backward_scratch_bytes(rows, in_local, out_local,
+                                                                     buf.act_dtype(), has_bias)
+                               : linear_backward_scratch_bytes(rows, out_local, has_bias));
   }
 }
 
@@ -57,6 +64,28 @@ void Linear::forward(const LayerEnv& env, Tensor out, Tensor in) const {
 void Linear::backward(const LayerEnv& env, Tensor dinp, Tensor dout, Tensor in) const {
   Tensor db = bias.index >= 0 ? env.buf.grad(bias) : Tensor{};
   gemm_backward(env, fp8_, dinp, env.buf.grad(weight), db, dout, in, env.buf.weight(weight));
+}
+
+void Linear::forward_gelu(const LayerEnv& env, Tensor act, Tensor pre, Tensor in) const {
+  if (fp8_ >= 0) {
+    forward(env, pre, in);
+    gelu_forward(env.ctx, act, pre);
+    return;
+  }
+  Tensor b = bias.index >= 0 && adds_bias_ ? env.buf.param(bias) : Tensor{};
+  linear_gelu_forward(env.ctx, act, pre, in, env.buf.weight(weight), b);
+}
+
+void Linear::backward_dgelu(const LayerEnv& env, Tensor dpre, Tensor dout, Tensor in,
+                            Tensor pre) const {
+  if (fp8_ >= 0) {
+    backward(env, dpre, dout, in);
+    gelu_backward(env.ctx, dpre, dpre, pre);
+    return;
+  }
+  Tensor db = bias.index >= 0 ? env.buf.grad(bias) : Tensor{};
+  linear_dgelu_backward(env.ctx, dpre, env.buf.grad(weight), db, dout, in, env.buf.weight(weight),
+                        pre);
 }
 
 }  // namespace trainer::model

@@ -14,6 +14,11 @@ namespace trainer::model {
 
 enum class Split { none, column, row };
 
+// GPT-2's MLP fuses GELU into its linears (kernels/linear_gelu.h): `after` for the
+// layer whose output GELU takes (c_fc: forward_gelu), `before` for the one that
+// reads GELU's output (c_proj: backward_dgelu). FP8 layers compose the plain ops.
+enum class Gelu { none, after, before };
+
 class Linear {
  public:
   // in/out are global sizes; `std` is the init standard deviation of the weight.
@@ -22,11 +27,15 @@ class Linear {
   // rows: the M of its GEMMs, for the op scratch they take (Buffers::declare_op_scratch).
   void declare(Buffers& buf, const std::string& name, int64_t in, int64_t out, bool bias,
                float std, Split split, const ModelConfig& cfg, int64_t rows,
-               int tp_replicas = 1);
+               int tp_replicas = 1, Gelu gelu = Gelu::none);
   // out (M, out_local) = in (M, in_local) @ W^T + b; written
   void forward(const LayerEnv& env, Tensor out, Tensor in) const;
   // dinp (M, in_local) written (skipped when empty); dW, db accumulated
   void backward(const LayerEnv& env, Tensor dinp, Tensor dout, Tensor in) const;
+  // Gelu::after: pre = in @ W^T + b, act = gelu(pre); both written
+  void forward_gelu(const LayerEnv& env, Tensor act, Tensor pre, Tensor in) const;
+  // Gelu::before, for in = gelu(pre): dpre = (dout @ W) * gelu'(pre) written; dW, db accumulated
+  void backward_dgelu(const LayerEnv& env, Tensor dpre, Tensor dout, Tensor in, Tensor pre) const;
 
   ParamId weight, bias;
 

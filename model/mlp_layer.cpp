@@ -4,7 +4,6 @@
 #include <cmath>
 
 #include "kernels/elementwise.h"
-#include "kernels/gelu.h"
 #include "kernels/swiglu.h"
 
 namespace trainer::model {
@@ -22,8 +21,8 @@ void Mlp::declare(Buffers& buf, const std::string& prefix, const ModelConfig& cf
     proj_.declare(buf, p + "down_proj", F, C, false, out_std, Split::row, cfg, N);
     up_out_ = buf.add(Category::activations, p + "up", {N, Fl}, buf.act_dtype());
   } else {
-    fc_.declare(buf, p + "c_fc", C, F, true, cfg.init_std, Split::column, cfg, N);
-    proj_.declare(buf, p + "c_proj", F, C, true, out_std, Split::row, cfg, N);
+    fc_.declare(buf, p + "c_fc", C, F, true, cfg.init_std, Split::column, cfg, N, 1, Gelu::after);
+    proj_.declare(buf, p + "c_proj", F, C, true, out_std, Split::row, cfg, N, 1, Gelu::before);
   }
   pre_ = buf.add(Category::activations, p + "pre_activation", {N, Fl}, buf.act_dtype());
   act_ = buf.add(Category::activations, p + "activation", {N, Fl}, buf.act_dtype());
@@ -32,12 +31,12 @@ void Mlp::declare(Buffers& buf, const std::string& prefix, const ModelConfig& cf
 void Mlp::forward(const LayerEnv& env, const Scratch& s, Tensor out, Tensor in) const {
   const Buffers& b = env.buf;
   Tensor x = io_.enter(env, in);
-  fc_.forward(env, b.get(pre_), x);
   if (swiglu_) {
+    fc_.forward(env, b.get(pre_), x);
     up_.forward(env, b.get(up_out_), x);
     swiglu_forward(env.ctx, b.get(act_), b.get(pre_), b.get(up_out_));
   } else {
-    gelu_forward(env.ctx, b.get(act_), b.get(pre_));
+    fc_.forward_gelu(env, b.get(act_), b.get(pre_), x);
   }
   Tensor partial = io_.partial_out(env, s, out);
   proj_.forward(env, partial, b.get(act_));
@@ -49,7 +48,10 @@ void Mlp::backward(const LayerEnv& env, const Scratch& s, Tensor dinp, Tensor do
   const Buffers& b = env.buf;
   Tensor g = io_.leave_backward(env, s, dout);
   Tensor dh = b.get(s.dff1);
-  proj_.backward(env, dh, g, b.get(act_));
+  if (swiglu_)
+    proj_.backward(env, dh, g, b.get(act_));
+  else
+    proj_.backward_dgelu(env, dh, g, b.get(act_), b.get(pre_));  // dh: the pre-activation's gradient
   Tensor x = io_.saved_input(env, in);
   Tensor dx = io_.dinput(env, s, dinp);
   if (swiglu_) {
@@ -60,7 +62,6 @@ void Mlp::backward(const LayerEnv& env, const Scratch& s, Tensor dinp, Tensor do
     up_.backward(env, tmp, dup, x);
     accumulate(env.ctx, dx, tmp);
   } else {
-    gelu_backward(env.ctx, dh, dh, b.get(pre_));
     fc_.backward(env, dx, dh, x);
   }
   io_.enter_backward(env, dx, dinp);

@@ -487,7 +487,7 @@ stage_multi_gpu() {
 
 # A small-shape pass under compute-sanitizer catches races and out-of-bounds
 # writes; its cases run every dtype (layernorm five pairings), plus the fp8
-# cast-transpose tiles and the MoE plan.
+# cast-transpose tiles, the MoE plan and the GELU epilogues with their fallback.
 stage_sanitizer() {
   section "sanitizer: compute-sanitizer memcheck on small shapes"
   local t rc
@@ -498,11 +498,11 @@ stage_sanitizer() {
   need 60 || return
   t=$(stage_timeout 150)
   limit "$t" compute-sanitizer --error-exitcode 9 --tool memcheck "$TEST_BIN" \
-    "[gelu],[layernorm],[cross_entropy],[embedding],[state],cast_transpose*,moe_plan*" \
+    "[gelu],[layernorm],[cross_entropy],[embedding],[state],cast_transpose*,moe_plan*,linear + GELU fp32*" \
     >"$WORK/sanitizer.log" 2>&1
   rc=$?
   if (( rc == 0 )); then
-    record sanitizer PASS "memcheck clean on gelu, layernorm, cross_entropy, embedding, state, cast_transpose, moe_plan"
+    record sanitizer PASS "memcheck clean on gelu, layernorm, cross_entropy, embedding, state, cast_transpose, moe_plan, linear + GELU"
   elif budget_cut "$rc" "$t" 150; then
     record sanitizer SKIPPED "stopped by the time budget after ${t}s"
   else

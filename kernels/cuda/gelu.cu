@@ -1,20 +1,17 @@
 // GELU (tanh approximation) forward and backward, fp32/bf16/fp16 (kernels/gelu.h).
-#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/gelu.cuh"
 #include "kernels/gelu.h"
 
 namespace trainer::cuda {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2 / pi)
 
 template <class T>
 __global__ void gelu_forward_kernel(T* out, const T* inp, int64_t n) {
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const float x = to_float(inp[i]);
-    const float cube = 0.044715f * x * x * x;
-    out[i] = from_float<T>(0.5f * x * (1.0f + tanhf(kGeluScale * (x + cube))));
+    out[i] = from_float<T>(gelu_value(to_float(inp[i])));
   }
 }
 
@@ -22,12 +19,7 @@ template <class T>
 __global__ void gelu_backward_kernel(T* dinp, const T* dout, const T* inp, int64_t n) {
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const float x = to_float(inp[i]);
-    const float th = tanhf(kGeluScale * (x + 0.044715f * x * x * x));
-    // 1 - tanh^2 = sech^2 without cosh's overflow for large |x|.
-    const float grad = 0.5f * (1.0f + th) +
-                       0.5f * x * (1.0f - th * th) * kGeluScale * (1.0f + 3.0f * 0.044715f * x * x);
-    dinp[i] = from_float<T>(grad * to_float(dout[i]));
+    dinp[i] = from_float<T>(gelu_grad(to_float(inp[i])) * to_float(dout[i]));
   }
 }
 

@@ -84,6 +84,27 @@ std::string describe(const GemmArgs& g) {
 
 bool is_fp8(DType d) { return d == DType::e4m3 || d == DType::e5m2; }
 
+bool uses_bias(GemmEpilogue e) {
+  return e == GemmEpilogue::bias || e == GemmEpilogue::bias_grad_b ||
+         e == GemmEpilogue::gelu_aux_bias;
+}
+bool uses_aux(GemmEpilogue e) {
+  return e == GemmEpilogue::gelu_aux || e == GemmEpilogue::gelu_aux_bias ||
+         e == GemmEpilogue::dgelu;
+}
+
+uint32_t cublaslt_epilogue(GemmEpilogue e) {
+  switch (e) {
+    case GemmEpilogue::none: return CUBLASLT_EPILOGUE_DEFAULT;
+    case GemmEpilogue::bias: return CUBLASLT_EPILOGUE_BIAS;
+    case GemmEpilogue::bias_grad_b: return CUBLASLT_EPILOGUE_BGRADB;
+    case GemmEpilogue::gelu_aux: return CUBLASLT_EPILOGUE_GELU_AUX;
+    case GemmEpilogue::gelu_aux_bias: return CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+    case GemmEpilogue::dgelu: return CUBLASLT_EPILOGUE_DGELU;
+  }
+  return CUBLASLT_EPILOGUE_DEFAULT;
+}
+
 // What Hopper's FP8 GEMMs take (GemmArgs): checked here so a violation names the
 // GEMM instead of coming back from cuBLASLt as a bare "not supported".
 void check_fp8_args(const GemmArgs& g) {
@@ -118,8 +139,12 @@ void check_args(const GemmArgs& g) {
   TRAINER_CHECK(g.a.ld >= (g.trans_a ? g.m : g.k), "{}: lda too small", describe(g));
   TRAINER_CHECK(g.b.ld >= (g.trans_b ? g.k : g.n), "{}: ldb too small", describe(g));
   TRAINER_CHECK(g.c.ld >= g.n, "{}: ldc too small", describe(g));
-  TRAINER_CHECK(g.epilogue == GemmEpilogue::none || g.bias != nullptr,
-                "{}: epilogue without a bias pointer", describe(g));
+  TRAINER_CHECK(!uses_bias(g.epilogue) || g.bias != nullptr, "{}: epilogue without a bias pointer",
+                describe(g));
+  if (uses_aux(g.epilogue))
+    TRAINER_CHECK(g.aux != nullptr && g.aux_ld >= g.n && g.aux_ld % 8 == 0 && g.batch == 1,
+                  "{}: a GELU epilogue needs its aux matrix, aux ld {} a multiple of 8 and >= n, "
+                  "no batch", describe(g), g.aux_ld);
   TRAINER_CHECK(g.epilogue != GemmEpilogue::bias_grad_b || g.batch == 1,
                 "{}: bias gradient on a batched GEMM", describe(g));
 }
@@ -151,12 +176,20 @@ bool run(CudaState& st, const GemmArgs& g, bool throw_if_no_algo) {
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.d, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast,
                                                 sizeof(fast)));
   }
-  uint32_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
-  if (g.epilogue == GemmEpilogue::bias) epilogue = CUBLASLT_EPILOGUE_BIAS;
-  if (g.epilogue == GemmEpilogue::bias_grad_b) epilogue = CUBLASLT_EPILOGUE_BGRADB;
+  uint32_t epilogue = cublaslt_epilogue(g.epilogue);
   CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.d, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue,
                                               sizeof(epilogue)));
-  if (g.epilogue != GemmEpilogue::none) {
+  if (uses_aux(g.epilogue)) {
+    // Row-major aux[M, N] with ld is the column-major N x M matrix cuBLASLt's
+    // D-shaped aux is (its rows = our n), in C's dtype (the attribute's default).
+    void* aux = g.aux;
+    int64_t aux_ld = g.aux_ld;
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.d, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
+                                                &aux, sizeof(aux)));
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.d, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD,
+                                                &aux_ld, sizeof(aux_ld)));
+  }
+  if (uses_bias(g.epilogue)) {
     void* bias = g.bias;
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.d, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
                                                 sizeof(bias)));
@@ -178,13 +211,15 @@ bool run(CudaState& st, const GemmArgs& g, bool throw_if_no_algo) {
   uint32_t align_c = alignment_of(g.c.ptr, g.c.ld, g.c.batch_stride, g.c.dtype);
   uint32_t align_bias =
       g.bias ? alignment_of(g.bias, 0, 0, g.c.dtype) : 256u;
-  std::string key = fmt::format("{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}",
+  // The heuristic reads the aux pointer's alignment too (cublasLt.h), so it keys the cache.
+  uint32_t align_aux = uses_aux(g.epilogue) ? alignment_of(g.aux, g.aux_ld, 0, g.c.dtype) : 256u;
+  std::string key = fmt::format("{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}",
                                 g.m, g.n, g.k, g.batch, g.trans_a, g.trans_b, g.a.ld, g.b.ld,
                                 g.c.ld, g.a.batch_stride, g.b.batch_stride, g.c.batch_stride,
                                 static_cast<int>(g.a.dtype), static_cast<int>(g.b.dtype),
                                 static_cast<int>(g.c.dtype), epilogue, static_cast<int>(compute),
                                 align_a, align_b, align_c, align_bias, g.beta != 0.0f,
-                                g.fast_accum);
+                                g.fast_accum, align_aux, g.aux_ld);
 
   cublasLtMatmulAlgo_t algo{};
   bool cached = false;

@@ -21,8 +21,13 @@ struct GemmOperand {
 
 enum class GemmEpilogue {
   none,
-  bias,        // C[m, n] += bias[n]; bias dtype = C dtype (cuBLASLt's rule)
-  bias_grad_b  // bias_grad[n] = sum_m op(A)... see linear.cu: BGRADB, overwrites, C dtype
+  bias,           // C[m, n] += bias[n]; bias dtype = C dtype (cuBLASLt's rule)
+  bias_grad_b,    // bias_grad[n] = sum_m op(A)... see linear.cu: BGRADB, overwrites, C dtype
+  // The GELU epilogues (tanh approximation) keep the pre-activation in `aux`
+  // (C's dtype, row-major with aux_ld, a multiple of 8, >= n; no batch):
+  gelu_aux,       // aux[m, n] = acc, C[m, n] = gelu(acc)
+  gelu_aux_bias,  // aux[m, n] = acc + bias[n], C[m, n] = gelu(acc + bias[n])
+  dgelu           // C[m, n] = acc * gelu'(aux[m, n]); aux is read
 };
 
 struct GemmArgs {
@@ -33,6 +38,8 @@ struct GemmArgs {
   float alpha = 1.0f, beta = 0.0f;
   GemmEpilogue epilogue = GemmEpilogue::none;
   void* bias = nullptr;  // input (bias) or output (bias_grad_b) vector of N elements
+  void* aux = nullptr;   // the GELU epilogues' pre-activation matrix
+  int64_t aux_ld = 0;
   // FP8 operands (e4m3/e5m2, never both e5m2; C fp32, bf16 or fp16): Hopper runs only
   // C = A B^T (trans_a false, trans_b true), every ld and pointer 16-byte aligned,
   // no batch, no epilogue. a_scale / b_scale: device floats multiplying A's / B's

@@ -11,6 +11,7 @@
 #include "kernels/cuda/bias_add.cuh"
 #include "kernels/cuda/colsum.cuh"
 #include "kernels/cuda/gemm.h"
+#include "kernels/cuda/linear_dims.cuh"
 #include "kernels/linear.h"
 #include "kernels/op_scratch.h"
 
@@ -30,32 +31,12 @@ struct Column {  // dout[m, n]
   __device__ float operator()(int64_t m, int64_t n) const { return to_float(dout[m * N + n]); }
 };
 
-struct Dims {
-  int64_t M, N, K;
-};
-
-Dims check_dims(const char* op, const Tensor& inp, const Tensor& weight, const Tensor& out) {
-  check_cuda(inp, op, "inp");
-  check_cuda(weight, op, "weight");
-  check_cuda(out, op, "out/dout");
-  check_float_dtype(inp, op, "inp");
-  TRAINER_CHECK(weight.ndim == 2 && weight.dtype == inp.dtype && out.dtype == inp.dtype,
-                "{}: weight {} must be (N, K) with inp {}'s dtype, and out/dout {} too", op,
-                weight.str(), inp.str(), out.str());
-  const int64_t N = weight.shape[0], K = weight.shape[1];
-  TRAINER_CHECK(K > 0 && inp.size(-1) == K, "{}: inp {} does not end in K = {}", op, inp.str(), K);
-  const int64_t M = inp.numel() / K;
-  TRAINER_CHECK(out.size(-1) == N && out.numel() == M * N, "{}: out/dout {} is not ({}, {})", op,
-                out.str(), M, N);
-  return {M, N, K};
-}
-
 }  // namespace
 
 void linear_forward(Context& ctx, Tensor out, Tensor inp, Tensor weight, Tensor bias) {
   const char* op = "linear_forward";
   CudaState& st = state_of(ctx);
-  const Dims d = check_dims(op, inp, weight, out);
+  const LinearDims d = check_linear_dims(op, inp, weight, out);
   if (!bias.empty()) {
     check_cuda(bias, op, "bias");
     TRAINER_CHECK(bias.numel() == d.N && (bias.dtype == out.dtype || bias.dtype == DType::f32),
@@ -100,7 +81,7 @@ void linear_backward(Context& ctx, Tensor dinp, Tensor dweight, Tensor dbias, Te
                      Tensor inp, Tensor weight) {
   const char* op = "linear_backward";
   CudaState& st = state_of(ctx);
-  const Dims d = check_dims(op, inp, weight, dout);
+  const LinearDims d = check_linear_dims(op, inp, weight, dout);
   check_cuda(dweight, op, "dweight");
   TRAINER_CHECK(dweight.ndim == 2 && dweight.shape[0] == d.N && dweight.shape[1] == d.K &&
                     (dweight.dtype == DType::f32 || dweight.dtype == inp.dtype),

@@ -57,6 +57,28 @@ TEST_CASE("op benchmarks at GPT-2 124M shapes", "[.bench]") {
     }
     report(fmt::format("linear bwd {} {}x{}x{}", dtype_name(dtype), M, C, 4 * C).c_str(),
            time_ms([&] { cuda::linear_backward(ctx, dx, dw, db, y, x, w); }), 2 * f, 0);
+    // GPT-2's MLP with GELU fused (linear_gelu.h) against linear + gelu apart:
+    // c_fc forward into (act, pre), c_proj backward into dpre.
+    DeviceTensor pre({M, 4 * C}, dtype), dpre({M, 4 * C}, dtype), wp({C, 4 * C}, dtype), dwp({C, 4 * C}), dbp({C});
+    pre.upload(random_floats(pre.numel(), 2));
+    wp.upload(random_floats(wp.numel(), 3));
+    cuda::fill(ctx, dwp, 0.0f);
+    cuda::fill(ctx, dbp, 0.0f);
+    report(fmt::format("fc+gelu fwd {} fused", dtype_name(dtype)).c_str(),
+           time_ms([&] { cuda::linear_gelu_forward(ctx, y, pre, x, w, bias); }), f, 0);
+    if (dtype != DType::f32)
+      report(fmt::format("fc+gelu fwd {} fused, fp32 bias", dtype_name(dtype)).c_str(),
+             time_ms([&] { cuda::linear_gelu_forward(ctx, y, pre, x, w, db); }), f, 0);
+    report(fmt::format("fc+gelu fwd {} apart", dtype_name(dtype)).c_str(), time_ms([&] {
+             cuda::linear_forward(ctx, pre, x, w, bias);
+             cuda::gelu_forward(ctx, y, pre);
+           }), f, 0);
+    report(fmt::format("proj+dgelu bwd {} fused", dtype_name(dtype)).c_str(),
+           time_ms([&] { cuda::linear_dgelu_backward(ctx, dpre, dwp, dbp, x, y, wp, pre); }), 2 * f, 0);
+    report(fmt::format("proj+dgelu bwd {} apart", dtype_name(dtype)).c_str(), time_ms([&] {
+             cuda::linear_backward(ctx, dpre, dwp, dbp, x, y, wp);
+             cuda::gelu_backward(ctx, dpre, dpre, pre);
+           }), 2 * f, 0);
   }
   {  // fp8: quantise one operand, then the three FP8 GEMMs of the same layer
     const DType e4 = DType::e4m3, e5 = DType::e5m2;

@@ -23,6 +23,8 @@ struct cublasLtMatmulDescOpaque_t {
   uint32_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
   void* bias = nullptr;
   int32_t bias_type = -1;  // -1: D's type
+  void* aux = nullptr;     // the GELU epilogues' pre-activation, D's type
+  int64_t aux_ld = 0;
   const float* a_scale = nullptr;
   const float* b_scale = nullptr;
   int8_t fast_accum = 0;
@@ -93,6 +95,25 @@ void store(void* p, int type, size_t i, float v) {
 }
 
 bool is_fp8(int t) { return t == CUDA_R_8F_E4M3 || t == CUDA_R_8F_E5M2; }
+
+bool has_aux(uint32_t e) {
+  return e == CUBLASLT_EPILOGUE_GELU_AUX || e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS ||
+         e == CUBLASLT_EPILOGUE_DGELU;
+}
+bool adds_bias(uint32_t e) { return e == CUBLASLT_EPILOGUE_BIAS || e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS; }
+
+// GELU's tanh approximation and its derivative, written here from the formula
+// (not shared with the kernels) so the emulator checks them.
+float gelu_tanh(float x) {
+  const double u = 0.7978845608028654 * (x + 0.044715 * x * x * x);
+  return static_cast<float>(0.5 * x * (1.0 + std::tanh(u)));
+}
+float gelu_tanh_grad(float x) {
+  const double u = 0.7978845608028654 * (x + 0.044715 * x * x * x);
+  const double t = std::tanh(u);
+  return static_cast<float>(0.5 * (1.0 + t) +
+                            0.5 * x * (1.0 - t * t) * 0.7978845608028654 * (1.0 + 3 * 0.044715 * x * x));
+}
 
 // Bytes a (possibly batched) column-major matrix spans.
 size_t span_bytes(const cublasLtMatrixLayoutOpaque_t& l) {
@@ -181,6 +202,8 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d,
     case CUBLASLT_MATMUL_DESC_EPILOGUE: return set(d->epilogue, buf, size);
     case CUBLASLT_MATMUL_DESC_BIAS_POINTER: return set(d->bias, buf, size);
     case CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE: return set(d->bias_type, buf, size);
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER: return set(d->aux, buf, size);
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD: return set(d->aux_ld, buf, size);
     case CUBLASLT_MATMUL_DESC_A_SCALE_POINTER: return set(d->a_scale, buf, size);
     case CUBLASLT_MATMUL_DESC_B_SCALE_POINTER: return set(d->b_scale, buf, size);
     case CUBLASLT_MATMUL_DESC_FAST_ACCUM: return set(d->fast_accum, buf, size);
@@ -255,9 +278,15 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t handle, cublasLtM
     if (desc->a_scale || desc->b_scale) return CUBLAS_STATUS_NOT_SUPPORTED;
   }
   const uint32_t e = desc->epilogue;
-  if (e != CUBLASLT_EPILOGUE_DEFAULT && e != CUBLASLT_EPILOGUE_BIAS && e != CUBLASLT_EPILOGUE_BGRADB)
+  if (e != CUBLASLT_EPILOGUE_DEFAULT && e != CUBLASLT_EPILOGUE_BIAS && e != CUBLASLT_EPILOGUE_BGRADB &&
+      !has_aux(e))
     return CUBLAS_STATUS_NOT_SUPPORTED;
   if (e == CUBLASLT_EPILOGUE_BGRADB && d->batch != 1) return CUBLAS_STATUS_NOT_SUPPORTED;
+  // cublasLt.h: the GELU input matrix's ld is a multiple of 8, at least D's rows
+  // (the emulator keeps no aux batch stride: trainer never batches these).
+  if (has_aux(e) && (desc->aux_ld % 8 != 0 || desc->aux_ld < static_cast<int64_t>(d->rows) ||
+                     d->batch != 1 || desc->aux == nullptr))
+    return CUBLAS_STATUS_INVALID_VALUE;
   if (e != CUBLASLT_EPILOGUE_DEFAULT && desc->bias_type != -1 && desc->bias_type != d->type)
     return CUBLAS_STATUS_NOT_SUPPORTED;
   for (uint32_t al : pref->align)
@@ -315,9 +344,13 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
     scale *= *desc->b_scale;
   }
   const uint32_t e = desc->epilogue;
-  if (e != CUBLASLT_EPILOGUE_DEFAULT) {
-    const size_t len = e == CUBLASLT_EPILOGUE_BIAS ? m : n;
-    cuda_emu::require_device_range(desc->bias, len * type_size(ld->type), "epilogue bias");
+  if (adds_bias(e)) cuda_emu::require_device_range(desc->bias, m * type_size(ld->type), "epilogue bias");
+  if (e == CUBLASLT_EPILOGUE_BGRADB)
+    cuda_emu::require_device_range(desc->bias, n * type_size(ld->type), "epilogue bias gradient");
+  if (has_aux(e)) {
+    if (reinterpret_cast<uintptr_t>(desc->aux) % type_size(ld->type) != 0) abort_with("misaligned epilogue aux");
+    cuda_emu::require_device_range(desc->aux, ((n - 1) * desc->aux_ld + m) * type_size(ld->type),
+                                   "epilogue aux");
   }
   std::vector<float> opa(m * k), opb(n * k);  // row i of op(A), column j of op(B), k contiguous
   for (int32_t batch = 0; batch < ld->batch; ++batch) {
@@ -341,7 +374,12 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
         for (uint64_t p = 0; p < k; ++p) acc += static_cast<double>(x[p]) * y[p];
         float v = static_cast<float>(static_cast<double>(scale) * acc);
         if (beta != 0.0f) v += beta * load(C, lc->type, oc + i + j * lc->ld);
-        if (e == CUBLASLT_EPILOGUE_BIAS) v += load(desc->bias, ld->type, i);
+        if (adds_bias(e)) v += load(desc->bias, ld->type, i);
+        if (e == CUBLASLT_EPILOGUE_GELU_AUX || e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS) {
+          store(desc->aux, ld->type, i + j * desc->aux_ld, v);
+          v = gelu_tanh(v);
+        }
+        if (e == CUBLASLT_EPILOGUE_DGELU) v *= gelu_tanh_grad(load(desc->aux, ld->type, i + j * desc->aux_ld));
         store(D, ld->type, od + i + j * ld->ld, v);
       }
     }

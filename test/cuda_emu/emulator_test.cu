@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <cstring>
@@ -240,6 +241,10 @@ void check_matmul(bool ta, bool tb, int m, int n, int k, uint32_t epilogue) {
   float* B = device_array<float>(static_cast<size_t>(ldb) * (tb ? k : n));
   float* D = device_array<float>(static_cast<size_t>(ldd) * n);
   float* bias = device_array<float>(std::max(m, n));
+  const int64_t aux_ld = (m + 7) / 8 * 8 + 8;  // a multiple of 8, as cuBLASLt requires
+  float* aux = device_array<float>(static_cast<size_t>(aux_ld) * n);
+  const bool gelu_fwd = epilogue == CUBLASLT_EPILOGUE_GELU_AUX || epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+  const bool dgelu = epilogue == CUBLASLT_EPILOGUE_DGELU;
   auto a = [&](int i, int p) -> float& { return ta ? A[p + i * lda] : A[i + p * lda]; };
   auto b = [&](int p, int j) -> float& { return tb ? B[j + p * ldb] : B[p + j * ldb]; };
   for (int i = 0; i < m; ++i)
@@ -247,6 +252,8 @@ void check_matmul(bool ta, bool tb, int m, int n, int k, uint32_t epilogue) {
   for (int p = 0; p < k; ++p)
     for (int j = 0; j < n; ++j) b(p, j) = static_cast<float>((p + 2 * j) % 4 - 1);
   for (int i = 0; i < m; ++i) bias[i] = static_cast<float>(i);
+  for (int j = 0; j < n; ++j)
+    for (int i = 0; i < m; ++i) aux[i + j * aux_ld] = 0.25f * static_cast<float>((i + 3 * j) % 9 - 4);
   cublasLtMatmulDesc_t desc;
   REQUIRE(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F) == CUBLAS_STATUS_SUCCESS);
   int32_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -254,6 +261,10 @@ void check_matmul(bool ta, bool tb, int m, int n, int k, uint32_t epilogue) {
   cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb);
   cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof epilogue);
   cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias);
+  if (gelu_fwd || dgelu) {
+    cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux);
+    cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof aux_ld);
+  }
   cublasLtMatrixLayout_t la, lb, ld;
   cublasLtMatrixLayoutCreate(&la, CUDA_R_32F, ta ? k : m, ta ? m : k, lda);
   cublasLtMatrixLayoutCreate(&lb, CUDA_R_32F, tb ? n : k, tb ? k : n, ldb);
@@ -274,9 +285,21 @@ void check_matmul(bool ta, bool tb, int m, int n, int k, uint32_t epilogue) {
                          0, nullptr) == CUBLAS_STATUS_SUCCESS);
   for (int i = 0; i < m; ++i)
     for (int j = 0; j < n; ++j) {
-      float s = epilogue == CUBLASLT_EPILOGUE_BIAS ? static_cast<float>(i) : 0.0f;
+      const bool biased = epilogue == CUBLASLT_EPILOGUE_BIAS || epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+      float s = biased ? static_cast<float>(i) : 0.0f;
       for (int p = 0; p < k; ++p) s += a(i, p) * b(p, j);
-      REQUIRE(D[i + j * ldd] == s);
+      const double c = 0.7978845608028654;  // sqrt(2/pi)
+      if (gelu_fwd) {
+        REQUIRE(aux[i + j * aux_ld] == s);
+        const double x = s, gelu = 0.5 * x * (1 + std::tanh(c * (x + 0.044715 * x * x * x)));
+        REQUIRE(D[i + j * ldd] == Approx(gelu).margin(1e-6));
+      } else if (dgelu) {
+        const double x = aux[i + j * aux_ld], t = std::tanh(c * (x + 0.044715 * x * x * x));
+        const double grad = 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * c * (1 + 3 * 0.044715 * x * x);
+        REQUIRE(D[i + j * ldd] == Approx(s * grad).margin(1e-6));
+      } else {
+        REQUIRE(D[i + j * ldd] == s);
+      }
     }
   if (epilogue == CUBLASLT_EPILOGUE_BGRADB)
     for (int j = 0; j < n; ++j) {
@@ -289,7 +312,7 @@ void check_matmul(bool ta, bool tb, int m, int n, int k, uint32_t epilogue) {
   cublasLtMatrixLayoutDestroy(ld);
   cublasLtMatmulPreferenceDestroy(pref);
   cublasLtMatmulDescDestroy(desc);
-  for (void* p : {(void*)A, (void*)B, (void*)D, (void*)bias}) cudaFree(p);
+  for (void* p : {(void*)A, (void*)B, (void*)D, (void*)bias, (void*)aux}) cudaFree(p);
 }
 }  // namespace
 
@@ -299,6 +322,9 @@ TEST_CASE("cuBLASLt's column-major matmul, transposes and epilogues", "[emulator
       check_matmul(ta, tb, 5, 3, 4, CUBLASLT_EPILOGUE_DEFAULT);
       check_matmul(ta, tb, 2, 7, 3, CUBLASLT_EPILOGUE_BIAS);
       check_matmul(ta, tb, 4, 6, 5, CUBLASLT_EPILOGUE_BGRADB);
+      check_matmul(ta, tb, 9, 4, 3, CUBLASLT_EPILOGUE_GELU_AUX);
+      check_matmul(ta, tb, 3, 5, 6, CUBLASLT_EPILOGUE_GELU_AUX_BIAS);
+      check_matmul(ta, tb, 6, 3, 4, CUBLASLT_EPILOGUE_DGELU);
     }
 }
 

@@ -13,6 +13,7 @@
 #include "kernels/gelu.h"
 #include "kernels/layernorm.h"
 #include "kernels/linear.h"
+#include "kernels/linear_gelu.h"
 #include "kernels/moe_routing.h"
 #include "kernels/norm.h"
 #include "kernels/numeric.h"
@@ -259,6 +260,32 @@ TEST_CASE("mixed dtype: linear forward and backward", "[cpu][mixed_dtype]") {
         // Accumulates dw and db.
         OP(cpu::linear_backward(ctx, t[dx], t[dw], t[db], t[dy], t[x2], t[w2])),
         OP(cpu::linear_backward(ctx, Tensor{}, t[dw], Tensor{}, t[dy], t[x2], t[w2])),
+    });
+  }
+}
+
+// The fused ops round once: GELU reads the fp32 pre-activation, GELU's
+// derivative multiplies the fp32 product (a version rounding pre or the product
+// first differs from the fp32 run in the narrow dtypes).
+TEST_CASE("mixed dtype: linear + GELU forward and backward", "[cpu][mixed_dtype]") {
+  const int64_t K = 24, N = 16;
+  for (int64_t M : kRows) {
+    Case f(name("linear_gelu_forward", M));
+    const int act = f.tensor(Role::act, {M, N}), pre = f.tensor(Role::act, {M, N});
+    const int x = f.tensor(Role::act, {M, K}), w = f.tensor(Role::param, {N, K});
+    const int b = f.tensor(Role::param, {N});
+    f.check({
+        OP(cpu::linear_gelu_forward(ctx, t[act], t[pre], t[x], t[w], t[b])),
+        OP(cpu::linear_gelu_forward(ctx, t[act], t[pre], t[x], t[w], Tensor{})),
+    });
+    Case g(name("linear_dgelu_backward", M));
+    const int dpre = g.tensor(Role::act, {M, K}), dw = g.tensor(Role::param, {N, K});
+    const int db = g.tensor(Role::param, {N}), dy = g.tensor(Role::act, {M, N});
+    const int a2 = g.tensor(Role::act, {M, K}), w2 = g.tensor(Role::param, {N, K});
+    const int p2 = g.tensor(Role::act, {M, K}, -3.0f, 3.0f);
+    g.check({
+        OP(cpu::linear_dgelu_backward(ctx, t[dpre], t[dw], t[db], t[dy], t[a2], t[w2], t[p2])),
+        OP(cpu::linear_dgelu_backward(ctx, t[dpre], t[dw], Tensor{}, t[dy], t[a2], t[w2], t[p2])),
     });
   }
 }

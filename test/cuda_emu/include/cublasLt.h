@@ -2,7 +2,9 @@
 // (kernels/cuda/gemm.cpp), with CUDA 13.0's enum values. Column-major, as the
 // real library: D = alpha * scaleA * scaleB * op(A) op(B) + beta * C, then the
 // epilogue (BIAS adds bias[row]; BGRADB writes bias[col] = sum over k of
-// op(B)), accumulated in fp32 in k order and rounded once into D's type. C is
+// op(B); GELU_AUX(_BIAS) stores the (biased) value in aux, D's type, and
+// writes its tanh-approximation GELU; DGELU multiplies by GELU's derivative at
+// aux), accumulated in fp32 in k order and rounded once into D's type. C is
 // not read when beta is 0. The heuristic refuses what Hopper's cuBLASLt
 // refuses for these types (FP8 other than TN, both operands e5m2, rows not
 // 16-byte aligned) and returns an algorithm that records the alignments the
@@ -48,6 +50,8 @@ enum cublasLtMatmulDescAttributes_t {
   CUBLASLT_MATMUL_DESC_TRANSB = 4,
   CUBLASLT_MATMUL_DESC_EPILOGUE = 7,
   CUBLASLT_MATMUL_DESC_BIAS_POINTER = 8,
+  CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER = 11,
+  CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD = 12,
   CUBLASLT_MATMUL_DESC_A_SCALE_POINTER = 17,
   CUBLASLT_MATMUL_DESC_B_SCALE_POINTER = 18,
   CUBLASLT_MATMUL_DESC_FAST_ACCUM = 25,
@@ -57,6 +61,9 @@ enum cublasLtEpilogue_t {
   CUBLASLT_EPILOGUE_DEFAULT = 1,
   CUBLASLT_EPILOGUE_BIAS = 4,
   CUBLASLT_EPILOGUE_GELU = 32,
+  CUBLASLT_EPILOGUE_GELU_AUX = 32 | 128,
+  CUBLASLT_EPILOGUE_GELU_AUX_BIAS = 32 | 128 | 4,
+  CUBLASLT_EPILOGUE_DGELU = 64 | 128,
   CUBLASLT_EPILOGUE_BGRADA = 256,
   CUBLASLT_EPILOGUE_BGRADB = 512,
 };
