@@ -10,8 +10,7 @@
 // epilogue fallback does the same).
 #include "kernels/cuda/bias_add.cuh"
 #include "kernels/cuda/colsum.cuh"
-#include "kernels/cuda/gemm.h"
-#include "kernels/cuda/linear_dims.cuh"
+#include "kernels/cuda/linear_common.cuh"
 #include "kernels/linear.h"
 #include "kernels/op_scratch.h"
 
@@ -37,21 +36,10 @@ void linear_forward(Context& ctx, Tensor out, Tensor inp, Tensor weight, Tensor 
   const char* op = "linear_forward";
   CudaState& st = state_of(ctx);
   const LinearDims d = check_linear_dims(op, inp, weight, out);
-  if (!bias.empty()) {
-    check_cuda(bias, op, "bias");
-    TRAINER_CHECK(bias.numel() == d.N && (bias.dtype == out.dtype || bias.dtype == DType::f32),
-                  "{}: bias {} is not ({}) {} or fp32", op, bias.str(), d.N,
-                  dtype_name(out.dtype));
-  }
+  check_linear_bias(op, bias, d.N, out.dtype);
   if (d.M == 0 || d.N == 0) return;
-  GemmArgs g;
-  g.a = {inp.data, inp.dtype, d.K, 0};
-  g.b = {weight.data, weight.dtype, d.K, 0};
+  GemmArgs g = linear_forward_gemm(inp, weight, d);
   g.c = {out.data, out.dtype, d.N, 0};
-  g.trans_b = true;
-  g.m = d.M;
-  g.n = d.N;
-  g.k = d.K;
   if (bias.empty()) {
     gemm(st, g);
     return;
@@ -100,13 +88,8 @@ void linear_backward(Context& ctx, Tensor dinp, Tensor dweight, Tensor dbias, Te
   if (d.M == 0 || d.N == 0) return;
 
   if (!dinp.empty()) {  // dinp (M, K) = dout (M, N) @ weight (N, K)
-    GemmArgs g;
-    g.a = {dout.data, dout.dtype, d.N, 0};
-    g.b = {weight.data, weight.dtype, d.K, 0};
+    GemmArgs g = linear_dinp_gemm(dout, weight, d);
     g.c = {dinp.data, dinp.dtype, d.K, 0};
-    g.m = d.M;
-    g.n = d.K;
-    g.k = d.N;
     gemm(st, g);
   }
 

@@ -9,8 +9,7 @@
 #include <algorithm>
 
 #include "kernels/cuda/gelu.cuh"
-#include "kernels/cuda/gemm.h"
-#include "kernels/cuda/linear_dims.cuh"
+#include "kernels/cuda/linear_common.cuh"
 #include "kernels/linear.h"
 #include "kernels/linear_gelu.h"
 #include "kernels/op_scratch.h"
@@ -58,19 +57,9 @@ void linear_gelu_forward(Context& ctx, Tensor act, Tensor pre, Tensor inp, Tenso
   const LinearDims d = check_linear_dims(op, inp, weight, pre);
   check_like(op, act, pre, "act");
   TRAINER_CHECK(act.data != pre.data, "{}: act {} aliases pre", op, act.str());
-  if (!bias.empty()) {
-    check_cuda(bias, op, "bias");
-    TRAINER_CHECK(bias.numel() == d.N && (bias.dtype == pre.dtype || bias.dtype == DType::f32),
-                  "{}: bias {} is not ({}) {} or fp32", op, bias.str(), d.N, dtype_name(pre.dtype));
-  }
+  check_linear_bias(op, bias, d.N, pre.dtype);
   if (d.M == 0 || d.N == 0) return;
-  GemmArgs g;
-  g.a = {inp.data, inp.dtype, d.K, 0};
-  g.b = {weight.data, weight.dtype, d.K, 0};
-  g.trans_b = true;
-  g.m = d.M;
-  g.n = d.N;
-  g.k = d.K;
+  GemmArgs g = linear_forward_gemm(inp, weight, d);
   if ((bias.empty() || bias.dtype == pre.dtype) && d.N % 8 == 0) {
     GemmArgs ge = g;
     ge.c = {act.data, act.dtype, d.N, 0};
@@ -109,12 +98,7 @@ void linear_dgelu_backward(Context& ctx, Tensor dpre, Tensor dweight, Tensor dbi
     return;
   }
   // dpre (M, K) = (dout (M, N) @ weight (N, K)) * gelu'(pre)
-  GemmArgs g;
-  g.a = {dout.data, dout.dtype, d.N, 0};
-  g.b = {weight.data, weight.dtype, d.K, 0};
-  g.m = d.M;
-  g.n = d.K;
-  g.k = d.N;
+  GemmArgs g = linear_dinp_gemm(dout, weight, d);
   bool done = false;
   if (d.K % 8 == 0) {
     GemmArgs ge = g;
