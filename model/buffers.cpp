@@ -139,10 +139,12 @@ ParamId Buffers::add_param(ParamSpec spec, std::vector<int64_t> local_shape) {
   BufferId grad = add(Category::gradients, spec.name, local_shape);
   TRAINER_CHECK(buffers_[value].offset == buffers_[grad].offset,
                 "{}: parameter and gradient arenas out of step", spec.name);
-  // Vectors (norm weights, biases) are read in fp32 by the ops; only the
-  // matrices the GEMMs and lookups read get a compute-dtype copy.
+  // The matrices the GEMMs and lookups read get a compute-dtype copy, and so do
+  // the linears' biases: cuBLASLt's bias epilogue reads a bias in the output's
+  // dtype (Megatron's and llm.c's bf16 models hold them so too). Norm weights
+  // and biases are read in fp32 by the norm ops.
   BufferId compute = -1;
-  if (compute_dtype_ != DType::f32 && local_shape.size() == 2)
+  if (compute_dtype_ != DType::f32 && (local_shape.size() == 2 || spec.compute_copy))
     compute = add(Category::compute_weights, spec.name, local_shape, compute_dtype_);
   params_.push_back({std::move(spec), value, grad, compute});
   return ParamId{static_cast<int>(params_.size() - 1)};

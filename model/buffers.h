@@ -49,6 +49,8 @@ struct ParamSpec {
   int pp_stage = 0;
   bool tied_copy = false;             // the last pipeline stage's copy of the tied token table:
                                       // same name and values as the first stage's, not saved
+  bool compute_copy = false;          // a vector a GEMM reads (a linear's bias): it gets the
+                                      // compute-dtype copy every matrix gets
 };
 
 struct BufferInfo {

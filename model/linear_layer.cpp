@@ -38,7 +38,8 @@ void Linear::declare(Buffers& buf, const std::string& name, int64_t in, int64_t 
                           .tp_dim = split == Split::column ? 0 : -1,
                           .tp_replicas = tp_replicas,
                           .weight_decay = false,
-                          .sp_partial = false},
+                          .sp_partial = false,
+                          .compute_copy = fp8_ < 0},  // the FP8 GEMMs add an fp32 bias
                          {out_local});
   // Only the rank that adds the bias takes forward's bias scratch; every rank
   // sums its bias gradient.
@@ -57,7 +58,7 @@ void Linear::declare(Buffers& buf, const std::string& name, int64_t in, int64_t 
 }
 
 void Linear::forward(const LayerEnv& env, Tensor out, Tensor in) const {
-  Tensor b = bias.index >= 0 && adds_bias_ ? env.buf.param(bias) : Tensor{};
+  Tensor b = bias.index >= 0 && adds_bias_ ? env.buf.weight(bias) : Tensor{};
   gemm_forward(env, fp8_, out, in, env.buf.weight(weight), b);
 }
 
@@ -72,7 +73,7 @@ void Linear::forward_gelu(const LayerEnv& env, Tensor act, Tensor pre, Tensor in
     gelu_forward(env.ctx, act, pre);
     return;
   }
-  Tensor b = bias.index >= 0 && adds_bias_ ? env.buf.param(bias) : Tensor{};
+  Tensor b = bias.index >= 0 && adds_bias_ ? env.buf.weight(bias) : Tensor{};
   linear_gelu_forward(env.ctx, act, pre, in, env.buf.weight(weight), b);
 }
 

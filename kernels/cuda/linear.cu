@@ -3,11 +3,11 @@
 // (accumulate) and the bias gradient from the BGRADB epilogue, which overwrites,
 // so it lands in scratch and is added to dbias here. When cuBLASLt has no
 // algorithm for an epilogue, a plain GEMM plus a small kernel does the same.
-// Operands fp32, bf16 or fp16 (all three of one dtype); under mixed precision
-// the bias stays fp32, which cuBLASLt's epilogue cannot read with a 16-bit
-// output (its bias has D's type), so that GEMM writes fp32 scratch and one
-// kernel adds the bias and rounds: one rounding per output, as on the CPU (the
-// epilogue fallback does the same).
+// Operands fp32, bf16 or fp16 (all three of one dtype); the model passes a bias
+// in their dtype (its compute copy), which the BIAS epilogue reads. An fp32 bias
+// with a 16-bit output (the op API allows it; cuBLASLt's bias has D's type)
+// makes the GEMM write fp32 scratch and one kernel add the bias and round: one
+// rounding per output, as on the CPU (the epilogue fallback does the same).
 #include "kernels/cuda/bias_add.cuh"
 #include "kernels/cuda/colsum.cuh"
 #include "kernels/cuda/linear_common.cuh"

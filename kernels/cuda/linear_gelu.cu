@@ -3,9 +3,9 @@
 // acc + b, the pre-activation backward needs), the proj backward's dX GEMM with
 // DGELU (D = acc * gelu'(aux)), so neither GELU pass touches memory on its own.
 // Where the epilogue cannot run, a plain GEMM into fp32 and one kernel do the
-// same arithmetic: cuBLASLt's bias has D's type, so under mixed precision (fp32
-// bias, 16-bit activations) the forward always takes that path; its aux leading
-// dimension must be a multiple of 8; and try_gemm may find no algorithm.
+// same arithmetic: cuBLASLt's bias has D's type (the model passes the bias's
+// compute copy, but the op takes an fp32 one too); its aux leading dimension
+// must be a multiple of 8; and try_gemm may find no algorithm.
 #include <algorithm>
 
 #include "kernels/cuda/gelu.cuh"
