@@ -6,6 +6,7 @@
 
 #include "kernels/elementwise.h"
 #include "kernels/gelu.h"
+#include "kernels/linear_gelu.h"
 #include "kernels/linear.h"
 #include "kernels/memory.h"
 #include "kernels/moe_routing.h"
@@ -107,6 +108,9 @@ void Moe::declare(Buffers& buf, const std::string& prefix, const ModelConfig& cf
     if (fp8) {
       m.fp8_w2 = buf.add_fp8_gemm(name + "w2", expert, {C_, F});
       for (int64_t out : {F, C_}) declare_fp8_linear_scratch(buf, rows, out, false, false);
+    } else if (!swiglu_) {  // GELU fused into w1's forward and w2's backward (mlp_forward)
+      buf.declare_op_scratch(linear_gelu_forward_scratch_bytes(rows, F, buf.act_dtype()));
+      buf.declare_op_scratch(linear_dgelu_backward_scratch_bytes(rows, F, C_, buf.act_dtype(), false));
     }
     return m;
   };
@@ -201,11 +205,14 @@ void Moe::declare(Buffers& buf, const std::string& prefix, const ModelConfig& cf
 
 void Moe::mlp_forward(const LayerEnv& env, const Mlp3& w, Tensor out, Tensor x, const Acts& a) const {
   const Buffers& b = env.buf;
-  gemm_forward(env, w.fp8_w1, a.h1, x, b.weight(w.w1), {});
   if (swiglu_) {
+    gemm_forward(env, w.fp8_w1, a.h1, x, b.weight(w.w1), {});
     gemm_forward(env, w.fp8_w3, a.h3, x, b.weight(w.w3), {});
     swiglu_forward(env.ctx, a.act, a.h1, a.h3);
+  } else if (w.fp8_w1 < 0) {  // as GPT-2's dense MLP (kernels/linear_gelu.h)
+    linear_gelu_forward(env.ctx, a.act, a.h1, x, b.weight(w.w1), {});
   } else {
+    gemm_forward(env, w.fp8_w1, a.h1, x, b.weight(w.w1), {});
     gelu_forward(env.ctx, a.act, a.h1);
   }
   gemm_forward(env, w.fp8_w2, out, a.act, b.weight(w.w2), {});
@@ -216,16 +223,21 @@ void Moe::mlp_forward(const LayerEnv& env, const Mlp3& w, Tensor out, Tensor x, 
 void Moe::mlp_backward(const LayerEnv& env, const Mlp3& w, Tensor dx, Tensor dy, Tensor x,
                        const Acts& a, const Acts& d, Tensor tmp) const {
   const Buffers& b = env.buf;
-  gemm_backward(env, w.fp8_w2, d.act, b.grad(w.w2), {}, dy, a.act, b.weight(w.w2));
   if (swiglu_) {
+    gemm_backward(env, w.fp8_w2, d.act, b.grad(w.w2), {}, dy, a.act, b.weight(w.w2));
     swiglu_backward(env.ctx, d.h1, d.h3, d.act, a.h1, a.h3);
     gemm_backward(env, w.fp8_w1, dx, b.grad(w.w1), {}, d.h1, x, b.weight(w.w1));
     gemm_backward(env, w.fp8_w3, tmp, b.grad(w.w3), {}, d.h3, x, b.weight(w.w3));
     accumulate(env.ctx, dx, tmp);
-  } else {
-    gelu_backward(env.ctx, d.h1, d.act, a.h1);
-    gemm_backward(env, w.fp8_w1, dx, b.grad(w.w1), {}, d.h1, x, b.weight(w.w1));
+    return;
   }
+  if (w.fp8_w2 < 0) {
+    linear_dgelu_backward(env.ctx, d.h1, b.grad(w.w2), {}, dy, a.act, b.weight(w.w2), a.h1);
+  } else {
+    gemm_backward(env, w.fp8_w2, d.act, b.grad(w.w2), {}, dy, a.act, b.weight(w.w2));
+    gelu_backward(env.ctx, d.h1, d.act, a.h1);
+  }
+  gemm_backward(env, w.fp8_w1, dx, b.grad(w.w1), {}, d.h1, x, b.weight(w.w1));
 }
 
 std::vector<int32_t> Moe::kept_counts(const Buffers& b) const {

@@ -40,13 +40,17 @@ metrics() {
 status=0
 # moe_fp8: configs/moe-tiny.yaml in fp8, every expert GEMM in fp8 on its
 # ragged row block (zero-padded to 16 rows on the GPU).
+# moe_gelu_bf16: the same MoE as GPT-2 layers in bf16, each expert's GELU fused
+# into its GEMMs (kernels/linear_gelu.h) on ragged row blocks.
 # bf16_unfused: run.attention unfused, the batched-GEMM attention instead of
 # the fused kernels bf16 takes by default (the CPU has one attention).
-for case in "fp32 1e-4" "bf16 5e-3" "bf16_unfused 5e-3" "fp16 5e-3" "fp8 2e-2" "moe_fp8 2e-2"; do
+for case in "fp32 1e-4" "bf16 5e-3" "bf16_unfused 5e-3" "fp16 5e-3" "fp8 2e-2" "moe_fp8 2e-2" \
+            "moe_gelu_bf16 5e-3"; do
   read -r prec tol <<<"$case"
   extra=() job=configs/tiny-gpt2.yaml dtype=${prec#moe_}
-  dtype=${dtype%_unfused}
+  dtype=${dtype%_unfused} dtype=${dtype#gelu_}
   [[ $prec == *fp8 ]] && extra=(--set precision.fp8_first_last_bf16=false)
+  [[ $prec == moe_gelu_* ]] && extra=(--set model.family=gpt2 --set model.n_kv_head=4)
   [[ $prec == *_unfused ]] && extra=(--set run.attention=unfused)
   [[ $prec == moe_* ]] && job=configs/moe-tiny.yaml
   JOB=$job run "${prec}_cpu" cpu "$dtype" "${extra[@]}"
