@@ -6,7 +6,9 @@
 #include "kernels/cast_transpose.h"
 #include "kernels/elementwise.h"
 #include "kernels/fp8_linear.h"
+#include "kernels/gelu.h"
 #include "kernels/linear.h"
+#include "kernels/linear_gelu.h"
 #include "kernels/memory.h"
 #include "kernels/op_scratch.h"
 
@@ -177,6 +179,26 @@ void gemm_backward(const LayerEnv& env, int fp8, Tensor dinp, Tensor dw, Tensor 
     fp8_linear_backward(env, fp8, dinp, dw, dbias, dout, in, w);
   else
     linear_backward(env.ctx, dinp, dw, dbias, dout, in, w);
+}
+
+void gemm_gelu_forward(const LayerEnv& env, int fp8, Tensor act, Tensor pre, Tensor in, Tensor w,
+                       Tensor bias) {
+  if (fp8 >= 0) {
+    fp8_linear_forward(env, fp8, pre, in, w, bias);
+    gelu_forward(env.ctx, act, pre);
+  } else {
+    linear_gelu_forward(env.ctx, act, pre, in, w, bias);
+  }
+}
+
+void gemm_dgelu_backward(const LayerEnv& env, int fp8, Tensor dpre, Tensor dw, Tensor dbias,
+                         Tensor dout, Tensor in, Tensor w, Tensor pre) {
+  if (fp8 >= 0) {
+    fp8_linear_backward(env, fp8, dpre, dw, dbias, dout, in, w);
+    gelu_backward(env.ctx, dpre, dpre, pre);
+  } else {
+    linear_dgelu_backward(env.ctx, dpre, dw, dbias, dout, in, w, pre);
+  }
 }
 
 void declare_fp8_linear_scratch(Buffers& buf, int64_t rows, int64_t out, bool forward_bias,

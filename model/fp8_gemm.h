@@ -23,6 +23,13 @@ int64_t fp8_padded_rows(int64_t rows);
 void gemm_forward(const LayerEnv& env, int fp8, Tensor out, Tensor in, Tensor w, Tensor bias);
 void gemm_backward(const LayerEnv& env, int fp8, Tensor dinp, Tensor dw, Tensor dbias, Tensor dout,
                    Tensor in, Tensor w);
+// The same with GELU fused (kernels/linear_gelu.h): pre = in @ w^T + bias and
+// act = gelu(pre); and, for in = gelu(pre), dpre = (dout @ w) * gelu'(pre) with dw,
+// dbias accumulated. An fp8 GEMM composes its own GEMM with the plain GELU ops.
+void gemm_gelu_forward(const LayerEnv& env, int fp8, Tensor act, Tensor pre, Tensor in, Tensor w,
+                       Tensor bias);
+void gemm_dgelu_backward(const LayerEnv& env, int fp8, Tensor dpre, Tensor dw, Tensor dbias,
+                         Tensor dout, Tensor in, Tensor w, Tensor pre);
 
 // The op scratch an fp8 GEMM of up to `rows` rows and `out` outputs takes
 // (its amaxes, forward with `forward_bias`, backward with `bias`): declared

@@ -1,9 +1,6 @@
 // Linear layer over kernels/linear.h, with its tensor-parallel split.
 #include "model/linear_layer.h"
 
-#include "kernels/gelu.h"
-#include "kernels/linear.h"
-#include "kernels/linear_gelu.h"
 #include "kernels/op_scratch.h"
 #include "model/fp8_gemm.h"
 
@@ -57,36 +54,31 @@ void Linear::declare(Buffers& buf, const std::string& name, int64_t in, int64_t 
   }
 }
 
+Tensor Linear::forward_bias(const LayerEnv& env) const {
+  return bias.index >= 0 && adds_bias_ ? env.buf.weight(bias) : Tensor{};
+}
+
+Tensor Linear::bias_grad(const LayerEnv& env) const {
+  return bias.index >= 0 ? env.buf.grad(bias) : Tensor{};
+}
+
 void Linear::forward(const LayerEnv& env, Tensor out, Tensor in) const {
-  Tensor b = bias.index >= 0 && adds_bias_ ? env.buf.weight(bias) : Tensor{};
-  gemm_forward(env, fp8_, out, in, env.buf.weight(weight), b);
+  gemm_forward(env, fp8_, out, in, env.buf.weight(weight), forward_bias(env));
 }
 
 void Linear::backward(const LayerEnv& env, Tensor dinp, Tensor dout, Tensor in) const {
-  Tensor db = bias.index >= 0 ? env.buf.grad(bias) : Tensor{};
-  gemm_backward(env, fp8_, dinp, env.buf.grad(weight), db, dout, in, env.buf.weight(weight));
+  gemm_backward(env, fp8_, dinp, env.buf.grad(weight), bias_grad(env), dout, in,
+                env.buf.weight(weight));
 }
 
 void Linear::forward_gelu(const LayerEnv& env, Tensor act, Tensor pre, Tensor in) const {
-  if (fp8_ >= 0) {
-    forward(env, pre, in);
-    gelu_forward(env.ctx, act, pre);
-    return;
-  }
-  Tensor b = bias.index >= 0 && adds_bias_ ? env.buf.weight(bias) : Tensor{};
-  linear_gelu_forward(env.ctx, act, pre, in, env.buf.weight(weight), b);
+  gemm_gelu_forward(env, fp8_, act, pre, in, env.buf.weight(weight), forward_bias(env));
 }
 
 void Linear::backward_dgelu(const LayerEnv& env, Tensor dpre, Tensor dout, Tensor in,
                             Tensor pre) const {
-  if (fp8_ >= 0) {
-    backward(env, dpre, dout, in);
-    gelu_backward(env.ctx, dpre, dpre, pre);
-    return;
-  }
-  Tensor db = bias.index >= 0 ? env.buf.grad(bias) : Tensor{};
-  linear_dgelu_backward(env.ctx, dpre, env.buf.grad(weight), db, dout, in, env.buf.weight(weight),
-                        pre);
+  gemm_dgelu_backward(env, fp8_, dpre, env.buf.grad(weight), bias_grad(env), dout, in,
+                      env.buf.weight(weight), pre);
 }
 
 }  // namespace trainer::model

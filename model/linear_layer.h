@@ -40,6 +40,8 @@ class Linear {
   ParamId weight, bias;
 
  private:
+  Tensor forward_bias(const LayerEnv& env) const;  // empty on row-parallel ranks but tp 0
+  Tensor bias_grad(const LayerEnv& env) const;
   bool adds_bias_ = true;
   int fp8_ = -1;  // index of the input in Buffers::fp8(), -1 = not an fp8 GEMM
 };

@@ -5,8 +5,6 @@
 #include <cmath>
 
 #include "kernels/elementwise.h"
-#include "kernels/gelu.h"
-#include "kernels/linear_gelu.h"
 #include "kernels/linear.h"
 #include "kernels/memory.h"
 #include "kernels/moe_routing.h"
@@ -180,8 +178,9 @@ void Moe::declare(Buffers& buf, const std::string& prefix, const ModelConfig& cf
     dxr_ = buf.add(G, p + "d_ep_received", {R_, C_}, buf.act_dtype());
   }
   dh1_ = buf.add(G, p + "d_w1_out", {R_, F_}, buf.act_dtype());
+  // GELU experts take w2's backward straight into d_w1_out (gemm_dgelu_backward).
   if (swiglu_) dh3_ = buf.add(G, p + "d_w3_out", {R_, F_}, buf.act_dtype());
-  dact_ = buf.add(G, p + "d_activation", {R_, F_}, buf.act_dtype());
+  if (swiglu_) dact_ = buf.add(G, p + "d_activation", {R_, F_}, buf.act_dtype());
   dtopk_ = buf.add(G, p + "d_topk_weight", {N_, K_});
   dlogits_ = buf.add(G, p + "d_router_logits", {N_, E_});
   dtmp_ = buf.add(G, p + "d_input_tmp", {N_, C_}, buf.act_dtype());
@@ -199,7 +198,7 @@ void Moe::declare(Buffers& buf, const std::string& prefix, const ModelConfig& cf
     sact_ = buf.add(A, p + "shared_activation", {N_, Fs_}, buf.act_dtype());
     dsh1_ = buf.add(G, p + "d_shared_w1_out", {N_, Fs_}, buf.act_dtype());
     if (swiglu_) dsh3_ = buf.add(G, p + "d_shared_w3_out", {N_, Fs_}, buf.act_dtype());
-    dsact_ = buf.add(G, p + "d_shared_activation", {N_, Fs_}, buf.act_dtype());
+    if (swiglu_) dsact_ = buf.add(G, p + "d_shared_activation", {N_, Fs_}, buf.act_dtype());
   }
 }
 
@@ -209,11 +208,8 @@ void Moe::mlp_forward(const LayerEnv& env, const Mlp3& w, Tensor out, Tensor x, 
     gemm_forward(env, w.fp8_w1, a.h1, x, b.weight(w.w1), {});
     gemm_forward(env, w.fp8_w3, a.h3, x, b.weight(w.w3), {});
     swiglu_forward(env.ctx, a.act, a.h1, a.h3);
-  } else if (w.fp8_w1 < 0) {  // as GPT-2's dense MLP (kernels/linear_gelu.h)
-    linear_gelu_forward(env.ctx, a.act, a.h1, x, b.weight(w.w1), {});
-  } else {
-    gemm_forward(env, w.fp8_w1, a.h1, x, b.weight(w.w1), {});
-    gelu_forward(env.ctx, a.act, a.h1);
+  } else {  // GELU fused as in GPT-2's dense MLP
+    gemm_gelu_forward(env, w.fp8_w1, a.act, a.h1, x, b.weight(w.w1), {});
   }
   gemm_forward(env, w.fp8_w2, out, a.act, b.weight(w.w2), {});
 }
@@ -231,12 +227,7 @@ void Moe::mlp_backward(const LayerEnv& env, const Mlp3& w, Tensor dx, Tensor dy,
     accumulate(env.ctx, dx, tmp);
     return;
   }
-  if (w.fp8_w2 < 0) {
-    linear_dgelu_backward(env.ctx, d.h1, b.grad(w.w2), {}, dy, a.act, b.weight(w.w2), a.h1);
-  } else {
-    gemm_backward(env, w.fp8_w2, d.act, b.grad(w.w2), {}, dy, a.act, b.weight(w.w2));
-    gelu_backward(env.ctx, d.h1, d.act, a.h1);
-  }
+  gemm_dgelu_backward(env, w.fp8_w2, d.h1, b.grad(w.w2), {}, dy, a.act, b.weight(w.w2), a.h1);
   gemm_backward(env, w.fp8_w1, dx, b.grad(w.w1), {}, d.h1, x, b.weight(w.w1));
 }
 
@@ -432,7 +423,8 @@ void Moe::backward(const LayerEnv& env, Tensor dinp, Tensor dout, Tensor in, flo
     parallel::ep_combine_backward(ep_group(env), route, dys, dye);
   }
   Tensor h1 = b.get(h1_), h3 = swiglu_ ? b.get(h3_) : Tensor{}, act = b.get(act_);
-  Tensor dh1 = b.get(dh1_), dh3 = swiglu_ ? b.get(dh3_) : Tensor{}, dact = b.get(dact_);
+  Tensor dh1 = b.get(dh1_), dh3 = swiglu_ ? b.get(dh3_) : Tensor{};
+  Tensor dact = swiglu_ ? b.get(dact_) : Tensor{};
   for (const RowBlock& r : row_blocks(b)) {
     const int64_t s0 = r.begin, s1 = r.end;
     Tensor dy = dye.slice(s0, s1);
@@ -444,7 +436,7 @@ void Moe::backward(const LayerEnv& env, Tensor dinp, Tensor dout, Tensor in, flo
   if (Fs_ > 0)
     mlp_backward(env, shared_, dinp, dout, in,
                  {b.get(sh1_), swiglu_ ? b.get(sh3_) : Tensor{}, b.get(sact_)},
-                 {b.get(dsh1_), swiglu_ ? b.get(dsh3_) : Tensor{}, b.get(dsact_)}, dtmp);
+                 {b.get(dsh1_), swiglu_ ? b.get(dsh3_) : Tensor{}, swiglu_ ? b.get(dsact_) : Tensor{}}, dtmp);
   else
     fill(ctx, dinp, 0.0f);
   moe_gather_backward(ctx, dinp, dxs, b.get(assign_slot_));

@@ -11,17 +11,12 @@
 namespace trainer::cpu {
 namespace {
 
-// The staged fp32 buffer of `t` as a tensor of t's shape.
-Tensor fp32_view(const Tensor& t, float* data) {
-  Tensor v = t;
-  v.data = data;
-  v.dtype = DType::f32;
-  int64_t s = 1;
-  for (int d = t.ndim - 1; d >= 0; --d) {
-    v.stride[d] = s;
-    s *= t.shape[d];
-  }
-  return v;
+// The staged fp32 buffer of `t` as a tensor of t's shape (Staging takes only
+// contiguous tensors, so t's strides are the buffer's).
+Tensor fp32_view(Tensor t, float* data) {
+  t.data = data;
+  t.dtype = DType::f32;
+  return t;
 }
 
 }  // namespace
