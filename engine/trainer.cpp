@@ -281,7 +281,9 @@ void Trainer::setup() {
       tensorboard_ = std::make_unique<TensorBoardMetrics>(spec.run.dir);
   }
   if (options_.log) {
-    fmt::print(options_.log, "mesh: {}, zero {}\n", shape.str(), spec.parallel.zero);
+    const std::string transport = mesh_->transport();
+    fmt::print(options_.log, "mesh: {}, zero {}{}\n", shape.str(), spec.parallel.zero,
+               transport.empty() ? "" : ", collectives over " + transport);
     fmt::print(options_.log, "model: {} params ({} layers, d_model {}, {} heads), device {}\n",
                plan_.num_params, spec.model.n_layer, spec.model.d_model, spec.model.n_head,
                device_name(ctx_.device));

@@ -1,6 +1,7 @@
 // Host side of kernels/memory.h; CUDA builds route Device::cuda to kernels/cuda.
 #include "kernels/memory.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
@@ -50,6 +51,43 @@ void copy_from_host(const Tensor& dst, const void* src) {
 #endif
   }
   std::memcpy(dst.data, src, dst.nbytes());
+}
+
+HostStaging::~HostStaging() { release(); }
+
+void HostStaging::release() {
+  void* p = ptr_;
+  ptr_ = nullptr;
+  bytes_ = 0;
+  if (!p) return;
+#ifdef TRAINER_CUDA
+  if (device_ == Device::cuda) {
+    cuda::host_free_pinned(p);
+    return;
+  }
+#endif
+  std::free(p);
+}
+
+void* HostStaging::reserve(size_t bytes) {
+  if (bytes <= bytes_ && ptr_) return ptr_;
+  const size_t rounded = (std::max<size_t>(bytes, 1) + kArenaAlignment - 1) / kArenaAlignment *
+                         kArenaAlignment;
+  release();  // before the larger one is taken: the two together may not fit
+  void* p = nullptr;
+  if (device_ == Device::cuda) {
+#ifdef TRAINER_CUDA
+    p = cuda::host_alloc_pinned(rounded);
+#else
+    TRAINER_CHECK(false, "this build has no CUDA backend");
+#endif
+  } else {
+    p = std::aligned_alloc(kArenaAlignment, rounded);
+    TRAINER_CHECK(p != nullptr, "cannot allocate {} bytes of host memory", rounded);
+  }
+  ptr_ = p;
+  bytes_ = rounded;
+  return ptr_;
 }
 
 }  // namespace trainer

@@ -57,24 +57,35 @@ size_t attention_scratch_bytes(const AttentionShape& s, bool allow_fused) {
   return std::max(attention_forward_scratch_bytes(s, fused), attention_backward_scratch_bytes(s, fused));
 }
 
-size_t linear_forward_scratch_bytes(int64_t M, int64_t N, DType out_dtype, bool bias) {
-  return bias && out_dtype != DType::f32 ? f32_bytes(M * N) : 0;
+// Multiples of 16 rows keep every block's first row as aligned as the first.
+int64_t staging_block_rows(int64_t M, int64_t width, size_t block_bytes) {
+  const int64_t fit = static_cast<int64_t>(block_bytes / f32_bytes(std::max<int64_t>(width, 1)));
+  return std::min(M, std::max<int64_t>(16, fit / 16 * 16));
+}
+size_t staging_scratch_bytes(int64_t M, int64_t width, size_t block_bytes) {
+  return f32_bytes(staging_block_rows(M, width, block_bytes) * width);
+}
+
+size_t linear_forward_scratch_bytes(int64_t M, int64_t N, DType out_dtype, bool bias,
+                                    size_t block_bytes) {
+  return bias && out_dtype != DType::f32 ? staging_scratch_bytes(M, N, block_bytes) : 0;
 }
 size_t linear_bias_grad_scratch_bytes(int64_t N) { return f32_bytes(N); }
 size_t linear_backward_scratch_bytes(int64_t M, int64_t N, bool bias) {
   return bias ? std::max(linear_bias_grad_scratch_bytes(N), column_sums_scratch_bytes(M, N)) : 0;
 }
 
-size_t linear_gelu_forward_scratch_bytes(int64_t M, int64_t N, DType dtype) {
-  return dtype != DType::f32 ? f32_bytes(M * N) : 0;
+size_t linear_gelu_forward_scratch_bytes(int64_t M, int64_t N, DType dtype, size_t block_bytes) {
+  return dtype != DType::f32 ? staging_scratch_bytes(M, N, block_bytes) : 0;
 }
-size_t linear_dgelu_backward_scratch_bytes(int64_t M, int64_t K, int64_t N, DType dtype,
-                                           bool bias) {
-  return std::max(dtype != DType::f32 ? f32_bytes(M * K) : 0, linear_backward_scratch_bytes(M, N, bias));
+size_t linear_dgelu_backward_scratch_bytes(int64_t M, int64_t K, int64_t N, DType dtype, bool bias,
+                                           size_t block_bytes) {
+  return std::max(dtype != DType::f32 ? staging_scratch_bytes(M, K, block_bytes) : 0,
+                  linear_backward_scratch_bytes(M, N, bias));
 }
 
-size_t fp8_linear_forward_scratch_bytes(int64_t M, int64_t N, bool bias) {
-  return bias ? f32_bytes(M * N) : 0;
+size_t fp8_linear_forward_scratch_bytes(int64_t M, int64_t N, bool bias, size_t block_bytes) {
+  return bias ? staging_scratch_bytes(M, N, block_bytes) : 0;
 }
 size_t fp8_linear_backward_scratch_bytes(int64_t M, int64_t N, bool bias) {
   return bias ? column_sums_scratch_bytes(M, N) : 0;

@@ -44,21 +44,38 @@ size_t attention_backward_scratch_bytes(const AttentionShape& s, bool fused);
 // one everywhere without allow_fused: CudaState::flash_attention off).
 size_t attention_scratch_bytes(const AttentionShape& s, bool allow_fused = true);
 
+// Where a kernel must finish a GEMM's fp32 result before it is rounded to 16
+// bits (a bias cuBLASLt's epilogue cannot add, GELU without its epilogue, FP8's
+// bias), the GEMM runs over blocks of rows, each into an fp32 (rows, width)
+// staging buffer of at most kStagingBlockBytes (one block of 16 rows when a row
+// alone is larger), so that path never asks for a whole (M, width) fp32 copy:
+// 64 MiB where GPT-2 124M's MLP at 64 x 1024 tokens would take 768 MiB.
+// CudaState::staging_block_bytes (the ops' figure) defaults to it; the tests
+// lower it to run many blocks.
+inline constexpr size_t kStagingBlockBytes = size_t{64} << 20;
+int64_t staging_block_rows(int64_t M, int64_t width, size_t block_bytes = kStagingBlockBytes);
+size_t staging_scratch_bytes(int64_t M, int64_t width, size_t block_bytes = kStagingBlockBytes);
+
 // Linear (kernels/linear.h), inp (M, K), out (M, N). Forward: a bias kernel
-// after the GEMM writes a 16-bit output through fp32 (M, N) scratch.
-size_t linear_forward_scratch_bytes(int64_t M, int64_t N, DType out_dtype, bool bias);
+// after the GEMM writes a 16-bit output through fp32 staging (rows, N).
+size_t linear_forward_scratch_bytes(int64_t M, int64_t N, DType out_dtype, bool bias,
+                                    size_t block_bytes = kStagingBlockBytes);
 // Backward with a bias: BGRADB's (N) fp32 result, or the column sums without it.
 size_t linear_bias_grad_scratch_bytes(int64_t N);
 size_t linear_backward_scratch_bytes(int64_t M, int64_t N, bool bias);
 // Linear + GELU (kernels/linear_gelu.h), dtype that of the activations. Without
 // cuBLASLt's GELU epilogue (an fp32 bias with 16-bit activations, a width not a
-// multiple of 8, or no algorithm) a 16-bit forward writes the GEMM into fp32
-// (M, N) scratch and a 16-bit backward its dpre product into fp32 (M, K); the
+// multiple of 8, or no algorithm) a 16-bit forward stages the GEMM in fp32
+// (rows, N) and a 16-bit backward its dpre product in fp32 (rows, K); the
 // backward's weight and bias gradients are then linear_backward's.
-size_t linear_gelu_forward_scratch_bytes(int64_t M, int64_t N, DType dtype);
-size_t linear_dgelu_backward_scratch_bytes(int64_t M, int64_t K, int64_t N, DType dtype, bool bias);
-// FP8 linear (kernels/fp8_linear.h): fp32 (M, N) for the bias, column sums for its gradient.
-size_t fp8_linear_forward_scratch_bytes(int64_t M, int64_t N, bool bias);
+size_t linear_gelu_forward_scratch_bytes(int64_t M, int64_t N, DType dtype,
+                                         size_t block_bytes = kStagingBlockBytes);
+size_t linear_dgelu_backward_scratch_bytes(int64_t M, int64_t K, int64_t N, DType dtype, bool bias,
+                                           size_t block_bytes = kStagingBlockBytes);
+// FP8 linear (kernels/fp8_linear.h): fp32 staging (rows, N) for the bias, column
+// sums for its gradient.
+size_t fp8_linear_forward_scratch_bytes(int64_t M, int64_t N, bool bias,
+                                        size_t block_bytes = kStagingBlockBytes);
 size_t fp8_linear_backward_scratch_bytes(int64_t M, int64_t N, bool bias);
 // amax / the overflow checks of kernels/cast.h: one word.
 size_t amax_scratch_bytes();

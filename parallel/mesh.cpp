@@ -81,6 +81,11 @@ Mesh::~Mesh() {
   for (int i = kNumAxes - 1; i >= 0; --i) comms_[i].reset();
 }
 
+const char* Mesh::transport() const {
+  if (shape_.world == 1) return "";
+  return is_nccl(*comms_[static_cast<int>(Axis::world)]) ? "NCCL" : "MPI";
+}
+
 void Mesh::abort_communicators() noexcept {
   for (auto& comm : comms_) {
     if (comm) comm->abort();

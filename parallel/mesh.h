@@ -32,6 +32,8 @@ class Mesh {
   // Rank 0 logs; every other rank stays quiet.
   bool logs() const { return coords_.rank == 0; }
   Communicator& comm(Axis axis) { return *comms_[static_cast<int>(axis)]; }
+  // What carries the collectives: "NCCL", "MPI", or "" for a world of one.
+  const char* transport() const;
   Watchdog& watchdog() { return *watchdog_; }
 
   // For the error path of cmd/: aborts every communicator, then MPI_Abort(code)

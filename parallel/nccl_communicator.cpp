@@ -1,7 +1,8 @@
 // The NCCL Communicator for GPU ranks: non-blocking communicators (abortable),
 // collectives enqueued on a stream and tracked by the watchdog through events
 // (see nccl_communicator.h). Written against nccl.h 2.28; on a GPU only as a
-// world of one so far (one H200): nothing with two ranks has run.
+// world of one so far (one H200); several ranks run in CI against the emulated
+// NCCL (test/cuda_emu/nccl.cpp, the e2e_nccl_* tests).
 #include "parallel/nccl_communicator.h"
 
 #include "kernels/error.h"

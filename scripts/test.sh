@@ -15,10 +15,12 @@ scripts/get_data.sh
 # tests (out-of-bounds accesses among them) and the GPU-vs-CPU training
 # comparison run here whether or not a GPU exists. TRAINER_EMULATOR=0 skips it.
 if [[ ${TRAINER_EMULATOR:-1} != 0 ]]; then
-  # Also reconfigures a build-emu/ made before the ASan option.
-  if ! grep -qs '^TRAINER_CUDA_EMULATOR_ASAN:BOOL=ON$' build-emu/CMakeCache.txt; then
+  # Also reconfigures a build-emu/ made before the ASan option, or without MPI
+  # (which carries the emulated NCCL between GPU ranks).
+  if ! grep -qs '^TRAINER_CUDA_EMULATOR_ASAN:BOOL=ON$' build-emu/CMakeCache.txt ||
+     ! grep -qs '^TRAINER_MPI:BOOL=ON$' build-emu/CMakeCache.txt; then
     cmake -S . -B build-emu -G Ninja -DCMAKE_BUILD_TYPE=Release -DTRAINER_CUDA_EMULATOR=ON \
-      -DTRAINER_CUDA_EMULATOR_ASAN=ON -DTRAINER_MPI=OFF "-DTRAINER_TEST_DIRS=cuda;cuda_emu;e2e"
+      -DTRAINER_CUDA_EMULATOR_ASAN=ON -DTRAINER_MPI=ON "-DTRAINER_TEST_DIRS=cuda;cuda_emu;e2e"
   fi
   ninja -C build-emu trainer cuda_ops_test cuda_emulator_test cuda_emulator_asan_test
   # Each entry's emulated kernels run on one thread (a launch's fibers share

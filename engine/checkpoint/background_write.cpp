@@ -6,8 +6,8 @@
 namespace trainer::engine::checkpoint {
 
 BackgroundWrite::BackgroundWrite(std::unique_ptr<SafetensorsWriter> writer,
-                                 std::vector<float> snapshot, std::string path)
-    : writer_(std::move(writer)), snapshot_(std::move(snapshot)), path_(std::move(path)) {
+                                 size_t snapshot_bytes, std::string path)
+    : writer_(std::move(writer)), snapshot_bytes_(snapshot_bytes), path_(std::move(path)) {
   thread_ = std::thread([this] {
     const auto start = std::chrono::steady_clock::now();
     try {

@@ -9,7 +9,6 @@
 #include <memory>
 #include <string>
 #include <thread>
-#include <vector>
 
 #include "engine/checkpoint/files.h"
 #include "engine/checkpoint/safetensors.h"
@@ -18,9 +17,10 @@ namespace trainer::engine::checkpoint {
 
 class BackgroundWrite {
  public:
-  // Takes the writer (whose tensors point into `snapshot`) and the snapshot,
-  // and starts writing `path` at once.
-  BackgroundWrite(std::unique_ptr<SafetensorsWriter> writer, std::vector<float> snapshot,
+  // Takes the writer, whose tensors point into a snapshot of snapshot_bytes
+  // that its owner (the Checkpointer's HostStaging) keeps unchanged until this
+  // write is done, and starts writing `path` at once.
+  BackgroundWrite(std::unique_ptr<SafetensorsWriter> writer, size_t snapshot_bytes,
                   std::string path);
   // Waits for the thread: a run that ends on an error leaves a complete or
   // partial shard in the temporary directory, never a thread writing after exit.
@@ -34,11 +34,11 @@ class BackgroundWrite {
   const FileDigest& digest() const { return digest_; }
   const std::string& error() const { return error_; }  // "" when the write succeeded
   double seconds() const { return seconds_; }          // the write's wall time
-  size_t bytes() const { return snapshot_.size() * sizeof(float); }
+  size_t bytes() const { return snapshot_bytes_; }
 
  private:
   std::unique_ptr<SafetensorsWriter> writer_;
-  std::vector<float> snapshot_;
+  size_t snapshot_bytes_;
   std::string path_;
   FileDigest digest_;
   std::string error_;

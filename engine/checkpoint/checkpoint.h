@@ -19,6 +19,7 @@
 #include "engine/config/job_spec.h"
 #include "engine/json.h"
 #include "engine/optimizer.h"
+#include "kernels/memory.h"
 #include "model/buffers.h"
 #include "parallel/communicator.h"
 
@@ -158,7 +159,7 @@ class Checkpointer {
   };
   std::unique_ptr<SafetensorsWriter> shard_writer(int step, const model::Buffers& buffers,
                                                   const AdamW& optimizer,
-                                                  std::vector<float>* snapshot) const;
+                                                  HostStaging* snapshot) const;
   void complete(const Pending& p, const std::vector<int32_t>& got);
   int agree(int value_on_rank0);  // broadcast of one int from rank 0
   void load_fp8_state(const CheckpointReader& reader, model::Buffers& buffers) const;
@@ -178,6 +179,9 @@ class Checkpointer {
   std::vector<std::string> resume_notes_;
   int run_id_ = 0;  // rank 0's pid: names the temporary directory on every rank
   void* scratch_ = nullptr;  // device bytes for the collectives
+  // checkpoint.async's snapshot, page-locked on GPUs, kept from one save to the
+  // next; declared before pending_ so a write in flight ends before it goes.
+  HostStaging snapshot_;
   std::unique_ptr<Pending> pending_;
   double last_seconds_ = 0;
 };

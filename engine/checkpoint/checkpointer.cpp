@@ -48,7 +48,8 @@ void discard(const fs::path& dir, int run_id) {
 
 Checkpointer::Checkpointer(const JobSpec& spec, parallel::Communicator& world, Device device,
                            ShardPosition position, FILE* warn)
-    : spec_(spec), world_(world), device_(device), position_(position), warn_(warn) {
+    : spec_(spec), world_(world), device_(device), position_(position), warn_(warn),
+      snapshot_(device) {
   root_ = checkpoint_root(spec);
   size_t bytes = static_cast<size_t>(world_.size()) * kDigestInts * 4 + 64;
   scratch_ = device_alloc(device_, bytes);
@@ -137,14 +138,15 @@ void Checkpointer::load_fp8_state(const CheckpointReader& reader, model::Buffers
 // writer reads that copy.
 std::unique_ptr<SafetensorsWriter> Checkpointer::shard_writer(int step, const model::Buffers& buffers,
                                                               const AdamW& optimizer,
-                                                              std::vector<float>* snapshot) const {
+                                                              HostStaging* snapshot) const {
   auto w = std::make_unique<SafetensorsWriter>();
   w->set_metadata("format", "trainer-shard");
   w->set_metadata("format_version", std::to_string(kFormatVersion));
   w->set_metadata("rank", std::to_string(world_.rank()));
   w->set_metadata("step", std::to_string(step));
   const std::vector<ShardEntry> entries = shard_entries(buffers, optimizer, position_);
-  if (snapshot) snapshot->assign(shard_bytes(entries) / sizeof(float), 0.0f);
+  // Every byte of the snapshot is filled below, entry after entry.
+  float* const copy = snapshot ? static_cast<float*>(snapshot->reserve(shard_bytes(entries))) : nullptr;
   int64_t at = 0;
   for (const ShardEntry& e : entries) {
     // The entry's bytes into dst: host state copied now (it is small and may
@@ -161,7 +163,7 @@ std::unique_ptr<SafetensorsWriter> Checkpointer::shard_writer(int step, const mo
       fill = [t](void* dst) { copy_to_host(dst, t); };
     }
     if (snapshot) {
-      float* dst = snapshot->data() + at;
+      float* dst = copy + at;
       fill(dst);
       w->add(e.name, "F32", e.shape, dst, static_cast<size_t>(e.numel) * sizeof(float));
       at += e.numel;
@@ -199,9 +201,9 @@ void Checkpointer::save(int step, const model::Buffers& buffers, const AdamW& op
   } else {
     try {
       if (background) {
-        std::vector<float> snapshot;
-        std::unique_ptr<SafetensorsWriter> w = shard_writer(step, buffers, optimizer, &snapshot);
-        p->write = std::make_unique<BackgroundWrite>(std::move(w), std::move(snapshot), shard);
+        std::unique_ptr<SafetensorsWriter> w = shard_writer(step, buffers, optimizer, &snapshot_);
+        const size_t bytes = shard_bytes(shard_entries(buffers, optimizer, position_));
+        p->write = std::make_unique<BackgroundWrite>(std::move(w), bytes, shard);
       } else {
         p->digest = shard_writer(step, buffers, optimizer, nullptr)->write(shard);
         p->status = ShardStatus::written;
@@ -245,7 +247,7 @@ std::string Checkpointer::finish() {
       p->status = ShardStatus::failed;
       p->error = p->write->error();
     }
-    p->write.reset();  // the host snapshot goes now
+    p->write.reset();  // the snapshot (snapshot_) is free for the next save
   }
   const int rank = world_.rank();
   const int n = world_.size();

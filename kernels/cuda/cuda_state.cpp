@@ -126,6 +126,18 @@ void copy_from_host(void* dst, const void* src, size_t bytes) {
   CUDA_CHECK(cudaDeviceSynchronize());
 }
 
+void* host_alloc_pinned(size_t bytes) {
+  void* p = nullptr;
+  const cudaError_t err = cudaMallocHost(&p, bytes);
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    TRAINER_CHECK(false, "cannot allocate {} bytes of page-locked host memory: {}", bytes,
+                  cudaGetErrorString(err));
+  }
+  return p;
+}
+void host_free_pinned(void* ptr) { CUDA_CHECK(cudaFreeHost(ptr)); }
+
 bool available() {
   int count = 0;
   cudaError_t err = cudaGetDeviceCount(&count);

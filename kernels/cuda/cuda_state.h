@@ -44,6 +44,9 @@ struct CudaState {
   // false: 16-bit attention always takes the unfused path (tests compare both;
   // true uses the fused kernels of flash_attention.h where their shapes allow).
   bool flash_attention = true;
+  // The largest fp32 staging block of a GEMM finished by a kernel (op_scratch.h,
+  // kStagingBlockBytes); the tests lower it so those GEMMs run in several blocks.
+  size_t staging_block_bytes = kStagingBlockBytes;
   GemmAlgoCache* gemm_cache = nullptr;
 };
 

@@ -4,11 +4,12 @@
 // (wq_t)^T, dweight += gq_t (xq_t)^T. The dequantisation factors are cuBLASLt's A/B
 // scale pointers; accumulation is fp32, in the forward with Hopper's fast fp8
 // accumulation (Transformer Engine's choice: the forward tolerates it, gradients
-// get the promoted sum). An fp32 bias is added after an fp32 GEMM into scratch and
-// rounded once (bias_add.cuh); dbias sums the dequantised gradient in a fixed order.
+// get the promoted sum). An fp32 bias is added after an fp32 GEMM into staging
+// (staged_gemm.cuh) and rounded once (bias_add.cuh); dbias sums the dequantised gradient in a fixed order.
 #include "kernels/cuda/bias_add.cuh"
 #include "kernels/cuda/colsum.cuh"
 #include "kernels/cuda/gemm.h"
+#include "kernels/cuda/staged_gemm.cuh"
 #include "kernels/float_formats.h"
 #include "kernels/fp8_linear.h"
 #include "kernels/op_scratch.h"
@@ -98,11 +99,12 @@ void fp8_linear_forward(Context& ctx, Tensor out, Tensor xq, Tensor x_scale_inv,
     gemm(st, g);
     return;
   }
-  auto* acc = static_cast<float*>(scratch(st, fp8_linear_forward_scratch_bytes(M, N, true), op));
-  g.c = {acc, DType::f32, N, 0};
-  gemm(st, g);
-  TRAINER_FLOAT_DISPATCH(out.dtype, op, {
-    add_bias(st, static_cast<T*>(out.data), acc, static_cast<const float*>(bias.data), M, N);
+  float* fp32_out = out.dtype == DType::f32 ? static_cast<float*>(out.data) : nullptr;
+  staged_gemm(st, g, fp32_out, op, [&](const float* acc, int64_t m0, int64_t rows) {
+    TRAINER_FLOAT_DISPATCH(out.dtype, op, {
+      add_bias(st, static_cast<T*>(out.data) + m0 * N, acc, static_cast<const float*>(bias.data),
+               rows, N);
+    });
   });
 }
 

@@ -11,6 +11,7 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "kernels/cuda/cuda_check.h"
 
@@ -19,6 +20,9 @@ namespace trainer {
 struct GemmAlgoCache {
   std::mutex mutex;
   std::unordered_map<std::string, cublasLtMatmulAlgo_t> algos;
+  // Epilogue GEMMs the heuristic found no algorithm for: try_gemm answers false
+  // at once on later steps instead of asking the heuristic again every call.
+  std::unordered_set<std::string> refused;
 };
 
 namespace cuda {
@@ -229,6 +233,8 @@ bool run(CudaState& st, const GemmArgs& g, bool throw_if_no_algo) {
     if (it != st.gemm_cache->algos.end()) {
       algo = it->second;
       cached = true;
+    } else if (!throw_if_no_algo && st.gemm_cache->refused.count(key)) {
+      return false;
     }
   }
   if (!cached) {
@@ -254,7 +260,11 @@ bool run(CudaState& st, const GemmArgs& g, bool throw_if_no_algo) {
     if (!found) {
       // A fallback exists: any refusal of this epilogue sends the caller there,
       // where the plain GEMM fails loudly if the problem is not the epilogue.
-      if (!throw_if_no_algo) return false;
+      if (!throw_if_no_algo) {
+        std::lock_guard<std::mutex> lock(st.gemm_cache->mutex);
+        st.gemm_cache->refused.insert(key);
+        return false;
+      }
       TRAINER_CHECK(false, "{}: cuBLASLt heuristic found no algorithm (status {}: {}, {} results)",
                     describe(g), static_cast<int>(status), cublasLtGetStatusString(status),
                     returned);

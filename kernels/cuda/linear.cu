@@ -11,6 +11,7 @@
 #include "kernels/cuda/bias_add.cuh"
 #include "kernels/cuda/colsum.cuh"
 #include "kernels/cuda/linear_common.cuh"
+#include "kernels/cuda/staged_gemm.cuh"
 #include "kernels/linear.h"
 #include "kernels/op_scratch.h"
 
@@ -50,19 +51,16 @@ void linear_forward(Context& ctx, Tensor out, Tensor inp, Tensor weight, Tensor 
     gb.bias = bias.data;
     if (try_gemm(st, gb)) return;
   }
-  // The bias by a kernel after the GEMM: a 16-bit output goes through fp32 scratch,
-  // so it is rounded once, after the bias is added (the CPU op's arithmetic).
-  float* acc = static_cast<float*>(out.data);
-  if (out.dtype != DType::f32) {
-    acc = static_cast<float*>(scratch(st, linear_forward_scratch_bytes(d.M, d.N, out.dtype, true), op));
-    g.c = {acc, DType::f32, d.N, 0};
-  }
-  gemm(st, g);
-  TRAINER_FLOAT_DISPATCH(out.dtype, op,
-                         TRAINER_PARAM_DISPATCH(bias.dtype, out.dtype, op, "bias", {
-                           add_bias(st, static_cast<T*>(out.data), acc,
-                                    static_cast<const W*>(bias.data), d.M, d.N);
-                         }));
+  // The bias by a kernel after the GEMM: a 16-bit output is staged in fp32, so it
+  // is rounded once, after the bias is added (the CPU op's arithmetic).
+  float* fp32_out = out.dtype == DType::f32 ? static_cast<float*>(out.data) : nullptr;
+  staged_gemm(st, g, fp32_out, op, [&](const float* acc, int64_t m0, int64_t rows) {
+    TRAINER_FLOAT_DISPATCH(out.dtype, op,
+                           TRAINER_PARAM_DISPATCH(bias.dtype, out.dtype, op, "bias", {
+                             add_bias(st, static_cast<T*>(out.data) + m0 * d.N, acc,
+                                      static_cast<const W*>(bias.data), rows, d.N);
+                           }));
+  });
 }
 
 void linear_backward(Context& ctx, Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout,
@@ -85,7 +83,11 @@ void linear_backward(Context& ctx, Tensor dinp, Tensor dweight, Tensor dbias, Te
     check_dtype(dbias, DType::f32, op, "dbias");
     TRAINER_CHECK(dbias.numel() == d.N, "{}: dbias {} is not ({})", op, dbias.str(), d.N);
   }
-  if (d.M == 0 || d.N == 0) return;
+  if (d.M == 0) return;
+  if (d.N == 0) {  // an empty product: dinp is zero, the weight and bias get nothing
+    if (!dinp.empty()) CUDA_CHECK(cudaMemsetAsync(dinp.data, 0, dinp.nbytes(), st.stream));
+    return;
+  }
 
   if (!dinp.empty()) {  // dinp (M, K) = dout (M, N) @ weight (N, K)
     GemmArgs g = linear_dinp_gemm(dout, weight, d);

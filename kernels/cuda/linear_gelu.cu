@@ -10,6 +10,7 @@
 
 #include "kernels/cuda/gelu.cuh"
 #include "kernels/cuda/linear_common.cuh"
+#include "kernels/cuda/staged_gemm.cuh"
 #include "kernels/linear.h"
 #include "kernels/linear_gelu.h"
 #include "kernels/op_scratch.h"
@@ -69,20 +70,19 @@ void linear_gelu_forward(Context& ctx, Tensor act, Tensor pre, Tensor inp, Tenso
     ge.aux_ld = d.N;
     if (try_gemm(st, ge)) return;
   }
-  float* acc = static_cast<float*>(pre.data);
-  if (pre.dtype != DType::f32)
-    acc = static_cast<float*>(scratch(st, linear_gelu_forward_scratch_bytes(d.M, d.N, pre.dtype), op));
-  g.c = {acc, DType::f32, d.N, 0};
-  gemm(st, g);
-  const dim3 grid(grid_for(d.N, kThreads), static_cast<unsigned>(std::min<int64_t>(d.M, kMaxGridY)));
+  float* fp32_out = pre.dtype == DType::f32 ? static_cast<float*>(pre.data) : nullptr;
   const DType bias_dtype = bias.empty() ? pre.dtype : bias.dtype;
-  TRAINER_FLOAT_DISPATCH(pre.dtype, op,
-                         TRAINER_PARAM_DISPATCH(bias_dtype, pre.dtype, op, "bias", {
-                           bias_gelu_kernel<T, W><<<grid, kThreads, 0, st.stream>>>(
-                               static_cast<T*>(act.data), static_cast<T*>(pre.data), acc,
-                               static_cast<const W*>(bias.data), d.M, d.N);
-                         }));
-  CUDA_LAUNCH_CHECK();
+  staged_gemm(st, g, fp32_out, op, [&](const float* acc, int64_t m0, int64_t rows) {
+    const dim3 grid(grid_for(d.N, kThreads), static_cast<unsigned>(std::min<int64_t>(rows, kMaxGridY)));
+    TRAINER_FLOAT_DISPATCH(pre.dtype, op,
+                           TRAINER_PARAM_DISPATCH(bias_dtype, pre.dtype, op, "bias", {
+                             bias_gelu_kernel<T, W><<<grid, kThreads, 0, st.stream>>>(
+                                 static_cast<T*>(act.data) + m0 * d.N,
+                                 static_cast<T*>(pre.data) + m0 * d.N, acc,
+                                 static_cast<const W*>(bias.data), rows, d.N);
+                           }));
+    CUDA_LAUNCH_CHECK();
+  });
 }
 
 void linear_dgelu_backward(Context& ctx, Tensor dpre, Tensor dweight, Tensor dbias, Tensor dout,
@@ -109,18 +109,16 @@ void linear_dgelu_backward(Context& ctx, Tensor dpre, Tensor dweight, Tensor dbi
     done = try_gemm(st, ge);
   }
   if (!done) {
-    float* acc = static_cast<float*>(dpre.data);
-    if (dpre.dtype != DType::f32)
-      acc = static_cast<float*>(
-          scratch(st, linear_dgelu_backward_scratch_bytes(d.M, d.K, d.N, dpre.dtype, false), op));
-    g.c = {acc, DType::f32, d.K, 0};
-    gemm(st, g);
-    const int64_t n = d.M * d.K;
-    TRAINER_FLOAT_DISPATCH(dpre.dtype, op, {
-      dgelu_kernel<T><<<grid_for(n, kThreads), kThreads, 0, st.stream>>>(
-          static_cast<T*>(dpre.data), acc, static_cast<const T*>(pre.data), n);
+    float* fp32_out = dpre.dtype == DType::f32 ? static_cast<float*>(dpre.data) : nullptr;
+    staged_gemm(st, g, fp32_out, op, [&](const float* acc, int64_t m0, int64_t rows) {
+      const int64_t n = rows * d.K;
+      TRAINER_FLOAT_DISPATCH(dpre.dtype, op, {
+        dgelu_kernel<T><<<grid_for(n, kThreads), kThreads, 0, st.stream>>>(
+            static_cast<T*>(dpre.data) + m0 * d.K, acc,
+            static_cast<const T*>(pre.data) + m0 * d.K, n);
+      });
+      CUDA_LAUNCH_CHECK();
     });
-    CUDA_LAUNCH_CHECK();
   }
   // The weight and bias gradients are the plain linear's (scratch is reused in
   // stream order: the kernel above has read it before these GEMMs run).

@@ -3,6 +3,7 @@
 // model changing under it, leave only a partial save when the run ends first,
 // and turn a failed write into an Error that keeps the previous checkpoint.
 #include <catch2/catch.hpp>
+#include <fmt/format.h>
 
 #include <chrono>
 #include <cmath>
@@ -67,6 +68,27 @@ TEST_CASE("async checkpoint: the bytes of a foreground save, from the step's sta
     CHECK(c.finish().empty());  // nothing left in flight
     fs::remove_all(dir);
   }
+}
+
+TEST_CASE("async checkpoint: one host snapshot buffer serves save after save", "[cpu][checkpoint]") {
+  fs::path dir = fresh_temp_dir("async_reuse");
+  JobSpec fg = tiny_spec_in(dir, Family::gpt2);
+  fg.checkpoint.dir = (dir / "fg").string();
+  JobSpec bg = fg;
+  bg.checkpoint.dir = (dir / "bg").string();
+  Trainer a(fg, quiet_options());
+  auto world = parallel::make_single_communicator("world");
+  Checkpointer c(bg, *world);
+  for (int step : {2, 3}) {
+    train_losses(a, step == 2 ? 1 : 3, step);
+    testing::save(a, fg, step);
+    c.save(step, a.model().buffers(), a.optimizer(), {}, /*background=*/true);
+    const std::string done = c.finish();
+    REQUIRE(done == (dir / "bg" / fmt::format("step_{:06d}", step)).string());
+    CHECK(read_all(fs::path(done) / "rank_00000.safetensors") ==
+          read_all(dir / "fg" / fmt::format("step_{:06d}", step) / "rank_00000.safetensors"));
+  }
+  fs::remove_all(dir);
 }
 
 TEST_CASE("async checkpoint: a run that ends before completing it leaves a partial save",

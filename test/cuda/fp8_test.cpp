@@ -180,6 +180,10 @@ TEST_CASE("fp8 linear GEMMs match the CPU op on the same codes", "[cuda][fp8]") 
       if (c.bias) expect_close(tag + " dbias", r1[3], hdb.data, kF32LongSum);
       else expect_same_bits(tag + " dbias untouched", r1[3], db0);
       for (int i = 0; i < 4; ++i) expect_same_bits(tag + " rerun " + std::to_string(i), r1[i], r2[i]);
+      if (c.bias && act != DType::f32) {  // the bias's fp32 staging in 16-row blocks
+        const ScopedStaging blocks(kStagingModes[2]);
+        expect_close(tag + " out, " + staging_mode_name(), run()[0], hy.values(), kFp8Gemm);
+      }
     }
   }
 }

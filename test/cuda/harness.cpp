@@ -27,6 +27,21 @@ Context& gpu() {
   return ctx;
 }
 
+ScopedStaging::ScopedStaging(const StagingMode& mode) {
+  gpu().cuda->gemm_epilogues = mode.epilogues;
+  gpu().cuda->staging_block_bytes = mode.staging_block_bytes;
+}
+ScopedStaging::~ScopedStaging() {
+  gpu().cuda->gemm_epilogues = true;
+  gpu().cuda->staging_block_bytes = kStagingBlockBytes;
+}
+
+std::string staging_mode_name() {
+  const CudaState& st = *gpu().cuda;
+  if (st.gemm_epilogues) return "epilogues";
+  return st.staging_block_bytes == kStagingBlockBytes ? "fallback" : "fallback in 16-row blocks";
+}
+
 Context& cpu() {
   static Context ctx{Device::cpu, nullptr};
   return ctx;

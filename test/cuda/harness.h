@@ -85,6 +85,25 @@ struct HostTensor {
 };
 Tensor host_ints(std::vector<int32_t>& values, std::initializer_list<int64_t> shape);
 
+// The linear ops' paths: cuBLASLt's epilogues; the fallback kernels after a
+// plain GEMM (gemm_epilogues off); and the fallback with its fp32 staging cut
+// into blocks of 16 rows (staged_gemm.cuh: staging_block_bytes of 1 byte rounds
+// up to 16 rows). ScopedStaging sets one on gpu() and restores the defaults.
+struct StagingMode {
+  bool epilogues;
+  size_t staging_block_bytes;
+};
+inline constexpr StagingMode kStagingModes[] = {
+    {true, kStagingBlockBytes}, {false, kStagingBlockBytes}, {false, 1}};
+struct ScopedStaging {
+  explicit ScopedStaging(const StagingMode& mode);
+  ~ScopedStaging();
+  ScopedStaging(const ScopedStaging&) = delete;
+  ScopedStaging& operator=(const ScopedStaging&) = delete;
+};
+// "epilogues", "fallback" or "fallback in 16-row blocks": gpu()'s mode now.
+std::string staging_mode_name();
+
 struct Tolerance {
   double atol, rtol, rel_l2;
 };

@@ -38,9 +38,9 @@ void run_forward(const GeluCase& c, DType act, DType bias_dtype) {
   const auto r2 = run();
   const Tolerance tol = narrow_tolerance(act, kF32Reduction, true);
   const std::string tag =
-      fmt::format("linear_gelu_forward {} (bias {}) M={} K={} N={} bias={} epilogues={}",
+      fmt::format("linear_gelu_forward {} (bias {}) M={} K={} N={} bias={} {}",
                   dtype_name(act), dtype_name(bias_dtype), c.M, c.K, c.N, c.bias,
-                  gpu().cuda->gemm_epilogues);
+                  staging_mode_name());
   expect_close(tag + " act", r1[0], hact.values(), tol);
   expect_close(tag + " pre", r1[1], hpre.values(), tol);
   for (int i = 0; i < 2; ++i) expect_same_bits(tag + " rerun " + std::to_string(i), r1[i], r2[i]);
@@ -75,9 +75,9 @@ void run_backward(const GeluCase& c, DType act) {
   };
   const auto r1 = run();
   const auto r2 = run();
-  const std::string tag = fmt::format("linear_dgelu_backward {} M={} K={} N={} bias={} epilogues={}",
+  const std::string tag = fmt::format("linear_dgelu_backward {} M={} K={} N={} bias={} {}",
                                       dtype_name(act), c.M, c.K, c.N, c.bias,
-                                      gpu().cuda->gemm_epilogues);
+                                      staging_mode_name());
   expect_close(tag + " dpre", r1[0], hdpre.values(), narrow_tolerance(act, kF32Reduction, true));
   const Tolerance acc_tol = narrow_tolerance(act, kF32LongSum, true);
   expect_close(tag + " dweight", r1[1], hdw.data, acc_tol);
@@ -93,14 +93,13 @@ const GeluCase kCases[] = {
 };
 
 void run_all(DType act, DType bias_dtype) {
-  for (bool epilogues : {true, false}) {
-    gpu().cuda->gemm_epilogues = epilogues;
+  for (const StagingMode& mode : kStagingModes) {
+    const ScopedStaging scoped(mode);
     for (const auto& c : kCases) {
       run_forward(c, act, bias_dtype);
       run_backward(c, act);
     }
   }
-  gpu().cuda->gemm_epilogues = true;
 }
 
 }  // namespace

@@ -61,9 +61,9 @@ void run_linear(const LinearCase& c, LinearDtypes t) {
   // them in an order (and with an alignment of partial sums) OpenBLAS does not,
   // so they get the operands' GEMM bound rather than fp32's.
   const Tolerance acc_tol = narrow_tolerance(act, kF32LongSum, true);
-  const std::string tag = fmt::format("linear {} (bias {}) M={} K={} N={} bias={} dinp={} epilogues={}",
+  const std::string tag = fmt::format("linear {} (bias {}) M={} K={} N={} bias={} dinp={} {}",
                                       dtype_name(act), dtype_name(t.bias), c.M, c.K, c.N, c.bias,
-                                      c.dinp, gpu().cuda->gemm_epilogues);
+                                      c.dinp, staging_mode_name());
   expect_close(tag + " out", r1[0], hy.values(), tol);
   if (c.dinp) expect_close(tag + " dinp", r1[1], hdx.values(), tol);
   expect_close(tag + " dweight", r1[2], hdw.data, acc_tol);
@@ -75,16 +75,16 @@ void run_linear(const LinearCase& c, LinearDtypes t) {
 const LinearCase kCases[] = {
     {1, 1, 1, true, true},      {1, 17, 1, true, true},    {17, 17, 17, true, false},
     {17, 64, 96, false, true},  {64, 96, 17, true, true},  {33, 128, 4097, true, true},
-    {4097, 32, 48, true, true},
+    {4097, 32, 48, true, true}, {5, 8, 0, true, true},  // N = 0: dinp zeroed
 };
 
-// Both branches: cuBLASLt's bias epilogues, and the fallback kernels.
+// Both branches: cuBLASLt's bias epilogues, and the fallback kernels, whose fp32
+// staging also runs in blocks of 16 rows (staged_gemm.cuh).
 void run_all(LinearDtypes t) {
-  for (bool epilogues : {true, false}) {
-    gpu().cuda->gemm_epilogues = epilogues;
+  for (const StagingMode& mode : kStagingModes) {
+    const ScopedStaging scoped(mode);
     for (const auto& c : kCases) run_linear(c, t);
   }
-  gpu().cuda->gemm_epilogues = true;
 }
 
 }  // namespace
@@ -102,5 +102,26 @@ TEST_CASE("linear fp16 matches the CPU op", "[cuda][linear][fp16]") {
   run_all({DType::f16, DType::f32});
   run_all({DType::f16, DType::f16});
 }
+
+#ifdef TRAINER_CUDA_EMULATOR
+// The real cuBLASLt may have no algorithm for an epilogue at some shape; the ops
+// then take their fallback (checked against the CPU op inside run_linear), and
+// gemm.cpp remembers the refusal: a second run asks the heuristic nothing. A
+// shape no other case uses, so no earlier test has cached an algorithm for it.
+TEST_CASE("linear falls back when cuBLASLt refuses its epilogues, and asks once",
+          "[cuda][linear][bf16]") {
+  struct Refusing {
+    Refusing() { cuda_emu_cublaslt_refuse_epilogues(true); }
+    ~Refusing() { cuda_emu_cublaslt_refuse_epilogues(false); }
+  } refusing;
+  const LinearCase c{37, 56, 40, true, true};
+  const uint64_t before = cuda_emu_cublaslt_heuristic_calls();
+  run_linear(c, {DType::bf16, DType::bf16});
+  const uint64_t first = cuda_emu_cublaslt_heuristic_calls() - before;
+  CHECK(first >= 4);  // bias, bias gradient (refused) and their plain GEMMs
+  run_linear(c, {DType::bf16, DType::bf16});
+  CHECK(cuda_emu_cublaslt_heuristic_calls() - before == first);
+}
+#endif
 
 }  // namespace trainer::cuda_test

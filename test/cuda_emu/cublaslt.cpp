@@ -4,6 +4,7 @@
 // sized for the GPU never fails on the emulator's summation order.
 #include <cublasLt.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -252,6 +253,13 @@ cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t p
   }
 }
 
+namespace {
+std::atomic<bool> g_refuse_epilogues{false};
+std::atomic<uint64_t> g_heuristic_calls{0};
+}  // namespace
+void cuda_emu_cublaslt_refuse_epilogues(bool refuse) { g_refuse_epilogues = refuse; }
+uint64_t cuda_emu_cublaslt_heuristic_calls() { return g_heuristic_calls; }
+
 cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc,
                                               cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t b,
                                               cublasLtMatrixLayout_t c, cublasLtMatrixLayout_t d,
@@ -259,7 +267,10 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t handle, cublasLtM
                                               cublasLtMatmulHeuristicResult_t* results,
                                               int* returned) {
   *returned = 0;
+  ++g_heuristic_calls;
   if (!handle || requested < 1) return CUBLAS_STATUS_INVALID_VALUE;
+  if (g_refuse_epilogues && desc->epilogue != CUBLASLT_EPILOGUE_DEFAULT)
+    return CUBLAS_STATUS_NOT_SUPPORTED;
   const cublasStatus_t shapes = check_shapes(*desc, *a, *b, *c, *d);
   if (shapes != CUBLAS_STATUS_SUCCESS) return shapes;
   const bool fp8 = is_fp8(a->type) || is_fp8(b->type);

@@ -29,6 +29,14 @@ target_include_directories(trainer_cuda_emu PUBLIC ${_emu_dir}/include)
 target_compile_options(trainer_cuda_emu PUBLIC -ffp-contract=off)
 target_link_libraries(trainer_cuda_emu PRIVATE trainer_warnings trainer_emu_asan)
 
+# NCCL over MPI (nccl.cpp), when MPI is found: GPU ranks launched by mpirun then
+# run trainer's NCCL communicator (parallel/CMakeLists.txt links it).
+if(MPI_CXX_FOUND)
+  add_library(trainer_nccl_emu STATIC ${_emu_dir}/nccl.cpp)
+  target_link_libraries(trainer_nccl_emu PUBLIC trainer_cuda_emu MPI::MPI_CXX
+                        PRIVATE trainer_warnings trainer_emu_asan)
+endif()
+
 # trainer_emulated_cuda_sources(OUT_VAR file.cu ...): each .cu/.cuh rewritten
 # (rewrite_cu.cmake) under the build tree at the same relative path; the .cu
 # files become .cu.cpp sources, the .cuh files headers found first on the

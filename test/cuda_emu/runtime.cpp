@@ -111,12 +111,27 @@ cudaError_t check_launch(const void* kernel, const LaunchConfig& cfg) {
 using cuda_emu::fail;
 using cuda_emu::rt;
 
+namespace {
+// Every process emulates its own GPUs; several ranks on one node (the emulated
+// NCCL, nccl.cpp) each take the one their local rank names, so the count comes
+// from TRAINER_CUDA_EMU_DEVICES (default 1, at most 64).
+int device_count() {
+  static const int n = [] {
+    const char* v = std::getenv("TRAINER_CUDA_EMU_DEVICES");
+    const int parsed = v ? std::atoi(v) : 1;
+    return parsed >= 1 && parsed <= 64 ? parsed : 1;
+  }();
+  return n;
+}
+bool valid_device(int device) { return device >= 0 && device < device_count(); }
+}  // namespace
+
 cudaError_t cudaGetDeviceCount(int* count) {
-  *count = 1;
+  *count = device_count();
   return cudaSuccess;
 }
 cudaError_t cudaSetDevice(int device) {
-  if (device != 0) return fail(cudaErrorInvalidDevice);
+  if (!valid_device(device)) return fail(cudaErrorInvalidDevice);
   rt().device = device;
   return cudaSuccess;
 }
@@ -125,7 +140,7 @@ cudaError_t cudaGetDevice(int* device) {
   return cudaSuccess;
 }
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
-  if (device != 0) return fail(cudaErrorInvalidDevice);
+  if (!valid_device(device)) return fail(cudaErrorInvalidDevice);
   std::memset(prop, 0, sizeof(*prop));
   std::snprintf(prop->name, sizeof(prop->name), "trainer CUDA emulator (host fibers, sm_90 limits)");
   prop->totalGlobalMem = cuda_emu::kTotalMemory;
@@ -141,7 +156,7 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
   return cudaSuccess;
 }
 cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) {
-  if (device != 0) return fail(cudaErrorInvalidDevice);
+  if (!valid_device(device)) return fail(cudaErrorInvalidDevice);
   switch (attr) {
     case cudaDevAttrMaxThreadsPerBlock: *value = 1024; return cudaSuccess;
     case cudaDevAttrMaxSharedMemoryPerBlock: *value = cuda_emu::kDefaultDynamicSmem; return cudaSuccess;

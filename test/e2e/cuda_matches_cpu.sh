@@ -2,10 +2,10 @@
 # cuda_matches_cpu.sh TRAINER SOURCE_DIR WORK: the tiny GPT-2 on real text, a
 # few steps on the CUDA backend and on the CPU in fp32, bf16, fp16 and fp8
 # (every block GEMM in fp8), bf16 with run.attention: unfused, and the tiny
-# MoE in fp8, losses and grad norms
-# compared step by step at
-# gpu_check.sh's tolerances. Exit 77 (skipped) where no GPU is visible; in a
-# build against the CUDA emulator (test/cuda_emu) it runs in CI.
+# MoE in fp8, losses and grad norms compared step by step at gpu_check.sh's
+# tolerances; then a background checkpoint's shard against a foreground one's.
+# Exit 77 (skipped) where no GPU is visible; in a build against the CUDA
+# emulator (test/cuda_emu) it runs in CI.
 set -euo pipefail
 trainer=$1 src=$2 work=$3
 steps=${STEPS:-3}
@@ -64,6 +64,20 @@ for case in "fp32 1e-4" "bf16 5e-3" "bf16_unfused 5e-3" "fp16 5e-3" "fp8 2e-2" "
           if (r > worst) worst = r } }
       END { printf "%s: %d steps, worst relative difference (loss, grad norm) %.3g (tol %s)\n", p, rows, worst, tol
             exit (bad || rows != n || worst > tol) }'; then
+    status=1
+  fi
+done
+# checkpoint.async on the CUDA backend: the shard written in the background from
+# the page-locked host snapshot at step 1 holds the bytes a foreground save
+# writes (the last save, step 2, is always foreground).
+run ckpt_fg cuda fp32 --set train.steps=2 --set checkpoint.every=1 --set checkpoint.async=false
+run ckpt_bg cuda fp32 --set train.steps=2 --set checkpoint.every=1 --set checkpoint.async=true
+for s in 1; do
+  shard=checkpoints/$(printf 'step_%06d' "$s")/rank_00000.safetensors
+  if cmp -s "$work/ckpt_fg/$shard" "$work/ckpt_bg/$shard" && grep -q "in the background" "$work/ckpt_bg.log"; then
+    echo "async checkpoint on cuda: step $s shard equals the foreground save's"
+  else
+    echo "async checkpoint on cuda: step $s shard differs from the foreground save's (or was not saved in the background)"
     status=1
   fi
 done

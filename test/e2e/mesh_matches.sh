@@ -6,7 +6,9 @@
 # bf16 mesh rounds partial sums the single rank never forms); MESH_GRAD_NORM=1
 # compares every step's gradient norm as well (AdamW hides a wrongly scaled
 # gradient from the loss, not from the norm); evaluations, when the job has
-# them, must give the same validation losses.
+# them, must give the same validation losses. MESH_COMMON: overrides both runs
+# take (the device); MESH_EXPECT: a text the mesh run's log must hold (what
+# carries its collectives).
 set -euo pipefail
 fx=$1 trainer=$2 mpiexec=$3 np=$4 job=$5
 shift 5
@@ -14,18 +16,28 @@ cd "$fx"
 tag=$(echo "$job-$np-$*" | tr -c 'a-zA-Z0-9' '_')
 ref=runs/ref_$tag mesh=runs/mesh_$tag
 rm -rf "$ref" "$mesh"
-OMP_NUM_THREADS=1 "$trainer" train "$job" --set run.dir="$ref" >/dev/null
+mkdir -p runs
+read -r -a common <<<"${MESH_COMMON:-}"
+# MESH_STEPS: fewer steps than the jobs' 20 (the emulated GPU is slow).
+steps=20
+if [[ -n ${MESH_STEPS:-} ]]; then steps=$MESH_STEPS; common+=(--set "train.steps=$steps"); fi
+OMP_NUM_THREADS=1 "$trainer" train "$job" --set run.dir="$ref" "${common[@]}" >"$ref.log" 2>&1 ||
+  { cat "$ref.log"; exit 1; }
 OMP_NUM_THREADS=1 "$mpiexec" --allow-run-as-root --oversubscribe -np "$np" \
-  "$trainer" train "$job" --set run.dir="$mesh" "$@" >/dev/null
-steps() { grep '"loss"' "$1/metrics.jsonl" | sed 's/.*"loss": \([^,]*\),.*"grad_norm": \([^,]*\),.*/\1 \2/'; }
-paste <(steps "$ref") <(steps "$mesh") | awk -v tol="${MESH_RTOL:-1e-5}" -v norms="${MESH_GRAD_NORM:-0}" '
+  "$trainer" train "$job" --set run.dir="$mesh" "${common[@]}" "$@" >"$mesh.log" 2>&1 ||
+  { cat "$mesh.log"; exit 1; }
+if [[ -n ${MESH_EXPECT:-} ]] && ! grep -qF "$MESH_EXPECT" "$mesh.log"; then
+  echo "the mesh run's log does not say '$MESH_EXPECT':"; head -3 "$mesh.log"; exit 1
+fi
+losses() { grep '"loss"' "$1/metrics.jsonl" | sed 's/.*"loss": \([^,]*\),.*"grad_norm": \([^,]*\),.*/\1 \2/'; }
+paste <(losses "$ref") <(losses "$mesh") | awk -v tol="${MESH_RTOL:-1e-5}" -v norms="${MESH_GRAD_NORM:-0}" -v want="$steps" '
   function rel(a, b,   d) { d = a - b; if (d < 0) d = -d; return d / (a < 0 ? -a : a) }
   { n++; r = rel($1, $3); if (r > worst) worst = r; if (r > tol) { bad++; print "step " n ": " $1 " vs " $3 }
     if (norms) { g = rel($2, $4); if (g > gworst) gworst = g;
                  if (g > tol) { bad++; print "step " n ": grad norm " $2 " vs " $4 } } }
   END { printf "%d steps compared, worst relative difference %.3g", n, worst;
         if (norms) printf ", grad norm %.3g", gworst;
-        printf "\n"; exit !(n == 20 && bad == 0) }'
+        printf "\n"; exit !(n == want && bad == 0) }'
 val() { grep '"val_loss"' "$1/metrics.jsonl" | sed 's/.*"val_loss": \([^}]*\)}.*/\1/' || true; }
 paste <(val "$ref") <(val "$mesh") | awk -v tol="${MESH_RTOL:-1e-5}" '
   { n++; d = $1 - $2; if (d < 0) d = -d; if (NF != 2 || d > tol * $1) { bad++; print "eval " n ": " $1 " vs " $2 } }

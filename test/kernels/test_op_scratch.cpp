@@ -47,7 +47,7 @@ TEST_CASE("unfused attention: fp32 scores, 16-bit copies, fp32 dK/dV for GQA", "
   CHECK(attention_forward_scratch_bytes({1, 8, 32, 2, 2, 8, DType::f32}, false) == 8 * 32 * 4);
 }
 
-TEST_CASE("linear: fp32 (M, N) for a 16-bit output's bias, the bias gradient's sums", "[cpu][op_scratch]") {
+TEST_CASE("linear: fp32 staging for a 16-bit output's bias, the bias gradient's sums", "[cpu][op_scratch]") {
   CHECK(linear_forward_scratch_bytes(6, 10, DType::bf16, true) == 6 * 10 * 4);
   CHECK(linear_forward_scratch_bytes(6, 10, DType::f16, true) == 240);
   CHECK(linear_forward_scratch_bytes(6, 10, DType::f32, true) == 0);  // the bias added in place
@@ -60,6 +60,25 @@ TEST_CASE("linear: fp32 (M, N) for a 16-bit output's bias, the bias gradient's s
   CHECK(fp8_linear_forward_scratch_bytes(6, 10, false) == 0);
   CHECK(fp8_linear_backward_scratch_bytes(640, 10, true) == 400);
   CHECK(amax_scratch_bytes() == 4);
+}
+
+TEST_CASE("fp32 staging: blocks of rows, multiples of 16, at most 64 MiB", "[cpu][op_scratch]") {
+  // GPT-2 124M's MLP at 64 x 1024 tokens: 5461 rows of 3072 floats fit, 5456 taken.
+  CHECK(staging_block_rows(65536, 3072) == 5456);
+  CHECK(staging_scratch_bytes(65536, 3072) == size_t{5456} * 3072 * 4);
+  CHECK(staging_scratch_bytes(65536, 3072) <= kStagingBlockBytes);
+  CHECK(linear_forward_scratch_bytes(65536, 3072, DType::bf16, true) == size_t{5456} * 3072 * 4);
+  CHECK(linear_gelu_forward_scratch_bytes(65536, 3072, DType::bf16) == size_t{5456} * 3072 * 4);
+  // dpre (M, K = 3072) staged; the (N = 768) bias gradient's sums are smaller.
+  CHECK(linear_dgelu_backward_scratch_bytes(65536, 3072, 768, DType::bf16, true) ==
+        size_t{5456} * 3072 * 4);
+  CHECK(fp8_linear_forward_scratch_bytes(65536, 3072, true) == size_t{5456} * 3072 * 4);
+  CHECK(staging_block_rows(100, 3072) == 100);               // fits whole
+  CHECK(staging_block_rows(100, int64_t{2} << 20) == 16);     // a row over the block: 16 rows
+  CHECK(staging_block_rows(100, 10, 1) == 16);               // the tests' tiny blocks
+  CHECK(staging_block_rows(7, 10, 1) == 7);
+  CHECK(staging_block_rows(0, 10) == 0);
+  CHECK(staging_scratch_bytes(0, 10) == 0);
 }
 
 TEST_CASE("sums of squares, the embedding's and MoE plan's sorts", "[cpu][op_scratch]") {

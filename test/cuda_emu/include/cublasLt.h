@@ -133,3 +133,10 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
                               const void* C, cublasLtMatrixLayout_t c, void* D,
                               cublasLtMatrixLayout_t d, const cublasLtMatmulAlgo_t* algo,
                               void* workspace, size_t workspace_bytes, cudaStream_t stream);
+
+// The emulator's own test hooks (no CUDA counterpart): with refusals on, the
+// heuristic answers NOT_SUPPORTED for every epilogue but the default, as the
+// real library may for a shape; heuristic_calls counts its calls, so a test can
+// see that a refusal is remembered rather than asked again.
+void cuda_emu_cublaslt_refuse_epilogues(bool refuse);
+uint64_t cuda_emu_cublaslt_heuristic_calls();
