@@ -30,7 +30,6 @@ class HostStaging {
   // At least `bytes` (256-byte aligned), keeping the buffer when it is large
   // enough; earlier contents are not kept when it grows.
   void* reserve(size_t bytes);
-  size_t capacity() const { return bytes_; }
 
  private:
   void release();

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "engine/checkpoint/safetensors.h"
+#include "engine/checkpoint/shard_contents.h"
 #include "engine/checkpoint/slice.h"
 #include "engine/config/job_spec.h"
 #include "engine/json.h"
@@ -157,8 +158,7 @@ class Checkpointer {
     FileDigest digest;
     std::string error;
   };
-  std::unique_ptr<SafetensorsWriter> shard_writer(int step, const model::Buffers& buffers,
-                                                  const AdamW& optimizer,
+  std::unique_ptr<SafetensorsWriter> shard_writer(int step, const std::vector<ShardEntry>& entries,
                                                   HostStaging* snapshot) const;
   void complete(const Pending& p, const std::vector<int32_t>& got);
   int agree(int value_on_rank0);  // broadcast of one int from rank 0

@@ -136,15 +136,14 @@ void Checkpointer::load_fp8_state(const CheckpointReader& reader, model::Buffers
 // tensors stream from the device as the file is written; with it they are
 // copied into it now (the step's state, while training goes on) and the
 // writer reads that copy.
-std::unique_ptr<SafetensorsWriter> Checkpointer::shard_writer(int step, const model::Buffers& buffers,
-                                                              const AdamW& optimizer,
+std::unique_ptr<SafetensorsWriter> Checkpointer::shard_writer(int step,
+                                                              const std::vector<ShardEntry>& entries,
                                                               HostStaging* snapshot) const {
   auto w = std::make_unique<SafetensorsWriter>();
   w->set_metadata("format", "trainer-shard");
   w->set_metadata("format_version", std::to_string(kFormatVersion));
   w->set_metadata("rank", std::to_string(world_.rank()));
   w->set_metadata("step", std::to_string(step));
-  const std::vector<ShardEntry> entries = shard_entries(buffers, optimizer, position_);
   // Every byte of the snapshot is filled below, entry after entry.
   float* const copy = snapshot ? static_cast<float*>(snapshot->reserve(shard_bytes(entries))) : nullptr;
   int64_t at = 0;
@@ -200,12 +199,12 @@ void Checkpointer::save(int step, const model::Buffers& buffers, const AdamW& op
     p->status = ShardStatus::none;
   } else {
     try {
+      const std::vector<ShardEntry> entries = shard_entries(buffers, optimizer, position_);
       if (background) {
-        std::unique_ptr<SafetensorsWriter> w = shard_writer(step, buffers, optimizer, &snapshot_);
-        const size_t bytes = shard_bytes(shard_entries(buffers, optimizer, position_));
-        p->write = std::make_unique<BackgroundWrite>(std::move(w), bytes, shard);
+        p->write = std::make_unique<BackgroundWrite>(shard_writer(step, entries, &snapshot_),
+                                                     shard_bytes(entries), shard);
       } else {
-        p->digest = shard_writer(step, buffers, optimizer, nullptr)->write(shard);
+        p->digest = shard_writer(step, entries, nullptr)->write(shard);
         p->status = ShardStatus::written;
       }
     } catch (const std::exception& e) {

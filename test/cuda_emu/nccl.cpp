@@ -52,31 +52,19 @@ bool mpi_up() {
 }
 
 // 16-bit floats: MPI has no such type, so they travel as MPI_UINT16_T and
-// reduce through these (fp32 arithmetic, each partial result rounded).
-template <class T>
-float to_f(T x);
-template <>
-float to_f(__half x) { return __half2float(x); }
-template <>
-float to_f(__nv_bfloat16 x) { return __bfloat162float(x); }
-template <class T>
-T from_f(float x);
-template <>
-__half from_f(float x) { return __float2half(x); }
-template <>
-__nv_bfloat16 from_f(float x) { return __float2bfloat16(x); }
-
+// reduce through these (fp32 arithmetic, each partial result rounded, through
+// the emulated types' own conversions).
 template <class T, int Op>
 void reduce16(void* in, void* inout, int* len, MPI_Datatype*) {
   const T* a = static_cast<const T*>(in);
   T* b = static_cast<T*>(inout);
   for (int i = 0; i < *len; ++i) {
-    const float x = to_f(a[i]), y = to_f(b[i]);
+    const float x = static_cast<float>(a[i]), y = static_cast<float>(b[i]);
     float r = x + y;
     if (Op == ncclProd) r = x * y;
     if (Op == ncclMax) r = x > y ? x : y;
     if (Op == ncclMin) r = x < y ? x : y;
-    b[i] = from_f<T>(r);
+    b[i] = T(r);
   }
 }
 
@@ -125,7 +113,7 @@ ncclResult_t mpi_op(ncclDataType_t t, ncclRedOp_t op, MPI_Op* out) {
 template <class T>
 void scale16(void* p, size_t n, float s) {
   T* v = static_cast<T*>(p);
-  for (size_t i = 0; i < n; ++i) v[i] = from_f<T>(to_f(v[i]) * s);
+  for (size_t i = 0; i < n; ++i) v[i] = T(static_cast<float>(v[i]) * s);
 }
 void premultiply(void* p, size_t count, ncclDataType_t t, int nranks) {
   switch (t) {
