@@ -312,6 +312,14 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t handle, cublasLtM
   return CUBLAS_STATUS_SUCCESS;
 }
 
+namespace {
+// One matmul with the descriptors as they were when it was queued.
+void matmul(const cublasLtMatmulDescOpaque_t* desc, const cublasLtMatrixLayoutOpaque_t* la,
+            const cublasLtMatrixLayoutOpaque_t* lb, const cublasLtMatrixLayoutOpaque_t* lc,
+            const cublasLtMatrixLayoutOpaque_t* ld, float alpha, float beta, const void* A,
+            const void* B, const void* C, void* D);
+}  // namespace
+
 cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc,
                               const void* alpha_p, const void* A, cublasLtMatrixLayout_t la,
                               const void* B, cublasLtMatrixLayout_t lb, const void* beta_p,
@@ -340,20 +348,12 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
   const float alpha = *static_cast<const float*>(alpha_p);
   const float beta = *static_cast<const float*>(beta_p);
   const uint64_t m = ld->rows, n = ld->cols;
-  const uint64_t k = desc->trans_a == CUBLAS_OP_N ? la->cols : la->rows;
   cuda_emu::require_device_range(A, span_bytes(*la), "cublasLtMatmul A");
   cuda_emu::require_device_range(B, span_bytes(*lb), "cublasLtMatmul B");
   if (beta != 0.0f) cuda_emu::require_device_range(C, span_bytes(*lc), "cublasLtMatmul C");
   cuda_emu::require_device_range(D, span_bytes(*ld), "cublasLtMatmul D");
-  float scale = alpha;
-  if (desc->a_scale) {
-    cuda_emu::require_device_range(desc->a_scale, 4, "A scale pointer");
-    scale *= *desc->a_scale;
-  }
-  if (desc->b_scale) {
-    cuda_emu::require_device_range(desc->b_scale, 4, "B scale pointer");
-    scale *= *desc->b_scale;
-  }
+  if (desc->a_scale) cuda_emu::require_device_range(desc->a_scale, 4, "A scale pointer");
+  if (desc->b_scale) cuda_emu::require_device_range(desc->b_scale, 4, "B scale pointer");
   const uint32_t e = desc->epilogue;
   if (adds_bias(e)) cuda_emu::require_device_range(desc->bias, m * type_size(ld->type), "epilogue bias");
   if (e == CUBLASLT_EPILOGUE_BGRADB)
@@ -363,6 +363,26 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
     cuda_emu::require_device_range(desc->aux, ((n - 1) * desc->aux_ld + m) * type_size(ld->type),
                                    "epilogue aux");
   }
+  // Queued on the stream as the library's kernels are, with copies of the
+  // descriptors (the caller may destroy them once this returns); the scales
+  // and operands are read when the stream reaches it.
+  cuda_emu::enqueue(stream, [d = *desc, a = *la, b = *lb, c = *lc, l = *ld, alpha, beta, A, B, C, D] {
+    matmul(&d, &a, &b, &c, &l, alpha, beta, A, B, C, D);
+  });
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+namespace {
+void matmul(const cublasLtMatmulDescOpaque_t* desc, const cublasLtMatrixLayoutOpaque_t* la,
+            const cublasLtMatrixLayoutOpaque_t* lb, const cublasLtMatrixLayoutOpaque_t* lc,
+            const cublasLtMatrixLayoutOpaque_t* ld, float alpha, float beta, const void* A,
+            const void* B, const void* C, void* D) {
+  const uint64_t m = ld->rows, n = ld->cols;
+  const uint64_t k = desc->trans_a == CUBLAS_OP_N ? la->cols : la->rows;
+  const uint32_t e = desc->epilogue;
+  float scale = alpha;
+  if (desc->a_scale) scale *= *desc->a_scale;
+  if (desc->b_scale) scale *= *desc->b_scale;
   std::vector<float> opa(m * k), opb(n * k);  // row i of op(A), column j of op(B), k contiguous
   for (int32_t batch = 0; batch < ld->batch; ++batch) {
     const size_t oa = static_cast<size_t>(batch) * la->batch_stride;
@@ -402,5 +422,5 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
       }
     }
   }
-  return CUBLAS_STATUS_SUCCESS;
 }
+}  // namespace

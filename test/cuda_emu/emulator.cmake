@@ -24,7 +24,8 @@ if(TRAINER_CUDA_EMULATOR_ASAN)
   # run (require_device_range), so per-element checks would add nothing.
   set_source_files_properties(${_emu_dir}/cublaslt.cpp PROPERTIES COMPILE_OPTIONS -fno-sanitize=address)
 endif()
-add_library(trainer_cuda_emu STATIC ${_emu_dir}/runtime.cpp ${_emu_dir}/scheduler.cpp ${_emu_dir}/cublaslt.cpp)
+add_library(trainer_cuda_emu STATIC ${_emu_dir}/runtime.cpp ${_emu_dir}/streams.cpp ${_emu_dir}/scheduler.cpp
+            ${_emu_dir}/cublaslt.cpp)
 target_include_directories(trainer_cuda_emu PUBLIC ${_emu_dir}/include)
 target_compile_options(trainer_cuda_emu PUBLIC -ffp-contract=off)
 target_link_libraries(trainer_cuda_emu PRIVATE trainer_warnings trainer_emu_asan)

@@ -192,6 +192,111 @@ TEST_CASE("device memory starts as NaN and copies check their direction", "[emul
   cudaFree(d);
 }
 
+namespace {
+__global__ void order_fill_kernel(float* p, int n, float v) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) p[i] = v;
+}
+__global__ void order_copy_kernel(float* dst, const float* src, int n) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) dst[i] = src[i];
+}
+}  // namespace
+
+// What the emulator's streams promise (streams.cpp): queued work runs as late
+// as a GPU may run it, so an order a program forgot is seen as stale bytes.
+TEST_CASE("streams run queued work when waited for, in event order", "[emulator]") {
+  const int n = 64;
+  float* a = device_array<float>(n);
+  float* b = device_array<float>(n);
+  cudaStream_t s1, s2;
+  REQUIRE(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking) == cudaSuccess);
+  REQUIRE(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking) == cudaSuccess);
+  cudaEvent_t e;
+  REQUIRE(cudaEventCreate(&e) == cudaSuccess);
+
+  order_fill_kernel<<<1, n, 0, s1>>>(a, n, 1.0f);
+  CHECK(std::isnan(a[0]));  // queued, not run
+  // s2 reads `a` without waiting for s1: it sees the NaN filling.
+  order_copy_kernel<<<1, n, 0, s2>>>(b, a, n);
+  REQUIRE(cudaStreamSynchronize(s2) == cudaSuccess);
+  CHECK(std::isnan(b[0]));
+  CHECK(std::isnan(a[0]));
+  // With an event between them, s2's copy runs after s1's fill.
+  REQUIRE(cudaEventRecord(e, s1) == cudaSuccess);
+  REQUIRE(cudaStreamWaitEvent(s2, e, 0) == cudaSuccess);
+  order_copy_kernel<<<1, n, 0, s2>>>(b, a, n);
+  REQUIRE(cudaStreamSynchronize(s2) == cudaSuccess);
+  CHECK(b[0] == 1.0f);
+  CHECK(b[n - 1] == 1.0f);
+
+  // A wait keeps the record the event held when it was queued.
+  order_fill_kernel<<<1, n, 0, s1>>>(a, n, 2.0f);
+  REQUIRE(cudaEventRecord(e, s1) == cudaSuccess);
+  REQUIRE(cudaStreamWaitEvent(s2, e, 0) == cudaSuccess);
+  order_fill_kernel<<<1, n, 0, s1>>>(a, n, 3.0f);
+  REQUIRE(cudaEventRecord(e, s1) == cudaSuccess);
+  order_copy_kernel<<<1, n, 0, s2>>>(b, a, n);
+  REQUIRE(cudaStreamSynchronize(s2) == cudaSuccess);
+  CHECK(b[0] == 2.0f);
+  REQUIRE(cudaEventSynchronize(e) == cudaSuccess);
+  CHECK(a[0] == 3.0f);
+
+  // Timing needs both events complete; a query completes what it asks about.
+  cudaEvent_t t0, t1;
+  REQUIRE(cudaEventCreate(&t0) == cudaSuccess);
+  REQUIRE(cudaEventCreate(&t1) == cudaSuccess);
+  REQUIRE(cudaEventRecord(t0, s1) == cudaSuccess);
+  order_fill_kernel<<<1, n, 0, s1>>>(a, n, 4.0f);
+  REQUIRE(cudaEventRecord(t1, s1) == cudaSuccess);
+  float ms = -1.0f;
+  CHECK(cudaEventElapsedTime(&ms, t0, t1) == cudaErrorNotReady);
+  cudaGetLastError();
+  CHECK(cudaEventQuery(t1) == cudaSuccess);
+  CHECK(cudaEventElapsedTime(&ms, t0, t1) == cudaSuccess);
+  CHECK(ms >= 0.0f);
+  CHECK(a[0] == 4.0f);
+
+  // Copies to page-locked memory land in stream order; to pageable memory,
+  // before the call returns; a pageable source is read when the copy is queued.
+  float* pinned = nullptr;
+  REQUIRE(cudaMallocHost(reinterpret_cast<void**>(&pinned), 4 * sizeof(float)) == cudaSuccess);
+  pinned[0] = 0.0f;
+  order_fill_kernel<<<1, n, 0, s1>>>(a, n, 5.0f);
+  REQUIRE(cudaMemcpyAsync(pinned, a, 4 * sizeof(float), cudaMemcpyDeviceToHost, s1) == cudaSuccess);
+  CHECK(pinned[0] == 0.0f);
+  REQUIRE(cudaStreamSynchronize(s1) == cudaSuccess);
+  CHECK(pinned[0] == 5.0f);
+  float host[4] = {0, 0, 0, 0};
+  order_fill_kernel<<<1, n, 0, s1>>>(a, n, 6.0f);
+  REQUIRE(cudaMemcpyAsync(host, a, sizeof host, cudaMemcpyDeviceToHost, s1) == cudaSuccess);
+  CHECK(host[0] == 6.0f);
+  host[0] = 7.0f;
+  REQUIRE(cudaMemcpyAsync(b, host, sizeof host, cudaMemcpyHostToDevice, s1) == cudaSuccess);
+  host[0] = 8.0f;
+  REQUIRE(cudaStreamSynchronize(s1) == cudaSuccess);
+  CHECK(b[0] == 7.0f);
+
+  // The legacy stream waits for blocking streams' work, not for non-blocking ones'.
+  cudaStream_t blocking;
+  REQUIRE(cudaStreamCreate(&blocking) == cudaSuccess);
+  order_fill_kernel<<<1, n, 0, blocking>>>(a, n, 9.0f);
+  float h = 0.0f;
+  REQUIRE(cudaMemcpy(&h, a, sizeof h, cudaMemcpyDeviceToHost) == cudaSuccess);
+  CHECK(h == 9.0f);
+  order_fill_kernel<<<1, n, 0, s1>>>(a, n, 10.0f);
+  REQUIRE(cudaMemcpy(&h, a, sizeof h, cudaMemcpyDeviceToHost) == cudaSuccess);
+  CHECK(h == 9.0f);
+  // cudaFree synchronizes the device first.
+  REQUIRE(cudaFree(b) == cudaSuccess);
+  CHECK(a[0] == 10.0f);
+
+  for (cudaEvent_t ev : {e, t0, t1}) cudaEventDestroy(ev);
+  for (cudaStream_t s : {s1, s2, blocking}) cudaStreamDestroy(s);
+  cudaFreeHost(pinned);
+  cudaFree(a);
+}
+
 TEST_CASE("cub's block scan and radix sort as cub defines them", "[emulator]") {
   int* in = device_array<int>(256);
   int* out = device_array<int>(256);

@@ -4,6 +4,14 @@
 // collective is the MPI call on those bytes. The world communicator checks
 // that every rank was given rank 0's unique id, so trainer's bootstrap of the
 // id is tested too.
+//
+// Stream order (streams.cpp): a call first runs what its stream has queued (so
+// it reads sendbuff as the GPU would when the stream reaches it), exchanges
+// the bytes over MPI at once, in the order the host makes its calls (the same
+// on every rank, so blocking MPI calls cannot deadlock however the streams
+// interleave), and queues the result's landing in recvbuff on the stream: a
+// reader on another stream that does not wait for the collective's event, or
+// a host that does not synchronize, sees recvbuff as it was.
 #include <mpi.h>
 #include <nccl.h>
 
@@ -11,6 +19,7 @@
 #include <climits>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -169,6 +178,21 @@ void require_device(const void* p, size_t bytes, const char* what) {
   if (bytes) cuda_emu::require_device_range(p, bytes, what);
 }
 
+using Bytes = std::shared_ptr<std::vector<unsigned char>>;
+
+// sendbuff as the stream would read it: after the stream's queued work.
+Bytes read_in_order(cudaStream_t stream, const void* send, size_t bytes) {
+  cuda_emu::flush_stream(stream);
+  const auto* p = static_cast<const unsigned char*>(send);
+  return std::make_shared<std::vector<unsigned char>>(p, p + bytes);
+}
+
+// The collective's result lands in recvbuff when the stream reaches it.
+void land_in_order(cudaStream_t stream, void* recv, Bytes out) {
+  if (out->empty()) return;
+  cuda_emu::enqueue(stream, [recv, out] { std::memcpy(recv, out->data(), out->size()); });
+}
+
 ncclResult_t mpi_rc(int rc, const char* call) {
   if (rc == MPI_SUCCESS) return ncclSuccess;
   char msg[MPI_MAX_ERROR_STRING];
@@ -186,15 +210,20 @@ struct P2p {
   size_t bytes;
   int peer;
   ncclComm_t comm;
+  cudaStream_t stream;
+  Bytes data = nullptr;  // a send's bytes, read in stream order; a receive's, landed after
 };
 thread_local int g_group_depth = 0;
 thread_local std::vector<P2p> g_group;
 
-ncclResult_t run_p2p(const std::vector<P2p>& ops) {
+ncclResult_t run_p2p(std::vector<P2p>& ops) {
+  for (P2p& op : ops)
+    op.data = op.send ? read_in_order(op.stream, op.buf, op.bytes)
+                      : std::make_shared<std::vector<unsigned char>>(op.bytes);
   // A world of one sends only to itself: the n-th send of a communicator meets
   // its n-th receive.
-  std::vector<const P2p*> self_sends, self_recvs;
-  for (const P2p& op : ops)
+  std::vector<P2p*> self_sends, self_recvs;
+  for (P2p& op : ops)
     if (op.comm->mpi == MPI_COMM_NULL) (op.send ? self_sends : self_recvs).push_back(&op);
   for (const P2p* s : self_sends) {
     auto it = std::find_if(self_recvs.begin(), self_recvs.end(), [&](const P2p* r) {
@@ -202,7 +231,7 @@ ncclResult_t run_p2p(const std::vector<P2p>& ops) {
     });
     if (it == self_recvs.end() || (*it)->bytes != s->bytes)
       return fail(ncclInvalidUsage, "ncclSend to itself without a receive of the same size");
-    std::memmove((*it)->buf, s->buf, s->bytes);
+    *(*it)->data = *s->data;
     *it = nullptr;
   }
   for (const P2p* r : self_recvs)
@@ -210,21 +239,27 @@ ncclResult_t run_p2p(const std::vector<P2p>& ops) {
   std::vector<MPI_Request> reqs;
   reqs.reserve(ops.size());
   for (int pass = 0; pass < 2; ++pass) {  // receives posted first
-    for (const P2p& op : ops) {
+    for (P2p& op : ops) {
       if (op.send == (pass == 0)) continue;
-      if (op.comm->mpi == MPI_COMM_NULL) continue;  // a world of one: below
+      if (op.comm->mpi == MPI_COMM_NULL) continue;  // a world of one: above
       MPI_Request req;
-      const int rc = op.send ? MPI_Isend(op.buf, static_cast<int>(op.bytes), MPI_BYTE, op.peer, 0,
-                                         op.comm->mpi, &req)
-                             : MPI_Irecv(op.buf, static_cast<int>(op.bytes), MPI_BYTE, op.peer, 0,
-                                         op.comm->mpi, &req);
+      const int rc = op.send ? MPI_Isend(op.data->data(), static_cast<int>(op.bytes), MPI_BYTE, op.peer,
+                                         0, op.comm->mpi, &req)
+                             : MPI_Irecv(op.data->data(), static_cast<int>(op.bytes), MPI_BYTE, op.peer,
+                                         0, op.comm->mpi, &req);
       if (rc != MPI_SUCCESS) return mpi_rc(rc, op.send ? "ncclSend" : "ncclRecv");
       reqs.push_back(req);
     }
   }
-  if (reqs.empty()) return ncclSuccess;
-  return mpi_rc(MPI_Waitall(static_cast<int>(reqs.size()), reqs.data(), MPI_STATUSES_IGNORE),
-                "ncclGroupEnd");
+  if (!reqs.empty()) {
+    if (ncclResult_t rc = mpi_rc(MPI_Waitall(static_cast<int>(reqs.size()), reqs.data(), MPI_STATUSES_IGNORE),
+                                 "ncclGroupEnd");
+        rc != ncclSuccess)
+      return rc;
+  }
+  for (P2p& op : ops)
+    if (!op.send) land_in_order(op.stream, op.buf, op.data);
+  return ncclSuccess;
 }
 
 ncclResult_t enqueue_p2p(const char* call, bool send, const void* buf, size_t count,
@@ -233,12 +268,13 @@ ncclResult_t enqueue_p2p(const char* call, bool send, const void* buf, size_t co
   if (peer < 0 || peer >= comm->size)
     return fail(ncclInvalidArgument, std::string(call) + ": peer out of range");
   require_device(buf, count * type_size(t), call);
-  const P2p op{send, const_cast<void*>(buf), count * type_size(t), peer, comm};
+  P2p op{send, const_cast<void*>(buf), count * type_size(t), peer, comm, stream};
   if (g_group_depth > 0) {
     g_group.push_back(op);
     return ncclSuccess;
   }
-  return run_p2p({op});
+  std::vector<P2p> one{op};
+  return run_p2p(one);
 }
 
 ncclResult_t check_config(const ncclConfig_t* cfg) {
@@ -338,7 +374,7 @@ ncclResult_t ncclCommAbort(ncclComm_t comm) {
 
 ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* async_error) {
   if (!comm) return fail(ncclInvalidArgument, "ncclCommGetAsyncError: null communicator");
-  *async_error = ncclSuccess;  // every op has completed when its call returns
+  *async_error = ncclSuccess;  // every exchange has completed when its call returns
   return ncclSuccess;
 }
 
@@ -378,16 +414,17 @@ ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count, ncclDataT
   require_device(recv, bytes, "ncclAllReduce recvbuff");
   MPI_Op mop;
   if (ncclResult_t rc = mpi_op(t, op, &mop); rc != ncclSuccess) return rc;
-  if (send != recv) std::memmove(recv, send, bytes);
-  if (op == ncclAvg && is_float(t)) premultiply(recv, count, t, comm->size);
+  Bytes buf = read_in_order(stream, send, bytes);
+  if (op == ncclAvg && is_float(t)) premultiply(buf->data(), count, t, comm->size);
   if (comm->mpi != MPI_COMM_NULL && count > 0) {
-    if (ncclResult_t rc = mpi_rc(MPI_Allreduce(MPI_IN_PLACE, recv, static_cast<int>(count),
+    if (ncclResult_t rc = mpi_rc(MPI_Allreduce(MPI_IN_PLACE, buf->data(), static_cast<int>(count),
                                                mpi_type(t), mop, comm->mpi),
                                  "ncclAllReduce");
         rc != ncclSuccess)
       return rc;
   }
-  if (op == ncclAvg && !is_float(t)) integer_average(recv, count, t, comm->size);
+  if (op == ncclAvg && !is_float(t)) integer_average(buf->data(), count, t, comm->size);
+  land_in_order(stream, recv, buf);
   return ncclSuccess;
 }
 
@@ -401,18 +438,20 @@ ncclResult_t ncclReduceScatter(const void* send, void* recv, size_t recvcount, n
   MPI_Op mop;
   if (ncclResult_t rc = mpi_op(t, op, &mop); rc != ncclSuccess) return rc;
   // A copy of the input: NCCL's in-place form has recv inside send.
-  std::vector<unsigned char> in(static_cast<const unsigned char*>(send),
-                                static_cast<const unsigned char*>(send) + bytes * comm->size);
-  if (op == ncclAvg && is_float(t)) premultiply(in.data(), recvcount * comm->size, t, comm->size);
+  Bytes in = read_in_order(stream, send, bytes * comm->size);
+  if (op == ncclAvg && is_float(t)) premultiply(in->data(), recvcount * comm->size, t, comm->size);
+  auto out = std::make_shared<std::vector<unsigned char>>(bytes);
   if (comm->mpi == MPI_COMM_NULL || recvcount == 0) {
-    std::memcpy(recv, in.data(), bytes);
-  } else if (ncclResult_t rc = mpi_rc(MPI_Reduce_scatter_block(in.data(), recv, static_cast<int>(recvcount),
-                                                               mpi_type(t), mop, comm->mpi),
+    std::memcpy(out->data(), in->data(), bytes);
+  } else if (ncclResult_t rc = mpi_rc(MPI_Reduce_scatter_block(in->data(), out->data(),
+                                                               static_cast<int>(recvcount), mpi_type(t),
+                                                               mop, comm->mpi),
                                       "ncclReduceScatter");
              rc != ncclSuccess) {
     return rc;
   }
-  if (op == ncclAvg && !is_float(t)) integer_average(recv, recvcount, t, comm->size);
+  if (op == ncclAvg && !is_float(t)) integer_average(out->data(), recvcount, t, comm->size);
+  land_in_order(stream, recv, out);
   return ncclSuccess;
 }
 
@@ -422,15 +461,19 @@ ncclResult_t ncclAllGather(const void* send, void* recv, size_t sendcount, ncclD
   const size_t bytes = sendcount * type_size(t);
   require_device(send, bytes, "ncclAllGather sendbuff");
   require_device(recv, bytes * comm->size, "ncclAllGather recvbuff");
-  std::vector<unsigned char> in(static_cast<const unsigned char*>(send),
-                                static_cast<const unsigned char*>(send) + bytes);
+  Bytes in = read_in_order(stream, send, bytes);
   if (comm->mpi == MPI_COMM_NULL || bytes == 0) {
-    std::memcpy(recv, in.data(), bytes);
+    land_in_order(stream, recv, in);
     return ncclSuccess;
   }
-  return mpi_rc(MPI_Allgather(in.data(), static_cast<int>(bytes), MPI_BYTE, recv,
-                              static_cast<int>(bytes), MPI_BYTE, comm->mpi),
-                "ncclAllGather");
+  auto out = std::make_shared<std::vector<unsigned char>>(bytes * comm->size);
+  if (ncclResult_t rc = mpi_rc(MPI_Allgather(in->data(), static_cast<int>(bytes), MPI_BYTE, out->data(),
+                                             static_cast<int>(bytes), MPI_BYTE, comm->mpi),
+                               "ncclAllGather");
+      rc != ncclSuccess)
+    return rc;
+  land_in_order(stream, recv, out);
+  return ncclSuccess;
 }
 
 ncclResult_t ncclBroadcast(const void* send, void* recv, size_t count, ncclDataType_t t, int root,
@@ -439,12 +482,22 @@ ncclResult_t ncclBroadcast(const void* send, void* recv, size_t count, ncclDataT
   if (root < 0 || root >= comm->size) return fail(ncclInvalidArgument, "ncclBroadcast: root out of range");
   const size_t bytes = count * type_size(t);
   require_device(recv, bytes, "ncclBroadcast recvbuff");
+  Bytes buf;
   if (comm->rank == root) {
     require_device(send, bytes, "ncclBroadcast sendbuff");
-    if (send != recv) std::memmove(recv, send, bytes);
+    buf = read_in_order(stream, send, bytes);
+  } else {
+    cuda_emu::flush_stream(stream);
+    buf = std::make_shared<std::vector<unsigned char>>(bytes);
   }
-  if (comm->mpi == MPI_COMM_NULL || bytes == 0) return ncclSuccess;
-  return mpi_rc(MPI_Bcast(recv, static_cast<int>(bytes), MPI_BYTE, root, comm->mpi), "ncclBroadcast");
+  if (comm->mpi != MPI_COMM_NULL && bytes > 0) {
+    if (ncclResult_t rc = mpi_rc(MPI_Bcast(buf->data(), static_cast<int>(bytes), MPI_BYTE, root, comm->mpi),
+                                 "ncclBroadcast");
+        rc != ncclSuccess)
+      return rc;
+  }
+  land_in_order(stream, recv, buf);
+  return ncclSuccess;
 }
 
 ncclResult_t ncclSend(const void* send, size_t count, ncclDataType_t t, int peer, ncclComm_t comm,

@@ -1,24 +1,16 @@
 // The emulator's runtime API: device memory as tracked host allocations,
-// synchronous streams and events, launch checks, the sticky-free last error.
-#include <chrono>
+// copies and memsets queued in stream order (streams.cpp), launch checks, the
+// sticky-free last error.
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <mutex>
-#include <set>
+#include <vector>
 
 #include "cuda_runtime.h"
 #include "runtime_state.h"
-
-struct CUstream_st {
-  unsigned flags;
-};
-struct CUevent_st {
-  unsigned flags;
-  bool recorded = false;
-  std::chrono::steady_clock::time_point when;
-};
 
 namespace cuda_emu {
 namespace {
@@ -34,8 +26,7 @@ struct Runtime {
   std::mutex mutex;
   std::map<uintptr_t, size_t> allocations;  // base -> bytes
   size_t allocated = 0;
-  std::set<CUstream_st*> streams;
-  std::set<CUevent_st*> events;
+  std::map<uintptr_t, size_t> pinned;  // cudaMallocHost: base -> bytes
   std::map<const void*, int> max_dynamic_smem;
   int device = 0;
 };
@@ -60,10 +51,6 @@ bool in_allocation(const Runtime& r, const void* ptr, size_t bytes) {
   return p >= it->first && p + bytes <= it->first + it->second && p + bytes >= p;
 }
 
-bool live_stream(const Runtime& r, cudaStream_t s) {
-  return s == nullptr || r.streams.count(s) != 0;
-}
-
 }  // namespace
 
 void set_last_error(cudaError_t err) { last_error = err; }
@@ -84,10 +71,16 @@ void require_device_range(const void* ptr, size_t bytes, const char* what) {
   std::abort();
 }
 
-bool is_stream(cudaStream_t stream) {
+// Page-locked host memory: async copies read or write it when they run, as
+// DMA does; pageable memory is staged when the copy is queued.
+bool is_pinned(const void* ptr, size_t bytes) {
   Runtime& r = rt();
   std::lock_guard<std::mutex> lock(r.mutex);
-  return live_stream(r, stream);
+  const auto p = reinterpret_cast<uintptr_t>(ptr);
+  auto it = r.pinned.upper_bound(p);
+  if (it == r.pinned.begin()) return false;
+  --it;
+  return p >= it->first && p + bytes <= it->first + it->second;
 }
 
 cudaError_t check_launch(const void* kernel, const LaunchConfig& cfg) {
@@ -97,9 +90,9 @@ cudaError_t check_launch(const void* kernel, const LaunchConfig& cfg) {
     return cudaErrorInvalidConfiguration;
   if (g.x == 0 || g.y == 0 || g.z == 0 || g.x > 0x7fffffffu || g.y > 65535 || g.z > 65535)
     return cudaErrorInvalidConfiguration;
+  if (!is_stream(cfg.stream)) return cudaErrorInvalidResourceHandle;
   Runtime& r = rt();
   std::lock_guard<std::mutex> lock(r.mutex);
-  if (!live_stream(r, cfg.stream)) return cudaErrorInvalidResourceHandle;
   auto it = r.max_dynamic_smem.find(kernel);
   const int limit = it == r.max_dynamic_smem.end() ? kDefaultDynamicSmem : it->second;
   if (cfg.smem > static_cast<size_t>(limit)) return cudaErrorInvalidValue;
@@ -167,7 +160,6 @@ cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) 
   }
   return fail(cudaErrorInvalidValue);
 }
-cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
 cudaError_t cudaDriverGetVersion(int* version) {
   *version = CUDART_VERSION;
   return cudaSuccess;
@@ -248,8 +240,10 @@ cudaError_t cudaMalloc(void** ptr, size_t bytes) {
   *ptr = p;
   return cudaSuccess;
 }
+// cudaFree and cudaFreeHost synchronize the device first, as the driver's do.
 cudaError_t cudaFree(void* ptr) {
   if (!ptr) return cudaSuccess;
+  cuda_emu::flush_all();
   auto& r = rt();
   {
     std::lock_guard<std::mutex> lock(r.mutex);
@@ -264,9 +258,19 @@ cudaError_t cudaFree(void* ptr) {
 cudaError_t cudaMallocHost(void** ptr, size_t bytes) {
   *ptr = nullptr;
   if (posix_memalign(ptr, 256, bytes == 0 ? 1 : bytes) != 0) return fail(cudaErrorMemoryAllocation);
+  auto& r = rt();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  r.pinned[reinterpret_cast<uintptr_t>(*ptr)] = bytes == 0 ? 1 : bytes;
   return cudaSuccess;
 }
 cudaError_t cudaFreeHost(void* ptr) {
+  if (!ptr) return cudaSuccess;
+  cuda_emu::flush_all();
+  {
+    auto& r = rt();
+    std::lock_guard<std::mutex> lock(r.mutex);
+    if (!r.pinned.erase(reinterpret_cast<uintptr_t>(ptr))) return fail(cudaErrorInvalidValue);
+  }
   std::free(ptr);
   return cudaSuccess;
 }
@@ -295,93 +299,44 @@ cudaError_t check_copy(void* dst, const void* src, size_t bytes, cudaMemcpyKind 
 }
 }  // namespace
 
+// The legacy stream's copy: runs now, after the blocking streams' queued work.
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
   if (bytes == 0) return cudaSuccess;
   const cudaError_t e = check_copy(dst, src, bytes, kind);
   if (e != cudaSuccess) return fail(e);
-  std::memmove(dst, src, bytes);
+  cuda_emu::enqueue(nullptr, [=] { std::memmove(dst, src, bytes); });
   return cudaSuccess;
 }
+// As the driver: device-to-device copies and those from or to page-locked
+// memory run in stream order; a pageable source is staged now (the caller may
+// reuse it on return); a pageable destination is written before the call
+// returns, after the stream's queued work.
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind,
                             cudaStream_t stream) {
   if (!cuda_emu::is_stream(stream)) return fail(cudaErrorInvalidResourceHandle);
-  return cudaMemcpy(dst, src, bytes, kind);
-}
-cudaError_t cudaMemset(void* dst, int value, size_t bytes) {
   if (bytes == 0) return cudaSuccess;
-  if (!cuda_emu::is_device_range(dst, bytes)) return fail(cudaErrorInvalidValue);
-  std::memset(dst, value, bytes);
+  const cudaError_t e = check_copy(dst, src, bytes, kind);
+  if (e != cudaSuccess) return fail(e);
+  const bool src_host = !cuda_emu::is_device_range(src, bytes);
+  const bool dst_host = !cuda_emu::is_device_range(dst, bytes);
+  if (dst_host && !cuda_emu::is_pinned(dst, bytes)) {
+    cuda_emu::flush_stream(stream);
+    std::memmove(dst, src, bytes);
+  } else if (src_host && !cuda_emu::is_pinned(src, bytes)) {
+    auto staged = std::make_shared<std::vector<unsigned char>>(
+        static_cast<const unsigned char*>(src), static_cast<const unsigned char*>(src) + bytes);
+    cuda_emu::enqueue(stream, [dst, staged] { std::memcpy(dst, staged->data(), staged->size()); });
+  } else {
+    cuda_emu::enqueue(stream, [=] { std::memmove(dst, src, bytes); });
+  }
   return cudaSuccess;
 }
+cudaError_t cudaMemset(void* dst, int value, size_t bytes) { return cudaMemsetAsync(dst, value, bytes, nullptr); }
 cudaError_t cudaMemsetAsync(void* dst, int value, size_t bytes, cudaStream_t stream) {
   if (!cuda_emu::is_stream(stream)) return fail(cudaErrorInvalidResourceHandle);
-  return cudaMemset(dst, value, bytes);
-}
-
-cudaError_t cudaStreamCreate(cudaStream_t* stream) { return cudaStreamCreateWithFlags(stream, 0); }
-cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned flags) {
-  auto& r = rt();
-  std::lock_guard<std::mutex> lock(r.mutex);
-  *stream = new CUstream_st{flags};
-  r.streams.insert(*stream);
-  return cudaSuccess;
-}
-cudaError_t cudaStreamDestroy(cudaStream_t stream) {
-  auto& r = rt();
-  std::lock_guard<std::mutex> lock(r.mutex);
-  if (!r.streams.erase(stream)) return fail(cudaErrorInvalidResourceHandle);
-  delete stream;
-  return cudaSuccess;
-}
-cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
-  return cuda_emu::is_stream(stream) ? cudaSuccess : fail(cudaErrorInvalidResourceHandle);
-}
-cudaError_t cudaStreamQuery(cudaStream_t stream) { return cudaStreamSynchronize(stream); }
-cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned) {
-  auto& r = rt();
-  std::lock_guard<std::mutex> lock(r.mutex);
-  if (!cuda_emu::live_stream(r, stream) || !r.events.count(event))
-    return fail(cudaErrorInvalidResourceHandle);
-  return cudaSuccess;
-}
-
-cudaError_t cudaEventCreate(cudaEvent_t* event) { return cudaEventCreateWithFlags(event, 0); }
-cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned flags) {
-  auto& r = rt();
-  std::lock_guard<std::mutex> lock(r.mutex);
-  *event = new CUevent_st{flags, false, {}};
-  r.events.insert(*event);
-  return cudaSuccess;
-}
-cudaError_t cudaEventDestroy(cudaEvent_t event) {
-  auto& r = rt();
-  std::lock_guard<std::mutex> lock(r.mutex);
-  if (!r.events.erase(event)) return fail(cudaErrorInvalidResourceHandle);
-  delete event;
-  return cudaSuccess;
-}
-cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
-  auto& r = rt();
-  std::lock_guard<std::mutex> lock(r.mutex);
-  if (!r.events.count(event) || !cuda_emu::live_stream(r, stream))
-    return fail(cudaErrorInvalidResourceHandle);
-  event->recorded = true;
-  event->when = std::chrono::steady_clock::now();
-  return cudaSuccess;
-}
-cudaError_t cudaEventSynchronize(cudaEvent_t event) {
-  auto& r = rt();
-  std::lock_guard<std::mutex> lock(r.mutex);
-  return r.events.count(event) ? cudaSuccess : fail(cudaErrorInvalidResourceHandle);
-}
-cudaError_t cudaEventQuery(cudaEvent_t event) { return cudaEventSynchronize(event); }
-cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
-  auto& r = rt();
-  std::lock_guard<std::mutex> lock(r.mutex);
-  if (!r.events.count(start) || !r.events.count(end)) return fail(cudaErrorInvalidResourceHandle);
-  if ((start->flags | end->flags) & cudaEventDisableTiming) return fail(cudaErrorInvalidResourceHandle);
-  if (!start->recorded || !end->recorded) return fail(cudaErrorInvalidResourceHandle);
-  *ms = std::chrono::duration<float, std::milli>(end->when - start->when).count();
+  if (bytes == 0) return cudaSuccess;
+  if (!cuda_emu::is_device_range(dst, bytes)) return fail(cudaErrorInvalidValue);
+  cuda_emu::enqueue(stream, [=] { std::memset(dst, value, bytes); });
   return cudaSuccess;
 }
 

@@ -367,16 +367,16 @@ unsigned live_lanes() {
   return m;
 }
 
-void launch(const void* kernel, const LaunchConfig& cfg, BodyFn body, void* closure) {
-  if (sched.running) {
-    std::fprintf(stderr, "cuda emulator: a kernel launched another kernel\n");
-    std::abort();
-  }
-  const cudaError_t err = check_launch(kernel, cfg);
-  if (err != cudaSuccess) {
-    set_last_error(err);
-    return;
-  }
+namespace {
+// Set while this thread runs a launch's fibers: a launch from inside is a
+// kernel launching a kernel. Per thread, since the thread that queues a launch
+// may be another than the one running the queue.
+thread_local bool tls_in_kernel = false;
+
+// One launch, when its stream reaches it: every block in turn, each block's
+// threads as fibers on this thread.
+void run_launch(const LaunchConfig& cfg, BodyFn body, void* closure) {
+  tls_in_kernel = true;
   const dim3 b = cfg.block, g = cfg.grid;
   const int n = static_cast<int>(b.x * b.y * b.z);
   while (static_cast<int>(sched.stacks.size()) < n) sched.stacks.push_back({new_stack()});
@@ -404,7 +404,22 @@ void launch(const void* kernel, const LaunchConfig& cfg, BodyFn body, void* clos
         run_block(n, reverse);
       }
   sched.running = false;
+  tls_in_kernel = false;
   std::free(smem);
+}
+}  // namespace
+
+void launch(const void* kernel, const LaunchConfig& cfg, BodyFn body, std::shared_ptr<void> closure) {
+  if (tls_in_kernel) {
+    std::fprintf(stderr, "cuda emulator: a kernel launched another kernel\n");
+    std::abort();
+  }
+  const cudaError_t err = check_launch(kernel, cfg);
+  if (err != cudaSuccess) {
+    set_last_error(err);
+    return;
+  }
+  enqueue(cfg.stream, [cfg, body, closure = std::move(closure)] { run_launch(cfg, body, closure.get()); });
 }
 
 }  // namespace cuda_emu

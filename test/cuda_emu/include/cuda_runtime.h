@@ -18,6 +18,7 @@
 #include <math.h>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -85,9 +86,11 @@ struct LaunchConfig {
       : file(f), line(l), grid(g), block(b), smem(s), stream(st) {}
 };
 
-// Runs body() once per thread of every block; returns the launch's error.
+// Checks the launch as the driver does (a refusal is the last error) and queues
+// it on its stream (streams.cpp): body(closure) then runs once per thread of
+// every block.
 using BodyFn = void (*)(void*);
-void launch(const void* kernel, const LaunchConfig& cfg, BodyFn body, void* closure);
+void launch(const void* kernel, const LaunchConfig& cfg, BodyFn body, std::shared_ptr<void> closure);
 
 template <class... P>
 struct PendingLaunch {
@@ -114,15 +117,16 @@ void operator%(const PendingLaunch<P...>& l, std::tuple<A...> a) {
     void (*fn)(P...);
     std::tuple<std::decay_t<P>...> params;
   };
-  Closure c{l.fn, std::apply([](auto&&... x) { return std::tuple<std::decay_t<P>...>(
-                                 std::forward<decltype(x)>(x)...); },
-                             std::move(a))};
+  auto c = std::make_shared<Closure>(Closure{
+      l.fn, std::apply([](auto&&... x) { return std::tuple<std::decay_t<P>...>(
+                           std::forward<decltype(x)>(x)...); },
+                       std::move(a))});
   launch(reinterpret_cast<const void*>(l.fn), l.cfg,
          [](void* p) {
            auto* cl = static_cast<Closure*>(p);
            std::apply(cl->fn, cl->params);
          },
-         &c);
+         std::move(c));
 }
 
 }  // namespace cuda_emu

@@ -1,13 +1,15 @@
 // The CUDA emulator's runtime API: the subset of cuda_runtime_api.h that
 // trainer uses, run on the host. "Device" memory is host memory from
 // cudaMalloc (256-byte aligned, filled with 0xFF bytes: NaN in every float
-// format, so a read before a write shows); every stream is synchronous, so
-// events and stream waits only check their arguments. Enum values are CUDA
-// 13.0's, so an error printed here reads as on a GPU.
+// format, so a read before a write shows); work queued on a stream runs when
+// the host or another stream waits for it (streams.cpp), so a missing event
+// or synchronize reads stale bytes. Enum values are CUDA 13.0's, so an error
+// printed here reads as on a GPU.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 
 #include "library_types.h"
 
@@ -145,4 +147,11 @@ namespace cuda_emu {
 void require_device_range(const void* ptr, size_t bytes, const char* what);
 bool is_device_range(const void* ptr, size_t bytes);
 bool is_stream(cudaStream_t stream);
+// Stream order (streams.cpp): `work` runs when the host or another stream
+// waits for it, or at once on the legacy stream (nullptr). The emulated
+// libraries queue what they compute, as the real ones launch kernels.
+void enqueue(cudaStream_t stream, std::function<void()> work);
+// Runs what `stream` has queued (and what that waits for on other streams).
+void flush_stream(cudaStream_t stream);
+void flush_all();
 }  // namespace cuda_emu

@@ -5,9 +5,10 @@
 // communicator, the splits, the grouped send/recv and every collective the
 // GPU build issues.
 //
-// What differs from NCCL, on purpose: an op runs when it is called, on the
-// calling thread, as every emulated stream is synchronous (the stream is
-// checked, not queued on); a communicator is ready when created (a
+// What differs from NCCL, on purpose: the bytes are exchanged when an op is
+// called, on the calling thread, after its stream's queued work has run, and
+// what it delivers lands in recvbuff in stream order (nccl.cpp); a
+// communicator is ready when created (a
 // non-blocking config never answers ncclInProgress); the reductions of 16-bit
 // floats add in fp32 and round each partial sum, as NCCL's kernels do, in
 // MPI's order. Buffers must be live cudaMalloc memory, as on a GPU (a host

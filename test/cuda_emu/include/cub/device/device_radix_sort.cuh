@@ -43,6 +43,18 @@ struct DeviceRadixSort {
     cuda_emu::require_device_range(keys_out, n * sizeof(K), "SortPairs keys_out");
     cuda_emu::require_device_range(values_in, n * sizeof(V), "SortPairs values_in");
     cuda_emu::require_device_range(values_out, n * sizeof(V), "SortPairs values_out");
+    // In stream order, as cub's kernels run.
+    cuda_emu::enqueue(stream, [=] {
+      sort(d_temp_storage, temp_storage_bytes, keys_in, keys_out, values_in, values_out, n,
+           begin_bit, end_bit);
+    });
+    return cudaSuccess;
+  }
+
+ private:
+  template <class K, class V>
+  static void sort(void* d_temp_storage, size_t temp_storage_bytes, const K* keys_in, K* keys_out,
+                   const V* values_in, V* values_out, int n, int begin_bit, int end_bit) {
     using U = std::make_unsigned_t<K>;
     std::vector<U> bits(static_cast<size_t>(n));
     std::vector<K> keys(keys_in, keys_in + n);
@@ -59,7 +71,6 @@ struct DeviceRadixSort {
       keys_out[i] = keys[order[i]];
       values_out[i] = values[order[i]];
     }
-    return cudaSuccess;
   }
 };
 
