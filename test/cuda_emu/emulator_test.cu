@@ -339,7 +339,10 @@ struct Lt {
 };
 
 // D = op(A) op(B) (+ bias) in cuBLASLt's column-major terms on small matrices.
-void check_matmul(bool ta, bool tb, int m, int n, int k, uint32_t epilogue) {
+// On `stream` (non-blocking) the matmul is queued: D is untouched until the
+// stream is synchronized, after the descriptors were destroyed.
+void check_matmul(bool ta, bool tb, int m, int n, int k, uint32_t epilogue,
+                  cudaStream_t stream = nullptr) {
   Lt lt;
   const int lda = (ta ? k : m) + 1, ldb = (tb ? n : k) + 2, ldd = m + 3;
   float* A = device_array<float>(static_cast<size_t>(lda) * (ta ? m : k));
@@ -387,7 +390,16 @@ void check_matmul(bool ta, bool tb, int m, int n, int k, uint32_t epilogue) {
   REQUIRE(got == 1);
   const float alpha = 1.0f, beta = 0.0f;  // D starts as NaN: beta 0 must not read it
   REQUIRE(cublasLtMatmul(lt.h, desc, &alpha, A, la, B, lb, &beta, D, ld, D, ld, &res.algo, nullptr,
-                         0, nullptr) == CUBLAS_STATUS_SUCCESS);
+                         0, stream) == CUBLAS_STATUS_SUCCESS);
+  cublasLtMatrixLayoutDestroy(la);
+  cublasLtMatrixLayoutDestroy(lb);
+  cublasLtMatrixLayoutDestroy(ld);
+  cublasLtMatmulPreferenceDestroy(pref);
+  cublasLtMatmulDescDestroy(desc);
+  if (stream) {
+    CHECK(std::isnan(D[0]));
+    REQUIRE(cudaStreamSynchronize(stream) == cudaSuccess);
+  }
   for (int i = 0; i < m; ++i)
     for (int j = 0; j < n; ++j) {
       const bool biased = epilogue == CUBLASLT_EPILOGUE_BIAS || epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
@@ -412,11 +424,6 @@ void check_matmul(bool ta, bool tb, int m, int n, int k, uint32_t epilogue) {
       for (int p = 0; p < k; ++p) s += b(p, j);
       CHECK(bias[j] == s);
     }
-  cublasLtMatrixLayoutDestroy(la);
-  cublasLtMatrixLayoutDestroy(lb);
-  cublasLtMatrixLayoutDestroy(ld);
-  cublasLtMatmulPreferenceDestroy(pref);
-  cublasLtMatmulDescDestroy(desc);
   for (void* p : {(void*)A, (void*)B, (void*)D, (void*)bias, (void*)aux}) cudaFree(p);
 }
 }  // namespace
@@ -431,6 +438,10 @@ TEST_CASE("cuBLASLt's column-major matmul, transposes and epilogues", "[emulator
       check_matmul(ta, tb, 3, 5, 6, CUBLASLT_EPILOGUE_GELU_AUX_BIAS);
       check_matmul(ta, tb, 6, 3, 4, CUBLASLT_EPILOGUE_DGELU);
     }
+  cudaStream_t s;
+  REQUIRE(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess);
+  check_matmul(false, true, 5, 3, 4, CUBLASLT_EPILOGUE_GELU_AUX_BIAS, s);
+  cudaStreamDestroy(s);
 }
 
 TEST_CASE("cuBLASLt refuses FP8 layouts Hopper refuses", "[emulator]") {
