@@ -12,7 +12,7 @@ set(_emu_dir ${CMAKE_SOURCE_DIR}/test/cuda_emu)
 # the runtime in every binary. The CPU side (CPU ops, engine) stays
 # uninstrumented: its `omp simd` reductions keep their vectorised summation
 # order (ASan's checks stop GCC vectorising some of them), so the CPU
-# references the [cuda] suite and e2e_cuda_matches_cpu compare against are
+# references the [cuda] suite and e2e_cuda_matches_cpu_* compare against are
 # the same numbers as in every other build, and the CPU halves run at full speed.
 add_library(trainer_emu_asan INTERFACE)
 if(TRAINER_CUDA_EMULATOR_ASAN)
