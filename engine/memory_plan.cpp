@@ -58,8 +58,8 @@ std::string MemoryPlan::describe() const {
              : model::category_name(static_cast<Category>(c)),
          category[c]);
   line("optimizer", optimizer);
-  if (param_shards > 0) {
-    line("param shard", param_shards);
+  if (param_shards > 0) line("param shard", param_shards);
+  if (grad_shards > 0) {
     line("grad shard", grad_shards);
     line("rs staging", shard_staging);
   }
@@ -72,6 +72,10 @@ std::string MemoryPlan::describe() const {
     s += "  zero 3: parameters, gradients and compute copy hold the embedding, the head and one\n"
          "  block, all-gathered over dp (dp x cp with cp; routed experts over edp with ep) when\n"
          "  used; only the shards persist\n";
+  else if (grad_shards > 0)
+    s += "  zero 2: gradients hold the embedding's, the head's and one block's, each block's\n"
+         "  reduce-scattered over dp (dp x cp with cp; routed experts over edp with ep) into the\n"
+         "  grad shard right after its backward\n";
   if (cuda)
     s += "  op scratch and cuBLASLt ws are the CUDA backend's: the largest temporary of any op\n"
          "  (reserved at start) and the GEMM workspace; not counted: the CUDA context, NCCL's and\n"
@@ -117,8 +121,9 @@ MemoryPlan plan_memory(const model::Buffers& buffers, const AdamW& optimizer,
     plan.category[static_cast<int>(c)] = std::max(
         plan.category[static_cast<int>(c)], static_cast<size_t>(arena_elems) * sizeof(float));
   plan.optimizer = optimizer.state_bytes();
-  plan.param_shards = plan.grad_shards = optimizer.shard_bytes();
-  if (optimizer.layout().shards_parameters())
+  plan.param_shards = optimizer.param_shard_bytes();
+  plan.grad_shards = optimizer.grad_shard_bytes();
+  if (optimizer.layout().shards_gradients())
     plan.shard_staging = static_cast<size_t>(optimizer.layout().max_unit_shard) * sizeof(float);
   plan.num_params = buffers.num_param_elements();
   if (device == Device::cuda) {

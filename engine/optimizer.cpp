@@ -17,8 +17,12 @@ AdamW::AdamW(const OptimizerSpec& spec, const model::Buffers& buffers, ZeroLayou
 
 size_t AdamW::state_bytes() const { return 2 * static_cast<size_t>(layout_.state_elems) * sizeof(float); }
 
-size_t AdamW::shard_bytes() const {
+size_t AdamW::param_shard_bytes() const {
   return layout_.shards_parameters() ? static_cast<size_t>(layout_.state_elems) * sizeof(float) : 0;
+}
+
+size_t AdamW::grad_shard_bytes() const {
+  return layout_.shards_gradients() ? static_cast<size_t>(layout_.state_elems) * sizeof(float) : 0;
 }
 
 void AdamW::bind(void* base, Device device) {
@@ -28,8 +32,9 @@ void AdamW::bind(void* base, Device device) {
 }
 
 void AdamW::bind_shards(void* params, void* grads, Device device) {
-  params_ = Tensor(params, {layout_.state_elems}, DType::f32, device);
-  grads_ = Tensor(grads, {layout_.state_elems}, DType::f32, device);
+  const int64_t n = layout_.state_elems;
+  params_ = Tensor(params, {layout_.shards_parameters() ? n : 0}, DType::f32, device);
+  grads_ = Tensor(grads, {layout_.shards_gradients() ? n : 0}, DType::f32, device);
 }
 
 void AdamW::step(Context& ctx, int64_t step, float lr, float grad_scale) {
@@ -40,7 +45,7 @@ void AdamW::step(Context& ctx, int64_t step, float lr, float grad_scale) {
   args.eps = static_cast<float>(spec_.eps);
   args.step = step;
   args.grad_scale = grad_scale;
-  const bool shards = layout_.shards_parameters();
+  const bool param_shards = layout_.shards_parameters(), grad_shards = layout_.shards_gradients();
   for (int i = 0; i < static_cast<int>(buf_.params().size()); ++i) {
     const model::Buffers::Param& p = buf_.params()[i];
     const OwnedPart o = owned(i);
@@ -48,8 +53,8 @@ void AdamW::step(Context& ctx, int64_t step, float lr, float grad_scale) {
     args.weight_decay = p.spec.weight_decay ? static_cast<float>(spec_.weight_decay) : 0.0f;
     const int64_t s = o.state_at, e = o.state_at + o.size();
     Tensor param = buf_.get(p.value), grad = buf_.get(p.grad);
-    Tensor pf = shards ? params_.slice(s, e) : param.view({param.numel()}).slice(o.lo, o.hi);
-    Tensor gf = shards ? grads_.slice(s, e) : grad.view({grad.numel()}).slice(o.lo, o.hi);
+    Tensor pf = param_shards ? params_.slice(s, e) : param.view({param.numel()}).slice(o.lo, o.hi);
+    Tensor gf = grad_shards ? grads_.slice(s, e) : grad.view({grad.numel()}).slice(o.lo, o.hi);
     adamw_update(ctx, pf, gf, m_.slice(s, e), v_.slice(s, e), args);
   }
 }

@@ -1,9 +1,10 @@
 // AdamW over the model's parameter arena, or over one ZeRO shard of it (see
-// zero_layout.h). The arena is flat (alignment gaps are zero), so a ZeRO 1/2
-// shard is just an element range [begin, end); moments m and v cover exactly
-// the owned elements, and the update walks the ParamSpecs that intersect them
+// zero_layout.h). The arena is flat (alignment gaps are zero), so a ZeRO
+// shard is an element range [begin, end), or one per unit part; moments m and
+// v cover exactly the owned elements, and the update walks the ParamSpecs that intersect them
 // (weight decay is per parameter). Under ZeRO-3 the fp32 parameters and
-// gradients it updates are this rank's shards (bind_shards), not the arenas.
+// gradients it updates are this rank's shards (bind_shards), not the arenas;
+// under ZeRO-2 over > 1 rank the gradients are (the parameters are the arena's).
 #pragma once
 
 #include <cstddef>
@@ -23,11 +24,13 @@ class AdamW {
   AdamW(const OptimizerSpec& spec, const model::Buffers& buffers, ZeroLayout layout);
 
   size_t state_bytes() const;  // m and v, fp32
-  // ZeRO-3: bytes of each of the parameter and gradient shards (0 otherwise).
-  size_t shard_bytes() const;
+  // Bytes of the parameter shard (ZeRO-3) and of the gradient shard (ZeRO-3,
+  // ZeRO-2 over > 1 rank); 0 otherwise.
+  size_t param_shard_bytes() const;
+  size_t grad_shard_bytes() const;
   // Points m and v into `base` (state_bytes long, zeroed by the caller).
   void bind(void* base, Device device);
-  // ZeRO-3: the parameter and gradient shards (shard_bytes each).
+  // The parameter and gradient shards (param_shard_bytes, grad_shard_bytes).
   void bind_shards(void* params, void* grads, Device device);
 
   void step(Context& ctx, int64_t step, float lr, float grad_scale);
@@ -40,7 +43,8 @@ class AdamW {
   OwnedPart owned(int param) const { return owned_part(layout_, buf_, param); }
   Tensor m() const { return m_; }  // (state_elems)
   Tensor v() const { return v_; }  // (state_elems)
-  // ZeRO-3: this rank's fp32 parameter and gradient shards (state_elems), laid out as m.
+  // This rank's fp32 parameter (ZeRO-3) and gradient (ZeRO-2/3) shards
+  // (state_elems each), laid out as m.
   Tensor param_shards() const { return params_; }
   Tensor grad_shards() const { return grads_; }
 

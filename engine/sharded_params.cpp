@@ -1,6 +1,7 @@
-// ZeRO-3 gathers and reduce-scatters (see sharded_params.h).
+// ZeRO-3 gathers and ZeRO-2/3 reduce-scatters (see sharded_params.h).
 #include "engine/sharded_params.h"
 
+#include "engine/zero_part_sync.h"
 #include "kernels/cuda/nvtx.h"
 #include "kernels/elementwise.h"
 
@@ -10,11 +11,12 @@ using model::Category;
 
 ShardedParams::ShardedParams(model::Model& model, AdamW& optimizer, parallel::Communicator& dp,
                              parallel::Communicator& edp, Context& ctx, Tensor staging)
-    : model_(model), optimizer_(optimizer), dp_(dp), edp_(edp), ctx_(ctx), staging_(staging) {
+    : model_(model), optimizer_(optimizer), dp_(dp), edp_(edp), ctx_(ctx), staging_(staging),
+      whole_params_(!optimizer.layout().shards_parameters()) {
   const ZeroLayout& z = optimizer.layout();
-  TRAINER_CHECK(z.shards_parameters() &&
+  TRAINER_CHECK(z.shards_gradients() &&
                     z.unit_begin.size() == model.buffers().param_units().size() + 1,
-                "ShardedParams needs a ZeRO-3 layout of every parameter unit");
+                "ShardedParams needs a ZeRO-2/3 layout of every parameter unit");
   TRAINER_CHECK(staging.numel() >= z.max_unit_shard, "ZeRO-3 staging {} below one unit shard ({})",
                 staging.str(), z.max_unit_shard);
   TRAINER_CHECK(dp.size() % edp.size() == 0, "ZeRO-3: expert group of {} ranks within dp {}",
@@ -37,6 +39,7 @@ Tensor ShardedParams::arena_part(Category category, int unit, int part) const {
 }
 
 void ShardedParams::keep_shards(int unit) {
+  if (whole_params_) return;
   std::span<const OwnedRange> parts = optimizer_.layout().unit_parts(unit);
   for (int k = 0; k < static_cast<int>(parts.size()); ++k) {
     const OwnedRange& r = parts[k];
@@ -47,6 +50,7 @@ void ShardedParams::keep_shards(int unit) {
 }
 
 void ShardedParams::init_parameters() {
+  if (whole_params_) return model_.init_parameters(ctx_);
   const auto& units = model_.buffers().param_units();
   for (int u = 0; u < static_cast<int>(units.size()); ++u) {
     if (units[u].param_end == units[u].param_begin) continue;
@@ -57,6 +61,12 @@ void ShardedParams::init_parameters() {
 
 void ShardedParams::gather(int unit, bool for_backward) {
   std::span<const OwnedRange> parts = optimizer_.layout().unit_parts(unit);
+  if (whole_params_) {  // ZeRO-2: the shared region still holds the previous block's gradients
+    if (for_backward)
+      for (int k = 0; k < static_cast<int>(parts.size()); ++k)
+        fill(ctx_, arena_part(Category::gradients, unit, k), 0.0f);
+    return;
+  }
   bool any = false;
   for (int k = 0; k < static_cast<int>(parts.size()); ++k) {
     const OwnedRange& r = parts[k];
@@ -73,6 +83,7 @@ void ShardedParams::gather(int unit, bool for_backward) {
 }
 
 void ShardedParams::update_outside_optimizer(int unit, const std::function<void()>& change) {
+  if (whole_params_) return change();
   gather(unit, false);
   change();
   keep_shards(unit);
@@ -107,6 +118,15 @@ void ShardedParams::release_gradients(int unit) {
 }
 
 void ShardedParams::gather_whole_step() {
+  if (whole_params_) {
+    const model::Buffers& buf = model_.buffers();
+    Tensor first = buf.get(buf.params().front().value);
+    const auto n = static_cast<int64_t>(buf.category_bytes(Category::parameters) / sizeof(float));
+    gather_updated_parts(optimizer_.layout(), Tensor(first.data, {n}, DType::f32, first.device),
+                         dp_, edp_);
+    model_.refresh_compute_weights(ctx_);
+    return;
+  }
   const auto& units = model_.buffers().param_units();
   for (int u = 0; u < static_cast<int>(units.size()); ++u)
     if (!units[u].shared) gather(u, false);
@@ -115,7 +135,7 @@ void ShardedParams::gather_whole_step() {
 void ShardedParams::reduce_whole_step() {
   const auto& units = model_.buffers().param_units();
   for (int u = 0; u < static_cast<int>(units.size()); ++u)
-    if (!units[u].shared) reduce_scatter(u);
+    if (!units[u].grads_shared) reduce_scatter(u);
 }
 
 void ShardedParams::zero_grads() {

@@ -19,6 +19,14 @@
 // With experts split over ep, a block's routed experts are parts of the unit
 // of their own (Buffers::ParamUnit::parts), gathered and reduce-scattered
 // over edp, the ranks holding the same experts, the rest over dp (x cp).
+//
+// ZeRO-2 over more than one rank (DeepSpeed's stage 2) is the gradient half
+// of this: parameters stay whole in their arena (nothing is gathered before a
+// block runs; after the update each rank's updated part is all-gathered in
+// place, as ZeRO 1 does), but the blocks' gradients share one region and are
+// reduce-scattered into this rank's gradient shard right after each block's
+// backward, every micro-batch, so the gradient memory is the embedding's, the
+// head's and one block's plus the shard, not the whole model's.
 #pragma once
 
 #include <functional>
@@ -32,16 +40,18 @@ namespace trainer::engine {
 
 class ShardedParams : public model::BlockParamHooks {
  public:
-  // `optimizer` holds the shards (bound before any call below); `staging` is
+  // `optimizer` holds the shards (bound before any call below) of a ZeRO-3
+  // layout, or of a ZeRO-2 one whose blocks share gradients; `staging` is
   // one part shard of scratch (ZeroLayout::max_unit_shard elements). `dp`
   // shards the dense parts, `edp` the expert parts (the same communicator
   // unless experts are set apart).
   ShardedParams(model::Model& model, AdamW& optimizer, parallel::Communicator& dp,
                 parallel::Communicator& edp, Context& ctx, Tensor staging);
 
-  // Every unit from the counter-based RNG, keeping this rank's shard.
+  // Every unit from the counter-based RNG, keeping this rank's shard (ZeRO-2: all of it).
   void init_parameters();
-  // The embedding and head units, gathered for the step (and their compute copies).
+  // The embedding and head units, gathered for the step (and their compute
+  // copies); ZeRO-2: every unit's updated parts, gathered in place.
   void gather_whole_step();
   // After backward, finish_gradients and the tied-table sum: the embedding
   // and head gradients into this rank's shard.
@@ -51,7 +61,7 @@ class ShardedParams : public model::BlockParamHooks {
 
   // Runs `change` on the gathered unit and keeps this rank's shard of what it
   // wrote: parameters changed outside the optimizer (aux_free's expert bias;
-  // every rank changes them alike).
+  // every rank changes them alike). ZeRO-2: just runs it.
   void update_outside_optimizer(int unit, const std::function<void()>& change);
 
   void gather(int unit, bool for_backward) override;
@@ -76,6 +86,7 @@ class ShardedParams : public model::BlockParamHooks {
   parallel::Communicator& edp_;
   Context& ctx_;
   Tensor staging_;
+  bool whole_params_;  // ZeRO-2: the parameter arena holds every unit whole
   int64_t gathers_ = 0, reduce_scatters_ = 0;
 };
 

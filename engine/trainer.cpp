@@ -145,8 +145,8 @@ void Trainer::setup() {
   // ZeRO 1/2 shard the optimizer over the gradient group (dp, or dp x cp;
   // with ep > 1 the routed experts over edp, by unit part); the arenas are
   // padded so every shard has the same aligned size. zero 0 keeps the whole
-  // state everywhere; zero 3 shards each parameter unit, values and
-  // gradients too.
+  // state everywhere; zero 2 shards each parameter unit's gradients too,
+  // zero 3 its values as well.
   ZeroLayout layout = zero_layout(buf, spec.parallel.zero, dense_group, expert_group);
   shard_ = layout.arena_shard;
   optimizer_ = std::make_unique<AdamW>(spec.optimizer, buf, std::move(layout));
@@ -154,12 +154,12 @@ void Trainer::setup() {
   if (pipeline_) slots = activation_slot_plan(pipeline_->table(), *model_);
   plan_ = plan_memory(buf, *optimizer_, optimizer_->layout().arena_elems, 1, slots, ctx_.device);
   arenas_ = std::make_unique<Arenas>(plan_, buf, *optimizer_, ctx_);
-  if (optimizer_->layout().shards_parameters()) {
+  if (optimizer_->layout().shards_gradients()) {
     sharded_ = std::make_unique<ShardedParams>(*model_, *optimizer_, mesh_->comm(axes.dense),
                                                mesh_->comm(axes.expert), ctx_,
                                                arenas_->shard_staging());
     model_->set_block_param_hooks(sharded_.get());
-    sharded_->init_parameters();
+    sharded_->init_parameters();  // zero 2: whole, as below
   } else {
     model_->init_parameters(ctx_);
   }
@@ -179,7 +179,7 @@ void Trainer::setup() {
     precision_->restore(scalars, checkpointer_->last_path());
     if (start_step_ == 0 && !spec.model.init_from.empty())
       checkpoint::load_hf_weights(spec.model.init_from, model_->config(), buf, ctx_, pos,
-                                  sharded_ ? optimizer_.get() : nullptr);
+                                  optimizer_->layout().shards_parameters() ? optimizer_.get() : nullptr);
   }
   if (sharded_)
     sharded_->gather_whole_step();
@@ -200,9 +200,7 @@ void Trainer::setup() {
     tied_zeros_ = Tensor(tied_zeros_mem_, {rows, cols}, DType::f32, ctx_.device);
   }
 
-  // ZeRO 2 by unit part (ep > 1): each part reduce-scattered over its group.
-  grads_by_part_ = spec.parallel.zero == 2 && !sharded_ && optimizer_->layout().by_unit_parts();
-  if (shape.ep > 1 && !sharded_ && !grads_by_part_) {
+  if (shape.ep > 1 && !sharded_) {
     // Dense gradients over dp, routed experts over edp (parallel/expert_grad_sync.h).
     std::vector<parallel::KindedRange> ranges;
     for (const auto& p : buf.params()) {
@@ -364,29 +362,12 @@ double Trainer::micro_batch_loss_sum() {
   return sum;
 }
 
-bool Trainer::gradients_sharded() const {
-  // zero 2 holds only its shard of the averaged gradient (with ep its shards
-  // of the unit parts); the others hold all of it.
-  return spec_.parallel.zero == 2 && grad_size_ > 1 && !expert_reducer_;
-}
-
 std::vector<Tensor> Trainer::owned_gradients() const {
   if (sharded_) return {optimizer_->grad_shards()};
-  Tensor g = flat_arena(model::Category::gradients);
-  if (grads_by_part_) {
-    std::vector<Tensor> parts;
-    for (const OwnedRange& r : optimizer_->layout().owned)
-      parts.push_back(g.slice(r.unit_first + r.begin, r.unit_first + r.end));
-    return parts;
-  }
-  return {gradients_sharded() ? g.slice(shard_.begin, shard_.end()) : g};
+  return {flat_arena(model::Category::gradients)};
 }
 
 double Trainer::grad_norm() {
-  const bool shard_only = gradients_sharded() || sharded_;
-  // zero 2: its range of the gradient arena (with ep: its parts', below)
-  const bool range_only = gradients_sharded() && !grads_by_part_;
-  int64_t lo = range_only ? shard_.begin : 0, hi = range_only ? shard_.end() : INT64_MAX;
   // Partial sums: parameters split over tp (each rank holds other elements),
   // replicated ones (each tp rank holds the same values) and, in slot 3,
   // routed experts (each ep rank holds other experts).
@@ -398,21 +379,13 @@ double Trainer::grad_norm() {
     // A replicated KV head (its gradient summed over its replicas): its first replica counts it.
     if (model_->config().tp_rank % p.spec.tp_replicas != 0) continue;
     Tensor g;
-    if (sharded_) {  // zero 3: its part of this rank's gradient shard
+    if (sharded_) {  // zero 2/3: its part of this rank's gradient shard
       const OwnedPart o = optimizer_->owned(i);
       if (o.empty()) continue;
       g = optimizer_->grad_shards().slice(o.state_at, o.state_at + o.size());
-    } else if (grads_by_part_) {  // zero 2 with ep: its part of the parameter's gradient
-      const OwnedPart o = optimizer_->owned(i);
-      if (o.empty()) continue;
-      Tensor whole = buf.get(p.grad);
-      g = whole.view({whole.numel()}).slice(o.lo, o.hi);
     } else {
-      const model::BufferInfo& info = buf.buffers()[p.grad];
-      int64_t first = static_cast<int64_t>(info.offset / 4), n = static_cast<int64_t>(info.bytes / 4);
-      int64_t a = std::max(first, lo), b = std::min(first + n, hi);
-      if (a >= b) continue;
-      g = buf.get(p.grad).view({n}).slice(a - first, b - first);
+      g = buf.get(p.grad);
+      g = g.view({g.numel()});
     }
     // Routed experts under ep: each ep rank holds other experts (slot 3).
     int k = p.spec.expert ? 3 : p.spec.tp_dim >= 0 ? 0 : 1;
@@ -421,13 +394,12 @@ double Trainer::grad_norm() {
   float sq[4] = {0, 0, 0, 0};
   await_device();
   copy_to_host(sq, norm_out_);
-  // Zero 3, and zero 2, with ep: the expert shards partition each ep rank's
-  // experts over edp, and ep x edp is the dense group (dp x cp) summed over below.
-  const double experts = sharded_ || grads_by_part_
-                             ? sq[3]
-                             : parallel::group_sum(mesh_->comm(parallel::Axis::ep), sq[3]);
+  // Zero 2/3 with ep: the expert shards partition each ep rank's experts
+  // over edp, and ep x edp is the dense group (dp x cp) summed over below.
+  const double experts =
+      sharded_ ? sq[3] : parallel::group_sum(mesh_->comm(parallel::Axis::ep), sq[3]);
   double total = parallel::group_sum(mesh_->comm(parallel::Axis::tp), sq[0]) + sq[1] + experts;
-  if (shard_only) total = parallel::group_sum(mesh_->comm(zero_axis_), total);
+  if (sharded_) total = parallel::group_sum(mesh_->comm(zero_axis_), total);
   if (pipeline_) total = parallel::group_sum(mesh_->comm(parallel::Axis::pp), total);
   return std::sqrt(total);
 }
@@ -446,23 +418,20 @@ void Trainer::sync_tied_table() {
 }
 
 void Trainer::synchronize_gradients() {
-  if (sharded_) {  // zero 3: the blocks' were reduce-scattered during backward
+  if (sharded_) {  // zero 2/3: the blocks' were reduce-scattered during backward
     cuda::NvtxRange range("gradient sync");
     sharded_->reduce_whole_step();
     return;
   }
   if (grad_size_ == 1) return;
   cuda::NvtxRange range("gradient sync");
-  if (expert_reducer_)
+  if (expert_reducer_) {
     expert_reducer_->reduce_all(ctx_);
-  else if (grads_by_part_)
-    reduce_scatter_parts(ctx_, optimizer_->layout(), flat_arena(model::Category::gradients),
-                         grad_comm(), mesh_->comm(parallel::Axis::edp), mesh_->shape().ep);
-  else if (reducer_)
+  } else {
+    TRAINER_CHECK(reducer_, "zero {}: no gradient reduction over {} ranks", spec_.parallel.zero,
+                  grad_size_);
     reducer_->reduce_all();
-  else
-    parallel::zero_reduce_scatter(grad_comm(),
-                                  flat_arena(model::Category::gradients), shard_);
+  }
 }
 
 // This rank's first training sample of `step`: the data continues after the
@@ -529,7 +498,7 @@ StepRecord Trainer::train_step(int step) {
     if (clip > 0 && r.grad_norm > clip) grad_scale *= static_cast<float>(clip / r.grad_norm);
     cuda::NvtxRange range("optimizer step");
     optimizer_->step(ctx_, step, static_cast<float>(r.lr), grad_scale);
-    if (sharded_) {  // zero 3: blocks are gathered when they run, the rest now
+    if (sharded_) {  // zero 3: blocks are gathered when they run, the rest now; zero 2: all
       sharded_->gather_whole_step();
     } else {
       // A sharded update: every rank needs all parameters back.
@@ -597,7 +566,9 @@ void Trainer::finish_moe_step(StepRecord& r, double aux_sum) {
   r.moe_dropped = dropped;
 }
 
-bool Trainer::lockstep_forwards() const { return mesh_->shape().ep > 1 || sharded_ != nullptr; }
+bool Trainer::lockstep_forwards() const {
+  return mesh_->shape().ep > 1 || optimizer_->layout().shards_parameters();
+}
 
 double Trainer::evaluate_pipeline() {
   // Forward only, one micro-batch at a time down the stages.

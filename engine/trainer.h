@@ -86,7 +86,8 @@ class Trainer {
   AdamW& optimizer() { return *optimizer_; }
   parallel::Mesh& mesh() { return *mesh_; }
   Context& context() { return ctx_; }
-  // ZeRO-3's gathers and shards (parallel.zero: 3), else nullptr.
+  // ZeRO-3's gathers and shards (parallel.zero: 3), ZeRO-2's gradient
+  // reduce-scatters and shard (zero 2 over > 1 rank), else nullptr.
   const ShardedParams* sharded_params() const { return sharded_.get(); }
   // The dp bucket reducer (zero 0/1 with dp > 1 and no ep), else nullptr.
   const parallel::GradReducer* grad_reducer() const { return reducer_.get(); }
@@ -104,8 +105,7 @@ class Trainer {
   double micro_batch_loss_sum();
   void await_device();  // before a host copy on a multi-GPU rank: poll, never block
   double grad_norm();
-  bool gradients_sharded() const;  // this rank's ZeRO-2 shard of the gradient arena is reduced
-  // The reduced gradient elements this rank holds (zero 3: its shards).
+  // The reduced gradient elements this rank holds (zero 2/3: its shards).
   std::vector<Tensor> owned_gradients() const;
   Tensor flat_arena(model::Category category) const;
   void log_step(const StepRecord& r);
@@ -122,9 +122,6 @@ class Trainer {
   // What shard_ and the dense parameters' state shard over (the gradient
   // group; routed experts: edp with ep > 1).
   parallel::Axis zero_axis_ = parallel::Axis::dp;
-  // ZeRO 2 with ep > 1: gradients reduce-scattered by unit part
-  // (zero_part_sync.h), so this rank's reduced gradients are its parts' shards.
-  bool grads_by_part_ = false;
   // What replicated parameters' gradients are averaged over: the data-parallel
   // ranks, and with context parallelism (each cp rank's backward covers other
   // tokens of the same sequences) the whole dp x cp group, as in Megatron-Core.

@@ -15,12 +15,14 @@ ZeroAxes zero_axes(const parallel::MeshShape& shape, int zero) {
 }
 
 int64_t zero_shard_align(int zero, int size, bool experts_apart) {
-  return zero == 3 || (zero >= 1 && experts_apart) ? int64_t(size) * 64 : 0;
+  const bool by_part = zero == 3 || (zero == 2 && size > 1) || (zero >= 1 && experts_apart);
+  return by_part ? int64_t(size) * 64 : 0;
 }
 
 void apply_zero_sharding(model::ModelConfig& cfg, int zero, const ZeroAxes& axes, int dense_size) {
   cfg.shard_align = zero_shard_align(zero, dense_size, axes.experts_apart());
   cfg.share_blocks = zero == 3;
+  cfg.share_block_grads = zero == 2 && dense_size > 1;
   cfg.shard_experts_apart = axes.experts_apart();
 }
 
@@ -52,8 +54,12 @@ ZeroLayout zero_layout(const model::Buffers& buffers, int zero, ZeroGroup dense,
   TRAINER_CHECK(buffers.blocks_shared() == (zero == 3),
                 "ZeRO {} layout of a model declared {} shared blocks", zero,
                 buffers.blocks_shared() ? "with" : "without");
+  TRAINER_CHECK(zero != 2 || buffers.block_grads_shared() == (dense.size > 1),
+                "ZeRO 2 layout over {} ranks of a model declared {} shared block gradients",
+                dense.size, buffers.block_grads_shared() ? "with" : "without");
   ZeroLayout z;
   z.stage = zero;
+  z.grads_shared = buffers.block_grads_shared();
   // ZeRO 1/2 keep the whole arenas (as declared, padded by part).
   if (zero < 3) z.arena_shard = parallel::zero_shard(arena, 1, 0);
   for (const model::Buffers::ParamUnit& u : buffers.param_units()) {

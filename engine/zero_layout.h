@@ -1,14 +1,20 @@
 // ZeroLayout: which parameter elements this rank's optimizer state covers.
-// ZeRO 0-2 shard the flat parameter arena as one range (all of it without
-// sharding); ZeRO-3 shards each parameter unit (embedding, block, head) over
+// ZeRO 0 and 1 shard the flat parameter arena as one range (all of it without
+// sharding; ZeRO 2 too on one rank); ZeRO-3 shards each parameter unit (embedding, block, head) over
 // dp, so a unit is all-gathered in one collective of equal shards, and this
 // rank then holds its shard of every unit's fp32 parameters and gradients as
 // well as of their AdamW moments, back to back in unit order. With experts
 // split over ep, every stage shards a block's routed experts over edp (the
 // ranks holding the same experts) and the rest over dp, as Megatron-Core's
 // distributed optimizer and DeepSpeed-MoE do: each unit part
-// (Buffers::ParamUnit::parts) over its own group. ZeRO 1/2 then keep whole
-// parameters and gradients (their collectives: engine/zero_part_sync.h).
+// (Buffers::ParamUnit::parts) over its own group. ZeRO 1 then keeps whole
+// parameters and gradients (its collectives: engine/zero_part_sync.h).
+//
+// ZeRO-2 over more than one rank (DeepSpeed's stage 2) uses the same unit
+// parts: parameters stay whole, but every block's gradients go to one region
+// all blocks share, and right after a block's backward they are
+// reduce-scattered into this rank's gradient shard (engine/sharded_params.h),
+// so only the embedding's, the head's, one block's and the shard are held.
 #pragma once
 
 #include <cstdint>
@@ -33,17 +39,20 @@ struct OwnedRange {
 
 struct ZeroLayout {
   int stage = 0;                  // parallel.zero
-  // By unit parts (ZeRO-3, ZeRO 1/2 with experts apart): one per part of
+  // By unit parts (ZeRO-3, ZeRO-2 over > 1 rank, ZeRO 1 with experts apart): one per part of
   // each Buffers::param_units() entry; else one range of the flat arena.
   std::vector<OwnedRange> owned;
   std::vector<int> unit_begin;    // by unit parts: unit u's, owned[unit_begin[u], unit_begin[u + 1])
   int64_t state_elems = 0;        // elements of m (and v), the sum of owned sizes
-  int64_t arena_elems = 0;        // ZeRO 1/2: the arenas padded to equal shards; 0 = as declared
-  int64_t max_unit_shard = 0;     // ZeRO-3: the largest part shard (reduce-scatter staging)
-  // ZeRO 0-2: this rank's range of the flat arena (the whole of it unsharded),
-  // what the gradient reduce-scatter and parameter all-gather take.
+  int64_t arena_elems = 0;        // ZeRO 0-2 flat: the arenas padded to equal shards; 0 = as declared
+  int64_t max_unit_shard = 0;     // the largest part shard (ZeRO-2/3: reduce-scatter staging)
+  // ZeRO 0-2: this rank's range of the flat arena (the whole of it unsharded
+  // or by unit parts), what ZeRO 1's parameter all-gather takes.
   parallel::ZeroShard arena_shard;
+  bool grads_shared = false;      // the blocks' gradients share one region (ZeRO-2/3)
   bool shards_parameters() const { return stage == 3; }
+  // The reduced gradients live in this rank's shard (AdamW::grad_shards), not the arena.
+  bool shards_gradients() const { return stage == 3 || (stage == 2 && grads_shared); }
   bool by_unit_parts() const { return !unit_begin.empty(); }
   std::span<const OwnedRange> unit_parts(int unit) const;  // ZeRO-3
 };
@@ -58,8 +67,9 @@ struct ZeroAxes {
 };
 ZeroAxes zero_axes(const parallel::MeshShape& shape, int zero);
 // ModelConfig::shard_align for `zero` over `size` dense ranks: size * 64
-// elements (aligned shards) where ZeRO shards by unit part (ZeRO-3, or
-// experts apart), else 0 (the flat arena is sharded as one range).
+// elements (aligned shards) where ZeRO shards by unit part (ZeRO-3, ZeRO-2
+// over size > 1, or experts apart), else 0 (the flat arena is sharded as one
+// range).
 int64_t zero_shard_align(int zero, int size, bool experts_apart);
 // The model's side of the layout (ModelConfig::shard_align, share_blocks,
 // shard_experts_apart) for `zero` over `axes`, `dense_size` ranks sharing the

@@ -1,7 +1,6 @@
 // In-place collectives over ZeRO unit parts (see zero_part_sync.h).
 #include "engine/zero_part_sync.h"
 
-#include "kernels/elementwise.h"
 #include "kernels/error.h"
 
 namespace trainer::engine {
@@ -23,27 +22,6 @@ void check_arena_layout(const ZeroLayout& layout, const char* what) {
 }
 
 }  // namespace
-
-void reduce_scatter_parts(Context& ctx, const ZeroLayout& layout, Tensor arena,
-                          parallel::Communicator& dense, parallel::Communicator& experts, int ep) {
-  check_arena_layout(layout, "reduce_scatter_parts");
-  TRAINER_CHECK(ep >= 1 && dense.size() == experts.size() * ep,
-                "reduce_scatter_parts: dense group {} != expert group {} x ep {}", dense.size(),
-                experts.size(), ep);
-  Tensor flat = arena.view({arena.numel()});
-  // Every rank walks the same parts in the same order.
-  for (const OwnedRange& r : layout.owned) {
-    parallel::Communicator& group = r.expert ? experts : dense;
-    Tensor shard = flat.slice(r.unit_first + r.begin, r.unit_first + r.end);
-    if (group.size() > 1) group.reduce_scatter(whole_part(r, flat, group), shard, parallel::ReduceOp::avg);
-    if (r.expert && ep > 1) {
-      group.synchronize();  // the scale runs on the compute stream
-      scale(ctx, shard, 1.0f / static_cast<float>(ep));
-    }
-  }
-  dense.synchronize();
-  experts.synchronize();
-}
 
 void gather_updated_parts(const ZeroLayout& layout, Tensor arena, parallel::Communicator& dense,
                           parallel::Communicator& experts) {

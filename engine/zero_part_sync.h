@@ -1,7 +1,8 @@
-// The collectives of ZeRO 1/2 by unit part (zero_layout.h: experts split over
-// ep, the dense state sharded over dp and the routed experts' over edp). The
-// parameter and gradient arenas stay whole; each part is padded to equal
-// aligned shards of its group, so every collective works in place.
+// The parameter all-gather of ZeRO 1/2 by unit part (zero_layout.h: ZeRO-2
+// over > 1 rank; ZeRO 1 with experts split over ep, the dense state sharded
+// over dp and the routed experts' over edp). The parameter arena stays whole;
+// each part is padded to equal aligned shards of its group, so the all-gather
+// works in place. (ZeRO-2's gradients: engine/sharded_params.h.)
 #pragma once
 
 #include "engine/zero_layout.h"
@@ -10,14 +11,7 @@
 
 namespace trainer::engine {
 
-// ZeRO 2: each part's gradients reduce-scattered in place in the gradient
-// `arena` (flat fp32) over its group, averaged; a routed expert's average
-// over edp is then divided by `ep` (parallel/expert_grad_sync.h says why).
-// Only the owned ranges hold reduced gradients afterwards.
-void reduce_scatter_parts(Context& ctx, const ZeroLayout& layout, Tensor arena,
-                          parallel::Communicator& dense, parallel::Communicator& experts, int ep);
-
-// ZeRO 1/2: after the update, each part's shards all-gathered in place in the
+// After the update, each part's shards all-gathered in place in the
 // parameter `arena` (flat fp32) over its group.
 void gather_updated_parts(const ZeroLayout& layout, Tensor arena, parallel::Communicator& dense,
                           parallel::Communicator& experts);

@@ -35,9 +35,7 @@ BufferId Buffers::add(Category category, std::string name, std::vector<int64_t> 
   BufferInfo info{std::move(name), category, std::move(shape), dtype, 0, numel * dtype_size(dtype)};
   const size_t aligned = (info.bytes + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment;
   size_t& used = bytes_[static_cast<int>(category)];
-  const bool shared = sharing_ && (category == Category::parameters ||
-                                   category == Category::gradients ||
-                                   category == Category::compute_weights);
+  const bool shared = shares(category);
   if (category == Category::recomputed) {
     info.offset = recomputed_cursor_;
     recomputed_cursor_ += aligned;
@@ -75,10 +73,21 @@ void Buffers::share_block_parameters(int64_t align, bool experts_apart) {
   share_blocks_ = true;
 }
 
+void Buffers::share_block_gradients(int64_t align, bool experts_apart) {
+  pad_param_parts(align, experts_apart);
+  share_grads_ = true;
+}
+
+bool Buffers::shares(Category c) const {
+  if (!sharing_) return false;
+  if (c == Category::gradients) return true;
+  return share_blocks_ && (c == Category::parameters || c == Category::compute_weights);
+}
+
 void Buffers::begin_param_unit(bool block) {
   TRAINER_CHECK(!in_unit_, "parameter unit begun inside another");
   in_unit_ = true;
-  sharing_ = block && share_blocks_;
+  sharing_ = block && (share_blocks_ || share_grads_);
   if (sharing_ && !region_open_) {
     // A run of blocks: its region starts where the arenas end now.
     region_base_ = bytes_;
@@ -89,14 +98,17 @@ void Buffers::begin_param_unit(bool block) {
   ParamUnit u;
   u.param_begin = static_cast<int>(params_.size());
   u.first = unit_cursor();
-  u.shared = sharing_;
+  const int gc = static_cast<int>(Category::gradients);
+  u.grad_first = static_cast<int64_t>((sharing_ ? region_base_[gc] : bytes_[gc]) / sizeof(float));
+  u.shared = sharing_ && share_blocks_;
+  u.grads_shared = sharing_;
   u.parts.push_back({u.param_begin, u.param_begin, u.first, 0, false});
   units_.push_back(u);
 }
 
 int64_t Buffers::unit_cursor() const {
   const int pc = static_cast<int>(Category::parameters);
-  const size_t end = sharing_ ? region_base_[pc] + region_cursor_[pc] : bytes_[pc];
+  const size_t end = shares(Category::parameters) ? region_base_[pc] + region_cursor_[pc] : bytes_[pc];
   return static_cast<int64_t>(end / sizeof(float));
 }
 
@@ -107,10 +119,13 @@ void Buffers::close_part() {
   part.padded = (unit_cursor() - part.first + align - 1) / align * align;
   // Both arenas reach the padded end (the padding stays zero); the unit's
   // next part, if any, starts there.
-  const size_t end = static_cast<size_t>(part.first + part.padded) * sizeof(float);
+  const ParamUnit& u = units_.back();
+  const int64_t end_elem = part.first + part.padded;
   for (Category c : {Category::parameters, Category::gradients}) {
     const int i = static_cast<int>(c);
-    if (sharing_) region_cursor_[i] = end - region_base_[i];
+    const int64_t at = c == Category::parameters ? end_elem : u.grad_first + (end_elem - u.first);
+    const size_t end = static_cast<size_t>(at) * sizeof(float);
+    if (shares(c)) region_cursor_[i] = end - region_base_[i];
     bytes_[i] = std::max(bytes_[i], end);
   }
 }
@@ -137,7 +152,9 @@ ParamId Buffers::add_param(ParamSpec spec, std::vector<int64_t> local_shape) {
   }
   BufferId value = add(Category::parameters, spec.name, local_shape);
   BufferId grad = add(Category::gradients, spec.name, local_shape);
-  TRAINER_CHECK(buffers_[value].offset == buffers_[grad].offset,
+  const int64_t shift = in_unit_ ? units_.back().grad_first - units_.back().first : 0;
+  TRAINER_CHECK(static_cast<int64_t>(buffers_[grad].offset) ==
+                    static_cast<int64_t>(buffers_[value].offset) + shift * int64_t(sizeof(float)),
                 "{}: parameter and gradient arenas out of step", spec.name);
   // The matrices the GEMMs and lookups read get a compute-dtype copy, and so do
   // the linears' biases: cuBLASLt's bias epilogue reads a bias in the output's

@@ -96,7 +96,8 @@ class Buffers {
   // Parameter units: the embedding, each block, the head (the Model declares
   // them). Every parameter declared between begin_param_unit and
   // end_param_unit belongs to the unit, which is contiguous in the parameter
-  // and gradient arenas (same layout in both). ZeRO-3 all-gathers a unit's
+  // and gradient arenas, laid out alike in both (from `first` and
+  // `grad_first`: they differ only where blocks share gradients alone). ZeRO-3 all-gathers a unit's
   // shards before using it and reduce-scatters its gradients after.
   struct ParamUnit {
     // A run of the unit's parameters sharded over one group: the whole unit,
@@ -108,9 +109,11 @@ class Buffers {
       bool expert = false;                 // routed experts (set apart only)
     };
     int param_begin = 0, param_end = 0;  // into params()
-    int64_t first = 0;    // its first element in the parameter (and gradient) arena
+    int64_t first = 0;    // its first element in the parameter arena
+    int64_t grad_first = 0;  // in the gradient arena: `first`, unless only gradients share
     int64_t padded = 0;   // its elements, padded to a multiple of the unit alignment
     bool shared = false;  // a block under ZeRO-3: at the region every block shares
+    bool grads_shared = false;  // its gradients there (ZeRO-3, and ZeRO-2 over dp > 1)
     std::vector<Part> parts;  // in arena order, tiling [first, first + padded)
   };
   // ZeRO (call before declaring anything): each unit part is padded to a
@@ -126,6 +129,11 @@ class Buffers {
   // run holds its whole parameters.
   void share_block_parameters(int64_t align, bool experts_apart = false);
   bool blocks_shared() const { return share_blocks_; }
+  // ZeRO-2: pad_param_parts, and the blocks' gradients (only) go to one region
+  // shared by every block; parameters and compute copies stay whole. Each
+  // block's gradients are reduce-scattered out of it right after its backward.
+  void share_block_gradients(int64_t align, bool experts_apart = false);
+  bool block_grads_shared() const { return share_blocks_ || share_grads_; }
   void begin_param_unit(bool block);
   void end_param_unit();
   const std::vector<ParamUnit>& param_units() const { return units_; }
@@ -220,8 +228,10 @@ class Buffers {
   bool in_unit_ = false;
   int64_t unit_align_ = 0;        // > 0: ZeRO's padding of unit parts
   bool share_blocks_ = false;     // ZeRO-3: blocks in one shared region
+  bool share_grads_ = false;      // ZeRO-2: the blocks' gradients in one shared region
   bool experts_apart_ = false;    // routed experts in parts of their own
-  bool sharing_ = false;          // declaring a shared unit
+  bool sharing_ = false;          // declaring a shared unit (its gradients at least)
+  bool shares(Category c) const;  // declaring into the shared region of `c`
   bool region_open_ = false;      // the last unit was shared: the next one reuses its region
   // The shared region's start and next offset, per category (parameters,
   // gradients and compute copies use theirs).

@@ -35,6 +35,8 @@ Model::Model(const ModelConfig& cfg, const BatchShape& batch) : cfg_(cfg), batch
   if (cfg.shard_align > 0) {
     if (cfg.share_blocks)
       buf_.share_block_parameters(cfg.shard_align, cfg.shard_experts_apart);
+    else if (cfg.share_block_grads)
+      buf_.share_block_gradients(cfg.shard_align, cfg.shard_experts_apart);
     else
       buf_.pad_param_parts(cfg.shard_align, cfg.shard_experts_apart);
   }
@@ -198,7 +200,7 @@ void Model::set_kv_group(std::unique_ptr<parallel::Communicator> kv) { kv_ = std
 
 void Model::finish_gradients(Context& ctx) {
   for (const Buffers::ParamUnit& u : buf_.param_units())
-    if (!u.shared) finish_gradients(ctx, u);
+    if (!u.grads_shared) finish_gradients(ctx, u);
 }
 
 void Model::finish_gradients(Context& ctx, const Buffers::ParamUnit& unit) {

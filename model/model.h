@@ -112,7 +112,8 @@ class Model {
   void set_kv_group(std::unique_ptr<parallel::Communicator> kv);
   // After the last micro-batch's backward: sums over tp the gradients each
   // rank holds only partially (norms under sequence parallelism), and over
-  // the KV replica group those of replicated KV heads.
+  // the KV replica group those of replicated KV heads. Units whose gradients
+  // share one region (ZeRO-2/3) are finished by the engine's hooks, block by block.
   void finish_gradients(Context& ctx);
   void finish_gradients(Context& ctx, const Buffers::ParamUnit& unit);
 

@@ -54,9 +54,12 @@ struct ModelConfig {
   // unit part to a multiple of this many elements (dp shards of 64;
   // Buffers::pad_param_parts). With share_blocks (ZeRO-3) every block's
   // parameters go to one shared region (Buffers::share_block_parameters);
-  // the engine gathers a block's before running it.
+  // the engine gathers a block's before running it. With share_block_grads
+  // (ZeRO-2) only their gradients do (Buffers::share_block_gradients): the
+  // engine reduce-scatters a block's right after its backward.
   int64_t shard_align = 0;
   bool share_blocks = false;
+  bool share_block_grads = false;
   // Experts split over ep: routed experts are sharded over edp, the rest
   // over dp, so each block's experts are parts of their own.
   bool shard_experts_apart = false;

@@ -90,10 +90,12 @@ struct ZeroShard {
 };
 ZeroShard zero_shard(int64_t numel, int dp_size, int dp_rank, int64_t align_elems = 64);
 
-// ZeRO-2: in place, arena[begin, end) becomes the dp average of that shard
-// (the rest of the arena is left undefined). arena: (padded)
+// In place, arena[begin, end) becomes the dp average of that shard (the rest
+// of the arena is left undefined). arena: (padded). The engine's ZeRO-2
+// reduce-scatters block by block instead (engine/sharded_params.h); this flat
+// form is what bench_collectives weighs against the all-reduce.
 void zero_reduce_scatter(Communicator& dp, Tensor arena, const ZeroShard& shard);
-// ZeRO-1/2: in place, every rank's updated shard [begin, end) lands in all
+// ZeRO-1: in place, every rank's updated shard [begin, end) lands in all
 // ranks' arenas. arena: (padded)
 void zero_all_gather(Communicator& dp, Tensor arena, const ZeroShard& shard);
 // Sum of a per-rank double over a group (global gradient norm from shards:

@@ -2,6 +2,7 @@
 // padded to the shard alignment, every block at the same offsets in the
 // parameter, gradient and compute-copy arenas (one block's worth), the
 // embedding and head apart; without sharing the layout is the declared one.
+// ZeRO-2 shares only the gradient region.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -120,5 +121,59 @@ TEST_CASE("ZeRO-3 with experts apart: each block's routed experts are a part of 
     }
     CHECK(u.parts.back().param_end == u.param_end);
     CHECK(at == u.first + u.padded);
+  }
+}
+
+TEST_CASE("ZeRO-2: blocks share one gradient region; parameters and compute copies stay whole",
+          "[cpu][model]") {
+  for (bool moe : {false, true}) {
+    INFO((moe ? "moe, experts apart" : "llama"));
+    ModelConfig cfg = config(true);
+    if (moe) {
+      cfg.moe_enabled = true;
+      cfg.moe_every = 2;
+      cfg.moe.n_experts = 4;
+      cfg.moe.d_ff_expert = 8;
+      cfg.moe.ep = 2;
+      cfg.shard_experts_apart = true;
+    }
+    const int64_t align = 4 * 64;
+    ModelConfig padded_cfg = cfg;
+    padded_cfg.shard_align = align;  // ZeRO 1 by unit part: the same parameter layout
+    ModelConfig grads_cfg = padded_cfg;
+    grads_cfg.share_block_grads = true;
+    Model padded(padded_cfg, BatchShape{1, 4}), grads(grads_cfg, BatchShape{1, 4});
+    const Buffers &p = padded.buffers(), &s = grads.buffers();
+    CHECK_FALSE(s.blocks_shared());
+    CHECK(s.block_grads_shared());
+    CHECK(s.category_bytes(Category::parameters) == p.category_bytes(Category::parameters));
+    CHECK(s.category_bytes(Category::compute_weights) == p.category_bytes(Category::compute_weights));
+    REQUIRE(s.param_units().size() == 5);
+    std::set<int64_t> grad_starts;
+    int64_t largest = 0, whole_step = 0;
+    for (size_t i = 0; i < s.param_units().size(); ++i) {
+      const Buffers::ParamUnit &u = s.param_units()[i], &q = p.param_units()[i];
+      const bool block = i >= 1 && i <= 3;
+      CHECK_FALSE(u.shared);
+      CHECK(u.grads_shared == block);
+      CHECK(u.first == q.first);  // parameters where ZeRO 1 has them
+      CHECK(u.padded == q.padded);
+      REQUIRE(u.parts.size() == q.parts.size());
+      if (block) grad_starts.insert(u.grad_first);
+      if (block) largest = std::max(largest, u.padded);
+      if (!block) whole_step += u.padded;
+      if (i == 0) CHECK(u.grad_first == u.first);
+      // The head's gradients follow the one region of the blocks'.
+      if (i == 4) CHECK(u.grad_first == *grad_starts.begin() + largest);
+      // Each gradient sits as far from its unit's grad_first as its value from first.
+      for (int k = u.param_begin; k < u.param_end; ++k) {
+        const BufferInfo& v = s.buffers()[s.params()[k].value];
+        const BufferInfo& g = s.buffers()[s.params()[k].grad];
+        CHECK(int64_t(g.offset / 4) - u.grad_first == int64_t(v.offset / 4) - u.first);
+      }
+    }
+    CHECK(grad_starts.size() == 1);
+    CHECK(s.category_bytes(Category::gradients) == size_t(whole_step + largest) * 4);
+    CHECK(s.category_bytes(Category::gradients) < s.category_bytes(Category::parameters));
   }
 }
