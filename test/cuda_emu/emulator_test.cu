@@ -15,6 +15,8 @@
 #include <functional>
 #include <string>
 #include <vector>
+#include <thread>
+#include <atomic>
 
 #include <cub/block/block_scan.cuh>
 #include <cub/device/device_radix_sort.cuh>
@@ -295,6 +297,59 @@ TEST_CASE("streams run queued work when waited for, in event order", "[emulator]
   for (cudaStream_t s : {s1, s2, blocking}) cudaStreamDestroy(s);
   cudaFreeHost(pinned);
   cudaFree(a);
+}
+
+// The emulated NCCL's landing is such a poll: it cannot run before every
+// rank has joined, and a stuck one must leave queries answering and another
+// thread free to look (the watchdog), not hang the process inside a lock.
+TEST_CASE("a poll that is not ready holds its stream; a synchronize lets other threads query",
+          "[emulator]") {
+  const int n = 16;
+  float* a = device_array<float>(n);
+  float* b = device_array<float>(n);
+  cudaStream_t s1, s2;
+  REQUIRE(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking) == cudaSuccess);
+  REQUIRE(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking) == cudaSuccess);
+  cudaEvent_t e;
+  REQUIRE(cudaEventCreate(&e) == cudaSuccess);
+  std::atomic<bool> ready{false};
+  std::atomic<int> polls{0};
+  order_fill_kernel<<<1, n, 0, s1>>>(a, n, 1.0f);
+  cuda_emu::enqueue_poll(s1, [&] {
+    ++polls;
+    return ready.load();
+  });
+  order_fill_kernel<<<1, n, 0, s1>>>(a, n, 2.0f);
+  REQUIRE(cudaEventRecord(e, s1) == cudaSuccess);
+  REQUIRE(cudaStreamWaitEvent(s2, e, 0) == cudaSuccess);
+  order_copy_kernel<<<1, n, 0, s2>>>(b, a, n);
+
+  CHECK(cudaStreamQuery(s1) == cudaErrorNotReady);
+  CHECK(a[0] == 1.0f);  // the work before the poll ran, the work after it did not
+  CHECK(cudaEventQuery(e) == cudaErrorNotReady);
+  CHECK(cudaStreamQuery(s2) == cudaErrorNotReady);  // waits on s1 through the event
+  CHECK(std::isnan(b[0]));
+  CHECK(polls.load() >= 2);
+
+  // The host waits on s2; another thread queries s1 meanwhile (the lock is
+  // free between polls) and then lets the poll succeed.
+  std::atomic<int> queried{0};
+  std::thread other([&] {
+    for (int i = 0; i < 20; ++i)
+      if (cudaStreamQuery(s1) == cudaErrorNotReady) ++queried;
+    ready = true;
+  });
+  REQUIRE(cudaStreamSynchronize(s2) == cudaSuccess);
+  other.join();
+  CHECK(queried.load() == 20);
+  CHECK(b[0] == 2.0f);
+  CHECK(cudaStreamQuery(s1) == cudaSuccess);
+  CHECK(cudaEventQuery(e) == cudaSuccess);
+
+  cudaEventDestroy(e);
+  for (cudaStream_t s : {s1, s2}) cudaStreamDestroy(s);
+  cudaFree(a);
+  cudaFree(b);
 }
 
 TEST_CASE("cub's block scan and radix sort as cub defines them", "[emulator]") {

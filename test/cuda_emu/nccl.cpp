@@ -6,12 +6,15 @@
 // id is tested too.
 //
 // Stream order (streams.cpp): a call first runs what its stream has queued (so
-// it reads sendbuff as the GPU would when the stream reaches it), exchanges
-// the bytes over MPI at once, in the order the host makes its calls (the same
-// on every rank, so blocking MPI calls cannot deadlock however the streams
-// interleave), and queues the result's landing in recvbuff on the stream: a
-// reader on another stream that does not wait for the collective's event, or
-// a host that does not synchronize, sees recvbuff as it was.
+// it reads sendbuff as the GPU would when the stream reaches it), starts the
+// exchange over MPI's non-blocking calls at once, in the order the host makes
+// its calls (the same on every rank, as MPI requires of collectives), and
+// queues the result's landing in recvbuff on the stream as a poll: it runs
+// once the stream reaches it and every rank has joined the exchange. A reader
+// on another stream that does not wait for the collective's event, or a host
+// that does not synchronize, sees recvbuff as it was; a rank whose peer never
+// joins is stuck at that landing, not in the call, so its stream queries
+// answer cudaErrorNotReady and the watchdog finds the collective, as on GPUs.
 #include <mpi.h>
 #include <nccl.h>
 
@@ -19,6 +22,7 @@
 #include <climits>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <random>
 #include <string>
@@ -187,10 +191,28 @@ Bytes read_in_order(cudaStream_t stream, const void* send, size_t bytes) {
   return std::make_shared<std::vector<unsigned char>>(p, p + bytes);
 }
 
-// The collective's result lands in recvbuff when the stream reaches it.
-void land_in_order(cudaStream_t stream, void* recv, Bytes out) {
-  if (out->empty()) return;
-  cuda_emu::enqueue(stream, [recv, out] { std::memcpy(recv, out->data(), out->size()); });
+// MPI requests of an exchange in flight (none: nothing to wait for).
+using Requests = std::shared_ptr<std::vector<MPI_Request>>;
+
+Requests no_requests() { return std::make_shared<std::vector<MPI_Request>>(); }
+Requests one_request(MPI_Request r) { return std::make_shared<std::vector<MPI_Request>>(1, r); }
+
+// The result lands in recvbuff (out may be empty: a send) when the stream
+// reaches it and `reqs` have completed; `finish` first post-processes out.
+void land_in_order(cudaStream_t stream, void* recv, Bytes out, Requests reqs,
+                   std::function<void()> finish = {}) {
+  if (out->empty() && reqs->empty()) return;
+  cuda_emu::enqueue_poll(stream, [recv, out, reqs, finish] {
+    if (!reqs->empty()) {
+      int done = 0;
+      MPI_Testall(static_cast<int>(reqs->size()), reqs->data(), &done, MPI_STATUSES_IGNORE);
+      if (!done) return false;
+      reqs->clear();
+    }
+    if (finish) finish();
+    if (!out->empty()) std::memcpy(recv, out->data(), out->size());
+    return true;
+  });
 }
 
 ncclResult_t mpi_rc(int rc, const char* call) {
@@ -212,6 +234,7 @@ struct P2p {
   ncclComm_t comm;
   cudaStream_t stream;
   Bytes data = nullptr;  // a send's bytes, read in stream order; a receive's, landed after
+  Requests reqs = nullptr;  // its MPI request (none for a world of one)
 };
 thread_local int g_group_depth = 0;
 thread_local std::vector<P2p> g_group;
@@ -236,11 +259,10 @@ ncclResult_t run_p2p(std::vector<P2p>& ops) {
   }
   for (const P2p* r : self_recvs)
     if (r) return fail(ncclInvalidUsage, "ncclRecv from itself without a send");
-  std::vector<MPI_Request> reqs;
-  reqs.reserve(ops.size());
   for (int pass = 0; pass < 2; ++pass) {  // receives posted first
     for (P2p& op : ops) {
       if (op.send == (pass == 0)) continue;
+      op.reqs = no_requests();
       if (op.comm->mpi == MPI_COMM_NULL) continue;  // a world of one: above
       MPI_Request req;
       const int rc = op.send ? MPI_Isend(op.data->data(), static_cast<int>(op.bytes), MPI_BYTE, op.peer,
@@ -248,17 +270,18 @@ ncclResult_t run_p2p(std::vector<P2p>& ops) {
                              : MPI_Irecv(op.data->data(), static_cast<int>(op.bytes), MPI_BYTE, op.peer,
                                          0, op.comm->mpi, &req);
       if (rc != MPI_SUCCESS) return mpi_rc(rc, op.send ? "ncclSend" : "ncclRecv");
-      reqs.push_back(req);
+      op.reqs = one_request(req);
     }
   }
-  if (!reqs.empty()) {
-    if (ncclResult_t rc = mpi_rc(MPI_Waitall(static_cast<int>(reqs.size()), reqs.data(), MPI_STATUSES_IGNORE),
-                                 "ncclGroupEnd");
-        rc != ncclSuccess)
-      return rc;
+  // Each op holds its stream until its peer has matched it, as NCCL's do; a
+  // send's bytes live until then.
+  for (P2p& op : ops) {
+    if (op.send)
+      land_in_order(op.stream, op.buf, std::make_shared<std::vector<unsigned char>>(), op.reqs,
+                    [sent = op.data] {});
+    else
+      land_in_order(op.stream, op.buf, op.data, op.reqs);
   }
-  for (P2p& op : ops)
-    if (!op.send) land_in_order(op.stream, op.buf, op.data);
   return ncclSuccess;
 }
 
@@ -374,7 +397,7 @@ ncclResult_t ncclCommAbort(ncclComm_t comm) {
 
 ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* async_error) {
   if (!comm) return fail(ncclInvalidArgument, "ncclCommGetAsyncError: null communicator");
-  *async_error = ncclSuccess;  // every exchange has completed when its call returns
+  *async_error = ncclSuccess;  // an exchange in flight is the stream's to wait for, not an error
   return ncclSuccess;
 }
 
@@ -416,15 +439,20 @@ ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count, ncclDataT
   if (ncclResult_t rc = mpi_op(t, op, &mop); rc != ncclSuccess) return rc;
   Bytes buf = read_in_order(stream, send, bytes);
   if (op == ncclAvg && is_float(t)) premultiply(buf->data(), count, t, comm->size);
+  Requests reqs = no_requests();
   if (comm->mpi != MPI_COMM_NULL && count > 0) {
-    if (ncclResult_t rc = mpi_rc(MPI_Allreduce(MPI_IN_PLACE, buf->data(), static_cast<int>(count),
-                                               mpi_type(t), mop, comm->mpi),
+    MPI_Request req;
+    if (ncclResult_t rc = mpi_rc(MPI_Iallreduce(MPI_IN_PLACE, buf->data(), static_cast<int>(count),
+                                                mpi_type(t), mop, comm->mpi, &req),
                                  "ncclAllReduce");
         rc != ncclSuccess)
       return rc;
+    reqs = one_request(req);
   }
-  if (op == ncclAvg && !is_float(t)) integer_average(buf->data(), count, t, comm->size);
-  land_in_order(stream, recv, buf);
+  std::function<void()> finish;
+  if (op == ncclAvg && !is_float(t))
+    finish = [buf, count, t, n = comm->size] { integer_average(buf->data(), count, t, n); };
+  land_in_order(stream, recv, buf, reqs, finish);
   return ncclSuccess;
 }
 
@@ -441,17 +469,24 @@ ncclResult_t ncclReduceScatter(const void* send, void* recv, size_t recvcount, n
   Bytes in = read_in_order(stream, send, bytes * comm->size);
   if (op == ncclAvg && is_float(t)) premultiply(in->data(), recvcount * comm->size, t, comm->size);
   auto out = std::make_shared<std::vector<unsigned char>>(bytes);
+  Requests reqs = no_requests();
   if (comm->mpi == MPI_COMM_NULL || recvcount == 0) {
     std::memcpy(out->data(), in->data(), bytes);
-  } else if (ncclResult_t rc = mpi_rc(MPI_Reduce_scatter_block(in->data(), out->data(),
-                                                               static_cast<int>(recvcount), mpi_type(t),
-                                                               mop, comm->mpi),
-                                      "ncclReduceScatter");
-             rc != ncclSuccess) {
-    return rc;
+  } else {
+    MPI_Request req;
+    if (ncclResult_t rc = mpi_rc(MPI_Ireduce_scatter_block(in->data(), out->data(),
+                                                           static_cast<int>(recvcount), mpi_type(t),
+                                                           mop, comm->mpi, &req),
+                                 "ncclReduceScatter");
+        rc != ncclSuccess)
+      return rc;
+    reqs = one_request(req);
   }
-  if (op == ncclAvg && !is_float(t)) integer_average(out->data(), recvcount, t, comm->size);
-  land_in_order(stream, recv, out);
+  // `in` stays alive until the exchange has completed.
+  std::function<void()> finish = [in] {};
+  if (op == ncclAvg && !is_float(t))
+    finish = [in, out, recvcount, t, n = comm->size] { integer_average(out->data(), recvcount, t, n); };
+  land_in_order(stream, recv, out, reqs, finish);
   return ncclSuccess;
 }
 
@@ -463,16 +498,17 @@ ncclResult_t ncclAllGather(const void* send, void* recv, size_t sendcount, ncclD
   require_device(recv, bytes * comm->size, "ncclAllGather recvbuff");
   Bytes in = read_in_order(stream, send, bytes);
   if (comm->mpi == MPI_COMM_NULL || bytes == 0) {
-    land_in_order(stream, recv, in);
+    land_in_order(stream, recv, in, no_requests());
     return ncclSuccess;
   }
   auto out = std::make_shared<std::vector<unsigned char>>(bytes * comm->size);
-  if (ncclResult_t rc = mpi_rc(MPI_Allgather(in->data(), static_cast<int>(bytes), MPI_BYTE, out->data(),
-                                             static_cast<int>(bytes), MPI_BYTE, comm->mpi),
+  MPI_Request req;
+  if (ncclResult_t rc = mpi_rc(MPI_Iallgather(in->data(), static_cast<int>(bytes), MPI_BYTE, out->data(),
+                                              static_cast<int>(bytes), MPI_BYTE, comm->mpi, &req),
                                "ncclAllGather");
       rc != ncclSuccess)
     return rc;
-  land_in_order(stream, recv, out);
+  land_in_order(stream, recv, out, one_request(req), [in] {});  // `in` kept until then
   return ncclSuccess;
 }
 
@@ -490,13 +526,17 @@ ncclResult_t ncclBroadcast(const void* send, void* recv, size_t count, ncclDataT
     cuda_emu::flush_stream(stream);
     buf = std::make_shared<std::vector<unsigned char>>(bytes);
   }
+  Requests reqs = no_requests();
   if (comm->mpi != MPI_COMM_NULL && bytes > 0) {
-    if (ncclResult_t rc = mpi_rc(MPI_Bcast(buf->data(), static_cast<int>(bytes), MPI_BYTE, root, comm->mpi),
+    MPI_Request req;
+    if (ncclResult_t rc = mpi_rc(MPI_Ibcast(buf->data(), static_cast<int>(bytes), MPI_BYTE, root,
+                                            comm->mpi, &req),
                                  "ncclBroadcast");
         rc != ncclSuccess)
       return rc;
+    reqs = one_request(req);
   }
-  land_in_order(stream, recv, buf);
+  land_in_order(stream, recv, buf, reqs);
   return ncclSuccess;
 }
 

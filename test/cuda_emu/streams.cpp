@@ -15,6 +15,13 @@
 // One recursive mutex covers the queues and the running of their work: a
 // query from the watchdog's thread may run work while the main thread queues
 // more, and work runs on whichever thread waits for it, one task at a time.
+//
+// A task may be a poll (enqueue_poll): the emulated NCCL's landing of a
+// result, which can only run once the other ranks have joined the exchange.
+// Until its poll succeeds the stream (and every stream waiting on it through
+// an event) stops there: a query answers cudaErrorNotReady, and a host wait
+// retries with the mutex released, so the watchdog's thread can still query,
+// find the collective stuck and abort, as on a GPU whose peer never joins.
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -23,6 +30,7 @@
 #include <memory>
 #include <mutex>
 #include <set>
+#include <thread>
 
 #include "cuda_runtime.h"
 #include "runtime_state.h"
@@ -33,7 +41,7 @@ namespace {
 struct Queue {
   explicit Queue(unsigned f) : flags(f) {}
   unsigned flags;
-  std::deque<std::function<void()>> pending;
+  std::deque<std::function<bool()>> pending;  // false: a poll not ready yet, run again later
   uint64_t enqueued = 0;  // tasks ever queued
   uint64_t done = 0;      // tasks run: pending holds tasks [done, enqueued)
   bool running = false;
@@ -82,9 +90,10 @@ std::shared_ptr<Queue> queue_of(Streams& s, cudaStream_t stream) {
 }
 
 // Runs q's queued tasks until `target` have run (and, through the waits among
-// them, what they wait for on other streams).
-void run_until(Queue& q, uint64_t target) {
-  if (q.done >= target) return;
+// them, what they wait for on other streams); false if a poll among them is
+// not ready yet (the tasks before it have run).
+bool run_until(Queue& q, uint64_t target) {
+  if (q.done >= target) return true;
   if (q.running) {
     // Only a cycle of event waits, which hangs a GPU too, asks a stream to run
     // past the task it is running.
@@ -92,29 +101,56 @@ void run_until(Queue& q, uint64_t target) {
     std::abort();
   }
   q.running = true;
+  bool reached = true;
   while (q.done < target) {
-    std::function<void()> task = std::move(q.pending.front());
+    // Run in place: a poll that is not ready stays first. (A task never pops
+    // this queue: running guards it; a push keeps references valid.)
+    if (!q.pending.front()()) {
+      reached = false;
+      break;
+    }
     q.pending.pop_front();
-    task();
     ++q.done;
   }
   q.running = false;
+  return reached;
 }
 
-void run_all(Queue& q) { run_until(q, q.enqueued); }
+bool run_all(Queue& q) { return run_until(q, q.enqueued); }
 
-void run_blocking_streams(Streams& s) {
+bool run_blocking_streams(Streams& s) {
+  bool all = true;
   for (CUstream_st* stream : s.streams)
-    if (!(stream->queue->flags & cudaStreamNonBlocking)) run_all(*stream->queue);
+    if (!(stream->queue->flags & cudaStreamNonBlocking)) all = run_all(*stream->queue) && all;
+  return all;
 }
 
-void push(Streams& s, const std::shared_ptr<Queue>& q, std::function<void()> work) {
+// The legacy stream's work, after the blocking streams' queued work.
+bool run_legacy(Streams& s) { return run_blocking_streams(s) && run_all(*s.legacy); }
+
+// A host wait: tries `attempt` under the mutex until it reports done,
+// releasing the mutex in between. Called without the mutex held.
+template <class F>
+void wait_until(Streams& s, F attempt) {
+  for (;;) {
+    {
+      std::lock_guard<std::recursive_mutex> lock(s.mutex);
+      if (attempt()) return;
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+}
+
+// Queues `work`; true if it went to the legacy stream, which the caller then
+// runs (settle) once it has released the mutex.
+bool push(Streams& s, const std::shared_ptr<Queue>& q, std::function<bool()> work) {
   q->pending.push_back(std::move(work));
   ++q->enqueued;
-  if (q == s.legacy) {
-    run_blocking_streams(s);
-    run_all(*q);
-  }
+  return q == s.legacy;
+}
+
+void settle(Streams& s, bool legacy) {
+  if (legacy) wait_until(s, [&] { return run_legacy(s); });
 }
 
 }  // namespace
@@ -125,28 +161,45 @@ bool is_stream(cudaStream_t stream) {
   return live(s, stream);
 }
 
-void enqueue(cudaStream_t stream, std::function<void()> work) {
+void enqueue_poll(cudaStream_t stream, std::function<bool()> poll) {
   Streams& s = st();
-  std::lock_guard<std::recursive_mutex> lock(s.mutex);
-  if (!live(s, stream)) {
-    std::fprintf(stderr, "cuda emulator: work queued on a destroyed or unknown stream\n");
-    std::abort();
+  bool legacy = false;
+  {
+    std::lock_guard<std::recursive_mutex> lock(s.mutex);
+    if (!live(s, stream)) {
+      std::fprintf(stderr, "cuda emulator: work queued on a destroyed or unknown stream\n");
+      std::abort();
+    }
+    legacy = push(s, queue_of(s, stream), std::move(poll));
   }
-  push(s, queue_of(s, stream), std::move(work));
+  settle(s, legacy);
+}
+
+void enqueue(cudaStream_t stream, std::function<void()> work) {
+  enqueue_poll(stream, [work = std::move(work)] {
+    work();
+    return true;
+  });
+}
+
+// One try at what `stream` has queued; false while a poll there is not ready.
+static bool try_stream(Streams& s, cudaStream_t stream) {
+  if (!live(s, stream)) return true;
+  return stream == nullptr ? run_legacy(s) : run_all(*stream->queue);
 }
 
 void flush_stream(cudaStream_t stream) {
   Streams& s = st();
-  std::lock_guard<std::recursive_mutex> lock(s.mutex);
-  if (!live(s, stream)) return;
-  if (stream == nullptr) run_blocking_streams(s);
-  run_all(*queue_of(s, stream));
+  wait_until(s, [&] { return try_stream(s, stream); });
 }
 
 void flush_all() {
   Streams& s = st();
-  std::lock_guard<std::recursive_mutex> lock(s.mutex);
-  for (CUstream_st* stream : s.streams) run_all(*stream->queue);
+  wait_until(s, [&] {
+    bool all = true;
+    for (CUstream_st* stream : s.streams) all = run_all(*stream->queue) && all;
+    return all;
+  });
 }
 
 }  // namespace cuda_emu
@@ -178,9 +231,9 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned flags) {
 // The driver lets queued work finish after the call returns; here it runs first.
 cudaError_t cudaStreamDestroy(cudaStream_t stream) {
   Streams& s = st();
+  if (stream == nullptr || !cuda_emu::is_stream(stream)) return fail(cudaErrorInvalidResourceHandle);
+  cuda_emu::flush_stream(stream);
   Lock lock(s.mutex);
-  if (stream == nullptr || !s.streams.count(stream)) return fail(cudaErrorInvalidResourceHandle);
-  cuda_emu::run_all(*stream->queue);
   s.streams.erase(stream);
   delete stream;
   return cudaSuccess;
@@ -191,20 +244,29 @@ cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
   return cudaSuccess;
 }
 // The emulated device makes progress only when asked: a query runs what it asks
-// about, so a host that polls (the watchdog, stream_order.cpp) sees it finish.
-cudaError_t cudaStreamQuery(cudaStream_t stream) { return cudaStreamSynchronize(stream); }
+// about, so a host that polls (the watchdog, stream_order.cpp) sees it finish,
+// up to a collective whose peers have not all joined yet.
+cudaError_t cudaStreamQuery(cudaStream_t stream) {
+  Streams& s = st();
+  Lock lock(s.mutex);
+  if (!cuda_emu::live(s, stream)) return fail(cudaErrorInvalidResourceHandle);
+  return cuda_emu::try_stream(s, stream) ? cudaSuccess : cudaErrorNotReady;
+}
 
 cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned) {
   Streams& s = st();
-  Lock lock(s.mutex);
-  if (!cuda_emu::live(s, stream) || !s.events.count(event)) return fail(cudaErrorInvalidResourceHandle);
-  // The wait keeps the record the event holds now, whatever is recorded later.
-  std::shared_ptr<cuda_emu::Queue> producer = event->queue;
-  if (!producer || producer->done >= event->target) return cudaSuccess;
-  const uint64_t target = event->target;
-  cuda_emu::push(s, cuda_emu::queue_of(s, stream), [producer, target] {
-    cuda_emu::run_until(*producer, target);
-  });
+  bool legacy = false;
+  {
+    Lock lock(s.mutex);
+    if (!cuda_emu::live(s, stream) || !s.events.count(event)) return fail(cudaErrorInvalidResourceHandle);
+    // The wait keeps the record the event holds now, whatever is recorded later.
+    std::shared_ptr<cuda_emu::Queue> producer = event->queue;
+    if (!producer || producer->done >= event->target) return cudaSuccess;
+    const uint64_t target = event->target;
+    legacy = cuda_emu::push(s, cuda_emu::queue_of(s, stream),
+                            [producer, target] { return cuda_emu::run_until(*producer, target); });
+  }
+  cuda_emu::settle(s, legacy);
   return cudaSuccess;
 }
 
@@ -225,26 +287,44 @@ cudaError_t cudaEventDestroy(cudaEvent_t event) {
 }
 cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
   Streams& s = st();
-  Lock lock(s.mutex);
-  if (!s.events.count(event) || !cuda_emu::live(s, stream)) return fail(cudaErrorInvalidResourceHandle);
-  auto stamp = std::make_shared<cuda_emu::Stamp>();
-  event->stamp = stamp;
-  event->queue = cuda_emu::queue_of(s, stream);
-  event->target = event->queue->enqueued + 1;
-  cuda_emu::push(s, event->queue, [stamp] {
-    stamp->ran = true;
-    stamp->when = std::chrono::steady_clock::now();
-  });
+  bool legacy = false;
+  {
+    Lock lock(s.mutex);
+    if (!s.events.count(event) || !cuda_emu::live(s, stream)) return fail(cudaErrorInvalidResourceHandle);
+    auto stamp = std::make_shared<cuda_emu::Stamp>();
+    event->stamp = stamp;
+    event->queue = cuda_emu::queue_of(s, stream);
+    event->target = event->queue->enqueued + 1;
+    legacy = cuda_emu::push(s, event->queue, [stamp] {
+      stamp->ran = true;
+      stamp->when = std::chrono::steady_clock::now();
+      return true;
+    });
+  }
+  cuda_emu::settle(s, legacy);
   return cudaSuccess;
 }
+namespace {
+// One try at what the event's record waits for: the event may be destroyed
+// between the tries of a synchronize, so each try looks it up again.
+cudaError_t try_event(Streams& s, cudaEvent_t event) {
+  if (!s.events.count(event)) return cudaErrorInvalidResourceHandle;
+  if (!event->queue) return cudaSuccess;
+  return cuda_emu::run_until(*event->queue, event->target) ? cudaSuccess : cudaErrorNotReady;
+}
+}  // namespace
 cudaError_t cudaEventSynchronize(cudaEvent_t event) {
   Streams& s = st();
-  Lock lock(s.mutex);
-  if (!s.events.count(event)) return fail(cudaErrorInvalidResourceHandle);
-  if (event->queue) cuda_emu::run_until(*event->queue, event->target);
-  return cudaSuccess;
+  cudaError_t rc = cudaSuccess;
+  cuda_emu::wait_until(s, [&] { return (rc = try_event(s, event)) != cudaErrorNotReady; });
+  return rc == cudaSuccess ? rc : fail(rc);
 }
-cudaError_t cudaEventQuery(cudaEvent_t event) { return cudaEventSynchronize(event); }
+cudaError_t cudaEventQuery(cudaEvent_t event) {
+  Streams& s = st();
+  Lock lock(s.mutex);
+  const cudaError_t rc = try_event(s, event);
+  return rc == cudaErrorInvalidResourceHandle ? fail(rc) : rc;
+}
 // As the driver: both events must have completed (cudaErrorNotReady if either
 // is still queued), so a timing read before its synchronize is caught.
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {

@@ -151,7 +151,13 @@ bool is_stream(cudaStream_t stream);
 // waits for it, or at once on the legacy stream (nullptr). The emulated
 // libraries queue what they compute, as the real ones launch kernels.
 void enqueue(cudaStream_t stream, std::function<void()> work);
-// Runs what `stream` has queued (and what that waits for on other streams).
+// A task that may not be ready when the stream reaches it (the emulated
+// NCCL's landing, once every rank has joined the exchange): `poll` runs each
+// time the stream is asked to go on and returns true once it has done its
+// work; until then the stream stops there (a query answers cudaErrorNotReady).
+void enqueue_poll(cudaStream_t stream, std::function<bool()> poll);
+// Runs what `stream` has queued (and what that waits for on other streams),
+// retrying a poll that is not ready with the streams' mutex released.
 void flush_stream(cudaStream_t stream);
 void flush_all();
 }  // namespace cuda_emu

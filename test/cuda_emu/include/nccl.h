@@ -5,9 +5,10 @@
 // communicator, the splits, the grouped send/recv and every collective the
 // GPU build issues.
 //
-// What differs from NCCL, on purpose: the bytes are exchanged when an op is
-// called, on the calling thread, after its stream's queued work has run, and
-// what it delivers lands in recvbuff in stream order (nccl.cpp); a
+// What differs from NCCL, on purpose: the send buffer is read when an op is
+// called, on the calling thread, after its stream's queued work has run, the
+// exchange starts then (MPI's non-blocking calls), and what it delivers lands
+// in recvbuff in stream order once every rank has joined (nccl.cpp); a
 // communicator is ready when created (a
 // non-blocking config never answers ncclInProgress); the reductions of 16-bit
 // floats add in fp32 and round each partial sum, as NCCL's kernels do, in
