@@ -205,17 +205,30 @@ __global__ void order_copy_kernel(float* dst, const float* src, int n) {
 }
 }  // namespace
 
+// Two non-blocking streams and an event between them, for the stream-order cases.
+struct TwoStreams {
+  cudaStream_t s1 = nullptr, s2 = nullptr;
+  cudaEvent_t e = nullptr;
+  TwoStreams() {
+    REQUIRE(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking) == cudaSuccess);
+    REQUIRE(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking) == cudaSuccess);
+    REQUIRE(cudaEventCreate(&e) == cudaSuccess);
+  }
+  ~TwoStreams() {
+    cudaEventDestroy(e);
+    cudaStreamDestroy(s1);
+    cudaStreamDestroy(s2);
+  }
+};
+
 // What the emulator's streams promise (streams.cpp): queued work runs as late
 // as a GPU may run it, so an order a program forgot is seen as stale bytes.
 TEST_CASE("streams run queued work when waited for, in event order", "[emulator]") {
   const int n = 64;
   float* a = device_array<float>(n);
   float* b = device_array<float>(n);
-  cudaStream_t s1, s2;
-  REQUIRE(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking) == cudaSuccess);
-  REQUIRE(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking) == cudaSuccess);
-  cudaEvent_t e;
-  REQUIRE(cudaEventCreate(&e) == cudaSuccess);
+  TwoStreams two;
+  auto [s1, s2, e] = two;
 
   order_fill_kernel<<<1, n, 0, s1>>>(a, n, 1.0f);
   CHECK(std::isnan(a[0]));  // queued, not run
@@ -293,8 +306,8 @@ TEST_CASE("streams run queued work when waited for, in event order", "[emulator]
   REQUIRE(cudaFree(b) == cudaSuccess);
   CHECK(a[0] == 10.0f);
 
-  for (cudaEvent_t ev : {e, t0, t1}) cudaEventDestroy(ev);
-  for (cudaStream_t s : {s1, s2, blocking}) cudaStreamDestroy(s);
+  for (cudaEvent_t ev : {t0, t1}) cudaEventDestroy(ev);
+  cudaStreamDestroy(blocking);
   cudaFreeHost(pinned);
   cudaFree(a);
 }
@@ -307,11 +320,8 @@ TEST_CASE("a poll that is not ready holds its stream; a synchronize lets other t
   const int n = 16;
   float* a = device_array<float>(n);
   float* b = device_array<float>(n);
-  cudaStream_t s1, s2;
-  REQUIRE(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking) == cudaSuccess);
-  REQUIRE(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking) == cudaSuccess);
-  cudaEvent_t e;
-  REQUIRE(cudaEventCreate(&e) == cudaSuccess);
+  TwoStreams two;
+  auto [s1, s2, e] = two;
   std::atomic<bool> ready{false};
   std::atomic<int> polls{0};
   order_fill_kernel<<<1, n, 0, s1>>>(a, n, 1.0f);
@@ -346,8 +356,6 @@ TEST_CASE("a poll that is not ready holds its stream; a synchronize lets other t
   CHECK(cudaStreamQuery(s1) == cudaSuccess);
   CHECK(cudaEventQuery(e) == cudaSuccess);
 
-  cudaEventDestroy(e);
-  for (cudaStream_t s : {s1, s2}) cudaStreamDestroy(s);
   cudaFree(a);
   cudaFree(b);
 }

@@ -8,7 +8,6 @@
 // Usage: nccl_stall TIMEOUT_S op TAG
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
 #include <thread>
 
 #include "kernels/cuda/cuda_state.h"
@@ -23,9 +22,7 @@ using namespace trainer::parallel;
 
 int main(int argc, char** argv) {
   return run_mpi_test([&] {
-    const double timeout_s = argc > 1 ? std::atof(argv[1]) : 2.0;
-    const char* stall = std::getenv("TRAINER_TEST_STALL_RANK");
-    const int stall_rank = stall ? std::atoi(stall) : -1;
+    const auto [timeout_s, stall_rank] = stall_test(argc, argv);
     const LaunchEnv env = detect_launch_env();
     CudaState* state = create_cuda_state(env.local_rank);
     Context ctx{Device::cuda, state};

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 
 #include "parallel/mpi_communicator.h"
@@ -28,4 +29,18 @@ int run_mpi_test(F&& body) {
     return 1;
   }
   return 0;
+}
+
+// The stalled-rank programs' (mpi_stall, cuda_emu's nccl_stall) arguments:
+// the watchdog timeout (argv[1], default 2 s) and the rank that never joins
+// (TRAINER_TEST_STALL_RANK, read only by these tests; -1: none).
+struct StallTest {
+  double timeout_s = 2.0;
+  int stall_rank = -1;
+};
+inline StallTest stall_test(int argc, char** argv) {
+  StallTest t;
+  if (argc > 1) t.timeout_s = std::atof(argv[1]);
+  if (const char* stall = std::getenv("TRAINER_TEST_STALL_RANK")) t.stall_rank = std::atoi(stall);
+  return t;
 }

@@ -4,7 +4,6 @@
 // the mesh exists, so the others wait in its construction)
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
 #include <string>
 #include <thread>
 #include <vector>
@@ -17,9 +16,7 @@ using namespace trainer::parallel;
 
 int main(int argc, char** argv) {
   return run_mpi_test([&] {
-    const double timeout_s = argc > 1 ? std::atof(argv[1]) : 2.0;
-    const char* stall = std::getenv("TRAINER_TEST_STALL_RANK");
-    const int stall_rank = stall ? std::atoi(stall) : -1;
+    const auto [timeout_s, stall_rank] = stall_test(argc, argv);
     const LaunchEnv env = detect_launch_env();
     const bool at_init = argc > 2 && std::string(argv[2]) == "init";
     if (at_init && env.rank == stall_rank) std::this_thread::sleep_for(std::chrono::seconds(120));
