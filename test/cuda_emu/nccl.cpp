@@ -191,6 +191,15 @@ Bytes read_in_order(cudaStream_t stream, const void* send, size_t bytes) {
   return std::make_shared<std::vector<unsigned char>>(p, p + bytes);
 }
 
+// A world of one: the collective is a copy of sendbuff into recvbuff (a sum,
+// an average, a gather or a broadcast of one rank), all of it in stream
+// order, reading sendbuff when the stream reaches it as a GPU does; no MPI,
+// so no call order to keep.
+ncclResult_t local_in_order(cudaStream_t stream, const void* send, void* recv, size_t bytes) {
+  if (bytes) cuda_emu::enqueue(stream, [send, recv, bytes] { std::memmove(recv, send, bytes); });
+  return ncclSuccess;
+}
+
 // MPI requests of an exchange in flight (none: nothing to wait for).
 using Requests = std::shared_ptr<std::vector<MPI_Request>>;
 
@@ -437,6 +446,7 @@ ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count, ncclDataT
   require_device(recv, bytes, "ncclAllReduce recvbuff");
   MPI_Op mop;
   if (ncclResult_t rc = mpi_op(t, op, &mop); rc != ncclSuccess) return rc;
+  if (comm->mpi == MPI_COMM_NULL) return local_in_order(stream, send, recv, bytes);
   Bytes buf = read_in_order(stream, send, bytes);
   if (op == ncclAvg && is_float(t)) premultiply(buf->data(), count, t, comm->size);
   Requests reqs = no_requests();
@@ -465,6 +475,7 @@ ncclResult_t ncclReduceScatter(const void* send, void* recv, size_t recvcount, n
   require_device(recv, bytes, "ncclReduceScatter recvbuff");
   MPI_Op mop;
   if (ncclResult_t rc = mpi_op(t, op, &mop); rc != ncclSuccess) return rc;
+  if (comm->mpi == MPI_COMM_NULL) return local_in_order(stream, send, recv, bytes);
   // A copy of the input: NCCL's in-place form has recv inside send.
   Bytes in = read_in_order(stream, send, bytes * comm->size);
   if (op == ncclAvg && is_float(t)) premultiply(in->data(), recvcount * comm->size, t, comm->size);
@@ -496,6 +507,7 @@ ncclResult_t ncclAllGather(const void* send, void* recv, size_t sendcount, ncclD
   const size_t bytes = sendcount * type_size(t);
   require_device(send, bytes, "ncclAllGather sendbuff");
   require_device(recv, bytes * comm->size, "ncclAllGather recvbuff");
+  if (comm->mpi == MPI_COMM_NULL) return local_in_order(stream, send, recv, bytes);
   Bytes in = read_in_order(stream, send, bytes);
   if (comm->mpi == MPI_COMM_NULL || bytes == 0) {
     land_in_order(stream, recv, in, no_requests());
@@ -518,6 +530,10 @@ ncclResult_t ncclBroadcast(const void* send, void* recv, size_t count, ncclDataT
   if (root < 0 || root >= comm->size) return fail(ncclInvalidArgument, "ncclBroadcast: root out of range");
   const size_t bytes = count * type_size(t);
   require_device(recv, bytes, "ncclBroadcast recvbuff");
+  if (comm->mpi == MPI_COMM_NULL) {
+    require_device(send, bytes, "ncclBroadcast sendbuff");
+    return local_in_order(stream, send, recv, bytes);
+  }
   Bytes buf;
   if (comm->rank == root) {
     require_device(send, bytes, "ncclBroadcast sendbuff");

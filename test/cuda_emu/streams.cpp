@@ -22,6 +22,7 @@
 // an event) stops there: a query answers cudaErrorNotReady, and a host wait
 // retries with the mutex released, so the watchdog's thread can still query,
 // find the collective stuck and abort, as on a GPU whose peer never joins.
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -251,6 +252,28 @@ cudaError_t cudaStreamQuery(cudaStream_t stream) {
   Lock lock(s.mutex);
   if (!cuda_emu::live(s, stream)) return fail(cudaErrorInvalidResourceHandle);
   return cuda_emu::try_stream(s, stream) ? cudaSuccess : cudaErrorNotReady;
+}
+
+cudaError_t cudaLaunchHostFunc(cudaStream_t stream, cudaHostFn_t fn, void* user_data) {
+  if (!fn || !cuda_emu::is_stream(stream)) return fail(cudaErrorInvalidResourceHandle);
+  // A poll: the first time the stream reaches it the function starts on its
+  // own thread; the stream goes on once it has returned.
+  struct Run {
+    std::thread thread;
+    std::atomic<bool> done{false};
+  };
+  auto run = std::make_shared<Run>();
+  cuda_emu::enqueue_poll(stream, [run, fn, user_data] {
+    if (!run->thread.joinable())
+      run->thread = std::thread([run = run.get(), fn, user_data] {
+        fn(user_data);
+        run->done = true;
+      });
+    if (!run->done.load()) return false;
+    run->thread.join();
+    return true;
+  });
+  return cudaSuccess;
 }
 
 cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned) {

@@ -25,6 +25,16 @@
 
 #include "cuda_runtime_api.h"
 
+// The runtime's C++ overloads for typed pointers, as cuda_runtime.h declares them.
+template <class T>
+cudaError_t cudaMalloc(T** ptr, size_t bytes) {
+  return cudaMalloc(reinterpret_cast<void**>(ptr), bytes);
+}
+template <class T>
+cudaError_t cudaMallocHost(T** ptr, size_t bytes) {
+  return cudaMallocHost(reinterpret_cast<void**>(ptr), bytes);
+}
+
 #define __global__
 #define __device__
 #define __host__

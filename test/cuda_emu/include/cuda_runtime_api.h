@@ -124,6 +124,12 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream);
 cudaError_t cudaStreamSynchronize(cudaStream_t stream);
 cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned flags = 0);
 cudaError_t cudaStreamQuery(cudaStream_t stream);
+// A host function in stream order: as the driver, it runs on a thread of its
+// own (the emulator's: one per call), so one that blocks holds its stream and
+// what waits on it, not the thread that waits; it may not call CUDA.
+#define CUDART_CB
+typedef void (*cudaHostFn_t)(void* user_data);
+cudaError_t cudaLaunchHostFunc(cudaStream_t stream, cudaHostFn_t fn, void* user_data);
 
 cudaError_t cudaEventCreate(cudaEvent_t* event);
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned flags);

@@ -13,7 +13,9 @@
 // non-blocking config never answers ncclInProgress); the reductions of 16-bit
 // floats add in fp32 and round each partial sum, as NCCL's kernels do, in
 // MPI's order. Buffers must be live cudaMalloc memory, as on a GPU (a host
-// pointer aborts naming the call). A world of one needs no MPI at all.
+// pointer aborts naming the call). A world of one needs no MPI at all, and
+// its collectives run wholly in stream order (sendbuff read when the stream
+// reaches the call).
 #pragma once
 
 #include <cstddef>
