@@ -22,7 +22,8 @@ if [[ ${TRAINER_EMULATOR:-1} != 0 ]]; then
     cmake -S . -B build-emu -G Ninja -DCMAKE_BUILD_TYPE=Release -DTRAINER_CUDA_EMULATOR=ON \
       -DTRAINER_CUDA_EMULATOR_ASAN=ON -DTRAINER_MPI=ON "-DTRAINER_TEST_DIRS=cuda;cuda_emu;e2e"
   fi
-  ninja -C build-emu trainer cuda_ops_test cuda_emulator_test cuda_emulator_asan_test
+  # Everything the emulator build defines: every cuda-labelled entry's program.
+  ninja -C build-emu
   # Each entry's emulated kernels run on one thread (a launch's fibers share
   # it): two entries at a time use both of CI's cores, which pays for the
   # CPU time ASan adds (about 1.7x).
