@@ -46,7 +46,9 @@ Registrar reg("plan", "validate a job and print its per-rank memory plan", [](CL
       // (Trainer::setup).
       const engine::ZeroAxes axes = engine::zero_axes(shape, spec.parallel.zero);
       const engine::ZeroGroup dense{shape.size(axes.dense), 0}, experts{shape.size(axes.expert), 0};
-      engine::apply_zero_sharding(cfg, spec.parallel.zero, axes, dense.size);
+      engine::apply_zero_sharding(cfg, spec.parallel.zero, axes, dense.size,
+                                  engine::zero_double_buffers(shape, spec.parallel.zero,
+                                                               spec.parallel.zero_overlap));
       model::Model model(cfg, engine::micro_batch_shape(spec));
       engine::ZeroLayout layout =
           engine::zero_layout(model.buffers(), spec.parallel.zero, dense, experts);

@@ -68,14 +68,20 @@ std::string MemoryPlan::describe() const {
     line("cuBLASLt ws", gemm_workspace);
   }
   line("total", total());
+  const bool two = shared_regions == 2;
   if (param_shards > 0)
-    s += "  zero 3: parameters, gradients and compute copy hold the embedding, the head and one\n"
-         "  block, all-gathered over dp (dp x cp with cp; routed experts over edp with ep) when\n"
-         "  used; only the shards persist\n";
+    s += fmt::format(
+        "  zero 3: parameters, gradients and compute copy hold the embedding, the head and {},\n"
+        "  all-gathered over dp (dp x cp with cp; routed experts over edp with ep) when used;\n"
+        "  only the shards persist\n", two ? "two blocks" : "one block");
   else if (grad_shards > 0)
-    s += "  zero 2: gradients hold the embedding's, the head's and one block's, each block's\n"
-         "  reduce-scattered over dp (dp x cp with cp; routed experts over edp with ep) into the\n"
-         "  grad shard right after its backward\n";
+    s += fmt::format(
+        "  zero 2: gradients hold the embedding's, the head's and {}, each block's\n"
+        "  reduce-scattered over dp (dp x cp with cp; routed experts over edp with ep) into the\n"
+        "  grad shard right after its backward\n", two ? "two blocks'" : "one block's");
+  if (two)
+    s += "  two block regions (dp-only mesh): on GPUs a block's reduce-scatter (zero 3: and the\n"
+         "  next block's all-gather) runs on the communication stream while the next computes\n";
   if (cuda)
     s += "  op scratch and cuBLASLt ws are the CUDA backend's: the largest temporary of any op\n"
          "  (reserved at start) and the GEMM workspace; not counted: the CUDA context, NCCL's and\n"
@@ -123,8 +129,9 @@ MemoryPlan plan_memory(const model::Buffers& buffers, const AdamW& optimizer,
   plan.optimizer = optimizer.state_bytes();
   plan.param_shards = optimizer.param_shard_bytes();
   plan.grad_shards = optimizer.grad_shard_bytes();
+  if (optimizer.layout().shards_gradients()) plan.shared_regions = optimizer.layout().regions;
   if (optimizer.layout().shards_gradients())
-    plan.shard_staging = static_cast<size_t>(optimizer.layout().max_unit_shard) * sizeof(float);
+    plan.shard_staging = static_cast<size_t>(optimizer.layout().staging_elems()) * sizeof(float);
   plan.num_params = buffers.num_param_elements();
   if (device == Device::cuda) {
     plan.cuda = true;

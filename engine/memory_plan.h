@@ -20,6 +20,9 @@ struct MemoryPlan {
   // (the arenas above then hold the embedding, the head and one block's
   // worth, gathered), and one unit shard of reduce-scatter staging.
   size_t param_shards = 0, grad_shards = 0, shard_staging = 0;
+  // ZeRO-2/3: blocks alternate between two regions (zero_double_buffers), so
+  // one block's collectives overlap the next block's compute.
+  int shared_regions = 1;
   int64_t num_params = 0;                                // elements held by this rank
   // The CUDA backend's own device memory (planned when the job runs on cuda):
   // the largest temporary any op takes from CudaState scratch (kernels/op_scratch.h,

@@ -12,13 +12,18 @@ using model::Category;
 ShardedParams::ShardedParams(model::Model& model, AdamW& optimizer, parallel::Communicator& dp,
                              parallel::Communicator& edp, Context& ctx, Tensor staging)
     : model_(model), optimizer_(optimizer), dp_(dp), edp_(edp), ctx_(ctx), staging_(staging),
-      whole_params_(!optimizer.layout().shards_parameters()) {
+      whole_params_(!optimizer.layout().shards_parameters()), regions_(optimizer.layout().regions) {
   const ZeroLayout& z = optimizer.layout();
   TRAINER_CHECK(z.shards_gradients() &&
                     z.unit_begin.size() == model.buffers().param_units().size() + 1,
                 "ShardedParams needs a ZeRO-2/3 layout of every parameter unit");
-  TRAINER_CHECK(staging.numel() >= z.max_unit_shard, "ZeRO-3 staging {} below one unit shard ({})",
-                staging.str(), z.max_unit_shard);
+  TRAINER_CHECK(staging.numel() >= z.staging_elems(), "ZeRO staging {} below {} elements",
+                staging.str(), z.staging_elems());
+  if (regions_ == 2) {
+    std::vector<parallel::Communicator*> comms{&dp};
+    if (&edp != &dp) comms.push_back(&edp);
+    fences_ = std::make_unique<parallel::CommStreamFences>(ctx, std::move(comms), 2);
+  }
   TRAINER_CHECK(dp.size() % edp.size() == 0, "ZeRO-3: expert group of {} ranks within dp {}",
                 edp.size(), dp.size());
 }
@@ -59,15 +64,8 @@ void ShardedParams::init_parameters() {
   }
 }
 
-void ShardedParams::gather(int unit, bool for_backward) {
+void ShardedParams::all_gather(int unit) {
   std::span<const OwnedRange> parts = optimizer_.layout().unit_parts(unit);
-  if (whole_params_) {  // ZeRO-2: the shared region still holds the previous block's gradients
-    if (for_backward)
-      for (int k = 0; k < static_cast<int>(parts.size()); ++k)
-        fill(ctx_, arena_part(Category::gradients, unit, k), 0.0f);
-    return;
-  }
-  bool any = false;
   for (int k = 0; k < static_cast<int>(parts.size()); ++k) {
     const OwnedRange& r = parts[k];
     if (r.size() == 0) continue;
@@ -75,16 +73,61 @@ void ShardedParams::gather(int unit, bool for_backward) {
     group(r).all_gather(optimizer_.param_shards().slice(r.state_at, r.state_at + r.size()),
                         arena_part(Category::parameters, unit, k));
     ++gathers_;
-    // The shared region still holds the previous block's gradients.
-    if (for_backward) fill(ctx_, arena_part(Category::gradients, unit, k), 0.0f);
-    any = true;
   }
-  if (any) model_.refresh_compute_weights(ctx_, model_.buffers().param_units()[unit]);
+}
+
+void ShardedParams::zero_unit_grads(int unit) {
+  // The shared region still holds another block's gradients.
+  const int n = static_cast<int>(optimizer_.layout().unit_parts(unit).size());
+  for (int k = 0; k < n; ++k) fill(ctx_, arena_part(Category::gradients, unit, k), 0.0f);
+}
+
+void ShardedParams::gather(int unit, bool for_backward) {
+  if (regions_ == 2) return gather_overlapped(unit, for_backward);
+  if (for_backward) zero_unit_grads(unit);
+  if (whole_params_) return;  // ZeRO-2: nothing to gather
+  all_gather(unit);
+  model_.refresh_compute_weights(ctx_, model_.buffers().param_units()[unit]);
+}
+
+int ShardedParams::next_block(int unit, bool for_backward) const {
+  const auto& units = model_.buffers().param_units();
+  const int n = for_backward ? unit - 1 : unit + 1;
+  return n >= 0 && n < static_cast<int>(units.size()) && units[n].grads_shared ? n : -1;
+}
+
+void ShardedParams::gather_overlapped(int unit, bool for_backward) {
+  if (whole_params_ && !for_backward) return;  // ZeRO-2's forward: nothing to do
+  const int region = model_.buffers().param_units().at(unit).region;
+  if (!whole_params_ && prefetched_[region] != unit) {
+    fences_->begin();
+    all_gather(unit);
+    fences_->end(region);
+  }
+  prefetched_[region] = -1;
+  // The region's gather and its last reduce-scatter (issued before it).
+  fences_->wait(region);
+  land(region);
+  if (for_backward) zero_unit_grads(unit);
+  if (whole_params_) return;
+  model_.refresh_compute_weights(ctx_, model_.buffers().param_units()[unit]);
+  const int next = next_block(unit, for_backward);
+  if (next < 0) return;
+  // Its region was last used by the block before this one, all queued on
+  // the compute stream by now: begin() makes the gather wait for it.
+  const int next_region = model_.buffers().param_units()[next].region;
+  TRAINER_CHECK(next_region != region, "blocks {} and {} share a region", unit, next);
+  fences_->begin();
+  all_gather(next);
+  fences_->end(next_region);
+  prefetched_[next_region] = next;
 }
 
 void ShardedParams::update_outside_optimizer(int unit, const std::function<void()>& change) {
   if (whole_params_) return change();
-  gather(unit, false);
+  drain();
+  all_gather(unit);
+  model_.refresh_compute_weights(ctx_, model_.buffers().param_units()[unit]);
   change();
   keep_shards(unit);
 }
@@ -114,10 +157,64 @@ void ShardedParams::release_gradients(int unit) {
   // Norms under sequence parallelism and replicated KV heads are summed
   // over tp first, as finish_gradients does for the whole model otherwise.
   model_.finish_gradients(ctx_, model_.buffers().param_units().at(unit));
-  reduce_scatter(unit);
+  if (regions_ == 2)
+    reduce_scatter_overlapped(unit);
+  else
+    reduce_scatter(unit);
+}
+
+Tensor ShardedParams::staged(int region, int64_t at, int64_t n) const {
+  const int64_t base = region * optimizer_.layout().max_unit_state;
+  return staging_.slice(base + at, base + at + n);
+}
+
+void ShardedParams::reduce_scatter_overlapped(int unit) {
+  const int region = model_.buffers().param_units().at(unit).region;
+  // land() ran when this block's backward began (gather_overlapped).
+  TRAINER_CHECK(scattered_[region] < 0, "ZeRO: unit {}'s reduce-scatter over unit {}'s unlanded",
+                unit, scattered_[region]);
+  std::span<const OwnedRange> parts = optimizer_.layout().unit_parts(unit);
+  fences_->begin();
+  int64_t at = 0;
+  for (int k = 0; k < static_cast<int>(parts.size()); ++k) {
+    const OwnedRange& r = parts[k];
+    if (r.size() == 0) continue;
+    cuda::NvtxRange range("zero reduce-scatter (overlapped)");
+    group(r).reduce_scatter(arena_part(Category::gradients, unit, k), staged(region, at, r.size()),
+                            parallel::ReduceOp::avg);
+    ++reduce_scatters_;
+    at += r.size();
+  }
+  fences_->end(region);
+  scattered_[region] = unit;
+}
+
+void ShardedParams::land(int region) {
+  const int unit = scattered_[region];
+  if (unit < 0) return;
+  scattered_[region] = -1;
+  std::span<const OwnedRange> parts = optimizer_.layout().unit_parts(unit);
+  int64_t at = 0;
+  for (const OwnedRange& r : parts) {
+    if (r.size() == 0) continue;
+    Tensor part = staged(region, at, r.size());
+    if (r.expert && edp_.size() < dp_.size())  // as in reduce_scatter
+      scale(ctx_, part, 1.0f / static_cast<float>(dp_.size() / edp_.size()));
+    accumulate(ctx_, optimizer_.grad_shards().slice(r.state_at, r.state_at + r.size()), part);
+    at += r.size();
+  }
+}
+
+void ShardedParams::drain() {
+  if (regions_ != 2) return;
+  fences_->wait_all();
+  land(0);
+  land(1);
+  prefetched_ = {-1, -1};
 }
 
 void ShardedParams::gather_whole_step() {
+  drain();
   if (whole_params_) {
     const model::Buffers& buf = model_.buffers();
     Tensor first = buf.get(buf.params().front().value);
@@ -129,16 +226,21 @@ void ShardedParams::gather_whole_step() {
   }
   const auto& units = model_.buffers().param_units();
   for (int u = 0; u < static_cast<int>(units.size()); ++u)
-    if (!units[u].shared) gather(u, false);
+    if (!units[u].shared) {
+      all_gather(u);
+      model_.refresh_compute_weights(ctx_, units[u]);
+    }
 }
 
 void ShardedParams::reduce_whole_step() {
+  drain();
   const auto& units = model_.buffers().param_units();
   for (int u = 0; u < static_cast<int>(units.size()); ++u)
     if (!units[u].grads_shared) reduce_scatter(u);
 }
 
 void ShardedParams::zero_grads() {
+  drain();
   if (optimizer_.layout().state_elems > 0) fill(ctx_, optimizer_.grad_shards(), 0.0f);
 }
 

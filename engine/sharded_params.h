@@ -35,6 +35,7 @@
 #include "kernels/context.h"
 #include "model/model.h"
 #include "parallel/communicator.h"
+#include "parallel/stream_order.h"
 
 namespace trainer::engine {
 
@@ -42,7 +43,7 @@ class ShardedParams : public model::BlockParamHooks {
  public:
   // `optimizer` holds the shards (bound before any call below) of a ZeRO-3
   // layout, or of a ZeRO-2 one whose blocks share gradients; `staging` is
-  // one part shard of scratch (ZeroLayout::max_unit_shard elements). `dp`
+  // scratch of ZeroLayout::staging_elems() elements. `dp`
   // shards the dense parts, `edp` the expert parts (the same communicator
   // unless experts are set apart).
   ShardedParams(model::Model& model, AdamW& optimizer, parallel::Communicator& dp,
@@ -58,6 +59,10 @@ class ShardedParams : public model::BlockParamHooks {
   void reduce_whole_step();
   // Gradient shards to zero (a step's start; the arenas are zeroed by the model).
   void zero_grads();
+  // Two regions: the compute stream waits for every collective issued, and
+  // pending reduce-scatter results are added to the gradient shard (the
+  // calls above that touch shards do it first).
+  void drain();
 
   // Runs `change` on the gathered unit and keeps this rank's shard of what it
   // wrote: parameters changed outside the optimizer (aux_free's expert bias;
@@ -79,6 +84,15 @@ class ShardedParams : public model::BlockParamHooks {
   parallel::Communicator& group(const OwnedRange& r) const { return r.expert ? edp_ : dp_; }
   void reduce_scatter(int unit);
   void keep_shards(int unit);  // the gathered unit's values into this rank's shards
+  void all_gather(int unit);   // its shards into its region (parameters)
+  void zero_unit_grads(int unit);
+  // Two regions: the unit a block's gather prefetches (the next block in
+  // forward, the previous one in backward), or -1.
+  int next_block(int unit, bool for_backward) const;
+  void gather_overlapped(int unit, bool for_backward);
+  void reduce_scatter_overlapped(int unit);
+  void land(int region);  // a region's pending reduce-scatter result into the gradient shard
+  Tensor staged(int region, int64_t at, int64_t n) const;
 
   model::Model& model_;
   AdamW& optimizer_;
@@ -87,6 +101,11 @@ class ShardedParams : public model::BlockParamHooks {
   Context& ctx_;
   Tensor staging_;
   bool whole_params_;  // ZeRO-2: the parameter arena holds every unit whole
+  int regions_;        // ZeroLayout::regions
+  std::unique_ptr<parallel::CommStreamFences> fences_;  // two regions: one fence each
+  // Two regions: the unit gathered into each ahead of use, and the unit whose
+  // reduce-scatter result each region's staging holds (-1: none).
+  std::array<int, 2> prefetched_{-1, -1}, scattered_{-1, -1};
   int64_t gathers_ = 0, reduce_scatters_ = 0;
 };
 

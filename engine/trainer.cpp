@@ -129,7 +129,8 @@ void Trainer::setup() {
   zero_axis_ = axes.dense;
   const ZeroGroup dense_group{shape.size(axes.dense), mesh_->coords().along(axes.dense)};
   const ZeroGroup expert_group{shape.size(axes.expert), mesh_->coords().along(axes.expert)};
-  apply_zero_sharding(cfg, spec.parallel.zero, axes, dense_group.size);
+  apply_zero_sharding(cfg, spec.parallel.zero, axes, dense_group.size,
+                      zero_double_buffers(shape, spec.parallel.zero, spec.parallel.zero_overlap));
   if (shape.pp > 1)
     pipeline_ = std::make_unique<PipelineRunner>(mesh_->comm(parallel::Axis::pp), accum_steps_,
                                                  shape.virtual_stages);

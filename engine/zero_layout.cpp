@@ -19,11 +19,18 @@ int64_t zero_shard_align(int zero, int size, bool experts_apart) {
   return by_part ? int64_t(size) * 64 : 0;
 }
 
-void apply_zero_sharding(model::ModelConfig& cfg, int zero, const ZeroAxes& axes, int dense_size) {
+bool zero_double_buffers(const parallel::MeshShape& shape, int zero, bool overlap) {
+  return overlap && zero >= 2 && shape.dp > 1 && shape.tp == 1 && shape.cp == 1 && shape.pp == 1 &&
+         shape.ep == 1;
+}
+
+void apply_zero_sharding(model::ModelConfig& cfg, int zero, const ZeroAxes& axes, int dense_size,
+                         bool double_buffer) {
   cfg.shard_align = zero_shard_align(zero, dense_size, axes.experts_apart());
   cfg.share_blocks = zero == 3;
   cfg.share_block_grads = zero == 2 && dense_size > 1;
   cfg.shard_experts_apart = axes.experts_apart();
+  cfg.shared_regions = double_buffer && (cfg.share_blocks || cfg.share_block_grads) ? 2 : 1;
 }
 
 ZeroLayout arena_range_layout(const model::Buffers& buffers, int64_t begin, int64_t end) {
@@ -60,10 +67,12 @@ ZeroLayout zero_layout(const model::Buffers& buffers, int zero, ZeroGroup dense,
   ZeroLayout z;
   z.stage = zero;
   z.grads_shared = buffers.block_grads_shared();
+  z.regions = buffers.shared_regions();
   // ZeRO 1/2 keep the whole arenas (as declared, padded by part).
   if (zero < 3) z.arena_shard = parallel::zero_shard(arena, 1, 0);
   for (const model::Buffers::ParamUnit& u : buffers.param_units()) {
     z.unit_begin.push_back(static_cast<int>(z.owned.size()));
+    const int64_t unit_state_at = z.state_elems;
     for (const model::Buffers::ParamUnit::Part& part : u.parts) {
       // Parts are padded to a multiple of dense size * 64 (ModelConfig::
       // shard_align), a multiple of the expert group's too (edp divides dp):
@@ -78,6 +87,7 @@ ZeroLayout zero_layout(const model::Buffers& buffers, int zero, ZeroGroup dense,
       z.state_elems += s.shard;
       z.max_unit_shard = std::max(z.max_unit_shard, s.shard);
     }
+    z.max_unit_state = std::max(z.max_unit_state, z.state_elems - unit_state_at);
   }
   z.unit_begin.push_back(static_cast<int>(z.owned.size()));
   return z;

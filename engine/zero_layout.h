@@ -46,10 +46,16 @@ struct ZeroLayout {
   int64_t state_elems = 0;        // elements of m (and v), the sum of owned sizes
   int64_t arena_elems = 0;        // ZeRO 0-2 flat: the arenas padded to equal shards; 0 = as declared
   int64_t max_unit_shard = 0;     // the largest part shard (ZeRO-2/3: reduce-scatter staging)
+  int64_t max_unit_state = 0;     // the largest unit's shard, all its parts
   // ZeRO 0-2: this rank's range of the flat arena (the whole of it unsharded
   // or by unit parts), what ZeRO 1's parameter all-gather takes.
   parallel::ZeroShard arena_shard;
   bool grads_shared = false;      // the blocks' gradients share one region (ZeRO-2/3)
+  int regions = 1;                // or alternate between two (Buffers::shared_regions)
+  // Reduce-scatter staging, in elements: one part shard, or with two regions
+  // a whole unit's shard per region (ShardedParams keeps each region's
+  // reduce-scatter result until that region is next used).
+  int64_t staging_elems() const { return regions == 2 ? 2 * max_unit_state : max_unit_shard; }
   bool shards_parameters() const { return stage == 3; }
   // The reduced gradients live in this rank's shard (AdamW::grad_shards), not the arena.
   bool shards_gradients() const { return stage == 3 || (stage == 2 && grads_shared); }
@@ -71,10 +77,24 @@ ZeroAxes zero_axes(const parallel::MeshShape& shape, int zero);
 // over size > 1, or experts apart), else 0 (the flat arena is sharded as one
 // range).
 int64_t zero_shard_align(int zero, int size, bool experts_apart);
+// ZeRO-2/3 over more than one rank of a mesh whose backward uses no
+// communicator but the gradient group's (tp, cp, pp and ep 1): blocks
+// alternate between two shared regions, so that on GPUs a block's
+// reduce-scatter (and under ZeRO-3 the next block's all-gather) runs on the
+// communication stream while the next block computes, as FSDP's prefetch
+// and DeepSpeed's overlap_comm do. Elsewhere backward's own collectives
+// (tp, cp, pipeline, expert all-to-all) would run on another NCCL
+// communicator at the same time, which NCCL documents as unsafe unless
+// ordered (the rule the dp buckets follow too). Decided by the mesh alone, so
+// the memory plan is the same on every device.
+// `overlap`: parallel.zero_overlap (false: one region, one block's memory less).
+bool zero_double_buffers(const parallel::MeshShape& shape, int zero, bool overlap);
 // The model's side of the layout (ModelConfig::shard_align, share_blocks,
-// shard_experts_apart) for `zero` over `axes`, `dense_size` ranks sharing the
-// dense state: what Trainer::setup and `trainer plan` both declare.
-void apply_zero_sharding(model::ModelConfig& cfg, int zero, const ZeroAxes& axes, int dense_size);
+// shard_experts_apart, shared_regions) for `zero` over `axes`, `dense_size`
+// ranks sharing the dense state: what Trainer::setup and `trainer plan` both
+// declare.
+void apply_zero_sharding(model::ModelConfig& cfg, int zero, const ZeroAxes& axes, int dense_size,
+                         bool double_buffer = false);
 
 // `size` ranks share the state; this is `rank`.
 struct ZeroGroup {

@@ -44,7 +44,9 @@ BufferId Buffers::add(Category category, std::string name, std::vector<int64_t> 
     const int c = static_cast<int>(category);
     info.offset = region_base_[c] + region_cursor_[c];
     region_cursor_[c] += aligned;
+    region_extent_[region_][c] = std::max(region_extent_[region_][c], region_cursor_[c]);
     used = std::max(used, region_base_[c] + region_cursor_[c]);
+    if (region_ == 1) second_region_buffers_.push_back(static_cast<BufferId>(buffers_.size()));
   } else {
     info.offset = used;
     used += aligned;
@@ -68,14 +70,48 @@ void Buffers::pad_param_parts(int64_t align, bool experts_apart) {
   experts_apart_ = experts_apart;
 }
 
-void Buffers::share_block_parameters(int64_t align, bool experts_apart) {
+void Buffers::share_block_parameters(int64_t align, bool experts_apart, int regions) {
+  TRAINER_CHECK(regions == 1 || regions == 2, "{} shared block regions", regions);
   pad_param_parts(align, experts_apart);
   share_blocks_ = true;
+  regions_ = regions;
 }
 
-void Buffers::share_block_gradients(int64_t align, bool experts_apart) {
+void Buffers::share_block_gradients(int64_t align, bool experts_apart, int regions) {
+  TRAINER_CHECK(regions == 1 || regions == 2, "{} shared block regions", regions);
   pad_param_parts(align, experts_apart);
   share_grads_ = true;
+  regions_ = regions;
+}
+
+bool Buffers::shared_category(Category c) const {
+  return (share_blocks_ || share_grads_) &&
+         (c == Category::gradients ||
+          (share_blocks_ && (c == Category::parameters || c == Category::compute_weights)));
+}
+
+void Buffers::close_run() {
+  if (!region_open_) return;
+  region_open_ = false;
+  if (regions_ == 1) return;
+  // The second region starts where the first one's largest block ends.
+  std::array<size_t, kNumCategories> shift{};
+  for (int c = 0; c < kNumCategories; ++c) {
+    if (!shared_category(static_cast<Category>(c))) continue;
+    shift[c] = (region_extent_[0][c] + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment;
+    bytes_[c] = std::max(bytes_[c], region_base_[c] + shift[c] + region_extent_[1][c]);
+  }
+  for (BufferId id : second_region_buffers_)
+    buffers_[id].offset += shift[static_cast<int>(buffers_[id].category)];
+  const auto elems = [](size_t bytes) { return static_cast<int64_t>(bytes / sizeof(float)); };
+  for (int i : second_region_units_) {
+    ParamUnit& u = units_[i];
+    u.first += elems(shift[static_cast<int>(Category::parameters)]);
+    u.grad_first += elems(shift[static_cast<int>(Category::gradients)]);
+    for (ParamUnit::Part& part : u.parts) part.first += elems(shift[static_cast<int>(Category::parameters)]);
+  }
+  second_region_buffers_.clear();
+  second_region_units_.clear();
 }
 
 bool Buffers::shares(Category c) const {
@@ -88,12 +124,15 @@ void Buffers::begin_param_unit(bool block) {
   TRAINER_CHECK(!in_unit_, "parameter unit begun inside another");
   in_unit_ = true;
   sharing_ = block && (share_blocks_ || share_grads_);
+  if (!sharing_) close_run();  // what follows this unit must not overlap it
   if (sharing_ && !region_open_) {
     // A run of blocks: its region starts where the arenas end now.
     region_base_ = bytes_;
     region_open_ = true;
+    run_blocks_ = 0;
+    for (auto& e : region_extent_) e.fill(0);
   }
-  if (!sharing_) region_open_ = false;  // what follows this unit must not overlap it
+  region_ = sharing_ ? run_blocks_++ % regions_ : 0;
   region_cursor_.fill(0);
   ParamUnit u;
   u.param_begin = static_cast<int>(params_.size());
@@ -102,6 +141,8 @@ void Buffers::begin_param_unit(bool block) {
   u.grad_first = static_cast<int64_t>((sharing_ ? region_base_[gc] : bytes_[gc]) / sizeof(float));
   u.shared = sharing_ && share_blocks_;
   u.grads_shared = sharing_;
+  u.region = region_;
+  if (region_ == 1) second_region_units_.push_back(static_cast<int>(units_.size()));
   u.parts.push_back({u.param_begin, u.param_begin, u.first, 0, false});
   units_.push_back(u);
 }
@@ -125,7 +166,10 @@ void Buffers::close_part() {
     const int i = static_cast<int>(c);
     const int64_t at = c == Category::parameters ? end_elem : u.grad_first + (end_elem - u.first);
     const size_t end = static_cast<size_t>(at) * sizeof(float);
-    if (shares(c)) region_cursor_[i] = end - region_base_[i];
+    if (shares(c)) {
+      region_cursor_[i] = end - region_base_[i];
+      region_extent_[region_][i] = std::max(region_extent_[region_][i], region_cursor_[i]);
+    }
     bytes_[i] = std::max(bytes_[i], end);
   }
 }
@@ -248,6 +292,8 @@ size_t Buffers::total_bytes() const {
 }
 
 void Buffers::bind(Category category, void* base, Device device) {
+  TRAINER_CHECK(!region_open_ || regions_ == 1,
+                "buffers bound before the run of shared blocks was closed (end_param_units)");
   base_[static_cast<int>(category)] = base;
   device_ = device;
 }

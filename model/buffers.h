@@ -114,6 +114,7 @@ class Buffers {
     int64_t padded = 0;   // its elements, padded to a multiple of the unit alignment
     bool shared = false;  // a block under ZeRO-3: at the region every block shares
     bool grads_shared = false;  // its gradients there (ZeRO-3, and ZeRO-2 over dp > 1)
+    int region = 0;  // which of the shared regions (0 or 1: blocks alternate with two)
     std::vector<Part> parts;  // in arena order, tiling [first, first + padded)
   };
   // ZeRO (call before declaring anything): each unit part is padded to a
@@ -127,13 +128,22 @@ class Buffers {
   // copies go to one region shared by every block, the size of the largest
   // (as begin_recomputed_block does for activations): only the block being
   // run holds its whole parameters.
-  void share_block_parameters(int64_t align, bool experts_apart = false);
+  // regions 2: blocks alternate between two such regions (even blocks of a
+  // run in the first, odd ones in the second, each the size of its largest),
+  // so one block's gathers or reduce-scatters can run on the communication
+  // stream while the next block computes (ShardedParams' overlap).
+  void share_block_parameters(int64_t align, bool experts_apart = false, int regions = 1);
   bool blocks_shared() const { return share_blocks_; }
   // ZeRO-2: pad_param_parts, and the blocks' gradients (only) go to one region
   // shared by every block; parameters and compute copies stay whole. Each
   // block's gradients are reduce-scattered out of it right after its backward.
-  void share_block_gradients(int64_t align, bool experts_apart = false);
+  void share_block_gradients(int64_t align, bool experts_apart = false, int regions = 1);
   bool block_grads_shared() const { return share_blocks_ || share_grads_; }
+  int shared_regions() const { return regions_; }
+  // Ends the declaration of parameter units: with two regions, the second
+  // region's offsets are known only once the run of blocks is complete (a
+  // unit that is not a block ends it too). The Model calls it last.
+  void end_param_units() { close_run(); }
   void begin_param_unit(bool block);
   void end_param_unit();
   const std::vector<ParamUnit>& param_units() const { return units_; }
@@ -218,6 +228,8 @@ class Buffers {
  private:
   int64_t unit_cursor() const;  // the arena element the open unit's next parameter takes
   void close_part();            // pads the open unit's last part to the alignment
+  void close_run();             // a run of shared blocks ends: the second region is placed
+  bool shared_category(Category c) const;  // a category the shared units put in their region
   std::vector<BufferInfo> buffers_;
   std::vector<Param> params_;
   std::array<size_t, kNumCategories> bytes_{};
@@ -236,6 +248,13 @@ class Buffers {
   // The shared region's start and next offset, per category (parameters,
   // gradients and compute copies use theirs).
   std::array<size_t, kNumCategories> region_base_{}, region_cursor_{};
+  // Two regions: the open unit's, each region's extent so far, and what the
+  // second region's units declared, at offsets from the run's base until
+  // close_run moves them past the first region's extent.
+  int regions_ = 1, region_ = 0, run_blocks_ = 0;
+  std::array<std::array<size_t, kNumCategories>, 2> region_extent_{};
+  std::vector<BufferId> second_region_buffers_;
+  std::vector<int> second_region_units_;
   std::array<void*, kNumCategories> base_{};
   Device device_ = Device::cpu;
   DType compute_dtype_ = DType::f32;

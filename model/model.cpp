@@ -34,9 +34,9 @@ Model::Model(const ModelConfig& cfg, const BatchShape& batch) : cfg_(cfg), batch
   buf_.set_compute_dtype(cfg.act_dtype);
   if (cfg.shard_align > 0) {
     if (cfg.share_blocks)
-      buf_.share_block_parameters(cfg.shard_align, cfg.shard_experts_apart);
+      buf_.share_block_parameters(cfg.shard_align, cfg.shard_experts_apart, cfg.shared_regions);
     else if (cfg.share_block_grads)
-      buf_.share_block_gradients(cfg.shard_align, cfg.shard_experts_apart);
+      buf_.share_block_gradients(cfg.shard_align, cfg.shard_experts_apart, cfg.shared_regions);
     else
       buf_.pad_param_parts(cfg.shard_align, cfg.shard_experts_apart);
   }
@@ -105,6 +105,7 @@ Model::Model(const ModelConfig& cfg, const BatchShape& batch) : cfg_(cfg), batch
     }
     ch.act_end = buf_.category_bytes(Category::activations);
   }
+  buf_.end_param_units();
   scratch_.declare(buf_, cfg_, batch_);
 }
 

@@ -60,6 +60,9 @@ struct ModelConfig {
   int64_t shard_align = 0;
   bool share_blocks = false;
   bool share_block_grads = false;
+  // 2: blocks alternate between two shared regions, so the engine can
+  // overlap one block's collectives with the next block's compute.
+  int shared_regions = 1;
   // Experts split over ep: routed experts are sharded over edp, the rest
   // over dp, so each block's experts are parts of their own.
   bool shard_experts_apart = false;

@@ -63,6 +63,44 @@ void CommStreamOverlap::join() {
   nccl_set_stream(comm_, ctx_.cuda->stream);
 }
 
+CommStreamFences::CommStreamFences(Context& ctx, std::vector<Communicator*> comms, int fences)
+    : ctx_(ctx), comms_(std::move(comms)), active_(gpu(ctx)) {
+  for (Communicator* c : comms_) active_ = active_ && is_nccl(*c);
+  if (!active_) return;
+  for (int i = 0; i < fences; ++i) {
+    cudaEvent_t ev = nullptr;
+    check_cuda(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), "CommStreamFences: cudaEventCreate");
+    events_.push_back(ev);
+  }
+}
+
+CommStreamFences::~CommStreamFences() {
+  for (void* ev : events_) cudaEventDestroy(static_cast<cudaEvent_t>(ev));
+}
+
+void CommStreamFences::begin() {
+  if (!active_) return;
+  cuda::comm_wait_for_compute(*ctx_.cuda);
+  for (Communicator* c : comms_) nccl_set_stream(*c, ctx_.cuda->comm_stream);
+}
+
+void CommStreamFences::end(int fence) {
+  if (!active_) return;
+  check_cuda(cudaEventRecord(static_cast<cudaEvent_t>(events_.at(fence)), ctx_.cuda->comm_stream),
+             "CommStreamFences: cudaEventRecord");
+  for (Communicator* c : comms_) nccl_set_stream(*c, ctx_.cuda->stream);
+}
+
+void CommStreamFences::wait(int fence) {
+  if (!active_) return;
+  check_cuda(cudaStreamWaitEvent(ctx_.cuda->stream, static_cast<cudaEvent_t>(events_.at(fence)), 0),
+             "CommStreamFences: cudaStreamWaitEvent");
+}
+
+void CommStreamFences::wait_all() {
+  if (active_) cuda::compute_wait_for_comm(*ctx_.cuda);
+}
+
 void wait_for_device(Context& ctx) {
   if (!gpu(ctx)) return;
   CudaState& st = *ctx.cuda;
@@ -81,6 +119,13 @@ void unbind_compute_stream(Communicator&) {}
 CommStreamOverlap::CommStreamOverlap(Communicator& comm, Context& ctx) : comm_(comm), ctx_(ctx) {}
 void CommStreamOverlap::before_collective() {}
 void CommStreamOverlap::join() {}
+CommStreamFences::CommStreamFences(Context& ctx, std::vector<Communicator*> comms, int)
+    : ctx_(ctx), comms_(std::move(comms)) {}
+CommStreamFences::~CommStreamFences() = default;
+void CommStreamFences::begin() {}
+void CommStreamFences::end(int) {}
+void CommStreamFences::wait(int) {}
+void CommStreamFences::wait_all() {}
 void wait_for_device(Context&) {}
 
 #endif

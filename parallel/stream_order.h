@@ -7,6 +7,8 @@
 // for communicators that are not NCCL, every call here is a no-op.
 #pragma once
 
+#include <vector>
+
 #include "kernels/context.h"
 #include "parallel/communicator.h"
 
@@ -36,6 +38,38 @@ class CommStreamOverlap {
  private:
   Communicator& comm_;
   Context& ctx_;
+  bool active_ = false;
+};
+
+// Collectives of some communicators on the communication stream, each batch
+// ending in one of `fences` events the compute stream can wait for alone:
+// ZeRO-2/3's per-block reduce-scatters and all-gathers, one fence per shared
+// region (engine/sharded_params.h). The communication stream runs the
+// batches in the order they were issued, so a fence also covers every batch
+// before it. Inactive (every call a no-op) unless ctx is a GPU and every
+// communicator NCCL.
+class CommStreamFences {
+ public:
+  CommStreamFences(Context& ctx, std::vector<Communicator*> comms, int fences);
+  ~CommStreamFences();
+  CommStreamFences(const CommStreamFences&) = delete;
+  CommStreamFences& operator=(const CommStreamFences&) = delete;
+  bool active() const { return active_; }
+  // The communication stream waits for everything queued on the compute
+  // stream so far, and the communicators' later calls go to it.
+  void begin();
+  // Records `fence` after those calls; the communicators go back to the
+  // compute stream.
+  void end(int fence);
+  // The compute stream waits for `fence`'s last record (the host does not).
+  void wait(int fence);
+  // The compute stream waits for everything issued on the communication stream.
+  void wait_all();
+
+ private:
+  Context& ctx_;
+  std::vector<Communicator*> comms_;
+  std::vector<void*> events_;  // cudaEvent_t
   bool active_ = false;
 };
 

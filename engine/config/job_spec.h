@@ -134,6 +134,9 @@ struct ParallelSpec {
   int tp = 1, pp = 1, cp = 1, ep = 1;  // each >= 1
   int dp = 0;                     // 0 = auto (YAML "auto"): world / (tp * pp * cp)
   int zero = 1;                   // 0..3
+  // ZeRO 2/3 on a dp-only mesh: two block regions, so a block's collectives
+  // overlap the next block's compute on GPUs (engine::zero_double_buffers).
+  bool zero_overlap = true;
   bool sequence_parallel = false;
   PipelineSchedule pp_schedule = PipelineSchedule::one_f_one_b;
   int virtual_stages = 1;         // >= 1; > 1 only with interleaved

@@ -331,6 +331,7 @@ void read_parallel(Section s, ParallelSpec& p) {
     }
   }
   s.read("zero", p.zero, 0, 3);
+  s.read("zero_overlap", p.zero_overlap);
   s.read("sequence_parallel", p.sequence_parallel);
   s.read("pp_schedule", p.pp_schedule, spec::kPipelineChoices);
   s.read("virtual_stages", p.virtual_stages, 1);

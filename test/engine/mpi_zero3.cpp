@@ -53,12 +53,16 @@ void check_memory(Family family, Mesh& mesh) {
   const int P = static_cast<int>(model::Category::parameters);
   const int G = static_cast<int>(model::Category::gradients);
   const auto& units = z3.model().buffers().param_units();
-  size_t padded = 0, whole_step = 0, largest_block = 0, smallest_block = SIZE_MAX;
+  // A dp-only mesh: blocks alternate between two regions (zero_double_buffers).
+  const int regions = z3.model().buffers().shared_regions();
+  MPI_TEST_CHECK(regions == 2, rank);
+  size_t padded = 0, whole_step = 0, smallest_block = SIZE_MAX;
+  size_t largest_block[2] = {0, 0};  // per region
   for (const auto& u : units) {
     const size_t bytes = static_cast<size_t>(u.padded) * sizeof(float);
     padded += bytes;
     if (!u.shared) whole_step += bytes;
-    if (u.shared) largest_block = std::max(largest_block, bytes);
+    if (u.shared) largest_block[u.region] = std::max(largest_block[u.region], bytes);
     if (u.shared) smallest_block = std::min(smallest_block, bytes);
   }
   const size_t model_bytes = a.category[P];  // the whole (tp-local) model, zero 1
@@ -67,10 +71,11 @@ void check_memory(Family family, Mesh& mesh) {
   MPI_TEST_CHECK(padded <= model_bytes + units.size() * size_t(dp) * 64 * sizeof(float), rank);
   MPI_TEST_CHECK(b.grad_shards == b.param_shards && b.optimizer == 2 * b.param_shards, rank);
   MPI_TEST_CHECK(b.optimizer <= a.optimizer + units.size() * 2 * 64 * sizeof(float), rank);
-  // Gathered: the embedding, the head and one block, not kLayers blocks.
-  MPI_TEST_CHECK(b.category[P] == whole_step + largest_block && b.category[G] == b.category[P], rank);
-  MPI_TEST_CHECK(b.category[P] + (kLayers - 1) * smallest_block <= model_bytes + units.size() * 64 * dp * 4,
-                 rank);
+  // Gathered: the embedding, the head and two blocks (one per region), not kLayers blocks.
+  MPI_TEST_CHECK(b.category[P] == whole_step + largest_block[0] + largest_block[1] &&
+                     b.category[G] == b.category[P], rank);
+  MPI_TEST_CHECK(b.category[P] + (kLayers - regions) * smallest_block <=
+                     model_bytes + units.size() * 64 * dp * 4, rank);
   MPI_TEST_CHECK(z3.allocated_bytes() == b.total(), rank);
   if (rank == 0)
     std::printf("%s: zero 1 holds %zu B of parameters + %zu B of gradients + %zu B of state; zero 3 %zu + %zu "

@@ -177,3 +177,63 @@ TEST_CASE("ZeRO-2: blocks share one gradient region; parameters and compute copi
     CHECK(s.category_bytes(Category::gradients) < s.category_bytes(Category::parameters));
   }
 }
+
+TEST_CASE("Two shared regions: blocks alternate, each region the size of its largest block",
+          "[cpu][model]") {
+  // 4 blocks (0 and 2 in the first region, 1 and 3 in the second); ZeRO-3
+  // (parameters, gradients and compute copies) and ZeRO-2 (gradients only).
+  for (bool zero3 : {true, false}) {
+    INFO((zero3 ? "zero 3" : "zero 2"));
+    ModelConfig one = testing::tiny_model_config(Family::llama, 4);
+    one.act_dtype = DType::bf16;
+    one.shard_align = 2 * 64;
+    (zero3 ? one.share_blocks : one.share_block_grads) = true;
+    ModelConfig two = one;
+    two.shared_regions = 2;
+    Model m1(one, BatchShape{1, 4}), m2(two, BatchShape{1, 4});
+    const Buffers &a = m1.buffers(), &b = m2.buffers();
+    CHECK(a.shared_regions() == 1);
+    CHECK(b.shared_regions() == 2);
+    REQUIRE(b.param_units().size() == 6);  // embedding, 4 blocks, head
+    const auto& ua = a.param_units();
+    const auto& ub = b.param_units();
+    const int64_t block = ub[1].padded;  // the tiny model's blocks are alike
+    for (int i = 1; i <= 4; ++i) {
+      INFO("block " << i - 1);
+      CHECK(ub[i].padded == block);
+      CHECK(ub[i].region == (i - 1) % 2);
+      CHECK(ua[i].region == 0);
+      // The second region follows the first: one block further on.
+      const int64_t shift = ub[i].region == 1 ? block : 0;
+      CHECK(ub[i].grad_first == ua[i].grad_first + shift);
+      CHECK(ub[i].first == ua[i].first + (zero3 ? shift : 0));
+      for (size_t k = 0; k < ub[i].parts.size(); ++k)
+        CHECK(ub[i].parts[k].first == ua[i].parts[k].first + (zero3 ? shift : 0));
+      // Every buffer of the unit moved with it (values, gradients, compute copies).
+      for (int p = ub[i].param_begin; p < ub[i].param_end; ++p) {
+        const Buffers::Param &pa = a.params()[p], &pb = b.params()[p];
+        CHECK(b.buffers()[pb.grad].offset == a.buffers()[pa.grad].offset + size_t(shift) * 4);
+        CHECK(b.buffers()[pb.value].offset == a.buffers()[pa.value].offset + size_t(zero3 ? shift : 0) * 4);
+        if (pb.compute >= 0 && zero3) {
+          // Compute copies are bf16: their region is half the size, shifted by its own extent.
+          CHECK((b.buffers()[pb.compute].offset > a.buffers()[pa.compute].offset) == (shift > 0));
+          CHECK(b.buffers()[pb.compute].offset < b.category_bytes(Category::compute_weights));
+        }
+        CHECK(int64_t(b.buffers()[pb.grad].offset / 4) - ub[i].grad_first ==
+              int64_t(b.buffers()[pb.value].offset / 4) - ub[i].first);
+      }
+    }
+    CHECK(ub[1].grad_first == ub[3].grad_first);
+    CHECK(ub[2].grad_first == ub[4].grad_first);
+    CHECK(ub[2].grad_first == ub[1].grad_first + block);
+    // The head follows both regions; each arena grows by one block.
+    CHECK(ub[5].grad_first == ua[5].grad_first + block);
+    CHECK(b.category_bytes(Category::gradients) == a.category_bytes(Category::gradients) + size_t(block) * 4);
+    CHECK(b.category_bytes(Category::parameters) ==
+          a.category_bytes(Category::parameters) + (zero3 ? size_t(block) * 4 : 0));
+    if (zero3)
+      CHECK(b.category_bytes(Category::compute_weights) > a.category_bytes(Category::compute_weights));
+    else
+      CHECK(b.category_bytes(Category::compute_weights) == a.category_bytes(Category::compute_weights));
+  }
+}
