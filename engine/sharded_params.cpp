@@ -62,6 +62,7 @@ void ShardedParams::init_parameters() {
     model_.init_parameters(ctx_, units[u]);
     keep_shards(u);
   }
+  forget_gathered();
 }
 
 void ShardedParams::all_gather(int unit) {
@@ -86,8 +87,23 @@ void ShardedParams::gather(int unit, bool for_backward) {
   if (regions_ == 2) return gather_overlapped(unit, for_backward);
   if (for_backward) zero_unit_grads(unit);
   if (whole_params_) return;  // ZeRO-2: nothing to gather
-  all_gather(unit);
+  if (resident_[0] != unit) {
+    all_gather(unit);
+    resident_[0] = unit;
+    fresh_[0] = -1;
+  }
+  refresh(unit, 0);
+}
+
+void ShardedParams::refresh(int unit, int region) {
+  if (fresh_[region] == unit) return;
   model_.refresh_compute_weights(ctx_, model_.buffers().param_units()[unit]);
+  fresh_[region] = unit;
+}
+
+void ShardedParams::forget_gathered() {
+  resident_ = {-1, -1};
+  fresh_ = {-1, -1};
 }
 
 int ShardedParams::next_block(int unit, bool for_backward) const {
@@ -99,33 +115,37 @@ int ShardedParams::next_block(int unit, bool for_backward) const {
 void ShardedParams::gather_overlapped(int unit, bool for_backward) {
   if (whole_params_ && !for_backward) return;  // ZeRO-2's forward: nothing to do
   const int region = model_.buffers().param_units().at(unit).region;
-  if (!whole_params_ && prefetched_[region] != unit) {
+  if (!whole_params_ && resident_[region] != unit) {
     fences_->begin();
     all_gather(unit);
     fences_->end(region);
+    resident_[region] = unit;
+    fresh_[region] = -1;
   }
-  prefetched_[region] = -1;
   // The region's gather and its last reduce-scatter (issued before it).
   fences_->wait(region);
   land(region);
   if (for_backward) zero_unit_grads(unit);
   if (whole_params_) return;
-  model_.refresh_compute_weights(ctx_, model_.buffers().param_units()[unit]);
+  refresh(unit, region);
   const int next = next_block(unit, for_backward);
   if (next < 0) return;
   // Its region was last used by the block before this one, all queued on
   // the compute stream by now: begin() makes the gather wait for it.
   const int next_region = model_.buffers().param_units()[next].region;
   TRAINER_CHECK(next_region != region, "blocks {} and {} share a region", unit, next);
+  if (resident_[next_region] == next) return;  // still there (the turn between forward and backward)
   fences_->begin();
   all_gather(next);
   fences_->end(next_region);
-  prefetched_[next_region] = next;
+  resident_[next_region] = next;
+  fresh_[next_region] = -1;
 }
 
 void ShardedParams::update_outside_optimizer(int unit, const std::function<void()>& change) {
   if (whole_params_) return change();
   drain();
+  forget_gathered();
   all_gather(unit);
   model_.refresh_compute_weights(ctx_, model_.buffers().param_units()[unit]);
   change();
@@ -210,11 +230,11 @@ void ShardedParams::drain() {
   fences_->wait_all();
   land(0);
   land(1);
-  prefetched_ = {-1, -1};
 }
 
 void ShardedParams::gather_whole_step() {
   drain();
+  forget_gathered();  // the shards were updated (or loaded)
   if (whole_params_) {
     const model::Buffers& buf = model_.buffers();
     Tensor first = buf.get(buf.params().front().value);
@@ -234,6 +254,7 @@ void ShardedParams::gather_whole_step() {
 
 void ShardedParams::reduce_whole_step() {
   drain();
+  forget_gathered();  // the optimizer updates the shards next
   const auto& units = model_.buffers().param_units();
   for (int u = 0; u < static_cast<int>(units.size()); ++u)
     if (!units[u].grads_shared) reduce_scatter(u);
@@ -241,6 +262,7 @@ void ShardedParams::reduce_whole_step() {
 
 void ShardedParams::zero_grads() {
   drain();
+  forget_gathered();
   if (optimizer_.layout().state_elems > 0) fill(ctx_, optimizer_.grad_shards(), 0.0f);
 }
 

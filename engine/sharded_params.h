@@ -92,6 +92,8 @@ class ShardedParams : public model::BlockParamHooks {
   void gather_overlapped(int unit, bool for_backward);
   void reduce_scatter_overlapped(int unit);
   void land(int region);  // a region's pending reduce-scatter result into the gradient shard
+  void refresh(int unit, int region);  // its compute copies, unless already cast
+  void forget_gathered();
   Tensor staged(int region, int64_t at, int64_t n) const;
 
   model::Model& model_;
@@ -103,9 +105,15 @@ class ShardedParams : public model::BlockParamHooks {
   bool whole_params_;  // ZeRO-2: the parameter arena holds every unit whole
   int regions_;        // ZeroLayout::regions
   std::unique_ptr<parallel::CommStreamFences> fences_;  // two regions: one fence each
-  // Two regions: the unit gathered into each ahead of use, and the unit whose
-  // reduce-scatter result each region's staging holds (-1: none).
-  std::array<int, 2> prefetched_{-1, -1}, scattered_{-1, -1};
+  // Per region: the unit whose parameters it holds (or will, once the
+  // gather issued lands), the unit its compute copies were cast for, and
+  // the unit whose reduce-scatter result its staging holds (-1: none). A
+  // block still in its region is not gathered again: the last block at the
+  // turn from forward to backward (with two regions the one before it too),
+  // the first ones at the turn to the next micro-batch, as FSDP keeps the
+  // last block unsharded after forward. Forgotten whenever the shards may
+  // change (optimizer step, loading, updates outside the optimizer).
+  std::array<int, 2> resident_{-1, -1}, fresh_{-1, -1}, scattered_{-1, -1};
   int64_t gathers_ = 0, reduce_scatters_ = 0;
 };
 

@@ -84,8 +84,10 @@ void check_memory(Family family, Mesh& mesh) {
                 b.param_shards, b.grad_shards, b.category[P], b.category[G], b.optimizer);
 
   // Collectives per step: each block gathered for forward and backward of
-  // each micro-batch, reduce-scattered after each backward; the embedding and
-  // head (non-empty units) once each per step.
+  // each micro-batch, except where it is still in its region (two regions:
+  // the last two blocks at each turn from forward to backward, the first two
+  // at the turn to the next micro-batch), reduce-scattered after each
+  // backward; the embedding and head (non-empty units) once each per step.
   const ShardedParams* sp = z3.sharded_params();
   MPI_TEST_CHECK(sp != nullptr && z1.sharded_params() == nullptr, rank);
   int whole = 0;
@@ -93,7 +95,8 @@ void check_memory(Family family, Mesh& mesh) {
   const int64_t g0 = sp->gathers(), r0 = sp->reduce_scatters();
   z3.train_step(1);
   const int micro = 2;
-  MPI_TEST_CHECK(sp->gathers() - g0 == 2 * kLayers * micro + whole, rank);
+  const int turns = micro + (micro - 1);
+  MPI_TEST_CHECK(sp->gathers() - g0 == 2 * kLayers * micro - 2 * turns + whole, rank);
   MPI_TEST_CHECK(sp->reduce_scatters() - r0 == kLayers * micro + whole, rank);
 }
 
@@ -145,6 +148,7 @@ void check_experts_apart(const LaunchEnv& env) {
   const model::Buffers& b = z3.model().buffers();
   const ZeroLayout& z = z3.optimizer().layout();
   int64_t shard = 0, expert_shard = 0, moe_blocks = 0, parts_gathered_per_step = 0, whole = 0;
+  int64_t first_block_parts = -1, last_block_parts = -1;
   for (int u = 0; u < static_cast<int>(b.param_units().size()); ++u) {
     const auto& unit = b.param_units()[u];
     int64_t covered = 0;
@@ -164,6 +168,8 @@ void check_experts_apart(const LaunchEnv& env) {
     moe_blocks += moe;
     const int n = static_cast<int>(unit.parts.size());
     if (unit.shared) parts_gathered_per_step += n;
+    if (unit.shared && first_block_parts < 0) first_block_parts = n;
+    if (unit.shared) last_block_parts = n;
     else if (unit.param_end > unit.param_begin) whole += n;
   }
   MPI_TEST_CHECK(moe_blocks == kLayers / 2 && expert_shard > 0, rank);
@@ -174,7 +180,13 @@ void check_experts_apart(const LaunchEnv& env) {
   const int64_t g0 = sp->gathers(), r0 = sp->reduce_scatters();
   StepRecord r3 = z3.train_step(1);
   const int micro = 2;
-  MPI_TEST_CHECK(sp->gathers() - g0 == 2 * parts_gathered_per_step * micro + whole, rank);
+  // One region (ep 2): the block still there is not gathered again, the
+  // last one at each turn from forward to backward, the first one at the
+  // turn to the next micro-batch.
+  MPI_TEST_CHECK(b.shared_regions() == 1 && last_block_parts == 2 && first_block_parts == 1, rank);
+  MPI_TEST_CHECK(sp->gathers() - g0 == 2 * parts_gathered_per_step * micro - micro * last_block_parts -
+                                           (micro - 1) * first_block_parts + whole,
+                 rank);
   MPI_TEST_CHECK(sp->reduce_scatters() - r0 == parts_gathered_per_step * micro + whole, rank);
   // The same step as zero 1 (experts' state over edp, by part): loss and gradient norm.
   spec.parallel.zero = 1;
