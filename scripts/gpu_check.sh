@@ -436,13 +436,13 @@ stage_nccl() {  # stage_nccl nccl_smoke|nccl_streams: a world of one NCCL rank
 }
 
 stage_multi_gpu() {
-  section "multi_gpu: tiny-gpt2 on 2 GPUs (dp2, tp2) vs one GPU"
+  section "multi_gpu: tiny-gpt2 on 2 GPUs (dp2, tp2, dp2 zero3) vs one GPU"
   local ngpu launch mg_args t layout name extra rc cmp_out n verdict at worst detail
   ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
   launch="$BUILD_DIR/launch.sh"  # a bundle's bin/launch.sh, else the repository's
   [[ -x $launch ]] || launch="$ROOT/scripts/bundle_launch.sh"
   if (( ngpu < 2 )); then
-    record multi_gpu SKIPPED "$ngpu GPU(s) visible: NCCL runs one rank per GPU, so dp2 and tp2 need 2 (nccl_* cover a world of one)"
+    record multi_gpu SKIPPED "$ngpu GPU(s) visible: NCCL runs one rank per GPU, so dp2, tp2 and dp2 zero3 need 2 (nccl_* cover a world of one)"
     return
   elif [[ ! -x $TRAINER_BIN ]] || ! ls data/brown/train_*.bin >/dev/null 2>&1; then
     record multi_gpu SKIPPED "no trainer binary at $TRAINER_BIN or no data/brown"; return
@@ -458,7 +458,9 @@ stage_multi_gpu() {
   fi
   gpu_losses "$WORK/mg_1gpu/metrics.jsonl" >"$WORK/mg_loss_1gpu.txt"
   cp "$WORK/mg_loss_1gpu.txt" "$SUMMARY_DIR/loss_1gpu.txt"
-  for layout in "dp2|" "tp2|--set parallel.tp=2"; do
+  # dp2 zero3: ZeRO-3's gathers and reduce-scatters on the communication
+  # stream (two block regions, README "ZeRO-2/3: collectives overlapped").
+  for layout in "dp2|" "tp2|--set parallel.tp=2" "dp2_zero3|--set parallel.zero=3"; do
     IFS='|' read -r name extra <<<"$layout"
     if (( $(remaining) < 60 )); then record "multi_gpu_$name" SKIPPED "out of time budget"; continue; fi
     t=$(stage_timeout 120)
