@@ -3,7 +3,8 @@
 // pair: group_sum, several staging pieces, every op and dtype the trainer
 // uses), the bucket reducer overlapped on the communication stream (buckets
 // wait for the compute stream's event, compute is not held up by them, the
-// optimizer's stream waits for them after finish), and the watchdog ending a
+// optimizer's stream waits for them after finish), ZeRO's per-region fences
+// (CommStreamFences: the same three orders, one event per region), and the watchdog ending a
 // stuck NCCL collective (its line, exit 3, in bounded time). A world of one
 // cannot show two ranks' numbers meeting: that needs two GPUs
 // (scripts/gpu_check.sh). Exit 77 (ctest "skipped") without a GPU.
@@ -174,6 +175,80 @@ void overlap(Gpu& g, Watchdog& dog) {
   expect(dog.pending() == 0, "the watchdog saw every bucket complete");
 }
 
+// CommStreamFences (ZeRO-2/3's per-region collectives): a fenced collective
+// waits for the compute stream; the communicator is back on the compute
+// stream after end(); the compute stream waits for a fence only at wait().
+void fences(Gpu& g, Watchdog& dog) {
+  CudaState& st = *g.state;
+  const int64_t n = int64_t(1) << 16;
+  void* mem = device_alloc(Device::cuda, size_t(3 * n) * 4);
+  float* base = static_cast<float*>(mem);
+  Tensor src(base, {n}, DType::f32, Device::cuda);
+  Tensor out(base + n, {n}, DType::f32, Device::cuda);
+  Tensor other(base + 2 * n, {n}, DType::f32, Device::cuda);
+  CommStreamFences fen(g.ctx, {g.world.get()}, 2);
+  expect(fen.active(), "the fences are active for a GPU context and an NCCL communicator");
+  cudaEvent_t ev;
+  cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
+
+  // 1. A fenced reduce-scatter waits for the compute stream's work before it.
+  std::atomic<int> compute_go{0};
+  cudaLaunchHostFunc(st.stream, hold_until, &compute_go);
+  fill(g.ctx, src, 3.0f);
+  fen.begin();
+  g.world->reduce_scatter(src, out, ReduceOp::avg);
+  fen.end(0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  expect(cudaStreamQuery(st.comm_stream) == cudaErrorNotReady,
+         "a fenced reduce-scatter waits for the held compute stream");
+  compute_go = 1;
+
+  // 2. Hold the communication stream: compute runs on until it waits for the fence.
+  std::atomic<int> comm_go{0};
+  cudaLaunchHostFunc(st.comm_stream, hold_until, &comm_go);
+  fill(g.ctx, src, 5.0f);
+  fill(g.ctx, other, 1.0f);
+  fen.begin();
+  g.world->reduce_scatter(src, out, ReduceOp::avg);
+  fen.end(1);
+  g.world->all_gather(src, other);  // back on the compute stream (a world of one: a copy)
+  cudaEventRecord(ev, st.stream);
+  float first = 0.0f;
+  const bool ran = completes_within(ev, 5.0);
+  cudaMemcpy(&first, other.data, sizeof(float), cudaMemcpyDeviceToHost);  // waits for neither stream
+  expect(ran && first == 5.0f,
+         "after end() the communicator's calls run on the compute stream, past the held one");
+  fen.wait(1);
+  copy(g.ctx, other, out);  // what the optimizer's side reads: the collective's result
+  cudaEventRecord(ev, st.stream);
+  expect(!completes_within(ev, 0.05), "after wait(fence) compute waits for the held collective");
+  comm_go = 1;
+  expect(completes_within(ev, 5.0), "and runs once it is done");
+  wait_for_device(g.ctx);
+  std::vector<float> back(static_cast<size_t>(n));
+  copy_to_host(back.data(), other);
+  expect(back.front() == 5.0f && back.back() == 5.0f,
+         "compute read the fenced reduce-scatter's result, not the one before it");
+
+  // 3. wait_all: compute waits for everything on the communication stream.
+  comm_go = 0;
+  cudaLaunchHostFunc(st.comm_stream, hold_until, &comm_go);
+  fen.begin();
+  g.world->all_gather(src, out);
+  fen.end(0);
+  fen.wait_all();
+  cudaEventRecord(ev, st.stream);
+  expect(!completes_within(ev, 0.05), "after wait_all() compute waits for the held collective");
+  comm_go = 1;
+  expect(completes_within(ev, 5.0), "and runs once it is done");
+  wait_for_device(g.ctx);
+  cudaEventDestroy(ev);
+  device_free(Device::cuda, mem);
+  for (int i = 0; i < 2000 && dog.pending() > 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  expect(dog.pending() == 0, "the watchdog saw every fenced collective complete");
+}
+
 // The child: an all_reduce queued behind a stream held for 3 s; timeout 1 s.
 int stuck_collective_child() {
   Gpu g;
@@ -242,6 +317,7 @@ int main(int argc, char** argv) {
     g.world->set_watchdog(&dog);
     scalars(g, dog);
     overlap(g, dog);
+    fences(g, dog);
     g.world->set_watchdog(nullptr);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "FAIL: %s\n", e.what());
