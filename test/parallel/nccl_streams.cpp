@@ -59,6 +59,14 @@ bool completes_within(cudaEvent_t ev, double seconds) {
   return false;
 }
 
+// The compute stream's work at `ev` waits for the held communication
+// stream, and runs once `go` releases it.
+void expect_held_then_released(cudaEvent_t ev, std::atomic<int>& go, const char* what) {
+  expect(!completes_within(ev, 0.05), what);
+  go = 1;
+  expect(completes_within(ev, 5.0), "and runs once it is done");
+}
+
 struct Gpu {
   std::unique_ptr<Communicator> world;
   CudaState* state = nullptr;
@@ -109,6 +117,17 @@ void scalars(Gpu& g, Watchdog& dog) {
   for (int i = 0; i < 2000 && dog.pending() > 0; ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   expect(dog.pending() == 0, "the watchdog saw every staged collective complete");
+}
+
+// A case's end: the device idle, its memory freed, and the watchdog saw
+// every collective it registered complete.
+void finish_case(Gpu& g, Watchdog& dog, cudaEvent_t ev, void* mem, const char* what) {
+  wait_for_device(g.ctx);
+  cudaEventDestroy(ev);
+  device_free(Device::cuda, mem);
+  for (int i = 0; i < 2000 && dog.pending() > 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  expect(dog.pending() == 0, what);
 }
 
 void overlap(Gpu& g, Watchdog& dog) {
@@ -164,15 +183,8 @@ void overlap(Gpu& g, Watchdog& dog) {
   red.finish();  // the optimizer's stream now waits for the buckets
   fill(g.ctx, arena.slice(0, 1), 2.0f);
   cudaEventRecord(ev, st.stream);
-  expect(!completes_within(ev, 0.05), "after finish() compute waits for the held buckets");
-  comm_go = 1;
-  expect(completes_within(ev, 5.0), "and runs once they are done");
-  wait_for_device(g.ctx);
-  cudaEventDestroy(ev);
-  device_free(Device::cuda, mem);
-  for (int i = 0; i < 2000 && dog.pending() > 0; ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  expect(dog.pending() == 0, "the watchdog saw every bucket complete");
+  expect_held_then_released(ev, comm_go, "after finish() compute waits for the held buckets");
+  finish_case(g, dog, ev, mem, "the watchdog saw every bucket complete");
 }
 
 // CommStreamFences (ZeRO-2/3's per-region collectives): a fenced collective
@@ -221,9 +233,7 @@ void fences(Gpu& g, Watchdog& dog) {
   fen.wait(1);
   copy(g.ctx, other, out);  // what the optimizer's side reads: the collective's result
   cudaEventRecord(ev, st.stream);
-  expect(!completes_within(ev, 0.05), "after wait(fence) compute waits for the held collective");
-  comm_go = 1;
-  expect(completes_within(ev, 5.0), "and runs once it is done");
+  expect_held_then_released(ev, comm_go, "after wait(fence) compute waits for the held collective");
   wait_for_device(g.ctx);
   std::vector<float> back(static_cast<size_t>(n));
   copy_to_host(back.data(), other);
@@ -238,15 +248,8 @@ void fences(Gpu& g, Watchdog& dog) {
   fen.end(0);
   fen.wait_all();
   cudaEventRecord(ev, st.stream);
-  expect(!completes_within(ev, 0.05), "after wait_all() compute waits for the held collective");
-  comm_go = 1;
-  expect(completes_within(ev, 5.0), "and runs once it is done");
-  wait_for_device(g.ctx);
-  cudaEventDestroy(ev);
-  device_free(Device::cuda, mem);
-  for (int i = 0; i < 2000 && dog.pending() > 0; ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  expect(dog.pending() == 0, "the watchdog saw every fenced collective complete");
+  expect_held_then_released(ev, comm_go, "after wait_all() compute waits for the held collective");
+  finish_case(g, dog, ev, mem, "the watchdog saw every fenced collective complete");
 }
 
 // The child: an all_reduce queued behind a stream held for 3 s; timeout 1 s.
