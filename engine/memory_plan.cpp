@@ -129,9 +129,10 @@ MemoryPlan plan_memory(const model::Buffers& buffers, const AdamW& optimizer,
   plan.optimizer = optimizer.state_bytes();
   plan.param_shards = optimizer.param_shard_bytes();
   plan.grad_shards = optimizer.grad_shard_bytes();
-  if (optimizer.layout().shards_gradients()) plan.shared_regions = optimizer.layout().regions;
-  if (optimizer.layout().shards_gradients())
+  if (optimizer.layout().shards_gradients()) {
+    plan.shared_regions = optimizer.layout().regions;
     plan.shard_staging = static_cast<size_t>(optimizer.layout().staging_elems()) * sizeof(float);
+  }
   plan.num_params = buffers.num_param_elements();
   if (device == Device::cuda) {
     plan.cuda = true;

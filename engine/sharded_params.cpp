@@ -22,7 +22,7 @@ ShardedParams::ShardedParams(model::Model& model, AdamW& optimizer, parallel::Co
   if (regions_ == 2) {
     std::vector<parallel::Communicator*> comms{&dp};
     if (&edp != &dp) comms.push_back(&edp);
-    fences_ = std::make_unique<parallel::CommStreamFences>(ctx, std::move(comms), 2);
+    fences_ = std::make_unique<parallel::CommStreamOverlap>(ctx, std::move(comms), 2);
   }
   TRAINER_CHECK(dp.size() % edp.size() == 0, "ZeRO-3: expert group of {} ranks within dp {}",
                 edp.size(), dp.size());
@@ -161,16 +161,19 @@ void ShardedParams::reduce_scatter(int unit) {
     // Averaged over dp, as ZeRO 0-2 average: each rank's loss gradient is
     // scaled by its share of the tokens. Accumulated over micro-batches.
     Tensor part = staging_.slice(0, r.size());
-    parallel::Communicator& g = group(r);
-    g.reduce_scatter(arena_part(Category::gradients, unit, k), part, parallel::ReduceOp::avg);
+    group(r).reduce_scatter(arena_part(Category::gradients, unit, k), part, parallel::ReduceOp::avg);
     ++reduce_scatters_;
-    // An expert's gradient on a rank already sums what the tokens of all its
-    // ep peers sent it: the sum over edp covers every token once, so the
-    // average is avg_edp / ep (as parallel::ExpertGradReducer scales it).
-    if (r.expert && edp_.size() < dp_.size())
-      scale(ctx_, part, 1.0f / static_cast<float>(dp_.size() / edp_.size()));
-    accumulate(ctx_, optimizer_.grad_shards().slice(r.state_at, r.state_at + r.size()), part);
+    add_to_shard(r, part);
   }
+}
+
+void ShardedParams::add_to_shard(const OwnedRange& r, Tensor part) {
+  // An expert's gradient on a rank already sums what the tokens of all its
+  // ep peers sent it: the sum over edp covers every token once, so the
+  // average is avg_edp / ep (as parallel::ExpertGradReducer scales it).
+  if (r.expert && edp_.size() < dp_.size())
+    scale(ctx_, part, 1.0f / static_cast<float>(dp_.size() / edp_.size()));
+  accumulate(ctx_, optimizer_.grad_shards().slice(r.state_at, r.state_at + r.size()), part);
 }
 
 void ShardedParams::release_gradients(int unit) {
@@ -183,9 +186,11 @@ void ShardedParams::release_gradients(int unit) {
     reduce_scatter(unit);
 }
 
-Tensor ShardedParams::staged(int region, int64_t at, int64_t n) const {
-  const int64_t base = region * optimizer_.layout().max_unit_state;
-  return staging_.slice(base + at, base + at + n);
+Tensor ShardedParams::staged(int region, std::span<const OwnedRange> parts,
+                             const OwnedRange& r) const {
+  // A unit's parts are back to back in the state (zero_layout), so in its staging too.
+  const int64_t at = region * optimizer_.layout().max_unit_state + (r.state_at - parts.front().state_at);
+  return staging_.slice(at, at + r.size());
 }
 
 void ShardedParams::reduce_scatter_overlapped(int unit) {
@@ -195,15 +200,13 @@ void ShardedParams::reduce_scatter_overlapped(int unit) {
                 unit, scattered_[region]);
   std::span<const OwnedRange> parts = optimizer_.layout().unit_parts(unit);
   fences_->begin();
-  int64_t at = 0;
   for (int k = 0; k < static_cast<int>(parts.size()); ++k) {
     const OwnedRange& r = parts[k];
     if (r.size() == 0) continue;
     cuda::NvtxRange range("zero reduce-scatter (overlapped)");
-    group(r).reduce_scatter(arena_part(Category::gradients, unit, k), staged(region, at, r.size()),
+    group(r).reduce_scatter(arena_part(Category::gradients, unit, k), staged(region, parts, r),
                             parallel::ReduceOp::avg);
     ++reduce_scatters_;
-    at += r.size();
   }
   fences_->end(region);
   scattered_[region] = unit;
@@ -214,20 +217,13 @@ void ShardedParams::land(int region) {
   if (unit < 0) return;
   scattered_[region] = -1;
   std::span<const OwnedRange> parts = optimizer_.layout().unit_parts(unit);
-  int64_t at = 0;
-  for (const OwnedRange& r : parts) {
-    if (r.size() == 0) continue;
-    Tensor part = staged(region, at, r.size());
-    if (r.expert && edp_.size() < dp_.size())  // as in reduce_scatter
-      scale(ctx_, part, 1.0f / static_cast<float>(dp_.size() / edp_.size()));
-    accumulate(ctx_, optimizer_.grad_shards().slice(r.state_at, r.state_at + r.size()), part);
-    at += r.size();
-  }
+  for (const OwnedRange& r : parts)
+    if (r.size() > 0) add_to_shard(r, staged(region, parts, r));
 }
 
 void ShardedParams::drain() {
   if (regions_ != 2) return;
-  fences_->wait_all();
+  fences_->join();
   land(0);
   land(1);
 }

@@ -94,7 +94,10 @@ class ShardedParams : public model::BlockParamHooks {
   void land(int region);  // a region's pending reduce-scatter result into the gradient shard
   void refresh(int unit, int region);  // its compute copies, unless already cast
   void forget_gathered();
-  Tensor staged(int region, int64_t at, int64_t n) const;
+  // Part r of a unit (`parts`) in a region's staging.
+  Tensor staged(int region, std::span<const OwnedRange> parts, const OwnedRange& r) const;
+  // A reduce-scattered part (averaged over its group) into the gradient shard.
+  void add_to_shard(const OwnedRange& r, Tensor part);
 
   model::Model& model_;
   AdamW& optimizer_;
@@ -104,7 +107,7 @@ class ShardedParams : public model::BlockParamHooks {
   Tensor staging_;
   bool whole_params_;  // ZeRO-2: the parameter arena holds every unit whole
   int regions_;        // ZeroLayout::regions
-  std::unique_ptr<parallel::CommStreamFences> fences_;  // two regions: one fence each
+  std::unique_ptr<parallel::CommStreamOverlap> fences_;  // two regions: one fence each
   // Per region: the unit whose parameters it holds (or will, once the
   // gather issued lands), the unit its compute copies were cast for, and
   // the unit whose reduce-scatter result its staging holds (-1: none). A

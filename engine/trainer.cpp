@@ -224,9 +224,10 @@ void Trainer::setup() {
         options_.grad_bucket_bytes);
     // GPU: each bucket on the communication stream after an event on the
     // compute stream; the optimizer's stream waits for the last one.
-    dp_overlap_ = std::make_unique<parallel::CommStreamOverlap>(grad_comm(), ctx_);
+    dp_overlap_ = std::make_unique<parallel::CommStreamOverlap>(
+        ctx_, std::vector<parallel::Communicator*>{&grad_comm()});
     if (dp_overlap_->active()) {
-      reducer_->set_before_reduce([this] { dp_overlap_->before_collective(); });
+      reducer_->set_before_reduce([this] { dp_overlap_->begin(); });
       reducer_->set_after_reduce([this] { dp_overlap_->join(); });
     }
     using Overlap = TrainerOptions::GradOverlap;

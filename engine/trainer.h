@@ -143,7 +143,7 @@ class Trainer {
   std::unique_ptr<AdamW> optimizer_;
   MemoryPlan plan_;
   std::unique_ptr<Arenas> arenas_;
-  std::unique_ptr<ShardedParams> sharded_;  // zero 3 only
+  std::unique_ptr<ShardedParams> sharded_;  // zero 3, and zero 2 over > 1 rank
   std::unique_ptr<data::SampleSource> train_data_, val_data_;
   std::vector<int32_t> host_tokens_, host_ids_, host_targets_;  // ids, targets: this rank's tokens
   void keep_local_tokens(int b);  // host_tokens_ (one sequence) -> sequence b of ids, targets

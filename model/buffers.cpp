@@ -114,11 +114,7 @@ void Buffers::close_run() {
   second_region_units_.clear();
 }
 
-bool Buffers::shares(Category c) const {
-  if (!sharing_) return false;
-  if (c == Category::gradients) return true;
-  return share_blocks_ && (c == Category::parameters || c == Category::compute_weights);
-}
+bool Buffers::shares(Category c) const { return sharing_ && shared_category(c); }
 
 void Buffers::begin_param_unit(bool block) {
   TRAINER_CHECK(!in_unit_, "parameter unit begun inside another");

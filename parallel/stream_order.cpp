@@ -48,57 +48,49 @@ void bind_compute_stream(Communicator& comm, Context& ctx) {
 
 void unbind_compute_stream(Communicator& comm) { nccl_set_stream(comm, nullptr); }
 
-CommStreamOverlap::CommStreamOverlap(Communicator& comm, Context& ctx)
-    : comm_(comm), ctx_(ctx), active_(gpu(ctx) && is_nccl(comm)) {}
-
-void CommStreamOverlap::before_collective() {
-  if (!active_) return;
-  cuda::comm_wait_for_compute(*ctx_.cuda);
-  nccl_set_stream(comm_, ctx_.cuda->comm_stream);
-}
-
-void CommStreamOverlap::join() {
-  if (!active_) return;
-  cuda::compute_wait_for_comm(*ctx_.cuda);
-  nccl_set_stream(comm_, ctx_.cuda->stream);
-}
-
-CommStreamFences::CommStreamFences(Context& ctx, std::vector<Communicator*> comms, int fences)
+CommStreamOverlap::CommStreamOverlap(Context& ctx, std::vector<Communicator*> comms, int fences)
     : ctx_(ctx), comms_(std::move(comms)), active_(gpu(ctx)) {
   for (Communicator* c : comms_) active_ = active_ && is_nccl(*c);
   if (!active_) return;
   for (int i = 0; i < fences; ++i) {
     cudaEvent_t ev = nullptr;
-    check_cuda(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), "CommStreamFences: cudaEventCreate");
+    check_cuda(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming),
+               "CommStreamOverlap: cudaEventCreate");
     events_.push_back(ev);
   }
 }
 
-CommStreamFences::~CommStreamFences() {
+CommStreamOverlap::~CommStreamOverlap() {
   for (void* ev : events_) cudaEventDestroy(static_cast<cudaEvent_t>(ev));
 }
 
-void CommStreamFences::begin() {
+void CommStreamOverlap::begin() {
   if (!active_) return;
   cuda::comm_wait_for_compute(*ctx_.cuda);
   for (Communicator* c : comms_) nccl_set_stream(*c, ctx_.cuda->comm_stream);
 }
 
-void CommStreamFences::end(int fence) {
-  if (!active_) return;
-  check_cuda(cudaEventRecord(static_cast<cudaEvent_t>(events_.at(fence)), ctx_.cuda->comm_stream),
-             "CommStreamFences: cudaEventRecord");
+void CommStreamOverlap::to_compute_stream() {
   for (Communicator* c : comms_) nccl_set_stream(*c, ctx_.cuda->stream);
 }
 
-void CommStreamFences::wait(int fence) {
+void CommStreamOverlap::end(int fence) {
   if (!active_) return;
-  check_cuda(cudaStreamWaitEvent(ctx_.cuda->stream, static_cast<cudaEvent_t>(events_.at(fence)), 0),
-             "CommStreamFences: cudaStreamWaitEvent");
+  check_cuda(cudaEventRecord(static_cast<cudaEvent_t>(events_.at(fence)), ctx_.cuda->comm_stream),
+             "CommStreamOverlap: cudaEventRecord");
+  to_compute_stream();
 }
 
-void CommStreamFences::wait_all() {
-  if (active_) cuda::compute_wait_for_comm(*ctx_.cuda);
+void CommStreamOverlap::wait(int fence) {
+  if (!active_) return;
+  check_cuda(cudaStreamWaitEvent(ctx_.cuda->stream, static_cast<cudaEvent_t>(events_.at(fence)), 0),
+             "CommStreamOverlap: cudaStreamWaitEvent");
+}
+
+void CommStreamOverlap::join() {
+  if (!active_) return;
+  cuda::compute_wait_for_comm(*ctx_.cuda);
+  to_compute_stream();
 }
 
 void wait_for_device(Context& ctx) {
@@ -116,16 +108,14 @@ void wait_for_device(Context& ctx) {
 
 void bind_compute_stream(Communicator&, Context&) {}
 void unbind_compute_stream(Communicator&) {}
-CommStreamOverlap::CommStreamOverlap(Communicator& comm, Context& ctx) : comm_(comm), ctx_(ctx) {}
-void CommStreamOverlap::before_collective() {}
-void CommStreamOverlap::join() {}
-CommStreamFences::CommStreamFences(Context& ctx, std::vector<Communicator*> comms, int)
+CommStreamOverlap::CommStreamOverlap(Context& ctx, std::vector<Communicator*> comms, int)
     : ctx_(ctx), comms_(std::move(comms)) {}
-CommStreamFences::~CommStreamFences() = default;
-void CommStreamFences::begin() {}
-void CommStreamFences::end(int) {}
-void CommStreamFences::wait(int) {}
-void CommStreamFences::wait_all() {}
+CommStreamOverlap::~CommStreamOverlap() = default;
+void CommStreamOverlap::begin() {}
+void CommStreamOverlap::end(int) {}
+void CommStreamOverlap::wait(int) {}
+void CommStreamOverlap::join() {}
+void CommStreamOverlap::to_compute_stream() {}
 void wait_for_device(Context&) {}
 
 #endif

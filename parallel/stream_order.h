@@ -2,8 +2,8 @@
 // NCCL communicator of a GPU rank enqueues on the compute stream
 // (bind_compute_stream): a collective then sees the ops queued before it and
 // the ops after it see its result, as on the CPU, with no events. Gradient
-// buckets are the exception: they go to the communication stream
-// (CommStreamOverlap) so they overlap the rest of backward. On the CPU, and
+// buckets and ZeRO-2/3's per-block collectives are the exception: they go to
+// the communication stream (CommStreamOverlap) so they overlap compute. On the CPU, and
 // for communicators that are not NCCL, every call here is a no-op.
 #pragma once
 
@@ -19,54 +19,38 @@ namespace trainer::parallel {
 void bind_compute_stream(Communicator& comm, Context& ctx);
 void unbind_compute_stream(Communicator& comm);
 
-// Moves one communicator's calls to ctx's communication stream and back.
+// Collectives of some communicators moved to ctx's communication stream
+// and back, ordered against the compute stream by events: the dp gradient
+// buckets (begin before each, join after the last) and ZeRO-2/3's per-block
+// reduce-scatters and all-gathers (engine/sharded_params.h), whose batches
+// each end in one of `fences` events the compute stream can wait for alone,
+// one per shared region. The communication stream runs the batches in the
+// order they were issued, so a fence also covers every batch before it.
+// Inactive (every call a no-op) unless ctx is a GPU and every communicator
+// NCCL (a world of one included).
 class CommStreamOverlap {
  public:
-  CommStreamOverlap(Communicator& comm, Context& ctx);
-  // A GPU context and an NCCL communicator (a world of one included): the
-  // calls below do something.
-  bool active() const { return active_; }
-  // Records an event on the compute stream after everything queued so far
-  // (the gradients a bucket holds), makes the communication stream wait for
-  // it, and points comm's later calls at the communication stream.
-  void before_collective();
-  // The compute stream waits for everything issued on the communication
-  // stream (the optimizer reads the reduced gradients after it), and comm's
-  // calls go back to the compute stream. The host does not wait.
-  void join();
-
- private:
-  Communicator& comm_;
-  Context& ctx_;
-  bool active_ = false;
-};
-
-// Collectives of some communicators on the communication stream, each batch
-// ending in one of `fences` events the compute stream can wait for alone:
-// ZeRO-2/3's per-block reduce-scatters and all-gathers, one fence per shared
-// region (engine/sharded_params.h). The communication stream runs the
-// batches in the order they were issued, so a fence also covers every batch
-// before it. Inactive (every call a no-op) unless ctx is a GPU and every
-// communicator NCCL.
-class CommStreamFences {
- public:
-  CommStreamFences(Context& ctx, std::vector<Communicator*> comms, int fences);
-  ~CommStreamFences();
-  CommStreamFences(const CommStreamFences&) = delete;
-  CommStreamFences& operator=(const CommStreamFences&) = delete;
+  CommStreamOverlap(Context& ctx, std::vector<Communicator*> comms, int fences = 0);
+  ~CommStreamOverlap();
+  CommStreamOverlap(const CommStreamOverlap&) = delete;
+  CommStreamOverlap& operator=(const CommStreamOverlap&) = delete;
   bool active() const { return active_; }
   // The communication stream waits for everything queued on the compute
-  // stream so far, and the communicators' later calls go to it.
+  // stream so far (the gradients a bucket holds), and the communicators'
+  // later calls go to it.
   void begin();
   // Records `fence` after those calls; the communicators go back to the
   // compute stream.
   void end(int fence);
   // The compute stream waits for `fence`'s last record (the host does not).
   void wait(int fence);
-  // The compute stream waits for everything issued on the communication stream.
-  void wait_all();
+  // The compute stream waits for everything issued on the communication
+  // stream (the optimizer reads the reduced gradients after it), and the
+  // communicators' calls go back to the compute stream. The host does not wait.
+  void join();
 
  private:
+  void to_compute_stream();
   Context& ctx_;
   std::vector<Communicator*> comms_;
   std::vector<void*> events_;  // cudaEvent_t

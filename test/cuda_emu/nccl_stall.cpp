@@ -26,9 +26,7 @@ int main(int argc, char** argv) {
     const LaunchEnv env = detect_launch_env();
     CudaState* state = create_cuda_state(env.local_rank);
     Context ctx{Device::cuda, state};
-    MeshRequest request;
-    request.world = env.world;
-    Mesh mesh(env, resolve_mesh(request), Device::cuda, timeout_s);
+    Mesh mesh(env, resolve_mesh({.world = env.world}), Device::cuda, timeout_s);
     Communicator& dp = mesh.comm(Axis::dp);
     bind_compute_stream(dp, ctx);
     void* mem = device_alloc(Device::cuda, 16 * sizeof(float));

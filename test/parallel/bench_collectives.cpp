@@ -19,9 +19,7 @@ int main(int argc, char** argv) {
     const int64_t bucket_bytes = static_cast<int64_t>((argc > 2 ? std::atof(argv[2]) : 25.0) * (1 << 20));
     const int reps = argc > 3 ? std::atoi(argv[3]) : 3;
     const LaunchEnv env = detect_launch_env();
-    MeshRequest request;
-    request.world = env.world;
-    Mesh mesh(env, resolve_mesh(request), Device::cpu, 600.0);
+    Mesh mesh(env, resolve_mesh({.world = env.world}), Device::cpu, 600.0);
     Communicator& dp = mesh.comm(Axis::dp);
     const ZeroShard shard = zero_shard(numel, dp.size(), dp.rank());
     std::vector<float> arena(shard.padded, 1.0f);

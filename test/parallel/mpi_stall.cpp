@@ -20,9 +20,7 @@ int main(int argc, char** argv) {
     const LaunchEnv env = detect_launch_env();
     const bool at_init = argc > 2 && std::string(argv[2]) == "init";
     if (at_init && env.rank == stall_rank) std::this_thread::sleep_for(std::chrono::seconds(120));
-    MeshRequest request;
-    request.world = env.world;
-    Mesh mesh(env, resolve_mesh(request), Device::cpu, timeout_s);
+    Mesh mesh(env, resolve_mesh({.world = env.world}), Device::cpu, timeout_s);
     std::vector<float> x(16, 1.0f);
     mesh.comm(Axis::dp).all_reduce(Tensor(x.data(), {16}), ReduceOp::sum);  // all join this one
     if (env.rank == stall_rank) {

@@ -4,7 +4,7 @@
 // uses), the bucket reducer overlapped on the communication stream (buckets
 // wait for the compute stream's event, compute is not held up by them, the
 // optimizer's stream waits for them after finish), ZeRO's per-region fences
-// (CommStreamFences: the same three orders, one event per region), and the watchdog ending a
+// (CommStreamOverlap with one event per region: the same orders), and the watchdog ending a
 // stuck NCCL collective (its line, exit 3, in bounded time). A world of one
 // cannot show two ranks' numbers meeting: that needs two GPUs
 // (scripts/gpu_check.sh). Exit 77 (ctest "skipped") without a GPU.
@@ -140,9 +140,9 @@ void overlap(Gpu& g, Watchdog& dog) {
   std::vector<GradRange> ranges;
   for (int t = 0; t < T; ++t) ranges.push_back({(T - 1 - t) * per, per});
   GradReducer red(*g.world, arena, ranges, per * 4 * 4);  // 4 tensors per bucket
-  CommStreamOverlap ov(*g.world, g.ctx);
+  CommStreamOverlap ov(g.ctx, {g.world.get()});
   expect(ov.active(), "the overlap is active for a GPU context and an NCCL communicator");
-  red.set_before_reduce([&] { ov.before_collective(); });
+  red.set_before_reduce([&] { ov.begin(); });
   red.set_after_reduce([&] { ov.join(); });
   cudaEvent_t ev;
   cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
@@ -187,7 +187,7 @@ void overlap(Gpu& g, Watchdog& dog) {
   finish_case(g, dog, ev, mem, "the watchdog saw every bucket complete");
 }
 
-// CommStreamFences (ZeRO-2/3's per-region collectives): a fenced collective
+// CommStreamOverlap (ZeRO-2/3's per-region collectives): a fenced collective
 // waits for the compute stream; the communicator is back on the compute
 // stream after end(); the compute stream waits for a fence only at wait().
 void fences(Gpu& g, Watchdog& dog) {
@@ -198,7 +198,7 @@ void fences(Gpu& g, Watchdog& dog) {
   Tensor src(base, {n}, DType::f32, Device::cuda);
   Tensor out(base + n, {n}, DType::f32, Device::cuda);
   Tensor other(base + 2 * n, {n}, DType::f32, Device::cuda);
-  CommStreamFences fen(g.ctx, {g.world.get()}, 2);
+  CommStreamOverlap fen(g.ctx, {g.world.get()}, 2);
   expect(fen.active(), "the fences are active for a GPU context and an NCCL communicator");
   cudaEvent_t ev;
   cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
@@ -240,15 +240,15 @@ void fences(Gpu& g, Watchdog& dog) {
   expect(back.front() == 5.0f && back.back() == 5.0f,
          "compute read the fenced reduce-scatter's result, not the one before it");
 
-  // 3. wait_all: compute waits for everything on the communication stream.
+  // 3. join: compute waits for everything on the communication stream.
   comm_go = 0;
   cudaLaunchHostFunc(st.comm_stream, hold_until, &comm_go);
   fen.begin();
   g.world->all_gather(src, out);
   fen.end(0);
-  fen.wait_all();
+  fen.join();
   cudaEventRecord(ev, st.stream);
-  expect_held_then_released(ev, comm_go, "after wait_all() compute waits for the held collective");
+  expect_held_then_released(ev, comm_go, "after join() compute waits for the held collective");
   finish_case(g, dog, ev, mem, "the watchdog saw every fenced collective complete");
 }
 
