@@ -225,6 +225,7 @@ std::vector<float> SafetensorsFile::read_f32(const std::string& name) const {
   const TensorView& t = tensor(name);
   size_t n = static_cast<size_t>(t.numel());
   std::vector<float> out(n);
+  if (n == 0) return out;  // memcpy from a null vector's data() is undefined even for 0 bytes
   if (t.dtype == "F32") {
     std::memcpy(out.data(), t.data, n * 4);
   } else if (t.dtype == "F64") {

@@ -54,6 +54,7 @@ void apply_override(YAML::Node& root, const std::string& arg, SpecReader& r) {
     key = next;
     walked = here;
   }
+  spec::check_yaml_text(arg.substr(eq + 1), "--set " + path);
   YAML::Node value;
   try {
     value = YAML::Load(arg.substr(eq + 1));
@@ -355,21 +356,7 @@ void read_log(Section s, LogSpec& l) { s.read("metrics", l.metrics, spec::kMetri
 
 JobSpec parse_job_spec(const std::string& yaml_text, const std::string& source_name,
                        const std::vector<std::string>& overrides) {
-  YAML::Node root;
-  try {
-    // LoadAll: YAML::Load would read the first document and drop the rest
-    // unparsed, syntax errors and all.
-    std::vector<YAML::Node> docs = YAML::LoadAll(yaml_text);
-    if (docs.size() > 1) {
-      const YAML::Mark m = docs[1].Mark();
-      throw InputError(fmt::format("{}{}: a second YAML document (after '---'); a job spec is one document",
-                                   source_name, m.is_null() ? std::string() : fmt::format(":{}", m.line + 1)));
-    }
-    if (!docs.empty()) root = docs[0];
-  } catch (const YAML::Exception& e) {
-    if (e.mark.is_null()) throw InputError(fmt::format("{}: {}", source_name, e.msg));
-    throw InputError(fmt::format("{}:{}:{}: {}", source_name, e.mark.line + 1, e.mark.column + 1, e.msg));
-  }
+  YAML::Node root = spec::load_yaml_document(yaml_text, source_name);
   SpecReader r(source_name);
   if (!root.IsDefined() || root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
   if (!root.IsMap())

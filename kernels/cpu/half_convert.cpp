@@ -8,6 +8,7 @@
 #include "kernels/numeric.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
+#include <cpuid.h>
 #include <immintrin.h>
 #define TRAINER_HAVE_F16C_PATH 1
 #endif
@@ -73,7 +74,11 @@ __attribute__((target("avx2,f16c"))) void f32_to_f16_f16c(const float* src, uint
 }
 
 bool has_f16c() {
-  static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+  // F16C from CPUID leaf 1 (ECX bit 29): clang's __builtin_cpu_supports has no "f16c".
+  static const bool yes = [] {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    return __builtin_cpu_supports("avx2") && __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
+  }();
   return yes;
 }
 #endif

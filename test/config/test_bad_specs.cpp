@@ -159,6 +159,27 @@ const std::vector<Bad>& bad_specs() {
       {"blend without a path", "data:\n  train:\n    - weight: 2\n  val: v.bin\n", {},
        "job.yaml:3: data.train[0]: missing 'path'"},
       {"YAML syntax error", "model: [1, 2\n", {}, "job.yaml:2:1: end of sequence flow not found"},
+      // yaml-cpp 0.7's LoadAll never returns on these (jbeder/yaml-cpp#1040).
+      {"a stray ','", ",\n", {},
+       "job.yaml:1:1: unexpected ',' (YAML syntax: no mapping, list or value starts with it)"},
+      {"a stray ',' after a comment", "# c\n,  !x\n", {},
+       "job.yaml:2:1: unexpected ',' (YAML syntax: no mapping, list or value starts with it)"},
+      // yaml-cpp reads NULs as UTF-16/32 and can spend minutes on a binary file.
+      {"a NUL byte (a binary file given as the spec)", std::string("run:\0\0\0", 7), {},
+       "job.yaml:1:5: byte 0x00 at byte offset 4 is a control character YAML does not allow; a job "
+       "spec is YAML text (is this a data file or a checkpoint?)"},
+      {"bytes that are not UTF-8", "run:\n  name: caf\xff\n", {},
+       "job.yaml:2:12: byte 0xff at byte offset 16 is not UTF-8; a job spec is YAML text (is this a "
+       "data file or a checkpoint?)"},
+      {"an overlong UTF-8 form", "run:\n  name: \xc0\xaf\n", {},
+       "job.yaml:2:9: byte 0xc0 at byte offset 13 is not UTF-8; a job spec is YAML text (is this a "
+       "data file or a checkpoint?)"},
+      {"a UTF-8 surrogate", "run:\n  name: \xed\xa0\x80\n", {},
+       "job.yaml:2:9: byte 0xed at byte offset 13 is not UTF-8; a job spec is YAML text (is this a "
+       "data file or a checkpoint?)"},
+      {"--set with a control character", kData, {"run.name=a\x01"},
+       "--set run.name: byte 0x01 at byte offset 1 is a control character YAML does not allow; a "
+       "--set value is YAML text"},
       {"--set unknown key", kData, {"model.n_layers=3"},
        "--set: unknown key 'model.n_layers' (did you mean 'model.n_layer'?)"},
       {"--set unknown section", kData, {"optimiser.lr=3"},
@@ -184,6 +205,12 @@ TEST_CASE("bad job specs are refused with one exact line", "[cpu]") {
     CHECK(message == bad.message);
     CHECK(message.find('\n') == std::string::npos);
   }
+}
+
+TEST_CASE("UTF-8 text with a byte order mark, CRLF and non-ASCII values is read", "[cpu]") {
+  const std::string yaml = "\xEF\xBB\xBFrun:\r\n  name: caf\xc3\xa9-\xf0\x9f\x99\x82\t# \xe6\x97\xa5\r\n" + kData;
+  const JobSpec spec = parse_job_spec(yaml, "job.yaml");
+  CHECK(spec.run.name == "caf\xc3\xa9-\xf0\x9f\x99\x82");
 }
 
 TEST_CASE("a missing job file is refused with the system's reason", "[cpu]") {

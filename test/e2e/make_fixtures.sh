@@ -38,6 +38,7 @@ YAML
 base data/good.bin >good.yaml
 sed 's/n_layer: 1/n_layers: 1/' good.yaml >unknown_key.yaml
 { cat good.yaml; printf -- '---\nrun: {name: second}\n'; } >two_documents.yaml
+printf ',\n' >stray_comma.yaml  # yaml-cpp 0.7's LoadAll loops on it (jbeder/yaml-cpp#1040)
 sed 's/n_layer: 1/n_layer: four/' good.yaml >wrong_type.yaml
 sed 's/n_head: 2/n_head: 3/' good.yaml >heads.yaml
 sed 's/family: gpt2/family: llama, n_kv_head: 3/; s/n_head: 2/n_head: 4/' good.yaml >kv_heads.yaml

@@ -1,0 +1,50 @@
+// What every fuzz target checks: any input either works or is refused with
+// InputError (the one line and exit code 2 the user sees). Anything else that
+// escapes (a TRAINER_CHECK's Error, a std::out_of_range, bad_alloc from a size
+// read off the input) is a finding and aborts, as do the sanitizers' reports.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <string>
+#include <string_view>
+#include <typeinfo>
+
+#include "kernels/error.h"
+
+namespace trainer::fuzz {
+
+template <class F>
+void expect_only_input_errors(F&& run) {
+  try {
+    run();
+  } catch (const InputError& e) {
+    // FUZZ_VERBOSE=1 shows the refusals, to check that seeds reach the paths past them.
+    static const bool verbose = std::getenv("FUZZ_VERBOSE") != nullptr;
+    if (verbose) std::fprintf(stderr, "fuzz: refused: %s\n", e.what());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "fuzz: escaped %s: %s\n", typeid(e).name(), e.what());
+    std::abort();
+  }
+}
+
+// A finding that is not an exception: a property of an accepted input broke.
+[[noreturn]] inline void fail(const std::string& what) {
+  std::fprintf(stderr, "fuzz: %s\n", what.c_str());
+  std::abort();
+}
+
+inline std::string_view as_text(const uint8_t* data, size_t size) {
+  return {reinterpret_cast<const char*>(data), size};
+}
+
+// The readers under test take paths: each input is written to a file of this
+// process's own in /dev/shm (or TMPDIR), rewritten for every input.
+std::string write_input_file(const char* tag, const uint8_t* data, size_t size);
+
+}  // namespace trainer::fuzz
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);
