@@ -54,13 +54,7 @@ void apply_override(YAML::Node& root, const std::string& arg, SpecReader& r) {
     key = next;
     walked = here;
   }
-  spec::check_yaml_text(arg.substr(eq + 1), "--set " + path);
-  YAML::Node value;
-  try {
-    value = YAML::Load(arg.substr(eq + 1));
-  } catch (const YAML::Exception& e) {
-    throw InputError(fmt::format("--set {}: cannot parse the value: {}", arg, e.msg));
-  }
+  YAML::Node value = spec::load_yaml_document(arg.substr(eq + 1), "--set " + path);
   // Node::reset rebinds; plain assignment between Nodes would overwrite contents.
   YAML::Node node;
   node.reset(root);

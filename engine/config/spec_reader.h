@@ -37,7 +37,8 @@ bool parse_double(const std::string& s, double& out);
 // InputError "FILE:LINE:COL: byte 0x.. at byte offset N ..." when text is not
 // UTF-8 or holds a control character YAML excludes (NUL, ...): the check before
 // yaml-cpp, which misreads such bytes as UTF-16/32 (a binary file given as spec).
-// A source_name starting "--set" names an override's value (no line, no column).
+// A source_name starting "--set" names an override's value (no line, no column),
+// here and in load_yaml_document.
 void check_yaml_text(std::string_view text, const std::string& source_name);
 // The one YAML document of a job spec's text, after check_yaml_text; a second
 // document, a syntax error or a stray token is an InputError "FILE:LINE:COL: ...".

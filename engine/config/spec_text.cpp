@@ -19,6 +19,8 @@ namespace trainer::engine::spec {
 
 namespace {
 
+bool is_override(const std::string& source_name) { return source_name.rfind("--set", 0) == 0; }
+
 // Length of the UTF-8 sequence at s[i] (1-4), or 0 when it is not one
 // (overlong forms, surrogates and code points above U+10FFFF included).
 size_t utf8_length(std::string_view s, size_t i) {
@@ -54,7 +56,7 @@ void check_yaml_text(std::string_view text, const std::string& source_name) {
     // YAML's printable set: TAB, LF, CR and everything from space up, but DEL.
     const bool control = n == 1 && ((c < 0x20 && c != '\t' && c != '\n' && c != '\r') || c == 0x7F);
     if (n == 0 || control) {
-      const bool file = source_name.rfind("--set", 0) != 0;
+      const bool file = !is_override(source_name);
       throw InputError(fmt::format(
           "{}{}: byte 0x{:02x} at byte offset {} {}; {}", source_name,
           file ? fmt::format(":{}:{}", line, i - line_start + 1) : std::string(), c, i,
@@ -88,8 +90,10 @@ struct DocumentStarts : YAML::EventHandler {
   void OnMapEnd() override {}
 };
 
+// "FILE:LINE:COL", or the --set name alone (its value is one short line).
 std::string at(const std::string& source_name, const YAML::Mark& m) {
-  return m.is_null() ? source_name : fmt::format("{}:{}:{}", source_name, m.line + 1, m.column + 1);
+  if (m.is_null() || is_override(source_name)) return source_name;
+  return fmt::format("{}:{}:{}", source_name, m.line + 1, m.column + 1);
 }
 
 }  // namespace
@@ -113,7 +117,8 @@ YAML::Node load_yaml_document(const std::string& text, const std::string& source
     }
     return YAML::Load(text);
   } catch (const YAML::Exception& e) {
-    throw InputError(fmt::format("{}: {}", at(source_name, e.mark), e.msg));
+    throw InputError(fmt::format("{}: {}{}", at(source_name, e.mark),
+                                 is_override(source_name) ? "cannot parse the value: " : "", e.msg));
   }
 }
 

@@ -177,6 +177,12 @@ const std::vector<Bad>& bad_specs() {
       {"a UTF-8 surrogate", "run:\n  name: \xed\xa0\x80\n", {},
        "job.yaml:2:9: byte 0xed at byte offset 13 is not UTF-8; a job spec is YAML text (is this a "
        "data file or a checkpoint?)"},
+      {"--set with a stray ','", kData, {"run.name=,"},
+       "--set run.name: unexpected ',' (YAML syntax: no mapping, list or value starts with it)"},
+      {"--set with a value YAML cannot parse", kData, {"train.steps=[:"},
+       "--set train.steps: cannot parse the value: unknown token"},
+      {"--set with a second document", kData, {"run.name=a\n---\nb"},
+       "--set run.name: a second YAML document (after '---'); a job spec is one document"},
       {"--set with a control character", kData, {"run.name=a\x01"},
        "--set run.name: byte 0x01 at byte offset 1 is a control character YAML does not allow; a "
        "--set value is YAML text"},
