@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <charconv>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 
@@ -55,6 +56,7 @@ bool read_launcher(const EnvMap& env, const char* name, const char* rank_key,
 
 // SLURM_STEP_TASKS_PER_NODE / SLURM_TASKS_PER_NODE: "4(x2),3" = 4,4,3 tasks on nodes 0,1,2.
 int slurm_tasks_on_node(const std::string& text, int node, const char* key) {
+  TRAINER_INPUT_CHECK(node >= 0, "launch environment: SLURM_NODEID={} is negative", node);
   int index = 0;
   size_t pos = 0;
   while (pos <= text.size()) {
@@ -68,15 +70,20 @@ int slurm_tasks_on_node(const std::string& text, int node, const char* key) {
       repeat = parse_int(item.substr(paren + 2, item.size() - paren - 3), key);
       item = item.substr(0, paren);
     }
+    TRAINER_INPUT_CHECK(repeat >= 1, "launch environment: {}={:?}: a repeat count below 1", key, text);
     const int tasks = parse_int(item, key);
-    if (node < index + repeat) return tasks;
-    index += repeat;
+    if (node - index < repeat) return tasks;  // node < index + repeat, without overflow
+    index += repeat;  // repeat <= node - index here: no overflow
     pos = comma + 1;
   }
   TRAINER_INPUT_CHECK(false, "launch environment: {}={:?} has no entry for node {}", key, text,
                       node);
   return 0;
 }
+
+// Ten times the largest machines' node counts (El Capitan, Aurora: about 11k);
+// what a malformed list may expand to before it is refused.
+constexpr int64_t kMaxNodelistHosts = 1 << 17;
 
 // Appends the expansions of one host expression (no top-level commas).
 void expand_host(const std::string& expr, const std::string& whole,
@@ -85,6 +92,8 @@ void expand_host(const std::string& expr, const std::string& whole,
   if (open == std::string::npos) {
     TRAINER_INPUT_CHECK(expr.find(']') == std::string::npos && !expr.empty(),
                         "nodelist {:?}: malformed host {:?}", whole, expr);
+    TRAINER_INPUT_CHECK(static_cast<int64_t>(out.size()) < kMaxNodelistHosts,
+                        "nodelist {:?}: more than {} hosts", whole, kMaxNodelistHosts);
     out.push_back(expr);
     return;
   }
@@ -94,6 +103,9 @@ void expand_host(const std::string& expr, const std::string& whole,
   const std::string ranges = expr.substr(open + 1, close - open - 1);
   const std::string rest = expr.substr(close + 1);
   TRAINER_INPUT_CHECK(!ranges.empty(), "nodelist {:?}: empty '[]'", whole);
+  std::vector<std::string> tails;  // what follows the brackets, expanded once
+  if (rest.empty()) tails.push_back("");
+  else expand_host(rest, whole, tails);
   size_t pos = 0;
   while (pos <= ranges.size()) {
     size_t comma = ranges.find(',', pos);
@@ -107,9 +119,10 @@ void expand_host(const std::string& expr, const std::string& whole,
     TRAINER_INPUT_CHECK(lo <= hi && hi - lo < 1000000, "nodelist {:?}: bad range {:?}", whole,
                         item);
     const int width = static_cast<int>(lo_text.size());  // "01" keeps its zero
-    std::vector<std::string> tails;
-    if (rest.empty()) tails.push_back("");
-    else expand_host(rest, whole, tails);
+    // Several bracket groups multiply: "a[0-999999]b[0-999999]" would be 10^12 names.
+    TRAINER_INPUT_CHECK(static_cast<int64_t>(hi - lo + 1) * static_cast<int64_t>(tails.size()) <=
+                            kMaxNodelistHosts - static_cast<int64_t>(out.size()),
+                        "nodelist {:?}: more than {} hosts", whole, kMaxNodelistHosts);
     for (int n = lo; n <= hi; ++n) {
       for (const std::string& tail : tails) {
         out.push_back(fmt::format("{}{:0{}d}{}", prefix, n, width, tail));

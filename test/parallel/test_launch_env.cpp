@@ -90,6 +90,21 @@ TEST_CASE("inconsistent launch variables are refused", "[cpu]") {
           "launch environment (openmpi): local size 8 is not in [1, world 4]");
   REQUIRE(error_of({{"MASTER_PORT", "70000"}}) ==
           "launch environment: MASTER_PORT=70000 is not a TCP port");
+  // Tasks per node: counts that would overflow int, a repeat below 1, a negative node.
+  const EnvMap step{{"SLURM_STEP_ID", "0"}, {"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "4"},
+                    {"SLURM_LOCALID", "0"}};
+  auto with = [&](EnvMap extra) {
+    EnvMap env = step;
+    env.insert(extra.begin(), extra.end());
+    return env;
+  };
+  REQUIRE(detect_launch_env(with({{"SLURM_NODEID", "5"},
+                                  {"SLURM_STEP_TASKS_PER_NODE", "1(x2147483647),2"}}))
+              .local_world == 1);
+  REQUIRE(error_of(with({{"SLURM_NODEID", "0"}, {"SLURM_STEP_TASKS_PER_NODE", "2(x0)"}})) ==
+          "launch environment: SLURM_STEP_TASKS_PER_NODE=\"2(x0)\": a repeat count below 1");
+  REQUIRE(error_of(with({{"SLURM_NODEID", "-1"}, {"SLURM_STEP_TASKS_PER_NODE", "2"}})) ==
+          "launch environment: SLURM_NODEID=-1 is negative");
 }
 
 TEST_CASE("Slurm nodelist expansion", "[cpu]") {
@@ -106,6 +121,12 @@ TEST_CASE("Slurm nodelist expansion", "[cpu]") {
   REQUIRE_THROWS_AS(expand_nodelist("node[a-b]"), InputError);
   REQUIRE_THROWS_AS(expand_nodelist("node[[1]]"), InputError);
   REQUIRE_THROWS_WITH(expand_nodelist("n[1-"), "nodelist \"n[1-\": unclosed '['");
+  // Bracket groups multiply; a list past 2^17 hosts is refused before it is built
+  // (a[0-999999]b[0-999999] would be 10^12 names; found by test/fuzz/fuzz_launch_env).
+  REQUIRE(expand_nodelist("a[0-511]b[0-255]").size() == 131072);
+  REQUIRE_THROWS_WITH(expand_nodelist("a[0-999999]b[0-999999]"),
+                      "nodelist \"a[0-999999]b[0-999999]\": more than 131072 hosts");
+  REQUIRE_THROWS_WITH(expand_nodelist("a[0-511]b[0-255],c"), "nodelist \"a[0-511]b[0-255],c\": more than 131072 hosts");
 }
 
 TEST_CASE("rendezvous address without MASTER_ADDR or nodelist", "[cpu]") {
