@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 seconds=${1:-60}
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(json safetensors data job_spec tokenizer tokenizer_json checkpoint hf_import launch_env tokenizer_files)
+[ ${#targets[@]} -gt 0 ] || targets=(json safetensors data job_spec tokenizer tokenizer_json checkpoint hf_import launch_env tokenizer_files resume)
 
 if ! command -v clang++ >/dev/null; then
   echo "fuzz.sh: needs clang++ (apt-get install clang)" >&2
@@ -29,6 +29,7 @@ for t in "${targets[@]}"; do
   mkdir -p "$work" "$findings"
   seeds=(test/fuzz/corpus/$t)
   [ "$t" = job_spec ] && seeds+=(configs)
+  [ "$t" = resume ] && seeds=(test/fuzz/corpus/checkpoint)  # the same input layout
   echo "== $t: ${seconds}s"
   if ! ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=print_stacktrace=1 OMP_NUM_THREADS=1 \
       "build-fuzz/test/fuzz/fuzz_$t" "$work" "${seeds[@]}" -max_total_time="$seconds" -timeout=10 \

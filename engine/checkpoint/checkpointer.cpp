@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <functional>
@@ -42,6 +43,27 @@ void discard(const fs::path& dir, int run_id) {
   std::error_code ec;
   fs::rename(dir, doomed, ec);
   remove_quietly(ec ? dir : doomed);
+}
+
+// The metadata fields resume() reads after every rank has agreed to go on,
+// checked first on rank 0: a hand-edited metadata.json is refused there, in
+// one line naming it, instead of escaping as a bare JSON error (found by
+// test/fuzz/fuzz_resume).
+void check_resume_fields(const CheckpointReader& saved) {
+  const std::string meta = (fs::path(saved.dir()) / "metadata.json").string();
+  try {
+    if (const Json* position = saved.metadata().find("data_position"))
+      if (const Json* consumed = position->find("samples_consumed"))
+        TRAINER_INPUT_CHECK(consumed->as_int() >= 0, "{}: data_position.samples_consumed is {}",
+                            meta, consumed->as_int());
+    for (const auto& [key, value] : saved.metadata().at("scalars").members())
+      TRAINER_INPUT_CHECK(std::isfinite(value.as_number()) && std::fabs(value.as_number()) < 0x1p62,
+                          "{}: scalars.{} is {}", meta, key, value.as_number());
+  } catch (const InputError&) {
+    throw;
+  } catch (const std::runtime_error& e) {
+    throw InputError(fmt::format("{}: {}", meta, e.what()));
+  }
 }
 
 }  // namespace
@@ -416,6 +438,7 @@ int Checkpointer::resume(model::Buffers& buffers, AdamW& optimizer,
                             "{}: saved by another model: {} (to start a changed model from it, "
                             "export it with trainer export --format hf and use model.init_from)",
                             chosen, fmt::join(diff, "; "));
+        check_resume_fields(saved_by);
         code = saved + 1;
       }
     } catch (const InputError& e) {

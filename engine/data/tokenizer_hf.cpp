@@ -2,6 +2,7 @@
 // (GPT-2's or Llama 3's), read into the same tables as vocab.json + merges.txt.
 #include <fmt/format.h>
 
+#include <cmath>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -96,8 +97,12 @@ Tokenizer Tokenizer::from_hf_text(std::string_view text, const std::string& file
     for (const Json& a : added->items()) {
       const Json* id = a.is_object() ? a.find("id") : nullptr;
       const Json* content = a.is_object() ? a.find("content") : nullptr;
-      if (!id || !id->is_number() || !content || !content->is_string())
-        refuse(file, "added_tokens", fmt::format("entry {} has no id and content", a.dump().substr(0, 80)));
+      // An id must be a whole number an int32 holds (3e20 would throw out of as_int).
+      const bool whole_id = id && id->is_number() && id->as_number() >= 0 &&
+                            id->as_number() < 2147483648.0 && std::floor(id->as_number()) == id->as_number();
+      if (!whole_id || !content || !content->is_string())
+        refuse(file, "added_tokens", fmt::format("entry {} needs an integer id in [0, 2^31) and a content "
+                                                 "string", a.dump().substr(0, 80)));
       if (!vocab->find(content->as_string())) all.set(content->as_string(), Json(id->as_int()));
     }
   // Merges are "a b" strings (tokenizers < 0.20) or ["a", "b"] pairs.

@@ -12,7 +12,9 @@
 #include <vector>
 
 #include "engine/checkpoint/checkpoint.h"
+#include "engine/checkpoint/files.h"
 #include "engine/checkpoint/resume_check.h"
+#include "engine/json.h"
 #include "engine/trainer.h"
 #include "parallel/communicator.h"
 #include "test/checkpoint/checkpoint_helpers.h"
@@ -193,5 +195,50 @@ TEST_CASE("resume: a step directory whose name disagrees with its step is refuse
   Trainer b(spec, quiet_options());
   CHECK(resume(b, spec, &warnings) == 4);  // auto skips it instead of rolling back to step 2
   CHECK_THAT(warnings, Catch::Contains("step_000009"));
+  fs::remove_all(dir);
+}
+
+// metadata.json edited by hand (the manifest's digest updated to match, as a
+// careful editor would): each field resume() reads is refused by name in one
+// line, not a bare JSON error with exit 1 (found by test/fuzz/fuzz_resume).
+TEST_CASE("resume: a hand-edited metadata.json is refused naming the file and field",
+          "[cpu][checkpoint]") {
+  fs::path dir = fresh_temp_dir("edited_meta");
+  JobSpec spec = tiny_spec_in(dir);
+  const fs::path step = dir / "checkpoints" / "step_000002";
+  train_and_save(spec, {2});
+  const std::string original = read_all(step / "metadata.json");
+  auto edit = [&](const std::string& from, const std::string& to) {
+    std::string text = original;
+    const size_t at = text.find(from);
+    REQUIRE(at != std::string::npos);
+    text.replace(at, from.size(), to);
+    std::ofstream(step / "metadata.json", std::ios::binary | std::ios::trunc) << text;
+    Json manifest = parse_json(read_all(step / "manifest.json"), "manifest.json");
+    const FileDigest d = digest_file((step / "metadata.json").string());
+    Json entry = Json::object();
+    entry.set("bytes", Json(d.bytes));
+    entry.set("xxh3", Json(hex64(d.xxh3)));
+    Json files = manifest.at("files");
+    files.set("metadata.json", std::move(entry));
+    manifest.set("files", std::move(files));
+    std::ofstream(step / "manifest.json", std::ios::binary | std::ios::trunc) << manifest.dump(2);
+  };
+  const std::string meta = (step / "metadata.json").string();
+  const std::string consumed = "\"samples_consumed\": 8";
+  REQUIRE(original.find(consumed) != std::string::npos);
+  const std::vector<std::pair<std::pair<std::string, std::string>, std::string>> cases = {
+      {{consumed, "\"samples_consumed\": \"8\""}, meta + ": expected a number, found a string"},
+      {{consumed, "\"samples_consumed\": -8"}, meta + ": data_position.samples_consumed is -8"},
+      {{"\"scalars\": {}", "\"scalarz\": {}"}, meta + ": missing key \"scalars\""},
+      {{"\"scalars\": {}", "\"scalars\": {\"loss_scale\": 1e300}"}, meta + ": scalars.loss_scale is 1e+300"},
+  };
+  for (const auto& [change, message] : cases) {
+    INFO(change.second);
+    edit(change.first, change.second);
+    REQUIRE_NOTHROW(verify_checkpoint(step.string()));  // the checksums agree: only the content is wrong
+    Trainer b(spec, quiet_options());
+    CHECK_THROWS_MATCHES(resume(b, spec), InputError, Catch::Message(message));
+  }
   fs::remove_all(dir);
 }

@@ -152,6 +152,11 @@ TEST_CASE("tokenizer.json: what would tokenize differently is refused by its key
                       {"tok.json: model.merges: entry 7"});
   require_input_error([&] { Tokenizer::from_hf_text(with("\"h e\"", "\"h q\""), "tok.json"); },
                       {"tok.json model.merges", "not in the vocabulary"});
+  // An added token's id must fit an int32 (3e20 once escaped as_int as a
+  // runtime_error, exit 1: found by test/fuzz/fuzz_tokenizer_json).
+  for (const char* id : {"3e20", "1.5", "-1", "\"300\""})
+    require_input_error([&] { Tokenizer::from_hf_text(with("\"id\":300", std::string("\"id\":") + id), "tok.json"); },
+                        {"tok.json: added_tokens: entry", "needs an integer id in [0, 2^31) and a content string"});
   require_input_error([&] { Tokenizer::load_hf("/nonexistent/tokenizer.json"); },
                       {"/nonexistent/tokenizer.json: cannot read tokenizer.json"});
 }
