@@ -33,12 +33,12 @@ for t in "${targets[@]}"; do
   echo "== $t: ${seconds}s"
   if ! ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=print_stacktrace=1 OMP_NUM_THREADS=1 \
       "build-fuzz/test/fuzz/fuzz_$t" "$work" "${seeds[@]}" -max_total_time="$seconds" -timeout=10 \
-      -rss_limit_mb=4096 -max_len=65536 -artifact_prefix="$findings/" \
+      -rss_limit_mb=4096 -max_len=65536 -artifact_prefix="$findings/" -print_final_stats=1 \
       >"build-fuzz/fuzz_$t.log" 2>&1; then
     echo "   FINDING: $(ls -t "$findings" | head -1) (log: build-fuzz/fuzz_$t.log)"
     status=1
   else
-    grep -E '^(stat::number_of_executed_units|stat::new_units_added)' "build-fuzz/fuzz_$t.log" | sed 's/^/   /'
+    grep -E '^(stat::number_of_executed_units|stat::new_units_added)' "build-fuzz/fuzz_$t.log" | sed 's/^/   /' || true
   fi
 done
 exit $status
