@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 seconds=${1:-60}
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(json safetensors data job_spec tokenizer tokenizer_json checkpoint hf_import launch_env tokenizer_files resume)
+[ ${#targets[@]} -gt 0 ] || targets=(json safetensors data job_spec tokenizer tokenizer_json checkpoint hf_import launch_env tokenizer_files resume tokenize)
 
 if ! command -v clang++ >/dev/null; then
   echo "fuzz.sh: needs clang++ (apt-get install clang)" >&2
