@@ -101,6 +101,10 @@ TEST_CASE("inconsistent launch variables are refused", "[cpu]") {
   REQUIRE(detect_launch_env(with({{"SLURM_NODEID", "5"},
                                   {"SLURM_STEP_TASKS_PER_NODE", "1(x2147483647),2"}}))
               .local_world == 1);
+  // Node 2147483620 is in the second group; index + repeat there passes INT_MAX.
+  REQUIRE(error_of(with({{"SLURM_NODEID", "2147483620"},
+                         {"SLURM_STEP_TASKS_PER_NODE", "1(x2147483600),7(x100)"}})) ==
+          "launch environment (slurm): local size 7 is not in [1, world 4]");
   REQUIRE(error_of(with({{"SLURM_NODEID", "0"}, {"SLURM_STEP_TASKS_PER_NODE", "2(x0)"}})) ==
           "launch environment: SLURM_STEP_TASKS_PER_NODE=\"2(x0)\": a repeat count below 1");
   REQUIRE(error_of(with({{"SLURM_NODEID", "-1"}, {"SLURM_STEP_TASKS_PER_NODE", "2"}})) ==
