@@ -54,7 +54,8 @@ void apply_override(YAML::Node& root, const std::string& arg, SpecReader& r) {
     key = next;
     walked = here;
   }
-  YAML::Node value = spec::load_yaml_document(arg.substr(eq + 1), "--set " + path);
+  YAML::Node value =
+      spec::load_yaml_document(arg.substr(eq + 1), "--set " + path, spec::YamlSource::set_value);
   // Node::reset rebinds; plain assignment between Nodes would overwrite contents.
   YAML::Node node;
   node.reset(root);

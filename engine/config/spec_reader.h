@@ -9,7 +9,6 @@
 #include <map>
 #include <optional>
 #include <string>
-#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -34,15 +33,15 @@ std::string did_you_mean(const KeyNode& parent, const std::string& parent_path,
 // A finite decimal number, the whole string (no hex floats, no inf/nan).
 bool parse_double(const std::string& s, double& out);
 
-// InputError "FILE:LINE:COL: byte 0x.. at byte offset N ..." when text is not
-// UTF-8 or holds a control character YAML excludes (NUL, ...): the check before
-// yaml-cpp, which misreads such bytes as UTF-16/32 (a binary file given as spec).
-// A source_name starting "--set" names an override's value (no line, no column),
-// here and in load_yaml_document.
-void check_yaml_text(std::string_view text, const std::string& source_name);
-// The one YAML document of a job spec's text, after check_yaml_text; a second
-// document, a syntax error or a stray token is an InputError "FILE:LINE:COL: ...".
-YAML::Node load_yaml_document(const std::string& text, const std::string& source_name);
+// Where YAML text comes from: a file (errors say FILE:LINE:COL) or one --set
+// value (errors name the override alone: its value is one short line).
+enum class YamlSource { file, set_value };
+// The one YAML document of a job spec's text. InputError "FILE:LINE:COL: ..."
+// for text that is not UTF-8 or holds a control character YAML excludes (NUL,
+// ...: checked before yaml-cpp, which misreads such bytes as UTF-16/32), a
+// second document, a syntax error or a stray token.
+YAML::Node load_yaml_document(const std::string& text, const std::string& source_name,
+                              YamlSource source = YamlSource::file);
 
 // "a scalar 'x'", "null", "a list", "a map": how a wrong value is named in errors.
 std::string describe(const YAML::Node& node);

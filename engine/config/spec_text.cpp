@@ -11,6 +11,7 @@
 #include <yaml-cpp/parser.h>
 
 #include <sstream>
+#include <string_view>
 
 #include "engine/config/spec_reader.h"
 #include "kernels/error.h"
@@ -18,8 +19,6 @@
 namespace trainer::engine::spec {
 
 namespace {
-
-bool is_override(const std::string& source_name) { return source_name.rfind("--set", 0) == 0; }
 
 // Length of the UTF-8 sequence at s[i] (1-4), or 0 when it is not one
 // (overlong forms, surrogates and code points above U+10FFFF included).
@@ -44,9 +43,9 @@ size_t utf8_length(std::string_view s, size_t i) {
   return 0;
 }
 
-}  // namespace
-
-void check_yaml_text(std::string_view text, const std::string& source_name) {
+// Refuses text that is not UTF-8 or holds a control character YAML excludes,
+// naming line, column, byte offset and byte.
+void check_yaml_text(std::string_view text, const std::string& source_name, YamlSource source) {
   size_t i = text.rfind("\xEF\xBB\xBF", 0) == 0 ? 3 : 0;  // a UTF-8 byte order mark
   int line = 1;
   size_t line_start = 0;
@@ -56,7 +55,7 @@ void check_yaml_text(std::string_view text, const std::string& source_name) {
     // YAML's printable set: TAB, LF, CR and everything from space up, but DEL.
     const bool control = n == 1 && ((c < 0x20 && c != '\t' && c != '\n' && c != '\r') || c == 0x7F);
     if (n == 0 || control) {
-      const bool file = !is_override(source_name);
+      const bool file = source == YamlSource::file;
       throw InputError(fmt::format(
           "{}{}: byte 0x{:02x} at byte offset {} {}; {}", source_name,
           file ? fmt::format(":{}:{}", line, i - line_start + 1) : std::string(), c, i,
@@ -71,8 +70,6 @@ void check_yaml_text(std::string_view text, const std::string& source_name) {
     i += n;
   }
 }
-
-namespace {
 
 // Records where documents start; the node events themselves are not needed.
 struct DocumentStarts : YAML::EventHandler {
@@ -90,16 +87,17 @@ struct DocumentStarts : YAML::EventHandler {
   void OnMapEnd() override {}
 };
 
-// "FILE:LINE:COL", or the --set name alone (its value is one short line).
-std::string at(const std::string& source_name, const YAML::Mark& m) {
-  if (m.is_null() || is_override(source_name)) return source_name;
+// "FILE:LINE:COL", or the --set name alone.
+std::string at(const std::string& source_name, YamlSource source, const YAML::Mark& m) {
+  if (m.is_null() || source == YamlSource::set_value) return source_name;
   return fmt::format("{}:{}:{}", source_name, m.line + 1, m.column + 1);
 }
 
 }  // namespace
 
-YAML::Node load_yaml_document(const std::string& text, const std::string& source_name) {
-  check_yaml_text(text, source_name);
+YAML::Node load_yaml_document(const std::string& text, const std::string& source_name,
+                              YamlSource source) {
+  check_yaml_text(text, source_name, source);
   try {
     // At most two documents are parsed: the first, and whether anything follows it.
     std::istringstream in(text);
@@ -111,14 +109,15 @@ YAML::Node load_yaml_document(const std::string& text, const std::string& source
       // A second document starting where the first did: nothing was consumed.
       if (second.pos == first.pos && static_cast<size_t>(second.pos) < text.size())
         throw InputError(fmt::format("{}: unexpected '{}' (YAML syntax: no mapping, list or value "
-                                     "starts with it)", at(source_name, second), text[second.pos]));
+                                     "starts with it)", at(source_name, source, second), text[second.pos]));
       throw InputError(fmt::format("{}: a second YAML document (after '---'); a job spec is one document",
-                                   at(source_name, second)));
+                                   at(source_name, source, second)));
     }
     return YAML::Load(text);
   } catch (const YAML::Exception& e) {
-    throw InputError(fmt::format("{}: {}{}", at(source_name, e.mark),
-                                 is_override(source_name) ? "cannot parse the value: " : "", e.msg));
+    throw InputError(fmt::format("{}: {}{}", at(source_name, source, e.mark),
+                                 source == YamlSource::set_value ? "cannot parse the value: " : "",
+                                 e.msg));
   }
 }
 

@@ -98,12 +98,11 @@ Tokenizer Tokenizer::from_hf_text(std::string_view text, const std::string& file
       const Json* id = a.is_object() ? a.find("id") : nullptr;
       const Json* content = a.is_object() ? a.find("content") : nullptr;
       // An id must be a whole number an int32 holds (3e20 would throw out of as_int).
-      const bool whole_id = id && id->is_number() && id->as_number() >= 0 &&
-                            id->as_number() < 2147483648.0 && std::floor(id->as_number()) == id->as_number();
-      if (!whole_id || !content || !content->is_string())
+      const double v = id && id->is_number() ? id->as_number() : -1;
+      if (!(v >= 0 && v < 2147483648.0 && std::floor(v) == v) || !content || !content->is_string())
         refuse(file, "added_tokens", fmt::format("entry {} needs an integer id in [0, 2^31) and a content "
                                                  "string", a.dump().substr(0, 80)));
-      if (!vocab->find(content->as_string())) all.set(content->as_string(), Json(id->as_int()));
+      if (!vocab->find(content->as_string())) all.set(content->as_string(), Json(static_cast<int64_t>(v)));
     }
   // Merges are "a b" strings (tokenizers < 0.20) or ["a", "b"] pairs.
   std::string lines;

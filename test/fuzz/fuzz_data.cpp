@@ -25,9 +25,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   DataFormat format = DataFormat::auto_;
   if (megatron) {
     if (size < 6) return 0;
-    size_t idx_len = std::min<size_t>(data[4] | data[5] << 8, size - 6);
-    fuzz::write_input_file("mg.idx", data + 6, idx_len);
-    path = fuzz::write_input_file("mg.bin", data + 6 + idx_len, size - 6 - idx_len);
+    fuzz::InputCursor in(data + 4, size - 4);
+    const std::string_view idx = in.take_prefixed(), bin = in.rest();
+    fuzz::write_input_file("mg.idx", idx);
+    path = fuzz::write_input_file("mg.bin", bin);
     if (explicit_format) format = DataFormat::megatron;
   } else {
     path = fuzz::write_input_file("shard.bin", data + 4, size - 4);

@@ -32,15 +32,6 @@ JobSpec llama_job() {
   return s;
 }
 
-std::string_view take(const uint8_t*& p, size_t& left) {
-  if (left < 2) return {};
-  size_t n = std::min<size_t>(p[0] | p[1] << 8, left - 2);
-  std::string_view out(reinterpret_cast<const char*>(p + 2), n);
-  p += 2 + n;
-  left -= 2 + n;
-  return out;
-}
-
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -48,11 +39,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static Trainer trainer(spec, testing::quiet_options());
   if (size < 1) return 0;
   const bool sharded = data[0] & 1;
-  const uint8_t* p = data + 1;
-  size_t left = size - 1;
-  const std::string_view config = take(p, left);
-  const std::string_view index = sharded ? take(p, left) : std::string_view();
-  const std::string_view weights(reinterpret_cast<const char*>(p), left);
+  fuzz::InputCursor in(data + 1, size - 1);
+  const std::string_view config = in.take_prefixed();
+  const std::string_view index = sharded ? in.take_prefixed() : std::string_view();
+  const std::string_view weights = in.rest();
 
   const fs::path dir = fuzz::write_input_file("hf", nullptr, 0) + ".d";
   fs::remove_all(dir);

@@ -24,8 +24,8 @@ JobSpec seed_job() {
   std::ifstream in(seed, std::ios::binary);
   const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   if (bytes.size() < 2) fuzz::fail("cannot read " + seed);
-  const size_t len = static_cast<uint8_t>(bytes[0]) | static_cast<uint8_t>(bytes[1]) << 8;
-  const Json meta = parse_json(std::string_view(bytes).substr(2, len), seed);
+  fuzz::InputCursor framed(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
+  const Json meta = parse_json(framed.take_prefixed(), seed);
   JobSpec spec = parse_job_spec(meta.at("job_spec").as_string(), seed);
   spec.run.device = DeviceKind::cpu;
   return spec;

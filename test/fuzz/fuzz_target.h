@@ -4,6 +4,7 @@
 // read off the input) is a finding and aborts, as do the sanitizers' reports.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -44,6 +45,30 @@ inline std::string_view as_text(const uint8_t* data, size_t size) {
 // The readers under test take paths: each input is written to a file of this
 // process's own in /dev/shm (or TMPDIR), rewritten for every input.
 std::string write_input_file(const char* tag, const uint8_t* data, size_t size);
+inline std::string write_input_file(const char* tag, std::string_view bytes) {
+  return write_input_file(tag, reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
+}
+
+// How targets split one input into several files: a 2-byte little-endian
+// length, then that many bytes (fewer where the input ends).
+class InputCursor {
+ public:
+  InputCursor(const uint8_t* data, size_t size) : p_(data), left_(size) {}
+  // The next length-prefixed part; empty when fewer than 2 bytes are left.
+  std::string_view take_prefixed() {
+    if (left_ < 2) return {};
+    const size_t n = std::min<size_t>(p_[0] | p_[1] << 8, left_ - 2);
+    const std::string_view out(reinterpret_cast<const char*>(p_ + 2), n);
+    p_ += 2 + n;
+    left_ -= 2 + n;
+    return out;
+  }
+  std::string_view rest() const { return {reinterpret_cast<const char*>(p_), left_}; }
+
+ private:
+  const uint8_t* p_;
+  size_t left_;
+};
 
 }  // namespace trainer::fuzz
 

@@ -11,15 +11,14 @@
 #include "engine/data/mapped_file.h"
 #include "engine/data/megatron_format.h"
 #include "engine/data/tokenize_corpus.h"
-#include "test/fuzz/fuzz_target.h"
+#include "test/fuzz/tokenizer_checks.h"
 
 using namespace trainer;
 using namespace trainer::engine::data;
 namespace fs = std::filesystem;
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  static const Tokenizer gpt2 = Tokenizer::load(TRAINER_SOURCE_DIR "/data/gpt2/encoder.json",
-                                                TRAINER_SOURCE_DIR "/data/gpt2/vocab.bpe");
+  const Tokenizer& gpt2 = fuzz::gpt2_tokenizer();
   if (size < 1) return 0;
   const bool jsonl = data[0] & 1;
   TokenizeOptions opt;

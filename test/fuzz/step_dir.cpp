@@ -1,6 +1,5 @@
 #include "test/fuzz/step_dir.h"
 
-#include <algorithm>
 #include <filesystem>
 
 #include "engine/checkpoint/checkpoint.h"
@@ -15,9 +14,9 @@ using namespace engine::checkpoint;
 
 std::string write_step_dir(const uint8_t* data, size_t size) {
   if (size < 2) return "";
-  const size_t meta_len = std::min<size_t>(data[0] | data[1] << 8, size - 2);
-  const std::string meta(as_text(data + 2, meta_len));
-  const std::string shard(as_text(data + 2 + meta_len, size - 2 - meta_len));
+  InputCursor in(data, size);
+  const std::string meta(in.take_prefixed());
+  const std::string shard(in.rest());
   const fs::path dir = write_input_file("ckpt", nullptr, 0) + ".d";
   fs::remove_all(dir);  // a save never overwrites: write_file_durably refuses existing files
   fs::create_directories(dir);
