@@ -6,6 +6,7 @@
 
 #include <algorithm>
 
+#include "cmd/input_error_report.h"
 #include "cmd/subcommand.h"
 #include "engine/config/job_spec.h"
 #include "engine/device.h"
@@ -31,18 +32,28 @@ Registrar reg("bench", "benchmark training steps: tokens/s, FLOP/s, MFU", [](CLI
   sub.add_option("--steps", args->steps, "timed steps (after one warm-up step)")
       ->check(whole_number(1, 1 << 20));
   return std::function<int()>([args] {
-    engine::JobSpec spec = engine::load_job_spec(args->job, args->overrides);
-    spec.train.steps = args->steps + 1;
-    spec.train.eval_every = 0;
-    engine::TrainerOptions options;
-    options.synthetic_data = true;
-    options.write_run_dir = false;
-    options.log = nullptr;
-    // Under mpirun/srun the same mesh as `train` (data-parallel scaling figures).
-    std::unique_ptr<parallel::Mesh> mesh_ptr =
-        engine::make_job_mesh(spec, parallel::detect_launch_env());
+    InputErrorReport errors(parallel::detect_launch_env());
+    engine::JobSpec spec;
+    std::unique_ptr<parallel::Mesh> mesh_ptr;
+    std::unique_ptr<engine::Trainer> trainer_ptr;
+    try {
+      spec = engine::load_job_spec(args->job, args->overrides);
+      errors.set_watchdog_timeout(spec.parallel.timeout_s);
+      spec.train.steps = args->steps + 1;
+      spec.train.eval_every = 0;
+      engine::TrainerOptions options;
+      options.synthetic_data = true;
+      options.write_run_dir = false;
+      options.log = nullptr;
+      // Under mpirun/srun the same mesh as `train` (data-parallel scaling figures).
+      mesh_ptr = engine::make_job_mesh(spec, errors.env());
+      errors.set_mesh(mesh_ptr.get());
+      trainer_ptr = std::make_unique<engine::Trainer>(spec, *mesh_ptr, options);
+    } catch (const InputError& e) {
+      return errors.report(e.what());
+    }
     parallel::Mesh& mesh = *mesh_ptr;
-    engine::Trainer trainer(spec, mesh, options);
+    engine::Trainer& trainer = *trainer_ptr;
     double peak = engine::peak_flops(trainer.context(), spec.precision.compute, 2048);
     trainer.train_step(1);  // warm-up: first touch of every arena page
     double seconds = 0, tokens = 0, flops = 0;

@@ -3,6 +3,7 @@
 
 #include <cstdio>
 
+#include "cmd/input_error_report.h"
 #include "cmd/subcommand.h"
 #include "engine/config/job_spec.h"
 #include "engine/device.h"
@@ -24,16 +25,18 @@ Registrar reg("train", "train a model from a YAML job spec", [](CLI::App& sub) {
   sub.add_option("job", args->job, "job spec (YAML)")->required();
   sub.add_option("--set", args->overrides, "override a key: key.path=value (repeatable)");
   return std::function<int()>([args] {
-    engine::JobSpec spec = engine::load_job_spec(args->job, args->overrides);
-    std::unique_ptr<parallel::Mesh> mesh_ptr =
-        engine::make_job_mesh(spec, parallel::detect_launch_env());
-    parallel::Mesh& mesh = *mesh_ptr;
-    error_rank() = mesh.rank();
+    InputErrorReport errors(parallel::detect_launch_env());
+    std::unique_ptr<parallel::Mesh> mesh;
     try {
-      engine::Trainer trainer(spec, mesh);
+      engine::JobSpec spec = engine::load_job_spec(args->job, args->overrides);
+      errors.set_watchdog_timeout(spec.parallel.timeout_s);
+      mesh = engine::make_job_mesh(spec, errors.env());
+      errors.set_mesh(mesh.get());
+      error_rank() = mesh->rank();
+      engine::Trainer trainer(spec, *mesh);
       const int first = trainer.start_step();
       int steps = trainer.run();
-      if (mesh.logs()) {
+      if (mesh->logs()) {
         if (steps == first)
           fmt::print("nothing to train: the checkpoint is at step {} of train.steps {}; run directory {}\n",
                      first, spec.train.steps, spec.run.dir);
@@ -42,15 +45,12 @@ Registrar reg("train", "train a model from a YAML job spec", [](CLI::App& sub) {
                      steps - first, spec.run.dir);
       }
     } catch (const InputError& e) {
-      // One line from one rank, then every rank goes down with exit code 2.
-      std::fprintf(stderr, "trainer: error: %s\n", e.what());
-      std::fflush(stderr);
-      mesh.abort(2);
-      return 2;
+      return errors.report(e.what());
     } catch (const std::exception& e) {
+      if (!mesh) throw;  // before the mesh: main prints it
       std::fprintf(stderr, "trainer: failed: %s\n", e.what());
       std::fflush(stderr);
-      mesh.abort(1);
+      mesh->abort(1);
       return 1;
     }
     return 0;
