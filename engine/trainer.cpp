@@ -178,9 +178,17 @@ void Trainer::setup() {
     start_step_ = checkpointer_->resume(buf, *optimizer_, &scalars);
     samples_at_start_ = checkpointer_->resumed_samples();
     precision_->restore(scalars, checkpointer_->last_path());
-    if (start_step_ == 0 && !spec.model.init_from.empty())
-      checkpoint::load_hf_weights(spec.model.init_from, model_->config(), buf, ctx_, pos,
-                                  optimizer_->layout().shards_parameters() ? optimizer_.get() : nullptr);
+    if (start_step_ == 0 && !spec.model.init_from.empty()) {
+      if (checkpoint::is_checkpoint_source(spec.model.init_from)) {
+        const std::string from = checkpointer_->init_weights(spec.model.init_from, buf, *optimizer_);
+        if (options_.log)
+          fmt::print(options_.log, "initialised from {}: its weights only (step, optimizer state "
+                     "and data start afresh)\n", from);
+      } else {
+        checkpoint::load_hf_weights(spec.model.init_from, model_->config(), buf, ctx_, pos,
+                                    optimizer_->layout().shards_parameters() ? optimizer_.get() : nullptr);
+      }
+    }
   }
   if (sharded_)
     sharded_->gather_whole_step();

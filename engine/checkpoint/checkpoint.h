@@ -57,6 +57,10 @@ std::string resolve_checkpoint(const std::string& path, FILE* warn, bool fall_ba
 
 // True when `path` names one step directory (not a root or run directory).
 bool is_step_dir(const std::string& path);
+// True when `path` is a checkpoint of this trainer (a step directory, or a
+// root or run directory holding one), not a Hugging Face model: how
+// model.init_from tells its two kinds of source apart.
+bool is_checkpoint_source(const std::string& path);
 // Where a root or run directory may keep its step directories: itself,
 // <path>/checkpoints, and checkpoint.dir of <path>/job.yaml.
 std::vector<std::string> checkpoint_roots(const std::string& path);
@@ -112,6 +116,18 @@ class Checkpointer {
   int resume(model::Buffers& buffers, AdamW& optimizer,
              std::map<std::string, double>* scalars = nullptr);
 
+  // model.init_from naming a checkpoint of this trainer (a step, checkpoint
+  // root or run directory: then its newest complete checkpoint, which must
+  // verify, as an explicit resume asks): its parameters, from
+  // any layout, become this run's starting weights, and nothing else does:
+  // the step, AdamW's moments, fp8 scales, the loss scale and the data start
+  // afresh (Megatron's --finetune, torchtitan's initial_load_model_only).
+  // The checkpoint's model must have this model's tensors; the settings a
+  // new run may change without changing them (rope_theta, rope_scaling,
+  // norm_eps, moe.top_k) are noted on the warning stream. InputError on
+  // every rank, rank 0's naming the cause. Returns the step directory read.
+  std::string init_weights(const std::string& source, model::Buffers& buffers, AdamW& optimizer);
+
   // Collective: writes step_X/ atomically, replaces `latest`, then deletes
   // complete checkpoints beyond checkpoint.keep. `scalars` are small named
   // values (loss scale, ...) stored in metadata.json. A save still in flight
@@ -163,6 +179,11 @@ class Checkpointer {
   void complete(const Pending& p, const std::vector<int32_t>& got);
   int agree(int value_on_rank0);  // broadcast of one int from rank 0
   void load_fp8_state(const CheckpointReader& reader, model::Buffers& buffers) const;
+  // This rank's slices of every parameter (its ZeRO-3 shard where the
+  // optimizer shards them), with AdamW's moments when `moments`.
+  void read_parameters(const CheckpointReader& reader, model::Buffers& buffers, AdamW& optimizer,
+                       bool moments) const;
+  static std::string step_dir_of(const std::string& source, int step);
   Json make_metadata(int step, const std::map<std::string, double>& scalars) const;
   void prune(int step) const;
   void abandon_newer(int step) const;

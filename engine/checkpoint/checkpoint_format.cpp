@@ -163,6 +163,15 @@ bool is_step_dir(const std::string& path) {
          fs::path(path).filename().string().find(".tmp-") != std::string::npos;
 }
 
+bool is_checkpoint_source(const std::string& path) {
+  if (is_step_dir(path)) return true;
+  std::error_code ec;
+  for (const std::string& root : checkpoint_roots(path))
+    for (const auto& e : fs::directory_iterator(root, ec))
+      if (parse_step_name(e.path().filename().string()) >= 0) return true;
+  return false;
+}
+
 std::vector<std::string> checkpoint_roots(const std::string& path) {
   std::vector<std::string> roots = {path, (fs::path(path) / "checkpoints").string()};
   // A run directory whose job put its checkpoints elsewhere (checkpoint.dir).

@@ -435,8 +435,8 @@ int Checkpointer::resume(model::Buffers& buffers, AdamW& optimizer,
                             spec_.train.steps);
         const std::vector<std::string> diff = model_differences(saved_by.job_spec().model, spec_.model);
         TRAINER_INPUT_CHECK(diff.empty(),
-                            "{}: saved by another model: {} (to start a changed model from it, "
-                            "export it with trainer export --format hf and use model.init_from)",
+                            "{}: saved by another model: {} (to start a new run from its weights, "
+                            "give it as model.init_from instead)",
                             chosen, fmt::join(diff, "; "));
         check_resume_fields(saved_by);
         code = saved + 1;
@@ -453,18 +453,43 @@ int Checkpointer::resume(model::Buffers& buffers, AdamW& optimizer,
   }
   if (code == 0) return 0;
   const int step = code - 1;
-  if (world_.rank() != 0) {
-    // The directory rank 0 verified, found again without re-reading every file.
-    chosen = automatic ? (fs::path(root_) / step_dir_name(step)).string() : mode;
-    if (!automatic && !is_step_dir(mode))
-      for (const std::string& root : checkpoint_roots(mode))
-        if (fs::exists(fs::path(root) / step_dir_name(step))) {
-          chosen = (fs::path(root) / step_dir_name(step)).string();
-          break;
-        }
-  }
+  if (world_.rank() != 0) chosen = automatic ? (fs::path(root_) / step_dir_name(step)).string()
+                                             : step_dir_of(mode, step);
 
   CheckpointReader reader(chosen);
+  read_parameters(reader, buffers, optimizer, /*moments=*/true);
+  load_fp8_state(reader, buffers);
+  resumed_step_ = step;
+  const JobSpec saved_spec = reader.job_spec();
+  const Json* position = reader.metadata().find("data_position");
+  const Json* consumed = position ? position->find("samples_consumed") : nullptr;
+  // Without the field (a checkpoint from before it was written), the saving
+  // run's own batch says how far its data went.
+  resumed_samples_ = consumed ? consumed->as_int()
+                              : samples_consumed_after(step, 0, 0, saved_spec.train.global_batch);
+  resume_notes_ = data_stream_changes(saved_spec, spec_);
+  if (scalars) {
+    scalars->clear();
+    for (const auto& [k, val] : reader.metadata().at("scalars").members()) (*scalars)[k] = val.as_number();
+  }
+  last_path_ = chosen;
+  world_.barrier();
+  return step;
+}
+
+// The step directory rank 0 chose under a user-given source (a step
+// directory, or a root / run directory holding step_<step>), found again
+// without re-reading every file.
+std::string Checkpointer::step_dir_of(const std::string& source, int step) {
+  if (is_step_dir(source)) return source;
+  for (const std::string& root : checkpoint_roots(source))
+    if (fs::exists(fs::path(root) / step_dir_name(step)))
+      return (fs::path(root) / step_dir_name(step)).string();
+  return source;  // gone since rank 0 looked: the reader names it
+}
+
+void Checkpointer::read_parameters(const CheckpointReader& reader, model::Buffers& buffers,
+                                   AdamW& optimizer, bool moments) const {
   std::vector<float> host;
   Tensor m = optimizer.m(), v = optimizer.v();
   const bool sharded = optimizer.layout().shards_parameters();
@@ -484,29 +509,51 @@ int Checkpointer::resume(model::Buffers& buffers, AdamW& optimizer,
       reader.read(p.spec.name, st.slice, host.data());
       copy_from_host(st.view(optimizer.param_shards()), host.data());
     }
+    if (!moments) continue;
     host.resize(static_cast<size_t>(st.slice.numel()));
     reader.read(p.spec.name + ".exp_avg", st.slice, host.data());
     copy_from_host(st.view(m), host.data());
     reader.read(p.spec.name + ".exp_avg_sq", st.slice, host.data());
     copy_from_host(st.view(v), host.data());
   }
-  load_fp8_state(reader, buffers);
-  resumed_step_ = step;
-  const JobSpec saved_spec = reader.job_spec();
-  const Json* position = reader.metadata().find("data_position");
-  const Json* consumed = position ? position->find("samples_consumed") : nullptr;
-  // Without the field (a checkpoint from before it was written), the saving
-  // run's own batch says how far its data went.
-  resumed_samples_ = consumed ? consumed->as_int()
-                              : samples_consumed_after(step, 0, 0, saved_spec.train.global_batch);
-  resume_notes_ = data_stream_changes(saved_spec, spec_);
-  if (scalars) {
-    scalars->clear();
-    for (const auto& [k, val] : reader.metadata().at("scalars").members()) (*scalars)[k] = val.as_number();
+}
+
+std::string Checkpointer::init_weights(const std::string& source, model::Buffers& buffers,
+                                       AdamW& optimizer) {
+  // Rank 0 chooses, verifies and compares the models, as a resume does; the
+  // others learn the outcome as one code: -1 refused, k + 1 the checkpoint
+  // saved after step k.
+  std::string chosen, error;
+  int code = -1;
+  if (world_.rank() == 0) {
+    try {
+      chosen = resolve_checkpoint(source, warn_, /*fall_back=*/false);
+      const CheckpointReader saved_by(chosen);
+      const ModelSpec saved = saved_by.job_spec().model;
+      const std::vector<std::string> tensors = model_differences(saved, spec_.model, true);
+      TRAINER_INPUT_CHECK(tensors.empty(),
+                          "model.init_from: {} was saved by a model with other tensors: {}", chosen,
+                          fmt::join(tensors, "; "));
+      // What a new run from these weights may change (context extension's
+      // RoPE, epsilon, top-k): said, not refused.
+      if (warn_)
+        for (const std::string& d : model_differences(saved, spec_.model))
+          fmt::print(warn_, "trainer: note: model.init_from: {}\n", d);
+      code = saved_by.step() + 1;
+    } catch (const InputError& e) {
+      error = e.what();
+    }
   }
-  last_path_ = chosen;
+  code = agree(code);
+  if (code < 0) {
+    if (world_.rank() == 0) throw InputError(error);
+    throw InputError("model.init_from: the checkpoint was refused (see rank 0's message)");
+  }
+  if (world_.rank() != 0) chosen = step_dir_of(source, code - 1);
+  const CheckpointReader reader(chosen);
+  read_parameters(reader, buffers, optimizer, /*moments=*/false);
   world_.barrier();
-  return step;
+  return chosen;
 }
 
 }  // namespace trainer::engine::checkpoint

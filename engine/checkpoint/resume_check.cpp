@@ -30,7 +30,8 @@ std::string describe(const std::vector<DataSource>& sources) {
 
 }  // namespace
 
-std::vector<std::string> model_differences(const ModelSpec& saved, const ModelSpec& job) {
+std::vector<std::string> model_differences(const ModelSpec& saved, const ModelSpec& job,
+                                           bool tensors_only) {
   std::vector<std::string> out;
   differ(out, "model.family", std::string(to_string(saved.family)), std::string(to_string(job.family)));
   differ(out, "model.n_layer", saved.n_layer, job.n_layer);
@@ -41,9 +42,11 @@ std::vector<std::string> model_differences(const ModelSpec& saved, const ModelSp
   differ(out, "model.vocab_size", saved.vocab_size, job.vocab_size);
   if (job.family == Family::gpt2) differ(out, "model.max_seq_len", saved.max_seq_len, job.max_seq_len);
   differ(out, "model.tie_embeddings", saved.tie_embeddings, job.tie_embeddings);
-  differ(out, "model.rope_theta", saved.rope_theta, job.rope_theta);
-  differ(out, "model.rope_scaling", describe(saved.rope_scaling), describe(job.rope_scaling));
-  differ(out, "model.norm_eps", saved.norm_eps, job.norm_eps);
+  if (!tensors_only) {
+    differ(out, "model.rope_theta", saved.rope_theta, job.rope_theta);
+    differ(out, "model.rope_scaling", describe(saved.rope_scaling), describe(job.rope_scaling));
+    differ(out, "model.norm_eps", saved.norm_eps, job.norm_eps);
+  }
   const MoESpec &a = saved.moe, &b = job.moe;
   if (a.enabled != b.enabled) {
     out.push_back(fmt::format("model.moe is {} in the checkpoint, {} in this job",
@@ -52,7 +55,7 @@ std::vector<std::string> model_differences(const ModelSpec& saved, const ModelSp
   }
   if (!a.enabled) return out;
   differ(out, "model.moe.n_experts", a.n_experts, b.n_experts);
-  differ(out, "model.moe.top_k", a.top_k, b.top_k);
+  if (!tensors_only) differ(out, "model.moe.top_k", a.top_k, b.top_k);
   differ(out, "model.moe.n_shared_experts", a.n_shared_experts, b.n_shared_experts);
   differ(out, "model.moe.d_ff_expert", a.d_ff_expert, b.d_ff_expert);
   differ(out, "model.moe.every", a.every, b.every);

@@ -17,7 +17,11 @@ namespace trainer::engine::checkpoint {
 // that changes what the model computes. init_std and init_from (only read
 // before step 1), llama's max_seq_len (a bound on seq_len, no parameter) and
 // the MoE balancing coefficients and capacity (training settings) may differ.
-std::vector<std::string> model_differences(const ModelSpec& saved, const ModelSpec& job);
+// With `tensors_only`, just the keys that change a tensor's name or shape:
+// not rope_theta, rope_scaling, norm_eps or moe.top_k (what a new run started
+// from the checkpoint's weights, model.init_from, may change).
+std::vector<std::string> model_differences(const ModelSpec& saved, const ModelSpec& job,
+                                           bool tensors_only = false);
 
 // The data stream's changes, each a note for the log: the global batch (the
 // run continues at the checkpoint's sample count, not at step x batch),
