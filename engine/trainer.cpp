@@ -718,8 +718,15 @@ int Trainer::run() {
     bool last = step == spec_.train.steps;
     if (val_data_ && spec_.train.eval_every > 0 && (step % spec_.train.eval_every == 0 || last))
       log_eval(step, evaluate());
-    // Every rank must agree to stop at the same step, or the save would hang.
-    bool stop = parallel::group_sum(mesh_->comm(parallel::Axis::world), stop_requested() ? 1 : 0) > 0;
+    // Every rank must agree to stop at the same step, or the save would hang:
+    // one sum counts the ranks asked by a signal (units) and those past
+    // train.max_minutes (millions; fewer than a million ranks).
+    const double minutes =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count() / 60;
+    const bool over_time = spec_.train.max_minutes && minutes >= *spec_.train.max_minutes;
+    const double asked = parallel::group_sum(mesh_->comm(parallel::Axis::world),
+                                             (stop_requested() ? 1 : 0) + (over_time ? 1e6 : 0));
+    const bool stop = asked > 0, timed_out = asked >= 1e6;
     const bool save = checkpointer_ && (checkpointer_->due(step) || last || stop);
     // A background save is completed at the first step boundary where every
     // rank's shard is written (a collective only while one is in flight).
@@ -746,8 +753,10 @@ int Trainer::run() {
     if (stop && !last) {
       if (options_.log)
         fmt::print(options_.log, "stopped after step {} on {}\n", step,
-                   stop_signal() ? fmt::format("signal {}", stop_signal())
-                                 : std::string("a signal another rank received"));
+                   stop_signal()  ? fmt::format("signal {}", stop_signal())
+                   : !timed_out   ? std::string("a signal another rank received")
+                                  : fmt::format("train.max_minutes ({}; {:.3g} since start)",
+                                                *spec_.train.max_minutes, minutes));
       break;
     }
   }

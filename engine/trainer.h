@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <chrono>
 #include <memory>
 #include <string>
 #include <vector>
@@ -158,6 +159,8 @@ class Trainer {
   std::unique_ptr<checkpoint::Checkpointer> checkpointer_;
   int start_step_ = 0;
   int64_t samples_at_start_ = 0;  // training samples the resumed checkpoint had consumed
+  // When construction began: what train.max_minutes counts from.
+  std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
   FILE* metrics_ = nullptr;
   std::unique_ptr<TensorBoardMetrics> tensorboard_;  // log.metrics: tensorboard
 };

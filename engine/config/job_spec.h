@@ -101,6 +101,9 @@ struct TrainSpec {
   int eval_every = 50;            // >= 0; 0 = never
   int eval_batches = 10;          // >= 1
   int log_every = 1;              // >= 1
+  // > 0: once a step ends this many minutes after the trainer started, every
+  // rank stops after it, saves and exits 0; null = no budget.
+  std::optional<double> max_minutes;
   bool operator==(const TrainSpec&) const = default;
 };
 

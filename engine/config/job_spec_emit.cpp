@@ -123,8 +123,9 @@ std::string job_spec_to_yaml(const JobSpec& spec) {
   y += fmt::format("  format: {}\n  shuffle: {}\n", to_string(data.format), yes(data.shuffle));
   y += fmt::format(
       "train:\n  seq_len: {}\n  micro_batch: {}\n  global_batch: {}\n  steps: {}\n"
-      "  eval_every: {}\n  eval_batches: {}\n  log_every: {}\n",
-      t.seq_len, t.micro_batch, t.global_batch, t.steps, t.eval_every, t.eval_batches, t.log_every);
+      "  eval_every: {}\n  eval_batches: {}\n  log_every: {}\n  max_minutes: {}\n",
+      t.seq_len, t.micro_batch, t.global_batch, t.steps, t.eval_every, t.eval_batches, t.log_every,
+      t.max_minutes ? num(*t.max_minutes) : "null");
   y += fmt::format(
       "optimizer:\n  name: {}\n  lr: {}\n  min_lr: {}\n  warmup_steps: {}\n  schedule: {}\n"
       "  decay_steps: {}\n  betas: [{}, {}]\n  eps: {}\n  weight_decay: {}\n  grad_clip: {}\n",

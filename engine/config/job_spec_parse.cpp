@@ -248,6 +248,12 @@ void read_train(Section s, TrainSpec& t) {
   s.read("eval_every", t.eval_every, 0);
   s.read("eval_batches", t.eval_batches, 1);
   s.read("log_every", t.log_every, 1);
+  if (s.has("max_minutes") && !s.is_null("max_minutes")) {
+    double minutes = 0;
+    s.read("max_minutes", minutes);
+    s.reader().check_min(s.path("max_minutes"), minutes, 0, /*strict=*/true);
+    t.max_minutes = minutes;
+  }
 }
 
 void read_optimizer(Section s, OptimizerSpec& o) {

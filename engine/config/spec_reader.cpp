@@ -42,7 +42,7 @@ KeyNode build_key_tree() {
        model,
        leaves("data", {"train", "val", "format", "shuffle"}),
        leaves("train", {"seq_len", "micro_batch", "global_batch", "steps", "eval_every",
-                        "eval_batches", "log_every"}),
+                        "eval_batches", "log_every", "max_minutes"}),
        leaves("optimizer", {"name", "lr", "min_lr", "warmup_steps", "schedule", "decay_steps",
                             "betas", "eps", "weight_decay", "grad_clip"}),
        leaves("precision", {"compute", "loss_scale", "fp8_amax_history", "fp8_margin",
