@@ -105,12 +105,15 @@ std::vector<int32_t> random_ints(size_t n, uint64_t seed, int32_t lo, int32_t hi
   return v;
 }
 
-DeviceTensor::DeviceTensor(std::initializer_list<int64_t> shape, DType dtype)
+DeviceTensor::DeviceTensor(std::initializer_list<int64_t> shape, DType dtype, int64_t offset)
     : tensor_(nullptr, shape, dtype, Device::cuda) {
-  tensor_.data = device_alloc(Device::cuda, std::max<size_t>(tensor_.nbytes(), 1));
+  REQUIRE(offset >= 0);
+  const size_t skip = static_cast<size_t>(offset) * dtype_size(dtype);
+  buffer_ = device_alloc(Device::cuda, std::max<size_t>(skip + tensor_.nbytes(), 1));
+  tensor_.data = static_cast<unsigned char*>(buffer_) + skip;
 }
 
-DeviceTensor::~DeviceTensor() { device_free(Device::cuda, tensor_.data); }
+DeviceTensor::~DeviceTensor() { device_free(Device::cuda, buffer_); }
 
 void DeviceTensor::upload(const std::vector<float>& values) {
   REQUIRE(static_cast<int64_t>(values.size()) == numel());

@@ -48,10 +48,14 @@ std::vector<float> decode(const unsigned char* bytes, size_t n, DType dtype);
 std::vector<float> random_floats(size_t n, uint64_t seed, float lo = -1.0f, float hi = 1.0f);
 std::vector<int32_t> random_ints(size_t n, uint64_t seed, int32_t lo, int32_t hi);
 
-// A device buffer with a shape and dtype (f32, bf16, f16 or i32).
+// A device buffer with a shape and dtype (f32, bf16, f16 or i32). With an
+// `offset`, the tensor starts that many elements into its buffer, as a slice or
+// shard does (offset 1 breaks cudaMalloc's 16-byte alignment); the buffer still
+// ends where the tensor does, so an access past it is still reported.
 class DeviceTensor {
  public:
-  DeviceTensor(std::initializer_list<int64_t> shape, DType dtype = DType::f32);
+  DeviceTensor(std::initializer_list<int64_t> shape, DType dtype = DType::f32,
+               int64_t offset = 0);
   ~DeviceTensor();
   DeviceTensor(const DeviceTensor&) = delete;
   DeviceTensor& operator=(const DeviceTensor&) = delete;
@@ -69,6 +73,7 @@ class DeviceTensor {
 
  private:
   Tensor tensor_;
+  void* buffer_;  // what device_alloc returned: tensor_.data less the offset
 };
 
 // A host tensor for the CPU reference, fp32 by default. `data` is an fp32

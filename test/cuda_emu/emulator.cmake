@@ -17,8 +17,12 @@ set(_emu_dir ${CMAKE_SOURCE_DIR}/test/cuda_emu)
 add_library(trainer_emu_asan INTERFACE)
 if(TRAINER_CUDA_EMULATOR_ASAN)
   # -g1: line tables only, so a report names the kernel's file and line.
-  target_compile_options(trainer_emu_asan INTERFACE -fsanitize=address -fno-omit-frame-pointer -g1)
-  add_link_options(-fsanitize=address)
+  # -fsanitize=alignment: a GPU faults on a misaligned access (a uint4 copy at
+  # an address not a multiple of 16, a float at one not a multiple of 4) where
+  # x86 reads it silently, so the emulated kernels stop on it as a GPU would.
+  target_compile_options(trainer_emu_asan INTERFACE -fsanitize=address,alignment
+                         -fno-sanitize-recover=alignment -fno-omit-frame-pointer -g1)
+  add_link_options(-fsanitize=address,alignment)
   # cuBLASLt's loops, a tenth of an emulated attention test under ASan: every
   # operand's whole span is checked against one live allocation before they
   # run (require_device_range), so per-element checks would add nothing.

@@ -16,6 +16,8 @@
 #include <type_traits>
 #include <vector>
 
+#include "../common/wmma_rules.h"
+
 #include "kernels/numeric.h"
 
 namespace trainer::flash {
@@ -68,18 +70,26 @@ struct fragment {
 };
 using Acc = fragment<accumulator, 16, 16, 16, float>;
 
+template <class E>
+void check_tile_address(const char* op, const E* p, unsigned ldm) {
+  trainer::testing::check_tile_address("flash emulator", op, p, ldm);
+}
+
 // Element (r, c) of an A (rows x k) or B (k x cols) operand.
 template <class Use, class E, class L>
 void load_matrix_sync(fragment<Use, 16, 16, 16, E, L>& f, const E* p, unsigned ldm) {
+  check_tile_address("load_matrix_sync", p, ldm);
   for (int r = 0; r < 16; ++r)
     for (int c = 0; c < 16; ++c)
       f.x[r][c] = std::is_same_v<L, row_major> ? p[r * ldm + c] : p[c * ldm + r];
 }
 inline void load_matrix_sync(Acc& f, const float* p, unsigned ldm, layout_t layout) {
+  check_tile_address("load_matrix_sync", p, ldm);
   for (int r = 0; r < 16; ++r)
     for (int c = 0; c < 16; ++c) f.x[r][c] = layout == mem_row_major ? p[r * ldm + c] : p[c * ldm + r];
 }
 inline void store_matrix_sync(float* p, const Acc& f, unsigned ldm, layout_t layout) {
+  check_tile_address("store_matrix_sync", p, ldm);
   if (emu_lane.lane != 0) return;
   for (int r = 0; r < 16; ++r)
     for (int c = 0; c < 16; ++c) (layout == mem_row_major ? p[r * ldm + c] : p[c * ldm + r]) = f.x[r][c];

@@ -21,6 +21,8 @@
 #include <type_traits>
 #include <vector>
 
+#include "../../common/wmma_rules.h"  // relative: some emulated programs see only include/
+
 #include "cuda_bf16.h"
 #include "cuda_fp16.h"
 #include "cuda_runtime.h"
@@ -57,21 +59,29 @@ void load_tile(T (&v)[16][16], const T* p, unsigned ldm, bool rows) {
   }
 }
 
+template <class T>
+void check_tile_address(const char* op, const T* p, unsigned ldm) {
+  trainer::testing::check_tile_address("wmma emulator", op, p, ldm);
+}
+
 template <class Use, class T, class L>
 void load_matrix_sync(fragment<Use, 16, 16, 16, T, L>& f, const T* p, unsigned ldm) {
   static_assert(!std::is_same_v<Use, accumulator>, "an accumulator load needs a layout");
+  check_tile_address("load_matrix_sync", p, ldm);
   load_tile(f.v, p, ldm, std::is_same_v<L, row_major>);
 }
 
 template <class T>
 void load_matrix_sync(fragment<accumulator, 16, 16, 16, T>& f, const T* p, unsigned ldm,
                       layout_t layout) {
+  check_tile_address("load_matrix_sync", p, ldm);
   load_tile(f.v, p, ldm, layout == mem_row_major);
 }
 
 template <class T>
 void store_matrix_sync(T* p, const fragment<accumulator, 16, 16, 16, T>& f, unsigned ldm,
                        layout_t layout) {
+  check_tile_address("store_matrix_sync", p, ldm);
   const int lane = static_cast<int>(threadIdx.x % 32);
   for (int i = lane; i < 256; i += 32) {
     const int r = i / 16, c = i % 16;
