@@ -1,14 +1,15 @@
 // Shared by the row norms (layernorm.cu, rmsnorm.cu): their argument checks and
-// grid, and the choice between 16-byte packed row access and one element per
-// lane. Both run one warp per row; a kernel templated on V (elements a lane
-// takes per step) is the scalar kernel at V = 1 and the packed one at V = the
-// activations' pack width, so the two paths share every line of their math.
+// grid, and the choice between 16-byte packed row access (pack.cuh) and one
+// element per lane. Both run one warp per row; a kernel templated on V (elements
+// a lane takes per step) is the scalar kernel at V = 1 and the packed one at V =
+// the activations' pack width, so the two paths share every line of their math.
 #pragma once
 
 #include <cstdint>
 #include <initializer_list>
 
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/pack.cuh"
 
 namespace trainer::cuda::norm {
 
@@ -20,59 +21,11 @@ __device__ __forceinline__ int64_t warp_row() {
   return static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / 32;
 }
 
-// 16 bytes of X: one vector load or store.
-template <class X>
-struct alignas(16) Pack {
-  static constexpr int kN = 16 / static_cast<int>(sizeof(X));
-  X v[kN];
-};
-
-// A lane's V consecutive elements of one row, in fp32.
-template <int V>
-struct Floats {
-  float v[V];
-  __device__ __forceinline__ float& operator[](int j) { return v[j]; }
-  __device__ __forceinline__ float operator[](int j) const { return v[j]; }
-};
-
-// V elements from p. V = 1 is a plain load; otherwise whole packs, so p must be
-// 16-byte aligned (vector_rows checks every base pointer, and a row and a lane's
-// step are whole packs of every dtype involved).
-template <int V, class X>
-__device__ __forceinline__ Floats<V> load(const X* p) {
-  Floats<V> f;
-  if constexpr (V == 1) {
-    f[0] = to_float(p[0]);
-  } else {
-    static_assert(V * sizeof(X) % 16 == 0, "a packed step must be whole packs of X");
-    constexpr int kN = Pack<X>::kN;
-#pragma unroll
-    for (int i = 0; i < V / kN; ++i) {
-      const Pack<X> pk = reinterpret_cast<const Pack<X>*>(p)[i];
-#pragma unroll
-      for (int j = 0; j < kN; ++j) f[i * kN + j] = to_float(pk.v[j]);
-    }
-  }
-  return f;
-}
-
-// V values to p, each rounded once (from_float); the same alignment rule as load.
-template <int V, class X>
-__device__ __forceinline__ void store(X* p, const Floats<V>& f) {
-  if constexpr (V == 1) {
-    p[0] = from_float<X>(f[0]);
-  } else {
-    static_assert(V * sizeof(X) % 16 == 0, "a packed step must be whole packs of X");
-    constexpr int kN = Pack<X>::kN;
-#pragma unroll
-    for (int i = 0; i < V / kN; ++i) {
-      Pack<X> pk;
-#pragma unroll
-      for (int j = 0; j < kN; ++j) pk.v[j] = from_float<X>(f[i * kN + j]);
-      reinterpret_cast<Pack<X>*>(p)[i] = pk;
-    }
-  }
-}
+// The packed access itself (pack.cuh), under the names the norm kernels use.
+using pack::Floats;
+using pack::load;
+using pack::Pack;
+using pack::store;
 
 // Calls f(c, the V elements at c of each of `rows`...) for each of this lane's
 // steps along a row of C elements: lane l starts at l * V and moves 32 * V on,
@@ -84,15 +37,9 @@ __device__ __forceinline__ void for_lane_steps(int64_t C, F&& f, const X*... row
 }
 
 // Whether the packed kernel may run: every base pointer 16-byte aligned and a
-// row of C elements a whole number of 16-byte packs of each tensor's own dtype
-// (bf16 rows with fp32 weights: C a multiple of 8 and of 4). Checked per call,
-// because a slice or shard of a cudaMalloc block can start anywhere.
+// row of C elements a whole number of packs of each tensor's own dtype.
 inline bool vector_rows(int64_t C, std::initializer_list<const Tensor*> tensors) {
-  for (const Tensor* t : tensors) {
-    const int64_t per_pack = 16 / static_cast<int64_t>(dtype_size(t->dtype));
-    if (reinterpret_cast<uintptr_t>(t->data) % 16 != 0 || C % per_pack != 0) return false;
-  }
-  return true;
+  return pack::packable(C, tensors);
 }
 
 // Rows of C elements of `dtype`, N of them.
@@ -157,13 +104,4 @@ inline unsigned row_blocks(int64_t N, const char* op) {
 
 // Inside TRAINER_FLOAT_DISPATCH: runs BODY with `V`, the elements a lane loads at
 // a time, bound to T's pack width when `vec` (norm::vector_rows), else 1.
-#define TRAINER_NORM_WIDTH_DISPATCH(vec, ...)                  \
-  do {                                                        \
-    if (vec) {                                                \
-      constexpr int V = ::trainer::cuda::norm::Pack<T>::kN;   \
-      __VA_ARGS__;                                            \
-    } else {                                                  \
-      constexpr int V = 1;                                    \
-      __VA_ARGS__;                                            \
-    }                                                         \
-  } while (0)
+#define TRAINER_NORM_WIDTH_DISPATCH(vec, ...) TRAINER_PACK_WIDTH_DISPATCH(vec, T, __VA_ARGS__)

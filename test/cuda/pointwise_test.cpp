@@ -1,5 +1,9 @@
 // [cuda] pointwise ops against the CPU op on the same dtypes (fp32, bf16, fp16):
-// GELU, SwiGLU, RoPE and the elementwise ops, ragged sizes (1, 17, 4097).
+// GELU, SwiGLU, RoPE and the elementwise ops. GELU, SwiGLU and the elementwise
+// ops run both kernel paths for every dtype: 16-byte packs where every tensor is
+// aligned and n is whole packs of each dtype, one element per thread elsewhere,
+// and for a view shifted off 16-byte alignment (one tensor at a time), which must
+// give the packed run's bits.
 #include "kernels/elementwise.h"
 #include "kernels/gelu.h"
 #include "kernels/rope.h"
@@ -9,25 +13,60 @@
 namespace trainer::cuda_test {
 namespace {
 
-constexpr int64_t kSizes[] = {1, 17, 4097};
+// Packed: 64 and 4096 (whole packs of fp32, bf16 and fp16). One element per
+// thread: 1, 17, 4097, and 36 in 16-bit (whole fp32 packs only, so fp32 takes
+// packs there and 16-bit tensors, or an fp32 / 16-bit pair, do not).
+constexpr int64_t kSizes[] = {1, 17, 36, 64, 4096, 4097};
 constexpr DType kDtypes[] = {DType::f32, DType::bf16, DType::f16};
+
+// A packed size, run again with each tensor in turn one element into a larger buffer.
+constexpr int64_t kShiftedSize = 4096;
+constexpr int kNone = -1;
+int64_t offset(int shift, int tensor) { return shift == tensor ? 1 : 0; }
+std::string shift_tag(int shift) {
+  return shift == kNone ? "" : fmt::format(" (tensor {} shifted one element)", shift);
+}
+
+using Outputs = std::vector<std::vector<float>>;
+
+// check(n, shift) runs one case and returns its outputs: every size unshifted,
+// then kShiftedSize with each of the op's `tensors` shifted (shift = its index in
+// the op's list), which takes the one-element kernel and must match the packed
+// run bit for bit (each element's arithmetic is the same on both paths).
+template <class F>
+void for_each_layout(int tensors, const std::string& what, F&& check) {
+  Outputs packed;
+  for (int64_t n : kSizes) {
+    Outputs r = check(n, kNone);
+    if (n == kShiftedSize) packed = std::move(r);
+  }
+  for (int shift = 0; shift < tensors; ++shift) {
+    const Outputs r = check(kShiftedSize, shift);
+    REQUIRE(r.size() == packed.size());
+    for (size_t i = 0; i < r.size(); ++i)
+      expect_same_bits(fmt::format("{} n={} output {}{} vs aligned", what, kShiftedSize, i,
+                                   shift_tag(shift)),
+                       r[i], packed[i]);
+  }
+}
 
 }  // namespace
 
 TEST_CASE("gelu forward/backward match the CPU op", "[cuda][gelu]") {
   for (DType dtype : kDtypes) {
-    for (int64_t n : kSizes) {
+    // Shifted in turn: inp, out, dout (which backward overwrites in place).
+    for_each_layout(3, fmt::format("gelu {}", dtype_name(dtype)), [&](int64_t n, int shift) {
       const auto x = round_to(random_floats(n, 10 + n, -6.0f, 6.0f), dtype);
       const auto dy = round_to(random_floats(n, 20 + n), dtype);
       HostTensor hx({n}, x, dtype), hdy({n}, dy, dtype), hy({n}, std::vector<float>(n), dtype),
           hdx({n}, std::vector<float>(n), dtype);
       cpu::gelu_forward(cpu(), hy, hx);
       cpu::gelu_backward(cpu(), hdx, hdy, hx);
-      DeviceTensor gx({n}, dtype), gdy({n}, dtype), gy({n}, dtype), gdx({n}, dtype);
+      DeviceTensor gx({n}, dtype, offset(shift, 0)), gy({n}, dtype, offset(shift, 1)),
+          gdy({n}, dtype, offset(shift, 2));
       gx.upload(x);
       auto run = [&] {
         gy.poison();
-        gdx.poison();
         gdy.upload(dy);
         cuda::gelu_forward(gpu(), gy, gx);
         cuda::gelu_backward(gpu(), gdy, gdy, gx);  // in place: dinp aliases dout
@@ -36,7 +75,7 @@ TEST_CASE("gelu forward/backward match the CPU op", "[cuda][gelu]") {
       const auto [y1, dx1] = run();
       const auto [y2, dx2] = run();
       const Tolerance tol = narrow_tolerance(dtype, kF32Pointwise, false);
-      const std::string tag = fmt::format("gelu {} n={}", dtype_name(dtype), n);
+      const std::string tag = fmt::format("gelu {} n={}{}", dtype_name(dtype), n, shift_tag(shift));
       expect_close(tag + " out", y1, hy.values(), tol);
       // GELU's derivative, 1 - tanh^2 in the tails, loses absolute precision on
       // both backends (the CPU's tanh approximation is good to ~1e-7): 1e-5 absolute
@@ -44,13 +83,15 @@ TEST_CASE("gelu forward/backward match the CPU op", "[cuda][gelu]") {
       expect_close(tag + " dinp", dx1, hdx.values(), narrow_tolerance(dtype, kF32Reduction, false));
       expect_same_bits(tag + " rerun", y1, y2);
       expect_same_bits(tag + " rerun d", dx1, dx2);
-    }
+      return Outputs{y1, dx1};
+    });
   }
 }
 
 TEST_CASE("swiglu forward/backward match the CPU op", "[cuda][swiglu]") {
   for (DType dtype : kDtypes) {
-    for (int64_t n : kSizes) {
+    // Shifted in turn: gate, up, dout, out, dgate, dup.
+    for_each_layout(6, fmt::format("swiglu {}", dtype_name(dtype)), [&](int64_t n, int shift) {
       const auto g = round_to(random_floats(n, 30 + n, -8.0f, 8.0f), dtype);
       const auto u = round_to(random_floats(n, 40 + n), dtype);
       const auto dy = round_to(random_floats(n, 50 + n), dtype);
@@ -59,8 +100,9 @@ TEST_CASE("swiglu forward/backward match the CPU op", "[cuda][swiglu]") {
           hdu({n, 1}, std::vector<float>(n), dtype);
       cpu::swiglu_forward(cpu(), hy, hg, hu);
       cpu::swiglu_backward(cpu(), hdg, hdu, hdy, hg, hu);
-      DeviceTensor gg({n, 1}, dtype), gu({n, 1}, dtype), gdy({n, 1}, dtype), gy({n, 1}, dtype),
-          gdg({n, 1}, dtype), gdu({n, 1}, dtype);
+      DeviceTensor gg({n, 1}, dtype, offset(shift, 0)), gu({n, 1}, dtype, offset(shift, 1)),
+          gdy({n, 1}, dtype, offset(shift, 2)), gy({n, 1}, dtype, offset(shift, 3)),
+          gdg({n, 1}, dtype, offset(shift, 4)), gdu({n, 1}, dtype, offset(shift, 5));
       gg.upload(g);
       gu.upload(u);
       gdy.upload(dy);
@@ -70,17 +112,19 @@ TEST_CASE("swiglu forward/backward match the CPU op", "[cuda][swiglu]") {
         gdu.poison();
         cuda::swiglu_forward(gpu(), gy, gg, gu);
         cuda::swiglu_backward(gpu(), gdg, gdu, gdy, gg, gu);
-        return std::vector<std::vector<float>>{gy.download(), gdg.download(), gdu.download()};
+        return Outputs{gy.download(), gdg.download(), gdu.download()};
       };
       const auto r1 = run();
       const auto r2 = run();
       const Tolerance tol = narrow_tolerance(dtype, kF32Pointwise, false);
-      const std::string tag = fmt::format("swiglu {} n={}", dtype_name(dtype), n);
+      const std::string tag =
+          fmt::format("swiglu {} n={}{}", dtype_name(dtype), n, shift_tag(shift));
       expect_close(tag + " out", r1[0], hy.values(), tol);
       expect_close(tag + " dgate", r1[1], hdg.values(), tol);
       expect_close(tag + " dup", r1[2], hdu.values(), tol);
       for (int i = 0; i < 3; ++i) expect_same_bits(tag + " rerun", r1[i], r2[i]);
-    }
+      return r1;
+    });
   }
 }
 
@@ -126,67 +170,119 @@ TEST_CASE("rope forward/backward match the CPU op", "[cuda][rope]") {
 
 TEST_CASE("elementwise ops match the CPU ops", "[cuda][elementwise]") {
   for (DType dtype : kDtypes) {
-    for (int64_t n : kSizes) {
+    // Shifted in turn: a (accumulate's and scale's out too), b, add's out.
+    for_each_layout(3, dtype_name(dtype), [&](int64_t n, int shift) {
       const auto a = round_to(random_floats(n, 70 + n), dtype);
       const auto b = round_to(random_floats(n, 80 + n), dtype);
       // One fp32 add or multiply of the same operands, then the same rounding:
       // both backends give the same bits.
       const Tolerance tol{0, 0, 0};
-      const std::string tag = fmt::format("{} n={}", dtype_name(dtype), n);
+      const std::string tag = fmt::format("{} n={}{}", dtype_name(dtype), n, shift_tag(shift));
       HostTensor ha({n}, a, dtype), hb({n}, b, dtype), hout({n}, std::vector<float>(n), dtype);
-      DeviceTensor ga({n}, dtype), gb({n}, dtype), gout({n}, dtype);
+      DeviceTensor ga({n}, dtype, offset(shift, 0)), gb({n}, dtype, offset(shift, 1)),
+          gout({n}, dtype, offset(shift, 2));
       ga.upload(a);
       gb.upload(b);
+      Outputs r;
 
       cpu::add(cpu(), hout, ha, hb);
       gout.poison();
       cuda::add(gpu(), gout, ga, gb);
-      expect_close("add " + tag, gout.download(), hout.values(), tol);
+      r.push_back(gout.download());
+      expect_close("add " + tag, r.back(), hout.values(), tol);
 
       HostTensor hacc({n}, a, dtype);
       cpu::accumulate(cpu(), hacc, hb);
       cuda::accumulate(gpu(), ga, gb);  // ga += gb
-      expect_close("accumulate " + tag, ga.download(), hacc.values(), tol);
+      r.push_back(ga.download());
+      expect_close("accumulate " + tag, r.back(), hacc.values(), tol);
 
       cpu::scale(cpu(), hacc, 0.37f);
       cuda::scale(gpu(), ga, 0.37f);
-      expect_close("scale " + tag, ga.download(), hacc.values(), tol);
+      r.push_back(ga.download());
+      expect_close("scale " + tag, r.back(), hacc.values(), tol);
 
       cuda::fill(gpu(), ga, 0.0f);
       expect_same_bits("fill 0 " + tag, ga.download(), std::vector<float>(n, 0.0f));
-    }
+      return r;
+    });
   }
-  for (int64_t n : kSizes) {
-    DeviceTensor f({n});
+  for_each_layout(1, "fill 1.5", [&](int64_t n, int shift) {
+    DeviceTensor f({n}, DType::f32, offset(shift, 0));
     f.poison();
     cuda::fill(gpu(), f, 1.5f);
-    expect_same_bits("fill 1.5", f.download(), std::vector<float>(n, 1.5f));
+    Outputs r{f.download()};
+    expect_same_bits(fmt::format("fill 1.5 n={}{}", n, shift_tag(shift)), r[0],
+                     std::vector<float>(n, 1.5f));
+    return r;
+  });
+}
+
+namespace {
+
+// A two-tensor op on both backends, src in `from` and out in `to`, with src or
+// out shifted as for_each_layout asks (0, 1): the same bits. out starts as
+// `out0` (empty: zeros on the CPU and poison on the GPU, for an op that only
+// writes it). Returns the CUDA op's output.
+template <class CpuOp, class GpuOp>
+Outputs check_pair(const std::string& what, DType from, DType to, int64_t n, int shift,
+                   const std::vector<float>& src, const std::vector<float>& out0, CpuOp cpu_op,
+                   GpuOp gpu_op) {
+  const auto s = round_to(src, from);
+  const auto o = out0.empty() ? std::vector<float>(n) : round_to(out0, to);
+  HostTensor hs({n}, s, from), ho({n}, o, to);
+  cpu_op(ho, hs);
+  DeviceTensor gs({n}, from, offset(shift, 0)), go({n}, to, offset(shift, 1));
+  gs.upload(s);
+  if (out0.empty()) {
+    go.poison();
+  } else {
+    go.upload(o);
   }
+  gpu_op(go, gs);
+  Outputs r{go.download()};
+  expect_same_bits(fmt::format("{} n={}{}", what, n, shift_tag(shift)), r[0], ho.values());
+  return r;
+}
+
+// check(what, from, to, n, shift) for every pair of fp32, bf16 and fp16 (the
+// same dtype too) and every layout of its two tensors.
+template <class F>
+void for_each_pair(const char* op, F&& check) {
+  for (DType from : kDtypes) {
+    for (DType to : kDtypes) {
+      const std::string what = fmt::format("{} {} -> {}", op, dtype_name(from), dtype_name(to));
+      for_each_layout(2, what,
+                      [&](int64_t n, int shift) { return check(what, from, to, n, shift); });
+    }
+  }
+}
+
+}  // namespace
+
+// accumulate of any dtype into any (mixed precision adds 16-bit gradients into
+// fp32 ones): a packed step is the narrower dtype's pack, two fp32 packs
+// against one 16-bit one.
+TEST_CASE("accumulate adds any dtype pair like the CPU op", "[cuda][elementwise]") {
+  for_each_pair("accumulate", [](const std::string& what, DType from, DType to, int64_t n,
+                                 int shift) {
+    return check_pair(what, from, to, n, shift, random_floats(n, 85 + n), random_floats(n, 75 + n),
+                      [](Tensor out, Tensor a) { cpu::accumulate(cpu(), out, a); },
+                      [](Tensor out, Tensor a) { cuda::accumulate(gpu(), out, a); });
+  });
 }
 
 // copy between every pair of fp32, bf16 and fp16 (the same dtype too): one
 // rounding to nearest even from the exact fp32 value, the CPU op's bits.
 TEST_CASE("copy converts like the CPU op", "[cuda][elementwise]") {
-  for (int64_t n : kSizes) {
+  for_each_pair("copy", [](const std::string& what, DType from, DType to, int64_t n, int shift) {
     // Values past fp16's range and below its normals exercise overflow and subnormals.
     auto x = random_floats(n, 90 + n);
     for (int64_t i = 0; i < n; i += 3) x[i] *= i % 2 ? 1e5f : 1e-6f;
-    for (DType from : kDtypes) {
-      const auto src = round_to(x, from);
-      HostTensor hsrc({n}, src, from);
-      DeviceTensor gsrc({n}, from);
-      gsrc.upload(src);
-      for (DType to : kDtypes) {
-        HostTensor hdst({n}, std::vector<float>(n), to);
-        cpu::copy(cpu(), hdst, hsrc);
-        DeviceTensor gdst({n}, to);
-        gdst.poison();
-        cuda::copy(gpu(), gdst, gsrc);
-        expect_same_bits(fmt::format("copy {} -> {} n={}", dtype_name(from), dtype_name(to), n),
-                         gdst.download(), hdst.values());
-      }
-    }
-  }
+    return check_pair(what, from, to, n, shift, x, {},
+                      [](Tensor dst, Tensor src) { cpu::copy(cpu(), dst, src); },
+                      [](Tensor dst, Tensor src) { cuda::copy(gpu(), dst, src); });
+  });
 }
 
 }  // namespace trainer::cuda_test
