@@ -126,6 +126,30 @@ TEST_CASE("op benchmarks at GPT-2 124M shapes", "[.bench]") {
     report("layernorm bwd fp32",
            time_ms([&] { cuda::layernorm_backward(ctx, y, dw, db, x, x, w, mean, rstd); }), 0, 3 * bytes);
   }
+  // bf16 bandwidth-bound ops on their 16-byte packed path (aligned tensors) and,
+  // with the activations one element off, on the one-element path: what the
+  // packs are worth on this GPU.
+  for (int64_t off : {0, 1}) {
+    const char* path = off == 0 ? "packed" : "one element per lane";
+    const DType bf = DType::bf16;
+    const int64_t F = 4 * C;
+    DeviceTensor x({M, C}, bf, off), y({M, C}, bf, off), w({C}), rstd({M}), dw({C});
+    DeviceTensor gate({M, F}, bf, off), up({M, F}, bf, off), h({M, F}, bf, off);
+    DeviceTensor dgate({M, F}, bf, off), dup({M, F}, bf, off);
+    for (DeviceTensor* t : {&x, &w, &gate, &up, &h}) t->upload(random_floats(t->numel(), 8));
+    cuda::fill(ctx, dw, 0.0f);
+    const double row = 2.0 * M * C, wide = 2.0 * M * F;  // bytes of one bf16 tensor
+    report(fmt::format("rmsnorm fwd bf16 ({})", path).c_str(),
+           time_ms([&] { cuda::rmsnorm_forward(ctx, y, rstd, x, w, 1e-5f); }), 0, 2 * row);
+    report(fmt::format("rmsnorm bwd bf16 ({})", path).c_str(),
+           time_ms([&] { cuda::rmsnorm_backward(ctx, y, dw, x, x, w, rstd); }), 0, 3 * row);
+    report(fmt::format("swiglu fwd bf16 ({})", path).c_str(),
+           time_ms([&] { cuda::swiglu_forward(ctx, h, gate, up); }), 0, 3 * wide);
+    report(fmt::format("swiglu bwd bf16 ({})", path).c_str(),
+           time_ms([&] { cuda::swiglu_backward(ctx, dgate, dup, h, gate, up); }), 0, 5 * wide);
+    report(fmt::format("add bf16 ({})", path).c_str(),
+           time_ms([&] { cuda::add(ctx, y, x, x); }), 0, 3 * row);
+  }
   {
     DeviceTensor logits({M, V}), maxv({M}), se({M}), tl({M}), loss({M}), dl({M}), t({M}, DType::i32);
     cuda::fill(ctx, logits, 0.5f);  // values do not change the cost
