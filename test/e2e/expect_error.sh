@@ -12,15 +12,8 @@ if [ "$mode" = --no-gpu ] && nvidia-smi -L >/dev/null 2>&1; then
   echo "skipped: a GPU is visible"
   exit 77
 fi
-# A private folder of links to the fixtures: the run-directory check looks at
-# its own runs/, never wiping the shared fixtures' runs/ that other e2e tests
-# (run in parallel under ctest -j) are writing.
-scratch=$(mktemp -d "${TMPDIR:-/tmp}/expect_error.XXXXXX") || exit 1
-trap 'rm -rf "$scratch"' EXIT
-for f in "$workdir"/*; do
-  [ "$(basename "$f")" = runs ] || ln -s "$f" "$scratch/"
-done
-cd "$scratch" || exit 1
+source "$(dirname "$0")/private_fixtures.sh"
+enter_private_fixtures "$workdir" expect_error
 stderr=$(mktemp)
 "$@" >/dev/null 2>"$stderr"
 code=$?

@@ -7,12 +7,8 @@
 # rank and host, after its wait, exit 2.
 set -u
 fixtures=$1 trainer=$2 mpiexec=$3
-scratch=$(mktemp -d "${TMPDIR:-/tmp}/one_error_line.XXXXXX") || exit 1
-trap 'rm -rf "$scratch"' EXIT
-for f in "$fixtures"/*; do
-  [ "$(basename "$f")" = runs ] || ln -s "$f" "$scratch/"
-done
-cd "$scratch" || exit 1
+source "$(dirname "$0")/private_fixtures.sh"
+enter_private_fixtures "$fixtures" one_error_line
 mpi=("$mpiexec" --allow-run-as-root --oversubscribe)
 export OMP_NUM_THREADS=1
 fail=0
