@@ -16,6 +16,7 @@
 
 #include "cmd/subcommand.h"
 #include "engine/checkpoint/checkpoint.h"
+#include "engine/checkpoint/shard_contents.h"
 #include "engine/memory_plan.h"
 #include "kernels/error.h"
 
@@ -24,10 +25,6 @@ namespace {
 
 namespace fs = std::filesystem;
 using engine::checkpoint::CheckpointReader;
-
-bool ends_with(const std::string& s, const std::string& tail) {
-  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
-}
 
 // The step directory's files (all verified against the manifest): count, bytes.
 std::pair<size_t, double> files_in(const std::string& step_dir) {
@@ -62,8 +59,7 @@ void describe_verified(const std::string& step_dir) {
   double params = 0;
   size_t tensors = 0;
   for (const std::string& name : reader.names()) {
-    if (ends_with(name, ".exp_avg") || ends_with(name, ".exp_avg_sq") || ends_with(name, ".fp8_state"))
-      continue;
+    if (!engine::checkpoint::is_parameter_tensor(name)) continue;
     const auto& slice = reader.any_slice(name);
     double n = 1;
     for (int64_t d : slice.global_shape) n *= static_cast<double>(d);
@@ -99,20 +95,15 @@ void describe(const std::string& step_dir) {
 
 // A run or checkpoint directory: its step directories, newest first.
 int list(const std::string& path) {
+  // The roots may name one folder twice (a run directory whose job.yaml's
+  // checkpoint.dir is its own checkpoints/).
   std::set<std::string> seen;
   std::vector<std::pair<int, std::string>> steps;
-  for (const std::string& root : engine::checkpoint::checkpoint_roots(path)) {
-    std::error_code ec;
-    for (const auto& e : fs::directory_iterator(root, ec)) {
-      const std::string name = e.path().filename().string();
-      const int step = e.is_directory() ? engine::checkpoint::parse_step_name(name) : -1;
-      const std::string canonical = fs::weakly_canonical(e.path(), ec).string();
-      if (step >= 0 && seen.insert(canonical).second) steps.emplace_back(step, e.path().string());
-      else if (name.rfind("step_", 0) == 0 && step < 0 && seen.insert(canonical).second)
-        fmt::print("{}: not a checkpoint (an interrupted save or one set aside), ignored\n",
-                   e.path().string());
+  for (const std::string& root : engine::checkpoint::checkpoint_roots(path))
+    for (const auto& [step, dir] : engine::checkpoint::step_dirs(root)) {
+      std::error_code ec;
+      if (seen.insert(fs::weakly_canonical(dir, ec).string()).second) steps.emplace_back(step, dir);
     }
-  }
   TRAINER_INPUT_CHECK(!steps.empty(),
                       "{}: no checkpoint found (expected step_*/ with manifest.json, or "
                       "checkpoints/ below a run directory)", path);

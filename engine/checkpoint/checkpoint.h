@@ -9,6 +9,7 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -43,6 +44,10 @@ std::string checkpoint_root(const JobSpec& spec);
 // every shard's safetensors header valid. Throws InputError with one line
 // naming the offending file. Returns the parsed metadata.json.
 Json verify_checkpoint(const std::string& step_dir);
+
+// The step directories directly under `root` (named step_N, complete or
+// not), newest first, with their steps; none when root is not a directory.
+std::vector<std::pair<int, std::string>> step_dirs(const std::string& root);
 
 // The newest complete, verified checkpoint under `root` ("" when there is
 // none); every skipped one (corrupt, partial, leftover .tmp) is reported on
@@ -178,6 +183,16 @@ class Checkpointer {
                                                   HostStaging* snapshot) const;
   void complete(const Pending& p, const std::vector<int32_t>& got);
   int agree(int value_on_rank0);  // broadcast of one int from rank 0
+  // Rank 0 runs `choose` (a step directory and its step; step -1: none; an
+  // InputError refuses); the other ranks learn the step and find the same
+  // directory with `locate(step)`, without re-reading every file. A refusal
+  // throws on every rank, rank 0's naming the cause, the others `key`.
+  struct Choice {
+    std::string dir;
+    int step = -1;
+  };
+  Choice agree_on_checkpoint(const char* key, const std::function<Choice()>& choose,
+                             const std::function<std::string(int)>& locate);
   void load_fp8_state(const CheckpointReader& reader, model::Buffers& buffers) const;
   // This rank's slices of every parameter (its ZeRO-3 shard where the
   // optimizer shards them), with AdamW's moments when `moments`.

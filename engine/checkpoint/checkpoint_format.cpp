@@ -56,17 +56,8 @@ auto with_file(const std::string& path, F&& f) {
 
 // The highest-numbered step directory under root ("" when none), complete or not.
 std::string newest_step_dir(const std::string& root) {
-  std::error_code ec;
-  int best = -1;
-  std::string path;
-  for (const auto& entry : fs::directory_iterator(root, ec)) {
-    const int step = entry.is_directory() ? parse_step_name(entry.path().filename().string()) : -1;
-    if (step > best) {
-      best = step;
-      path = entry.path().string();
-    }
-  }
-  return path;
+  const std::vector<std::pair<int, std::string>> dirs = step_dirs(root);
+  return dirs.empty() ? std::string() : dirs.front().second;
 }
 
 }  // namespace
@@ -129,6 +120,17 @@ Json verify_checkpoint(const std::string& step_dir) {
   return meta;
 }
 
+std::vector<std::pair<int, std::string>> step_dirs(const std::string& root) {
+  std::error_code ec;
+  std::vector<std::pair<int, std::string>> found;
+  for (const auto& entry : fs::directory_iterator(root, ec)) {
+    const int step = entry.is_directory() ? parse_step_name(entry.path().filename().string()) : -1;
+    if (step >= 0) found.emplace_back(step, entry.path().string());
+  }
+  std::sort(found.rbegin(), found.rend());
+  return found;
+}
+
 std::string find_latest_good(const std::string& root, FILE* warn) {
   std::error_code ec;
   if (!fs::is_directory(root, ec)) return "";
@@ -165,10 +167,8 @@ bool is_step_dir(const std::string& path) {
 
 bool is_checkpoint_source(const std::string& path) {
   if (is_step_dir(path)) return true;
-  std::error_code ec;
   for (const std::string& root : checkpoint_roots(path))
-    for (const auto& e : fs::directory_iterator(root, ec))
-      if (parse_step_name(e.path().filename().string()) >= 0) return true;
+    if (!step_dirs(root).empty()) return true;
   return false;
 }
 

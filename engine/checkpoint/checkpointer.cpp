@@ -145,7 +145,7 @@ void Checkpointer::load_fp8_state(const CheckpointReader& reader, model::Buffers
   Fp8Scaling* f = buffers.fp8();
   if (!f) return;
   for (int i = 0; i < f->size(); ++i) {
-    const std::string name = buffers.fp8_names()[i] + ".fp8_state";
+    const std::string name = buffers.fp8_names()[i] + kFp8StateSuffix;
     if (!reader.has(name)) continue;
     Slice s = Slice::whole(reader.any_slice(name).global_shape);
     std::vector<float> state(static_cast<size_t>(s.numel()));
@@ -419,15 +419,12 @@ int Checkpointer::resume(model::Buffers& buffers, AdamW& optimizer,
   const std::string& mode = spec_.checkpoint.resume;
   if (mode == "never") return 0;
   const bool automatic = mode == "auto";
-  // Rank 0 chooses and verifies; the others learn the outcome as one code:
-  // -1 refused, 0 nothing to resume, k + 1 the checkpoint saved after step k.
-  std::string chosen, error;
-  int code = 0;
-  if (world_.rank() == 0) {
-    try {
-      chosen = automatic ? find_latest_good(root_, warn_)
-                         : resolve_checkpoint(mode, warn_, /*fall_back=*/false);
-      if (!chosen.empty()) {
+  const Choice choice = agree_on_checkpoint(
+      "checkpoint.resume",
+      [&]() -> Choice {
+        const std::string chosen = automatic ? find_latest_good(root_, warn_)
+                                             : resolve_checkpoint(mode, warn_, /*fall_back=*/false);
+        if (chosen.empty()) return {};
         const CheckpointReader saved_by(chosen);
         int saved = saved_by.step();
         TRAINER_INPUT_CHECK(saved >= 0 && saved <= spec_.train.steps,
@@ -439,22 +436,14 @@ int Checkpointer::resume(model::Buffers& buffers, AdamW& optimizer,
                             "give it as model.init_from instead)",
                             chosen, fmt::join(diff, "; "));
         check_resume_fields(saved_by);
-        code = saved + 1;
-      }
-    } catch (const InputError& e) {
-      error = e.what();
-      code = -1;
-    }
-  }
-  code = agree(code);
-  if (code < 0) {
-    if (world_.rank() == 0) throw InputError(error);
-    throw InputError("checkpoint.resume: the checkpoint was refused (see rank 0's message)");
-  }
-  if (code == 0) return 0;
-  const int step = code - 1;
-  if (world_.rank() != 0) chosen = automatic ? (fs::path(root_) / step_dir_name(step)).string()
-                                             : step_dir_of(mode, step);
+        return {chosen, saved};
+      },
+      [&](int step) {
+        return automatic ? (fs::path(root_) / step_dir_name(step)).string() : step_dir_of(mode, step);
+      });
+  if (choice.step < 0) return 0;
+  const int step = choice.step;
+  const std::string& chosen = choice.dir;
 
   CheckpointReader reader(chosen);
   read_parameters(reader, buffers, optimizer, /*moments=*/true);
@@ -475,6 +464,32 @@ int Checkpointer::resume(model::Buffers& buffers, AdamW& optimizer,
   last_path_ = chosen;
   world_.barrier();
   return step;
+}
+
+Checkpointer::Choice Checkpointer::agree_on_checkpoint(
+    const char* key, const std::function<Choice()>& choose,
+    const std::function<std::string(int)>& locate) {
+  // One code carries the outcome: -1 refused, 0 none, k + 1 the checkpoint
+  // saved after step k.
+  Choice choice;
+  std::string error;
+  int code = 0;
+  if (world_.rank() == 0) {
+    try {
+      choice = choose();
+      code = choice.step + 1;
+    } catch (const InputError& e) {
+      error = e.what();
+      code = -1;
+    }
+  }
+  code = agree(code);
+  if (code < 0) {
+    if (world_.rank() == 0) throw InputError(error);
+    throw InputError(fmt::format("{}: the checkpoint was refused (see rank 0's message)", key));
+  }
+  if (world_.rank() != 0 && code > 0) choice = {locate(code - 1), code - 1};
+  return choice;
 }
 
 // The step directory rank 0 chose under a user-given source (a step
@@ -511,45 +526,35 @@ void Checkpointer::read_parameters(const CheckpointReader& reader, model::Buffer
     }
     if (!moments) continue;
     host.resize(static_cast<size_t>(st.slice.numel()));
-    reader.read(p.spec.name + ".exp_avg", st.slice, host.data());
+    reader.read(p.spec.name + kExpAvgSuffix, st.slice, host.data());
     copy_from_host(st.view(m), host.data());
-    reader.read(p.spec.name + ".exp_avg_sq", st.slice, host.data());
+    reader.read(p.spec.name + kExpAvgSqSuffix, st.slice, host.data());
     copy_from_host(st.view(v), host.data());
   }
 }
 
 std::string Checkpointer::init_weights(const std::string& source, model::Buffers& buffers,
                                        AdamW& optimizer) {
-  // Rank 0 chooses, verifies and compares the models, as a resume does; the
-  // others learn the outcome as one code: -1 refused, k + 1 the checkpoint
-  // saved after step k.
-  std::string chosen, error;
-  int code = -1;
-  if (world_.rank() == 0) {
-    try {
-      chosen = resolve_checkpoint(source, warn_, /*fall_back=*/false);
-      const CheckpointReader saved_by(chosen);
-      const ModelSpec saved = saved_by.job_spec().model;
-      const std::vector<std::string> tensors = model_differences(saved, spec_.model, true);
-      TRAINER_INPUT_CHECK(tensors.empty(),
-                          "model.init_from: {} was saved by a model with other tensors: {}", chosen,
-                          fmt::join(tensors, "; "));
-      // What a new run from these weights may change (context extension's
-      // RoPE, epsilon, top-k): said, not refused.
-      if (warn_)
-        for (const std::string& d : model_differences(saved, spec_.model))
-          fmt::print(warn_, "trainer: note: model.init_from: {}\n", d);
-      code = saved_by.step() + 1;
-    } catch (const InputError& e) {
-      error = e.what();
-    }
-  }
-  code = agree(code);
-  if (code < 0) {
-    if (world_.rank() == 0) throw InputError(error);
-    throw InputError("model.init_from: the checkpoint was refused (see rank 0's message)");
-  }
-  if (world_.rank() != 0) chosen = step_dir_of(source, code - 1);
+  // Rank 0 chooses, verifies and compares the models, as a resume does.
+  const Choice choice = agree_on_checkpoint(
+      "model.init_from",
+      [&]() -> Choice {
+        const std::string chosen = resolve_checkpoint(source, warn_, /*fall_back=*/false);
+        const CheckpointReader saved_by(chosen);
+        const ModelSpec saved = saved_by.job_spec().model;
+        const std::vector<std::string> tensors = model_differences(saved, spec_.model, true);
+        TRAINER_INPUT_CHECK(tensors.empty(),
+                            "model.init_from: {} was saved by a model with other tensors: {}",
+                            chosen, fmt::join(tensors, "; "));
+        // What a new run from these weights may change (context extension's
+        // RoPE, epsilon, top-k): said, not refused.
+        if (warn_)
+          for (const std::string& d : model_differences(saved, spec_.model))
+            fmt::print(warn_, "trainer: note: model.init_from: {}\n", d);
+        return {chosen, saved_by.step()};
+      },
+      [&](int step) { return step_dir_of(source, step); });
+  const std::string& chosen = choice.dir;
   const CheckpointReader reader(chosen);
   read_parameters(reader, buffers, optimizer, /*moments=*/false);
   world_.barrier();

@@ -23,7 +23,7 @@ void add_fp8_state(std::vector<ShardEntry>& out, const model::Buffers& buffers,
     if (!(buffers.fp8_expert(i) ? position.write_expert_replicated : position.write_replicated))
       continue;
     const int64_t n = static_cast<int64_t>(f->tensor_state(i).size());
-    out.push_back({buffers.fp8_names()[i] + ".fp8_state", {n}, Slice::whole({n}).to_json().dump(), n,
+    out.push_back({buffers.fp8_names()[i] + kFp8StateSuffix, {n}, Slice::whole({n}).to_json().dump(), n,
                    {}, [f, i] { return f->tensor_state(i); }});
   }
 }
@@ -58,13 +58,21 @@ std::vector<ShardEntry> shard_entries(const model::Buffers& buffers, const AdamW
                      [id, &buffers] { return buffers.get(id); }, {}});
     }
     if (!position.writes_optimizer(p.spec) || st.empty()) continue;
-    out.push_back({p.spec.name + ".exp_avg", st.stored_shape(info), sj, st.slice.numel(),
+    out.push_back({p.spec.name + kExpAvgSuffix, st.stored_shape(info), sj, st.slice.numel(),
                    [st, &optimizer] { return st.view(optimizer.m()); }, {}});
-    out.push_back({p.spec.name + ".exp_avg_sq", st.stored_shape(info), sj, st.slice.numel(),
+    out.push_back({p.spec.name + kExpAvgSqSuffix, st.stored_shape(info), sj, st.slice.numel(),
                    [st, &optimizer] { return st.view(optimizer.v()); }, {}});
   }
   add_fp8_state(out, buffers, position);
   return out;
+}
+
+bool is_parameter_tensor(const std::string& name) {
+  for (const std::string suffix : {kExpAvgSuffix, kExpAvgSqSuffix, kFp8StateSuffix})
+    if (name.size() >= suffix.size() &&
+        name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0)
+      return false;
+  return true;
 }
 
 size_t shard_bytes(const std::vector<ShardEntry>& entries) {

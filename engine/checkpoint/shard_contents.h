@@ -29,6 +29,13 @@ struct ShardEntry {
   std::function<std::vector<float>()> host;
 };
 
+// The names a shard stores beside a parameter's own: its AdamW moments and
+// fp8 scaling state. A name without one of these suffixes is a parameter.
+inline constexpr const char* kExpAvgSuffix = ".exp_avg";
+inline constexpr const char* kExpAvgSqSuffix = ".exp_avg_sq";
+inline constexpr const char* kFp8StateSuffix = ".fp8_state";
+bool is_parameter_tensor(const std::string& name);
+
 std::vector<ShardEntry> shard_entries(const model::Buffers& buffers, const AdamW& optimizer,
                                       const ShardPosition& position);
 
