@@ -53,7 +53,7 @@ Registrar reg("export", "export a checkpoint (Hugging Face safetensors + config.
   sub.add_option("--merges", args->options.merges, "vocab.bpe (GPT-2) or merges.txt (with --vocab)");
   sub.add_option("--tokenizer", args->options.tokenizer,
                  "instead of --vocab/--merges: the Hugging Face tokenizer.json the data was tokenized "
-                 "with (e.g. Llama 3's), exported for PreTrainedTokenizerFast");
+                 "with (e.g. Llama 3's or Llama 2's), exported for PreTrainedTokenizerFast");
   sub.add_option("--dtype", args->options.dtype, "the weights' dtype: fp32, bf16 or fp16 (rounded to nearest even)")
       ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
   sub.add_option("--max-shard-size", args->max_shard_size,

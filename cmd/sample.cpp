@@ -57,8 +57,8 @@ Registrar reg("sample", "continue a prompt with a checkpoint's model (one CPU ra
   sub.add_option("--vocab", a->vocab, "GPT-2 encoder.json / HF vocab.json (default data/gpt2/encoder.json)");
   sub.add_option("--merges", a->merges, "vocab.bpe / merges.txt (default data/gpt2/vocab.bpe)");
   sub.add_option("--tokenizer", a->tokenizer,
-                 "instead of --vocab/--merges: a Hugging Face tokenizer.json (e.g. Llama 3's; a prompt "
-                 "then starts with its <|begin_of_text|>)");
+                 "instead of --vocab/--merges: a Hugging Face tokenizer.json (e.g. Llama 3's or Llama 2's; "
+                 "a prompt then starts with its <|begin_of_text|> or <s>)");
   sub.add_flag("--ids", a->print_ids, "print token ids instead of text (no tokenizer needed with --prompt-ids)");
   return std::function<int()>([a] {
     TRAINER_INPUT_CHECK(a->prompt.empty() || a->prompt_ids.empty(),
@@ -78,7 +78,8 @@ Registrar reg("sample", "continue a prompt with a checkpoint's model (one CPU ra
           a->tokenizer.empty() ? engine::data::Tokenizer::load(a->vocab, a->merges)
                                : engine::data::Tokenizer::load_hf(a->tokenizer));
     // Documents start as the data was tokenized: after <|endoftext|> (llm.c,
-    // GPT-2), or with <|begin_of_text|> where the vocabulary has one (Llama 3).
+    // GPT-2), or with <|begin_of_text|> or <s> where the vocabulary has one
+    // (Llama 3, SentencePiece).
     if (!a->prompt.empty()) {
       prompt = shown = tok->encode(a->prompt);
       if (tok->bos_id() >= 0) prompt.insert(prompt.begin(), tok->bos_id());
@@ -94,8 +95,12 @@ Registrar reg("sample", "continue a prompt with a checkpoint's model (one CPU ra
       std::string line;
       for (size_t i = 0; i < out.size(); ++i) line += fmt::format("{}{}", i ? "," : "", out[i]);
       fmt::print("{}\n", line);
-    } else {
+    } else if (!a->prompt_ids.empty()) {
       fmt::print("{}{}\n", tok->decode(shown), tok->decode(out));
+    } else {
+      // A document's text: SentencePiece's "▁" before it is not printed.
+      shown.insert(shown.end(), out.begin(), out.end());
+      fmt::print("{}\n", tok->decode_document(shown));
     }
     return 0;
   });

@@ -53,6 +53,7 @@ HfTokenizerExport HfTokenizerExport::tokenizer_json(const std::string& path, con
   t.bos_id_ = tok.bos_id() >= 0 ? tok.bos_id() : t.eos_id_;
   if (t.eos_id_ >= 0) t.eos_ = tok.token_bytes(t.eos_id_);
   if (t.bos_id_ >= 0) t.bos_ = tok.token_bytes(t.bos_id_);
+  if (tok.unk_id() >= 0) t.unk_ = tok.token_bytes(tok.unk_id());  // SentencePiece's <unk>
   return t;
 }
 
@@ -69,6 +70,7 @@ void HfTokenizerExport::write(const std::string& out_dir) const {
   if (!bos_.empty()) specials.set("bos_token", Json(bos_));
   if (!eos_.empty()) specials.set("eos_token", Json(eos_));
   if (!fast && !eos_.empty()) specials.set("unk_token", Json(eos_));
+  if (!unk_.empty()) specials.set("unk_token", Json(unk_));
   Json config = Json::object();
   config.set("tokenizer_class", Json(fast ? "PreTrainedTokenizerFast" : "GPT2Tokenizer"));
   config.set("model_max_length", Json(max_seq_len_));

@@ -2,7 +2,8 @@
 // load the export directory as it is, tokenizer included: GPT2Tokenizer's
 // vocab.json and merges.txt (trainer export --vocab --merges), or a
 // tokenizer.json as PreTrainedTokenizerFast reads it (--tokenizer, e.g.
-// Llama 3's), each with its tokenizer_config.json and special_tokens_map.json.
+// Llama 3's or Llama 2's), each with its tokenizer_config.json and
+// special_tokens_map.json.
 #pragma once
 
 #include <string>
@@ -32,7 +33,7 @@ class HfTokenizerExport {
  private:
   HfTokenizerExport() = default;
   std::string vocab_, merges_, tokenizer_json_;
-  std::string bos_, eos_;  // the tokens' text
+  std::string bos_, eos_, unk_;  // the tokens' text
   int eos_id_ = -1, bos_id_ = -1;
   int max_seq_len_ = 0;
 };

@@ -1,6 +1,7 @@
 // Character classification and safe cut points for the GPT-2 pre-tokenizer.
 #include "engine/data/pretokenize.h"
 #include "engine/data/pretokenize_llama3.h"
+#include "engine/data/tokenizer_spm.h"
 
 #include <algorithm>
 
@@ -57,25 +58,29 @@ CharClass char_class_slow(uint32_t cp) { return classify(cp); }
 
 namespace {
 
+enum class NewlineCut { any, after_word, never };
+
 // A cut before text[p] (' ' or '\n') after a printable ASCII non-space byte:
-// no piece of either pattern spans it, except that Llama 3's joins a line
-// break to the punctuation before it, so there only a letter or digit may
-// precede a '\n'.
-size_t safe_cut(std::string_view text, bool newline_needs_word) {
+// no piece of either regex spans it, except that Llama 3's joins a line break
+// to the punctuation before it, so there only a letter or digit may precede
+// a '\n'; SentencePiece's pieces start only at a space ("▁").
+size_t safe_cut(std::string_view text, NewlineCut newline) {
   for (size_t p = text.size(); p-- > 1;) {
     const char c = text[p];
     const unsigned char prev = static_cast<unsigned char>(text[p - 1]);
     if (prev <= 0x20 || prev >= 0x7F || (c != ' ' && c != '\n')) continue;
     const bool word = kAsciiClass[prev] == CharClass::letter || kAsciiClass[prev] == CharClass::number;
-    if (c == ' ' || word || !newline_needs_word) return p;
+    if (c == ' ' || newline == NewlineCut::any || (newline == NewlineCut::after_word && word)) return p;
   }
   return 0;
 }
 
 }  // namespace
 
-size_t find_safe_cut(std::string_view text) { return safe_cut(text, false); }
+size_t find_safe_cut(std::string_view text) { return safe_cut(text, NewlineCut::any); }
 
-size_t find_safe_cut_llama3(std::string_view text) { return safe_cut(text, true); }
+size_t find_safe_cut_llama3(std::string_view text) { return safe_cut(text, NewlineCut::after_word); }
+
+size_t find_safe_cut_spm(std::string_view text) { return safe_cut(text, NewlineCut::never); }
 
 }  // namespace trainer::engine::data

@@ -270,11 +270,13 @@ class Pipeline {
     for (const Segment& s : item.segs) {
       // llm.c puts <|endoftext|> before each document, Megatron after each
       // (and, for a vocabulary whose documents start with a token, as Llama
-      // 3's <|begin_of_text|>, that one before: Megatron's HF tokenizer adds it).
+      // 3's <|begin_of_text|> or SentencePiece's <s>, that one before:
+      // Megatron's HF tokenizer adds it). A document's later segments are not
+      // its start: SentencePiece puts no "▁" before them.
       if (s.doc_first && opt_.format == OutputFormat::llmc) item.ids.push_back(eot);
       if (s.doc_first && opt_.format == OutputFormat::megatron && tok_.bos_id() >= 0)
         item.ids.push_back(tok_.bos_id());
-      tok_.encode(std::string_view(item.text).substr(s.begin, s.end - s.begin), item.ids, &cache);
+      tok_.encode(std::string_view(item.text).substr(s.begin, s.end - s.begin), item.ids, &cache, s.doc_first);
       if (s.doc_last && opt_.format == OutputFormat::megatron) item.ids.push_back(eot);
       item.seg_end.push_back(item.ids.size());
     }
@@ -377,7 +379,7 @@ TokenizeResult tokenize_corpus(const TokenizeOptions& opt, const Tokenizer& tok)
   TRAINER_INPUT_CHECK(opt.shard_tokens >= 1 && opt.shard_tokens <= INT32_MAX,
                       "--shard-tokens {}: expected 1..2147483647", opt.shard_tokens);
   TRAINER_INPUT_CHECK(tok.eot_id() >= 0,
-                      "the vocabulary has no <|endoftext|> (or <|end_of_text|>) token, which separates documents");
+                      "the vocabulary has no <|endoftext|> (or <|end_of_text|>, </s>) token, which separates documents");
   TRAINER_INPUT_CHECK(opt.format == OutputFormat::megatron || tok.vocab_size() <= 65536,
                       "a vocabulary of {} tokens does not fit llm.c's uint16 shards; use --format megatron",
                       tok.vocab_size());

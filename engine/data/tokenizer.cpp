@@ -14,14 +14,11 @@
 #include "engine/data/json_text.h"
 #include "engine/data/pretokenize.h"
 #include "engine/data/pretokenize_llama3.h"
+#include "engine/data/tokenizer_spm.h"
 #include "kernels/error.h"
 
 namespace trainer::engine::data {
 namespace {
-
-// Pieces up to this many bytes use GPT-2's quadratic loop directly (fastest for
-// short words); longer ones use the heap version, which gives the same ids.
-constexpr size_t kShortPiece = 64;
 
 std::string read_file(const std::string& path, const char* what) {
   std::ifstream in(path, std::ios::binary);
@@ -217,6 +214,7 @@ Tokenizer Tokenizer::from_text(std::string_view vocab_json, std::string_view mer
 // ---- Tokenizer: encoding ----
 
 void Tokenizer::encode_piece_reference(std::string_view piece, std::vector<int32_t>& out) const {
+  if (pre_ == PreTokenizer::sentencepiece) return encode_spm_piece(piece, out, true);
   std::vector<int32_t> word;
   for (unsigned char c : piece) word.push_back(byte_id_[c]);
   while (word.size() > 1) {
@@ -242,6 +240,7 @@ void Tokenizer::encode_piece_reference(std::string_view piece, std::vector<int32
 }
 
 void Tokenizer::encode_piece(std::string_view piece, std::vector<int32_t>& out) const {
+  if (pre_ == PreTokenizer::sentencepiece) return encode_spm_piece(piece, out, false);
   const size_t n = piece.size();
   if (n == 1) {
     out.push_back(byte_id_[static_cast<unsigned char>(piece[0])]);
@@ -334,8 +333,8 @@ void Tokenizer::encode_long_piece(std::string_view piece, std::vector<int32_t>& 
   for (int32_t i = 0; i >= 0; i = next[i]) out.push_back(tok[i]);
 }
 
-void Tokenizer::encode(std::string_view text, std::vector<int32_t>& out, WordCache* cache) const {
-  auto word = [&](std::string_view piece) {
+void Tokenizer::encode_cached(std::string_view piece, std::vector<int32_t>& out, WordCache* cache) const {
+  auto word = [&] {
     if (ignore_merges_ && piece.size() > 1)
       if (auto it = whole_.find(std::string(piece)); it != whole_.end()) {
         out.push_back(it->second);
@@ -343,30 +342,53 @@ void Tokenizer::encode(std::string_view text, std::vector<int32_t>& out, WordCac
       }
     encode_piece(piece, out);
   };
-  auto emit = [&](size_t begin, size_t end) {
-    std::string_view piece = text.substr(begin, end - begin);
-    if (piece.size() == 1 || cache == nullptr) {
-      word(piece);
-      return;
+  if (piece.size() == 1 || cache == nullptr) {
+    word();
+    return;
+  }
+  uint64_t h = WordCache::hash(piece);
+  uint32_t num = 0;
+  if (const int32_t* ids = cache->find(piece, h, &num)) {
+    out.insert(out.end(), ids, ids + num);
+    return;
+  }
+  size_t before = out.size();
+  word();
+  cache->insert(piece, h, out.data() + before, static_cast<uint32_t>(out.size() - before));
+}
+
+void Tokenizer::encode(std::string_view text, std::vector<int32_t>& out, WordCache* cache,
+                       bool document_start) const {
+  auto emit = [&](size_t begin, size_t end) { encode_cached(text.substr(begin, end - begin), out, cache); };
+  switch (pre_) {
+    case PreTokenizer::gpt2:
+      return pretokenize(text, emit);
+    case PreTokenizer::llama3:
+      return pretokenize_llama3(text, emit);
+    case PreTokenizer::sentencepiece: {
+      // The "▁" before a document is a space before its first piece (the
+      // normalizer turns both into the same symbol).
+      bool prepend = document_start && !text.empty() && (spm_.prepend_always || spm_space_len(text, 0) == 0);
+      return spm_pieces(text, spm_.split, [&](size_t begin, size_t end) {
+        if (!prepend) return emit(begin, end);
+        prepend = false;
+        std::string first(1, ' ');
+        first.append(text.substr(begin, end - begin));
+        encode_cached(first, out, cache);
+      });
     }
-    uint64_t h = WordCache::hash(piece);
-    uint32_t num = 0;
-    if (const int32_t* ids = cache->find(piece, h, &num)) {
-      out.insert(out.end(), ids, ids + num);
-      return;
-    }
-    size_t before = out.size();
-    word(piece);
-    cache->insert(piece, h, out.data() + before, static_cast<uint32_t>(out.size() - before));
-  };
-  if (pre_ == PreTokenizer::llama3)
-    pretokenize_llama3(text, emit);
-  else
-    pretokenize(text, emit);
+  }
 }
 
 size_t Tokenizer::safe_cut(std::string_view text) const {
-  return pre_ == PreTokenizer::llama3 ? find_safe_cut_llama3(text) : find_safe_cut(text);
+  switch (pre_) {
+    case PreTokenizer::llama3:
+      return find_safe_cut_llama3(text);
+    case PreTokenizer::sentencepiece:
+      return find_safe_cut_spm(text);
+    default:
+      return find_safe_cut(text);
+  }
 }
 
 std::vector<int32_t> Tokenizer::encode(std::string_view text) const {

@@ -202,6 +202,14 @@ TEST_CASE("trainer tokenize exits 2 with one line on bad input", "[cpu]") {
   CHECK(status(fmt::format("{}--tokenizer {}", base, dir / "nope.json")) == 2);
   CHECK(status(fmt::format("{}--tokenizer {} --vocab {} --merges {}", base, vocab, vocab, merges)) == 2);
   CHECK(status(fmt::format("{}--tokenizer {}", base, vocab)) == 2);  // not a tokenizer.json
+  // Llama 2's SentencePiece-style tokenizer.json; one without byte_fallback is refused.
+  const std::string spm = data_test::fixture("spm_llama2_tokenizer.json");
+  CHECK(status(fmt::format("{}--tokenizer {}", base, spm)) == 0);
+  const std::string json = data_test::read_file(spm), on = "\"byte_fallback\":true";
+  const size_t at = json.find(on);
+  REQUIRE(at != std::string::npos);
+  write_file(dir / "no_fallback.json", json.substr(0, at) + "\"byte_fallback\":false" + json.substr(at + on.size()));
+  CHECK(status(fmt::format("{}--tokenizer {}", base, dir / "no_fallback.json")) == 2);
   // An empty merges file (a wrong path, a failed download) is not a tokenizer.
   write_file(dir / "empty_merges.txt", "");
   CHECK(status(fmt::format("{}--vocab {} --merges {}", base, vocab, dir / "empty_merges.txt")) == 2);
