@@ -182,8 +182,9 @@ void batched(CudaState& st, GemmOperand a, bool trans_a, GemmOperand b, bool tra
 }  // namespace
 
 void attention_forward(Context& ctx, Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v,
-                       int64_t q_offset) {
+                       int64_t q_offset, Tensor doc_start) {
   const char* op = "attention_forward";
+  TRAINER_CHECK(doc_start.empty(), "{}: document masking: CUDA WIP", op);
   CudaState& st = state_of(ctx);
   const Shape s = check_shapes(op, q, k, v, q_offset);
   check_like(out, q, op, "out");
@@ -224,8 +225,10 @@ void attention_forward(Context& ctx, Tensor out, Tensor lse, Tensor q, Tensor k,
 }
 
 void attention_backward(Context& ctx, Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor q,
-                        Tensor k, Tensor v, Tensor out, Tensor lse, int64_t q_offset) {
+                        Tensor k, Tensor v, Tensor out, Tensor lse, int64_t q_offset,
+                        Tensor doc_start) {
   const char* op = "attention_backward";
+  TRAINER_CHECK(doc_start.empty(), "{}: document masking: CUDA WIP", op);
   CudaState& st = state_of(ctx);
   const Shape s = check_shapes(op, q, k, v, q_offset);
   check_like(dq, q, op, "dq");

@@ -98,8 +98,9 @@ Dims check_args(const char* op, const Tensor& rows, const Tensor& ids, const Ten
 }  // namespace
 
 void embedding_forward(Context& ctx, Tensor out, Tensor ids, Tensor wte, Tensor wpe, int64_t T,
-                       int64_t pos_offset, int64_t vocab_start) {
+                       int64_t pos_offset, int64_t vocab_start, Tensor positions) {
   const char* op = "embedding_forward";
+  TRAINER_CHECK(positions.empty(), "{}: positions: CUDA WIP", op);
   CudaState& st = state_of(ctx);
   const Dims d = check_args(op, out, ids, wte, wpe, T, pos_offset);
   TRAINER_CHECK(out.dtype == wte.dtype && (wpe.empty() || wpe.dtype == wte.dtype),
@@ -116,8 +117,9 @@ void embedding_forward(Context& ctx, Tensor out, Tensor ids, Tensor wte, Tensor 
 }
 
 void embedding_backward(Context& ctx, Tensor dwte, Tensor dwpe, Tensor dout, Tensor ids,
-                        int64_t T, int64_t pos_offset, int64_t vocab_start) {
+                        int64_t T, int64_t pos_offset, int64_t vocab_start, Tensor positions) {
   const char* op = "embedding_backward";
+  TRAINER_CHECK(positions.empty(), "{}: positions: CUDA WIP", op);
   CudaState& st = state_of(ctx);
   const Dims d = check_args(op, dout, ids, dwte, dwpe, T, pos_offset);
   check_dtype(dwte, DType::f32, op, "dwte");

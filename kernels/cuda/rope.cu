@@ -57,11 +57,15 @@ void launch(Context& ctx, Tensor out, Tensor inp, const Rope& rope, int64_t pos_
 
 }  // namespace
 
-void rope_forward(Context& ctx, Tensor out, Tensor inp, Rope rope, int64_t pos_offset) {
+void rope_forward(Context& ctx, Tensor out, Tensor inp, Rope rope, int64_t pos_offset,
+                  Tensor positions) {
+  TRAINER_CHECK(positions.empty(), "rope: positions: CUDA WIP");
   launch(ctx, out, inp, rope, pos_offset, 1.0f, "rope_forward");
 }
 
-void rope_backward(Context& ctx, Tensor dinp, Tensor dout, Rope rope, int64_t pos_offset) {
+void rope_backward(Context& ctx, Tensor dinp, Tensor dout, Rope rope, int64_t pos_offset,
+                   Tensor positions) {
+  TRAINER_CHECK(positions.empty(), "rope: positions: CUDA WIP");
   launch(ctx, dinp, dout, rope, pos_offset, -1.0f, "rope_backward");
 }
 
