@@ -396,10 +396,10 @@ double Trainer::masked_targets(const data::SampleSource* source, int64_t first, 
   return masked;
 }
 
-double Trainer::counted_targets(double all, double masked_here) {
+double Trainer::counted_targets(double all, double masked_here, const std::string& batch) {
   const double counted = all - parallel::group_sum(grad_comm(), masked_here);
-  TRAINER_CHECK(counted > 0, "data.eod_mask_loss: every target of the batch follows an end of "
-                "document (data.eod_token {}): no loss to average", *spec_.data.eod_token);
+  TRAINER_INPUT_CHECK(counted > 0, "data.eod_mask_loss: every target of {} follows an end of document "
+                      "(data.eod_token {}): no loss to average", batch, *spec_.data.eod_token);
   return counted;
 }
 
@@ -513,7 +513,8 @@ StepRecord Trainer::train_step(int step) {
   // the whole global batch; MoE aux losses keep their per-token weight.
   const double counted =
       spec_.data.eod_mask_loss
-          ? counted_targets(tokens, masked_targets(train_data_.get(), rank_first, G / dp_size_))
+          ? counted_targets(tokens, masked_targets(train_data_.get(), rank_first, G / dp_size_),
+                            fmt::format("step {}'s batch", step))
           : tokens;
   const float loss_scale = precision_->loss_scale();
   const float dloss = static_cast<float>(grad_size_ / counted) * loss_scale;
@@ -656,7 +657,7 @@ double Trainer::counted_eval_targets() {
   if (!spec_.data.eod_mask_loss) return all;
   double masked = 0;  // over this dp rank's batches (see evaluate())
   for (int i = dp_rank_; i < E; i += dp_size_) masked += masked_targets(val_data_.get(), int64_t(i) * B, B);
-  return counted_targets(all, masked);
+  return counted_targets(all, masked, "the validation batches");
 }
 
 double Trainer::evaluate() {

@@ -110,7 +110,7 @@ class Trainer {
   // of this rank, and what the loss averages over: `all` targets of the
   // gradient group less every rank's masked ones (a sum over the group).
   double masked_targets(const data::SampleSource* source, int64_t first, int64_t count);
-  double counted_targets(double all, double masked_here);
+  double counted_targets(double all, double masked_here, const std::string& batch);
   double counted_eval_targets();  // the same for one evaluation
   int64_t first_sample(int step) const;  // this rank's first training sample of `step`
   double micro_batch_loss_sum();

@@ -21,8 +21,8 @@ struct LayerEnv {
   // Documents packed into a sequence (ModelConfig::doc_masking,
   // reset_positions): the running chunk's per-token (N) int32 document starts
   // and positions, in local token order; empty when off.
-  Tensor doc_start;
-  Tensor positions;
+  Tensor doc_start{};
+  Tensor positions{};
 };
 
 }  // namespace trainer::model
