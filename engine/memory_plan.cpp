@@ -137,8 +137,10 @@ MemoryPlan plan_memory(const model::Buffers& buffers, const AdamW& optimizer,
   if (device == Device::cuda) {
     plan.cuda = true;
     // The layers' ops, and the trainer's own: the gradient norm's sums of
-    // squares (over at most all this rank's elements) and the overflow checks.
+    // squares (over at most all this rank's elements) and the overflow checks;
+    // the range check of document starts and positions.
     size_t bytes = std::max({buffers.op_scratch_bytes(), amax_scratch_bytes(),
+                             index_check_scratch_bytes(),
                              sum_of_squares_scratch_bytes(std::max<int64_t>(
                                  plan.num_params, arena_elems))});
     plan.op_scratch = scratch_padded(bytes);  // what reserve_scratch allocates

@@ -49,6 +49,8 @@ model::ModelConfig model_config(const JobSpec& spec) {
   c.cp = spec.parallel.cp;
   c.sequence_parallel = spec.parallel.sequence_parallel;
   c.recompute_full = spec.parallel.recompute == Recompute::full;
+  c.doc_masking = spec.data.reset_attention_mask;
+  c.reset_positions = spec.data.reset_position_ids;
   const PrecisionSpec& pr = spec.precision;
   c.act_dtype = pr.compute == ComputeDtype::fp16   ? DType::f16
                 : pr.compute == ComputeDtype::fp32 ? DType::f32

@@ -34,6 +34,12 @@ struct SlotTable {
     slot_of[mb] = -1;
   }
 };
+
+// Ids go to the embedding, targets to the head, the document layout (when
+// the model takes it) to every chunk, whose attention and RoPE read it.
+bool needs_load(const model::Model& model, int chunk) {
+  return model.has_embedding(chunk) || model.has_head(chunk) || model.needs_documents();
+}
 }  // namespace
 
 void apply_pipeline_stage(model::ModelConfig& cfg, int pp_size, int pp_rank, int virtual_stages) {
@@ -95,8 +101,9 @@ PipelineRunner::PipelineRunner(parallel::Communicator& pp, int num_micro_batches
       slots_(chunk_slots(table_, virtual_stages)) {}
 
 double PipelineRunner::run_step(model::Model& model, Context& ctx, const Arenas& arenas,
-                                const std::function<void(int mb)>& load,
-                                const std::function<double()>& loss_sum, float dloss) {
+                                const std::function<void(int mb, int chunk)>& load,
+                                const std::function<double()>& loss_sum, float dloss,
+                                float aux_dloss) {
   TRAINER_CHECK(model.num_chunks() == chunks_, "pipeline runner: {} model chunks, table for {}",
                 model.num_chunks(), chunks_);
   std::vector<SlotTable> slots(chunks_);  // one pool per chunk, as chunk_slots() counts them
@@ -119,7 +126,7 @@ double PipelineRunner::run_step(model::Model& model, Context& ctx, const Arenas&
   };
   ops.forward = [&](const Action& a) {
     bind(a);
-    if (model.has_embedding(a.chunk) || model.has_head(a.chunk)) load(a.micro_batch);
+    if (needs_load(model, a.chunk)) load(a.micro_batch, a.chunk);
     model.forward(ctx, a.chunk);
     if (model.has_head(a.chunk)) loss += loss_sum();
   };
@@ -134,7 +141,7 @@ double PipelineRunner::run_step(model::Model& model, Context& ctx, const Arenas&
   int last_backward = -1;
   ops.backward = [&](const Action& a) {
     bind(a);
-    model.backward(ctx, dloss, a.chunk);
+    model.backward(ctx, dloss, a.chunk, aux_dloss);
     slots[a.chunk].release(a.micro_batch);
     last_backward = key(a);
   };
@@ -158,13 +165,13 @@ double PipelineRunner::run_step(model::Model& model, Context& ctx, const Arenas&
 }
 
 double PipelineRunner::run_forward(model::Model& model, Context& ctx, const Arenas& arenas,
-                                   const std::function<void()>& load,
+                                   const std::function<void(int chunk)>& load,
                                    const std::function<double()>& loss_sum) {
   const int p = pp_.size(), prev = (pp_.rank() + p - 1) % p, next = (pp_.rank() + 1) % p;
   double loss = 0;
   for (int c = 0; c < model.num_chunks(); ++c) {
     model.bind_chunk(c, arenas.activation_slot(c, 0), ctx.device);
-    if (model.has_embedding(c) || model.has_head(c)) load();
+    if (needs_load(model, c)) load(c);
     if (!model.has_embedding(c)) pp_.recv(model.stage_input(c), prev);
     model.forward(ctx, c);
     if (model.has_head(c))

@@ -18,6 +18,7 @@
 #include "engine/checkpoint/hf_interop.h"
 #include "engine/checkpoint/resume_check.h"
 #include "engine/data/sample_source.h"
+#include "engine/documents.h"
 #include "engine/lr_schedule.h"
 #include "engine/mesh_from_spec.h"
 #include "engine/model_from_spec.h"
@@ -262,6 +263,12 @@ void Trainer::setup() {
   host_tokens_.resize(static_cast<size_t>(T + 1));
   host_ids_.resize(static_cast<size_t>(local_tokens));
   host_targets_.resize(static_cast<size_t>(local_tokens));
+  if (spec.data.documents()) {
+    seq_doc_start_.resize(static_cast<size_t>(T));
+    seq_positions_.resize(static_cast<size_t>(T));
+  }
+  if (model_->config().doc_masking) host_doc_start_.resize(static_cast<size_t>(local_tokens));
+  if (model_->config().reset_positions) host_positions_.resize(static_cast<size_t>(local_tokens));
   host_losses_.resize(static_cast<size_t>(local_tokens));
   peak_flops_ = peak_flops(ctx_, spec.precision.compute);
   // The first step's samples and the first evaluation batch are read now: a
@@ -327,37 +334,73 @@ Trainer::~Trainer() {
   device_free(ctx_.device, fp8_mem_);
 }
 
-void Trainer::load_micro_batch(const data::SampleSource* source, int64_t first_sample) {
-  const int T = spec_.train.seq_len, B = spec_.train.micro_batch;
-  const uint64_t V = static_cast<uint64_t>(spec_.model.vocab_size);
-  for (int b = 0; b < B; ++b) {
-    if (source) {
-      source->get(first_sample + b, host_tokens_.data());
-    } else {  // synthetic: tokens are a pure function of (seed, sample, position)
-      for (int t = 0; t <= T; ++t)
-        host_tokens_[t] = static_cast<int32_t>(
-            model::counter_bits(spec_.run.seed, uint64_t(first_sample + b), uint64_t(t)) % V);
-    }
-    keep_local_tokens(b);
-  }
-  // A pipeline stage reads ids only with the embedding, targets only with the head.
-  if (model_->config().first_stage) copy_from_host(model_->input_ids(), host_ids_.data());
-  if (model_->config().last_stage) copy_from_host(model_->targets(), host_targets_.data());
+void Trainer::load_micro_batch(const data::SampleSource* source, int64_t first_sample, int chunk) {
+  const int B = spec_.train.micro_batch;
+  for (int b = 0; b < B; ++b) read_sequence(source, first_sample + b, b);
+  // A pipeline stage reads ids only with the embedding, targets only with the
+  // head; every chunk keeps its own copy of the document layout.
+  if (model_->has_embedding(chunk)) copy_from_host(model_->input_ids(), host_ids_.data());
+  if (model_->has_head(chunk)) copy_from_host(model_->targets(), host_targets_.data());
+  if (Tensor d = model_->doc_start(chunk); !d.empty()) copy_from_host(d, host_doc_start_.data());
+  if (Tensor p = model_->positions(chunk); !p.empty()) copy_from_host(p, host_positions_.data());
 }
 
-void Trainer::keep_local_tokens(int b) {
+int64_t Trainer::read_sequence(const data::SampleSource* source, int64_t sample, int b) {
+  const int T = spec_.train.seq_len;
+  if (source) {
+    source->get(sample, host_tokens_.data());
+  } else {  // synthetic: tokens are a pure function of (seed, sample, position)
+    const uint64_t V = static_cast<uint64_t>(spec_.model.vocab_size);
+    for (int t = 0; t <= T; ++t)
+      host_tokens_[t] = static_cast<int32_t>(
+          model::counter_bits(spec_.run.seed, uint64_t(sample), uint64_t(t)) % V);
+  }
+  const DataSpec& d = spec_.data;
+  if (d.documents())
+    document_layout(host_tokens_.data(), T, *d.eod_token, seq_doc_start_.data(),
+                    seq_positions_.data());
+  return keep_local_tokens(b);
+}
+
+int64_t Trainer::keep_local_tokens(int b) {
   // Context parallelism: every cp rank of a dp rank reads the same sequences
   // and keeps its two chunks of them (parallel/cp_layout.h); the targets are
-  // the next tokens of the same global positions.
+  // the next tokens of the same global positions, the document layout that
+  // of those positions.
   const model::BatchShape& batch = model_->batch();
   const parallel::CpLayout layout = model::cp_layout(model_->config(), batch);
+  const DataSpec& d = spec_.data;
+  int64_t masked = 0;
   auto keep = [&](int64_t to, int64_t from, int64_t n) {
     std::copy_n(host_tokens_.begin() + from, n, host_ids_.begin() + to);
     std::copy_n(host_tokens_.begin() + from + 1, n, host_targets_.begin() + to);
+    if (!host_doc_start_.empty())
+      std::copy_n(seq_doc_start_.begin() + from, n, host_doc_start_.begin() + to);
+    if (!host_positions_.empty())
+      std::copy_n(seq_positions_.begin() + from, n, host_positions_.begin() + to);
+    if (d.eod_mask_loss)
+      masked += mask_eod_targets(host_ids_.data() + to, host_targets_.data() + to, n, *d.eod_token);
   };
-  if (layout.cp == 1) return keep(b * batch.T, 0, batch.T);
-  for (int j = 0; j < parallel::CpLayout::kLocalChunks; ++j)
-    keep(b * batch.T + j * layout.chunk(), layout.offset(j), layout.chunk());
+  if (layout.cp == 1) {
+    keep(b * batch.T, 0, batch.T);
+  } else {
+    for (int j = 0; j < parallel::CpLayout::kLocalChunks; ++j)
+      keep(b * batch.T + j * layout.chunk(), layout.offset(j), layout.chunk());
+  }
+  return masked;
+}
+
+double Trainer::masked_targets(const data::SampleSource* source, int64_t first, int64_t count) {
+  double masked = 0;
+  for (int64_t i = 0; i < count; ++i) masked += double(read_sequence(source, first + i, 0));
+  return masked;
+}
+
+double Trainer::counted_targets(double all, double masked_here, const std::string& batch) {
+  const double counted = all - parallel::group_sum(grad_comm(), masked_here);
+  TRAINER_INPUT_CHECK(counted > 0, "data.eod_mask_loss: every target of {} follows an end of document "
+                      "(data.eod_token {}): no loss to average", batch, *spec_.data.eod_token);
+  return counted;
 }
 
 void Trainer::await_device() {
@@ -466,13 +509,21 @@ StepRecord Trainer::train_step(int step) {
   // rank's backward is scaled up by its size: the average is then the sum over
   // all tokens / tokens. fp16 also multiplies by the loss scale, divided out of
   // the gradients below.
+  // data.eod_mask_loss: the average is over the targets not masked, in
+  // the whole global batch; MoE aux losses keep their per-token weight.
+  const double counted =
+      spec_.data.eod_mask_loss
+          ? counted_targets(tokens, masked_targets(train_data_.get(), rank_first, G / dp_size_),
+                            fmt::format("step {}'s batch", step))
+          : tokens;
   const float loss_scale = precision_->loss_scale();
-  const float dloss = static_cast<float>(grad_size_ / tokens) * loss_scale;
+  const float dloss = static_cast<float>(grad_size_ / counted) * loss_scale;
+  const float aux_dloss = static_cast<float>(grad_size_ / tokens) * loss_scale;
   if (pipeline_) {
     loss_sum = pipeline_->run_step(
         *model_, ctx_, *arenas_,
-        [&](int m) { load_micro_batch(train_data_.get(), rank_first + int64_t(m) * B); },
-        [&] { return micro_batch_loss_sum(); }, dloss);
+        [&](int m, int chunk) { load_micro_batch(train_data_.get(), rank_first + int64_t(m) * B, chunk); },
+        [&] { return micro_batch_loss_sum(); }, dloss, aux_dloss);
   } else {
     const int P = static_cast<int>(model_->buffers().params().size());
     for (int m = 0; m < accum_steps_; ++m) {
@@ -483,7 +534,7 @@ StepRecord Trainer::train_step(int step) {
       // The reducer's tensors are the parameters in reverse (backward) order.
       if (reduce_in_backward_ && m == accum_steps_ - 1)
         model_->set_grad_ready([this, P](int p) { reducer_->mark_ready(P - 1 - p); });
-      model_->backward(ctx_, dloss);
+      model_->backward(ctx_, dloss, 0, aux_dloss);
       model_->set_grad_ready({});
     }
   }
@@ -492,7 +543,7 @@ StepRecord Trainer::train_step(int step) {
   synchronize_gradients();
   StepRecord r;
   r.step = step;
-  r.loss = parallel::group_sum(grad_comm(), loss_sum) / tokens;  // every token once
+  r.loss = parallel::group_sum(grad_comm(), loss_sum) / counted;  // every token once
   if (pipeline_) r.loss = parallel::group_sum(mesh_->comm(parallel::Axis::pp), r.loss);
   finish_moe_step(r, aux_sum);
   MixedPrecision::finish_fp8_step(model_->buffers(), *mesh_);
@@ -582,7 +633,7 @@ bool Trainer::lockstep_forwards() const {
 
 double Trainer::evaluate_pipeline() {
   // Forward only, one micro-batch at a time down the stages.
-  const int B = spec_.train.micro_batch, T = spec_.train.seq_len;
+  const int B = spec_.train.micro_batch;
   parallel::Communicator& pp = mesh_->comm(parallel::Axis::pp);
   double sum = 0;
   const int E = spec_.train.eval_batches, rounds = (E + dp_size_ - 1) / dp_size_;
@@ -590,19 +641,29 @@ double Trainer::evaluate_pipeline() {
     const int i = dp_rank_ + k * dp_size_;  // see evaluate()
     if (i >= E && !lockstep_forwards()) break;
     const double s = pipeline_->run_forward(
-        *model_, ctx_, *arenas_, [&] { load_micro_batch(val_data_.get(), int64_t(i % E) * B); },
+        *model_, ctx_, *arenas_,
+        [&](int chunk) { load_micro_batch(val_data_.get(), int64_t(i % E) * B, chunk); },
         [&] { return micro_batch_loss_sum(); });
     if (i < E) sum += s;
   }
   sum = parallel::group_sum(grad_comm(), sum);  // cp ranks hold other tokens of the same batches
   sum = parallel::group_sum(pp, sum);
-  return sum / (double(spec_.train.eval_batches) * B * T);
+  return sum / counted_eval_targets();
+}
+
+double Trainer::counted_eval_targets() {
+  const int B = spec_.train.micro_batch, T = spec_.train.seq_len, E = spec_.train.eval_batches;
+  const double all = double(E) * B * T;
+  if (!spec_.data.eod_mask_loss) return all;
+  double masked = 0;  // over this dp rank's batches (see evaluate())
+  for (int i = dp_rank_; i < E; i += dp_size_) masked += masked_targets(val_data_.get(), int64_t(i) * B, B);
+  return counted_targets(all, masked, "the validation batches");
 }
 
 double Trainer::evaluate() {
   if (!val_data_) return std::nan("");
   if (pipeline_) return evaluate_pipeline();
-  const int B = spec_.train.micro_batch, T = spec_.train.seq_len;
+  const int B = spec_.train.micro_batch;
   double sum = 0;
   // With ep the ranks of an ep group exchange tokens in every MoE forward
   // (zero 3: the dp group gathers every block), so all run the same number
@@ -616,7 +677,7 @@ double Trainer::evaluate() {
     if (i < E) sum += micro_batch_loss_sum();
   }
   sum = parallel::group_sum(grad_comm(), sum);
-  return sum / (double(spec_.train.eval_batches) * B * T);
+  return sum / counted_eval_targets();
 }
 
 namespace {

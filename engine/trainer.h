@@ -101,7 +101,17 @@ class Trainer {
   double evaluate_pipeline();
   // Every dp rank must run each evaluation forward (collectives inside it).
   bool lockstep_forwards() const;
-  void load_micro_batch(const data::SampleSource* source, int64_t first_sample);
+  // The micro-batch's sequences into model chunk `chunk`'s input tensors.
+  void load_micro_batch(const data::SampleSource* source, int64_t first_sample, int chunk = 0);
+  // Sample `sample` as local sequence b of the host arrays; returns how many
+  // of its local targets data.eod_mask_loss masked.
+  int64_t read_sequence(const data::SampleSource* source, int64_t sample, int b);
+  // data.eod_mask_loss: the targets masked in samples [first, first + count)
+  // of this rank, and what the loss averages over: `all` targets of the
+  // gradient group less every rank's masked ones (a sum over the group).
+  double masked_targets(const data::SampleSource* source, int64_t first, int64_t count);
+  double counted_targets(double all, double masked_here, const std::string& batch);
+  double counted_eval_targets();  // the same for one evaluation
   int64_t first_sample(int step) const;  // this rank's first training sample of `step`
   double micro_batch_loss_sum();
   void await_device();  // before a host copy on a multi-GPU rank: poll, never block
@@ -147,7 +157,12 @@ class Trainer {
   std::unique_ptr<ShardedParams> sharded_;  // zero 3, and zero 2 over > 1 rank
   std::unique_ptr<data::SampleSource> train_data_, val_data_;
   std::vector<int32_t> host_tokens_, host_ids_, host_targets_;  // ids, targets: this rank's tokens
-  void keep_local_tokens(int b);  // host_tokens_ (one sequence) -> sequence b of ids, targets
+  // Documents packed into a sequence: host_tokens_' layout (seq_), and this
+  // rank's tokens' (host_; empty when the model takes none).
+  std::vector<int32_t> seq_doc_start_, seq_positions_, host_doc_start_, host_positions_;
+  // host_tokens_ (one sequence) -> sequence b of ids, targets and the document
+  // layout; returns the targets masked there.
+  int64_t keep_local_tokens(int b);
   std::vector<float> host_losses_;
   Tensor norm_out_;  // (1) f32 on the device, for the gradient norm
   void* norm_mem_ = nullptr;

@@ -5,6 +5,10 @@
 // (context parallelism): query i sits at position q_offset + i of the Tk keys
 // and sees keys [0, q_offset + i]; q_offset = 0 with Tq = Tk is plain causal
 // self-attention.
+// Document masking (Megatron's --reset-attention-mask): doc_start (B, Tq) int32,
+// row stride free, holds for each query the key index its document starts at,
+// and the query then sees keys [doc_start, q_offset + i] only; each value must
+// lie in [0, q_offset + i]. An empty doc_start is 0 for every query.
 // Float tensors: f32, bf16 or f16 on the CPU backend, each independently; fp32 math.
 #pragma once
 
@@ -14,26 +18,27 @@ namespace trainer {
 
 #define TRAINER_OPS(NS)                                                                      \
   namespace NS {                                                                             \
-  /* out (B, Tq, H, D) = softmax(q k^T / sqrt(D), causal) v; lse (B, H, Tq) f32; written */ \
+  /* out (B, Tq, H, D) = softmax(q k^T / sqrt(D), causal) v; lse (B, H, Tq) f32; written */  \
   /* q (B, Tq, H, D), k, v (B, Tk, Hkv, D), H a multiple of Hkv, q_offset + Tq <= Tk      */ \
   void attention_forward(Context& ctx, Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v, \
-                         int64_t q_offset);                                                  \
+                         int64_t q_offset, Tensor doc_start = {});                           \
   /* dq (B, Tq, H, D), dk, dv (B, Tk, Hkv, D) written (keys no query sees get 0)          */ \
   void attention_backward(Context& ctx, Tensor dq, Tensor dk, Tensor dv, Tensor dout,        \
                           Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse,              \
-                          int64_t q_offset);                                                 \
+                          int64_t q_offset, Tensor doc_start = {});                          \
   }
 TRAINER_OPS(cpu)
 TRAINER_OPS(cuda)
 #undef TRAINER_OPS
 
 inline void attention_forward(Context& ctx, Tensor out, Tensor lse, Tensor q, Tensor k,
-                              Tensor v, int64_t q_offset = 0) {
-  TRAINER_DISPATCH(ctx, attention_forward, out, lse, q, k, v, q_offset);
+                              Tensor v, int64_t q_offset = 0, Tensor doc_start = {}) {
+  TRAINER_DISPATCH(ctx, attention_forward, out, lse, q, k, v, q_offset, doc_start);
 }
 inline void attention_backward(Context& ctx, Tensor dq, Tensor dk, Tensor dv, Tensor dout,
                                Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse,
-                               int64_t q_offset = 0) {
-  TRAINER_DISPATCH(ctx, attention_backward, dq, dk, dv, dout, q, k, v, out, lse, q_offset);
+                               int64_t q_offset = 0, Tensor doc_start = {}) {
+  TRAINER_DISPATCH(ctx, attention_backward, dq, dk, dv, dout, q, k, v, out, lse, q_offset,
+                   doc_start);
 }
 }  // namespace trainer

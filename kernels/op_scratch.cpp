@@ -91,6 +91,7 @@ size_t fp8_linear_backward_scratch_bytes(int64_t M, int64_t N, bool bias) {
   return bias ? column_sums_scratch_bytes(M, N) : 0;
 }
 size_t amax_scratch_bytes() { return sizeof(unsigned); }
+size_t index_check_scratch_bytes() { return sizeof(unsigned long long); }
 
 size_t norm_scratch_bytes(int64_t rows, int64_t C) { return column_sums_scratch_bytes(rows, C); }
 

@@ -79,6 +79,9 @@ size_t fp8_linear_forward_scratch_bytes(int64_t M, int64_t N, bool bias,
 size_t fp8_linear_backward_scratch_bytes(int64_t M, int64_t N, bool bias);
 // amax / the overflow checks of kernels/cast.h: one word.
 size_t amax_scratch_bytes();
+// The range check of integer operands (document starts, learned positions;
+// kernels/cuda/index_check.h): one 8-byte record.
+size_t index_check_scratch_bytes();
 
 // LayerNorm / RMSNorm backward over (rows, C): the weight (and bias) gradient's column sums.
 size_t norm_scratch_bytes(int64_t rows, int64_t C);

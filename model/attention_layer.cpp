@@ -71,6 +71,15 @@ Tensor lse_of(Tensor lse, int j) {
   return lse.slice(j, j + 1).view({lse.size(1), lse.size(2), lse.size(3)});
 }
 
+// Chunk j's (B, c) document starts in the (B, 2c) per-token ones; empty stays empty.
+Tensor doc_chunk(Tensor docs, int j, int64_t c) {
+  if (docs.empty()) return docs;
+  Tensor v = docs;
+  v.shape[1] = c;
+  v.data = static_cast<int32_t*>(docs.data) + j * c;
+  return v;
+}
+
 // (B, T, h, D) views of flat (B * T * h * D) scratch.
 Tensor kv_view(Tensor flat, int64_t B, int64_t T, int64_t h, int64_t D) {
   return flat.view({B, T, h, D});
@@ -78,19 +87,26 @@ Tensor kv_view(Tensor flat, int64_t B, int64_t T, int64_t h, int64_t D) {
 
 }  // namespace
 
+Tensor Attention::docs(const LayerEnv& env) const {
+  return env.doc_start.empty() ? Tensor{} : env.doc_start.view({B_, T_});
+}
+
 void Attention::rope(const LayerEnv& env, Tensor x, bool forward) const {
-  auto apply = [&](Tensor t, int64_t pos) {
+  auto apply = [&](Tensor t, int64_t pos, Tensor positions) {
     if (forward)
-      rope_forward(env.ctx, t, t, rotary_, pos);
+      rope_forward(env.ctx, t, t, rotary_, pos, positions);
     else
-      rope_backward(env.ctx, t, t, rotary_, pos);
+      rope_backward(env.ctx, t, t, rotary_, pos, positions);
   };
-  if (cp_.cp == 1) return apply(x, 0);
+  // Positions restarting with each document: one call at the tokens' own.
+  if (!env.positions.empty()) return apply(x, 0, env.positions.view({B_, T_}));
+  if (cp_.cp == 1) return apply(x, 0, Tensor{});
   // One contiguous (1, c, h, D) block per sequence and chunk, at its global offset.
   const int64_t c = cp_.chunk(), row = x.size(2) * x.size(3);
   Tensor flat = x.view({x.numel()});
   cp_.for_each_chunk(B_, [&](int64_t first, int64_t pos) {
-    apply(flat.slice(first * row, (first + c) * row).view({1, c, x.size(2), x.size(3)}), pos);
+    apply(flat.slice(first * row, (first + c) * row).view({1, c, x.size(2), x.size(3)}), pos,
+          Tensor{});
   });
 }
 
@@ -115,15 +131,17 @@ void Attention::forward(const LayerEnv& env, const Scratch& s, Tensor out, Tenso
     rope(env, k, true);
   }
   Tensor att = heads(env, att_, H_);
+  const Tensor doc_start = docs(env);
   if (cp_.cp == 1) {
-    attention_forward(env.ctx, att, b.get(lse_), q, k, v);
+    attention_forward(env.ctx, att, b.get(lse_), q, k, v, 0, doc_start);
   } else {
     const int64_t Tg = cp_.seq;
     Tensor kg = kv_view(b.get(s.cp_k), B_, Tg, Hkv_, D_), vg = kv_view(b.get(s.cp_v), B_, Tg, Hkv_, D_);
     gather_kv(env, s, kg, vg);
     for (int j = 0; j < parallel::CpLayout::kLocalChunks; ++j)
       attention_forward(env.ctx, chunk_of(att, j, cp_.chunk()), lse_of(b.get(lse_), j),
-                        chunk_of(q, j, cp_.chunk()), kg, vg, cp_.offset(j));
+                        chunk_of(q, j, cp_.chunk()), kg, vg, cp_.offset(j),
+                        doc_chunk(doc_start, j, cp_.chunk()));
   }
   Tensor partial = io_.partial_out(env, s, out);
   o_proj_.forward(env, partial, b.get(att_));
@@ -140,9 +158,10 @@ void Attention::backward(const LayerEnv& env, const Scratch& s, Tensor dinp, Ten
   Tensor dv = b.get(s.dv).view({B_, T_, Hkv_, D_});
   Tensor datt = b.get(s.datt).view({B_, T_, H_, D_});
   Tensor q = heads(env, q_, H_), att = heads(env, att_, H_);
+  const Tensor doc_start = docs(env);
   if (cp_.cp == 1) {
     attention_backward(env.ctx, dq, dk, dv, datt, q, heads(env, k_, Hkv_), heads(env, v_, Hkv_),
-                       att, b.get(lse_));
+                       att, b.get(lse_), 0, doc_start);
   } else {
     const int64_t Tg = cp_.seq, c = cp_.chunk();
     auto whole = [&](BufferId id) { return kv_view(b.get(id), B_, Tg, Hkv_, D_); };
@@ -153,7 +172,7 @@ void Attention::backward(const LayerEnv& env, const Scratch& s, Tensor dinp, Ten
     for (int j = 0; j < parallel::CpLayout::kLocalChunks; ++j)
       attention_backward(env.ctx, chunk_of(dq, j, c), whole(dks[j]), whole(dvs[j]),
                          chunk_of(datt, j, c), chunk_of(q, j, c), kg, vg, chunk_of(att, j, c),
-                         lse_of(b.get(lse_), j), cp_.offset(j));
+                         lse_of(b.get(lse_), j), cp_.offset(j), doc_chunk(doc_start, j, c));
     accumulate(env.ctx, b.get(s.cp_dk), b.get(s.cp_dk2));
     accumulate(env.ctx, b.get(s.cp_dv), b.get(s.cp_dv2));
     parallel::cp_reduce_scatter_kv(env.ctx, *env.cp, cp_, whole(s.cp_dk), b.get(s.cp_dk2), dk);

@@ -5,7 +5,9 @@
 // their global positions, keys and values of the whole sequence are gathered
 // over cp (forward, and again in backward rather than kept), each query chunk
 // attends to the keys up to its own position, and the key/value gradients go
-// back to their owners summed over cp.
+// back to their owners summed over cp. Documents packed into a sequence:
+// each query sees keys of its own document only, and RoPE may restart its
+// positions at each document (LayerEnv::doc_start, positions).
 #pragma once
 
 #include <string>
@@ -29,8 +31,10 @@ class Attention {
  private:
   Tensor heads(const LayerEnv& env, BufferId id, int64_t h) const;  // (B, T, h, D) view
   // RoPE forward (sign +1) or backward (-1) in place on x (B, T, h, D) at its
-  // tokens' global positions.
+  // tokens' global positions, or their positions in their documents.
   void rope(const LayerEnv& env, Tensor x, bool forward) const;
+  // Document masking: (B, T) first key each query sees; empty when off.
+  Tensor docs(const LayerEnv& env) const;
   // Context parallelism: the whole sequence's keys and values (B, T_global, Hkv, D)
   // gathered into the scratch from this rank's k_ and v_.
   void gather_kv(const LayerEnv& env, const Scratch& s, Tensor kg, Tensor vg) const;

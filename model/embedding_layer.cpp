@@ -1,4 +1,5 @@
-// Embedding layer over kernels/embedding.h and the TP region ops.
+// Embedding layer over kernels/embedding.h and the TP region ops. Learned
+// positions restarting with each packed document come from LayerEnv::positions.
 #include "model/embedding_layer.h"
 
 #include "kernels/embedding.h"
@@ -51,9 +52,13 @@ void Embedding::forward(const LayerEnv& env, const Scratch& s, Tensor ids) const
   Tensor wpe = wpe_.index >= 0 && adds_positions_ ? env.buf.weight(wpe_) : Tensor{};
   Tensor full = sp_ ? env.buf.get(s.full_a) : out(env);
   Tensor wte = env.buf.weight(wte_);
-  by_positions(full, ids, [&](Tensor rows, Tensor chunk_ids, int64_t T, int64_t pos) {
-    embedding_forward(env.ctx, rows, chunk_ids, wte, wpe, T, pos, vocab_start_);
-  });
+  if (!wpe.empty() && !env.positions.empty()) {
+    embedding_forward(env.ctx, full, ids, wte, wpe, T_, 0, vocab_start_, env.positions);
+  } else {
+    by_positions(full, ids, [&](Tensor rows, Tensor chunk_ids, int64_t T, int64_t pos) {
+      embedding_forward(env.ctx, rows, chunk_ids, wte, wpe, T, pos, vocab_start_);
+    });
+  }
   if (sp_)
     parallel::scatter_to_sp_forward(env.tp, full, out(env));
   else
@@ -68,6 +73,10 @@ void Embedding::backward(const LayerEnv& env, const Scratch& s, Tensor dout, Ten
     parallel::scatter_to_sp_backward(env.tp, dout, dfull);
   }
   Tensor dwte = env.buf.grad(wte_);
+  if (!dwpe.empty() && !env.positions.empty()) {
+    embedding_backward(env.ctx, dwte, dwpe, dfull, ids, T_, 0, vocab_start_, env.positions);
+    return;
+  }
   by_positions(dfull, ids, [&](Tensor drows, Tensor chunk_ids, int64_t T, int64_t pos) {
     embedding_backward(env.ctx, dwte, dwpe, drows, chunk_ids, T, pos, vocab_start_);
   });

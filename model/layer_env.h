@@ -18,6 +18,11 @@ struct LayerEnv {
   // outputs, but per-step counters must not count it twice.
   bool recompute = false;
   parallel::Communicator* cp = nullptr;  // the context-parallel group (cp > 1 only)
+  // Documents packed into a sequence (ModelConfig::doc_masking,
+  // reset_positions): the running chunk's per-token (N) int32 document starts
+  // and positions, in local token order; empty when off.
+  Tensor doc_start{};
+  Tensor positions{};
 };
 
 }  // namespace trainer::model

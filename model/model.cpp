@@ -73,6 +73,11 @@ Model::Model(const ModelConfig& cfg, const BatchShape& batch) : cfg_(cfg), batch
       ch.stage_in = buf_.add(Category::activations, io + ".input", {R, cfg.d_model}, buf_.act_dtype());
     }
     if (has_head(c)) targets_ = buf_.add(Category::activations, "targets", {N}, DType::i32);
+    const std::string docs = c == 0 ? "documents" : fmt::format("documents.chunk{}", c);
+    if (cfg.doc_masking)
+      ch.doc_start = buf_.add(Category::activations, docs + ".doc_start", {N}, DType::i32);
+    if (cfg.reset_positions)
+      ch.positions = buf_.add(Category::activations, docs + ".positions", {N}, DType::i32);
     ch.block_begin = c == 0 ? 0 : chunks_[c - 1].block_end;
     ch.block_end = ch.block_begin + (ranges[c].second - ranges[c].first);
     block_params_.resize(blocks_.size());
@@ -265,6 +270,23 @@ Tensor Model::stage_in(const LayerEnv& env, int c) const {
 }
 
 Tensor Model::stage_input(int c) const { return buf_.get(chunk(c).stage_in); }
+
+Tensor Model::doc_start(int c) const {
+  const Chunk& ch = chunk(c);
+  return ch.doc_start >= 0 ? buf_.get(ch.doc_start) : Tensor{};
+}
+
+Tensor Model::positions(int c) const {
+  const Chunk& ch = chunk(c);
+  return ch.positions >= 0 ? buf_.get(ch.positions) : Tensor{};
+}
+
+LayerEnv Model::env(Context& ctx, int c) const {
+  LayerEnv e = env(ctx);
+  e.doc_start = doc_start(c);
+  e.positions = positions(c);
+  return e;
+}
 Tensor Model::stage_output_grad(int c) const { return buf_.get(chunk(c).stage_dout); }
 
 Tensor Model::stage_output(Context& ctx, int c) {
@@ -274,7 +296,7 @@ Tensor Model::stage_output(Context& ctx, int c) {
 }
 
 void Model::forward(Context& ctx, int c) {
-  LayerEnv env = this->env(ctx);
+  LayerEnv env = this->env(ctx, c);
   const Chunk& ch = chunk(c);
   if (has_embedding(c)) {
     cuda::NvtxRange range("embedding forward");
@@ -295,8 +317,8 @@ void Model::forward(Context& ctx, int c) {
 Tensor Model::losses(Context& ctx) { return head_.losses(env(ctx)); }
 Tensor Model::logits(Context& ctx) { return head_.logits(env(ctx)); }
 
-void Model::backward(Context& ctx, float dloss, int c) {
-  LayerEnv env = this->env(ctx);
+void Model::backward(Context& ctx, float dloss, int c, std::optional<float> aux_dloss) {
+  LayerEnv env = this->env(ctx, c);
   const Chunk& ch = chunk(c);
   Tensor dres = buf_.get(scratch_.dres);
   if (has_head(c)) {
@@ -317,7 +339,8 @@ void Model::backward(Context& ctx, float dloss, int c) {
     }
     // An MoE aux loss counts once per micro-batch, as the token losses do in
     // sum (all of its tokens: every cp rank's chunks).
-    blocks_[l].backward(env, scratch_, dres, in, dloss * float(batch_.tokens() * cfg_.cp));
+    blocks_[l].backward(env, scratch_, dres, in,
+                        aux_dloss.value_or(dloss) * float(batch_.tokens() * cfg_.cp));
     if (block_hooks_) block_hooks_->release_gradients(block_unit_[l]);
     report_ready(block_params_[l]);
   }

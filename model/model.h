@@ -5,6 +5,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "model/block.h"
@@ -53,6 +54,14 @@ class Model {
 
   Tensor input_ids() const { return buf_.get(ids_); }  // (N) int32, the caller fills it
   Tensor targets() const { return buf_.get(targets_); }  // (N) int32, < 0 = ignored
+  // Documents packed into a sequence, the caller fills these for every chunk
+  // it runs (each chunk's are in its activations, kept for its backward):
+  // (N) int32 global position each token's document starts at
+  // (config().doc_masking), and each token's position (config().reset_positions,
+  // restarting at 0 with each document). Empty when off.
+  Tensor doc_start(int chunk = 0) const;
+  Tensor positions(int chunk = 0) const;
+  bool needs_documents() const { return cfg_.doc_masking || cfg_.reset_positions; }
 
   // Pipeline stage I/O (R, C) of model chunk `chunk`, all in the activations
   // arena: the input a chunk without the embedding receives, the output a
@@ -88,8 +97,10 @@ class Model {
   // The head's logits of that forward: (N, this rank's padded vocabulary rows).
   Tensor logits(Context& ctx);
   // Accumulates into the gradients d(sum_n dloss * loss_n) / d(params) of
-  // the chunk, from the loss (head) or its stage output gradient.
-  void backward(Context& ctx, float dloss, int chunk = 0);
+  // the chunk, from the loss (head) or its stage output gradient. MoE aux
+  // losses weigh aux_dloss per token of the micro-batch (default dloss; they
+  // differ when some tokens' losses are masked and dloss is 1 / the rest).
+  void backward(Context& ctx, float dloss, int chunk = 0, std::optional<float> aux_dloss = {});
 
   // Called from backward() with the index (into buffers().params()) of every
   // parameter whose gradient that backward has just completed: a block's
@@ -141,6 +152,7 @@ class Model {
   struct Chunk {
     int block_begin = 0, block_end = 0;       // into blocks_
     BufferId stage_in = -1, stage_dout = -1;  // pipeline I/O (no embedding / no head)
+    BufferId doc_start = -1, positions = -1;  // documents packed into a sequence
     size_t act_begin = 0, act_end = 0;        // its bytes of the activations arena
   };
   std::vector<Chunk> chunks_;
@@ -165,7 +177,8 @@ class Model {
   parallel::Communicator* kv_group() const;
   parallel::Communicator* ep_ = nullptr;
   parallel::Communicator* cp_ = nullptr;
-  LayerEnv env(Context& ctx) const { return LayerEnv{ctx, buf_, *tp_, ep_, false, cp_}; }
+  LayerEnv env(Context& ctx) const { return LayerEnv{ctx, buf_, *tp_, ep_, false, cp_, {}, {}}; }
+  LayerEnv env(Context& ctx, int chunk) const;  // with the chunk's document tensors
 };
 
 }  // namespace trainer::model

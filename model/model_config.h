@@ -50,6 +50,14 @@ struct ModelConfig {
   // before its backward (Megatron's --recompute-granularity full, per layer).
   bool recompute_full = false;
 
+  // Documents packed into a sequence (data.reset_attention_mask,
+  // data.reset_position_ids): each chunk's activations hold a per-token
+  // doc_start (the global position its document starts at; attention sees
+  // only keys from there) and/or positions (restarting at each document:
+  // RoPE angles, learned position rows), which the caller fills with the ids.
+  bool doc_masking = false;
+  bool reset_positions = false;
+
   // ZeRO sharding by parameter unit (embedding, block, head): > 0 pads each
   // unit part to a multiple of this many elements (dp shards of 64;
   // Buffers::pad_param_parts). With share_blocks (ZeRO-3) every block's

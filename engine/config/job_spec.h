@@ -90,6 +90,15 @@ struct DataSpec {
   std::vector<DataSource> val;    // optional
   DataFormat format = DataFormat::auto_;
   bool shuffle = true;
+  // Documents packed into one sequence, each ending with eod_token (Megatron's
+  // --reset-attention-mask, --reset-position-ids, --eod-mask-loss): attention
+  // stays within a document, positions restart at each document, the token
+  // after an end of document is not predicted from it.
+  bool reset_attention_mask = false;
+  bool reset_position_ids = false;
+  bool eod_mask_loss = false;
+  std::optional<int> eod_token;  // required when any of the three is true; < model.vocab_size
+  bool documents() const { return reset_attention_mask || reset_position_ids || eod_mask_loss; }
   bool operator==(const DataSpec&) const = default;
 };
 

@@ -46,6 +46,18 @@ void check_training(const JobSpec& s, const SpecReader& r) {
   if (t.eval_every > 0 && s.data.val.empty())
     r.fail("data.val", fmt::format("required when train.eval_every > 0 (it is {}); add validation "
                                    "data or set train.eval_every: 0", t.eval_every));
+  const DataSpec& d = s.data;
+  if (d.documents() && !d.eod_token) {
+    const char* key = d.reset_attention_mask ? "data.reset_attention_mask"
+                      : d.reset_position_ids ? "data.reset_position_ids"
+                                             : "data.eod_mask_loss";
+    r.fail("data.eod_token", fmt::format("required when {} is true: the id that ends each document "
+                                         "in the data (GPT-2's <|endoftext|> is 50256, Llama 3's "
+                                         "<|end_of_text|> 128001)", key));
+  }
+  if (d.eod_token && *d.eod_token >= s.model.vocab_size)
+    r.fail("data.eod_token", fmt::format("must be < model.vocab_size ({}), got {}", s.model.vocab_size,
+                                         *d.eod_token));
   const OptimizerSpec& o = s.optimizer;
   if (o.min_lr > o.lr)
     r.fail("optimizer.min_lr", fmt::format("must be <= optimizer.lr ({}), got {}", o.lr, o.min_lr));

@@ -121,6 +121,10 @@ std::string job_spec_to_yaml(const JobSpec& spec) {
   }
   y += "data:\n  train:" + sources(data.train) + "  val:" + sources(data.val);
   y += fmt::format("  format: {}\n  shuffle: {}\n", to_string(data.format), yes(data.shuffle));
+  y += fmt::format("  reset_attention_mask: {}\n  reset_position_ids: {}\n  eod_mask_loss: {}\n"
+                   "  eod_token: {}\n",
+                   yes(data.reset_attention_mask), yes(data.reset_position_ids),
+                   yes(data.eod_mask_loss), data.eod_token ? std::to_string(*data.eod_token) : "null");
   y += fmt::format(
       "train:\n  seq_len: {}\n  micro_batch: {}\n  global_batch: {}\n  steps: {}\n"
       "  eval_every: {}\n  eval_batches: {}\n  log_every: {}\n  max_minutes: {}\n",

@@ -238,6 +238,14 @@ void read_data(Section s, DataSpec& d) {
   }
   s.read("format", d.format, spec::kFormatChoices);
   s.read("shuffle", d.shuffle);
+  s.read("reset_attention_mask", d.reset_attention_mask);
+  s.read("reset_position_ids", d.reset_position_ids);
+  s.read("eod_mask_loss", d.eod_mask_loss);
+  if (s.has("eod_token") && !s.is_null("eod_token")) {
+    int eod = 0;
+    s.read("eod_token", eod, 0);
+    d.eod_token = eod;
+  }
 }
 
 void read_train(Section s, TrainSpec& t) {

@@ -1,7 +1,8 @@
 // CPU causal grouped-query attention. One (batch, head) pair is a sequence of
 // 64-query blocks; each block is three or five single-threaded sgemm calls over
 // only the keys it can see (the upper triangle is skipped; with a query offset
-// the block sees the whole prefix before it too), with the softmax between
+// the block sees the whole prefix before it too; under document masking keys
+// before the block's first document are skipped too), with the softmax between
 // them. Forward keeps only the log-sum-exp; backward recomputes the
 // probabilities. Scratch: two (64, Tk) fp32 buffers per OpenMP thread, kept
 // across calls (thread_scratch slots 0 and 1). bf16/fp16 q, k, v, ... are staged
@@ -39,26 +40,28 @@ Heads heads(Staging& st, const Tensor& t, int64_t B, int64_t T, int64_t H, int64
   return Heads{v.data, v.stride[0], v.stride[1], v.stride[2]};
 }
 
-// Rows r of s (rows, ld) belong to the query at position i0 + r and see keys [0, i0 + r].
-// Turns scores into normalised probabilities (masked entries 0); writes lse.
+// Rows r of s (rows, ld) see keys [first[r], i0 + r] of the block's window
+// (first null: from 0). Turns scores into normalised probabilities (masked
+// entries 0); writes lse.
 TRAINER_CPU_CLONES void softmax_block(float* s, int64_t rows, int64_t ld, int64_t i0,
-                                      float* lse) {
+                                      const int64_t* first, float* lse) {
   for (int64_t r = 0; r < rows; ++r) {
     float* row = s + r * ld;
-    const int64_t n = i0 + r + 1;
+    const int64_t j0 = first ? first[r] : 0, n = i0 + r + 1;
     float m = -std::numeric_limits<float>::infinity();
 #pragma omp simd reduction(max : m)
-    for (int64_t j = 0; j < n; ++j) m = row[j] > m ? row[j] : m;
+    for (int64_t j = j0; j < n; ++j) m = row[j] > m ? row[j] : m;
     float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
-    for (int64_t j = 0; j < n; ++j) {
+    for (int64_t j = j0; j < n; ++j) {
       const float e = exp_approx(row[j] - m);
       row[j] = e;
       sum += e;
     }
     const float inv = 1.0f / sum;
 #pragma omp simd
-    for (int64_t j = 0; j < n; ++j) row[j] *= inv;
+    for (int64_t j = j0; j < n; ++j) row[j] *= inv;
+    for (int64_t j = 0; j < j0; ++j) row[j] = 0.0f;
     for (int64_t j = n; j < ld; ++j) row[j] = 0.0f;
     lse[r] = m + std::log(sum);
   }
@@ -66,18 +69,22 @@ TRAINER_CPU_CLONES void softmax_block(float* s, int64_t rows, int64_t ld, int64_
 
 // p = exp(s - lse) (masked 0), then ds = p * (dp - delta) * scale, in place in dp.
 TRAINER_CPU_CLONES void softmax_grad_block(float* p, float* dp, int64_t rows, int64_t ld,
-                                           int64_t i0, const float* lse, const float* delta,
-                                           float scale) {
+                                           int64_t i0, const int64_t* first, const float* lse,
+                                           const float* delta, float scale) {
   for (int64_t r = 0; r < rows; ++r) {
     float* prow = p + r * ld;
     float* drow = dp + r * ld;
-    const int64_t n = i0 + r + 1;
+    const int64_t j0 = first ? first[r] : 0, n = i0 + r + 1;
     const float l = lse[r], dl = delta[r];
 #pragma omp simd
-    for (int64_t j = 0; j < n; ++j) {
+    for (int64_t j = j0; j < n; ++j) {
       const float pj = exp_approx(prow[j] - l);
       prow[j] = pj;
       drow[j] = pj * (drow[j] - dl) * scale;
+    }
+    for (int64_t j = 0; j < j0; ++j) {
+      prow[j] = 0.0f;
+      drow[j] = 0.0f;
     }
     for (int64_t j = n; j < ld; ++j) {
       prow[j] = 0.0f;
@@ -85,6 +92,37 @@ TRAINER_CPU_CLONES void softmax_grad_block(float* p, float* dp, int64_t rows, in
     }
   }
 }
+
+// Document masking: the first key each query sees, checked once per call.
+struct DocStarts {
+  const int32_t* data = nullptr;
+  int64_t stride_b = 0;
+  DocStarts(const char* op, const Tensor& t, int64_t B, int64_t T, int64_t q_offset) {
+    if (t.empty()) return;
+    check_shape(t, {B, T}, "attention doc_start");
+    TRAINER_CHECK(t.device == Device::cpu && t.dtype == DType::i32 && (T <= 1 || t.stride[1] == 1),
+                  "{}: doc_start {} must be CPU int32 with contiguous rows", op, t.str());
+    data = static_cast<const int32_t*>(t.data);
+    stride_b = t.stride[0];
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t i = 0; i < T; ++i) {
+        const int64_t v = data[b * stride_b + i];
+        TRAINER_CHECK(v >= 0 && v <= q_offset + i,
+                      "{}: doc_start[{}][{}] = {} is outside [0, {}], the keys query {} may see",
+                      op, b, i, v, q_offset + i, i);
+      }
+  }
+  // The block of queries [i0, i0 + rows) of sequence b: its rows' first keys
+  // relative to the block's first key (returned), which is their least.
+  int64_t block(int64_t b, int64_t i0, int64_t rows, int64_t* first) const {
+    if (!data) return 0;
+    const int32_t* d = data + b * stride_b + i0;
+    int64_t k0 = d[0];
+    for (int64_t r = 1; r < rows; ++r) k0 = std::min<int64_t>(k0, d[r]);
+    for (int64_t r = 0; r < rows; ++r) first[r] = d[r] - k0;
+    return k0;
+  }
+};
 
 // The checks and views both directions share: (B, Tq, H, D) queries and
 // outputs, (B, Tk, Hkv, D) keys and values, lse (B, H, Tq). out and lse are
@@ -119,10 +157,11 @@ struct Problem {
 }  // namespace
 
 void attention_forward(Context& ctx, Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v,
-                       int64_t q_offset) {
+                       int64_t q_offset, Tensor doc_start) {
   const char* op = "attention_forward";
   Staging st(op);
   const Problem P(op, st, q, k, v, out, lse, q_offset, true);
+  const DocStarts docs(op, doc_start, P.B, P.T, q_offset);
   const int64_t B = P.B, T = P.T, Tk = P.Tk, H = P.H, D = P.D, group = P.group;
   const Heads &Q = P.Q, &K = P.K, &V = P.V, &O = P.O;
   float* L = P.L;
@@ -131,6 +170,7 @@ void attention_forward(Context& ctx, Tensor out, Tensor lse, Tensor q, Tensor k,
 #pragma omp parallel
   {
     float* s = thread_scratch(0, kBlockQ * Tk);
+    int64_t first[kBlockQ];
 #pragma omp for collapse(2) schedule(static)
     for (int64_t b = 0; b < B; ++b) {
       for (int64_t h = 0; h < H; ++h) {
@@ -140,12 +180,16 @@ void attention_forward(Context& ctx, Tensor out, Tensor lse, Tensor q, Tensor k,
         float* oh = O.at(b, h);
         float* lh = L + (b * H + h) * T;
         for (int64_t i0 = 0; i0 < T; i0 += kBlockQ) {
-          const int64_t rows = std::min(kBlockQ, T - i0), keys = q_offset + i0 + rows;
+          // Keys [k0, k0 + keys): the block's window; keys before its first
+          // document are skipped.
+          const int64_t rows = std::min(kBlockQ, T - i0);
+          const int64_t k0 = docs.block(b, i0, rows, first), keys = q_offset + i0 + rows - k0;
           cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, keys, D, scale,
-                      qh + i0 * Q.stride_t, Q.stride_t, kh, K.stride_t, 0.0f, s, keys);
-          softmax_block(s, rows, keys, q_offset + i0, lh + i0);
+                      qh + i0 * Q.stride_t, Q.stride_t, kh + k0 * K.stride_t, K.stride_t, 0.0f, s,
+                      keys);
+          softmax_block(s, rows, keys, q_offset + i0 - k0, docs.data ? first : nullptr, lh + i0);
           cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, D, keys, 1.0f, s, keys,
-                      vh, V.stride_t, 0.0f, oh + i0 * O.stride_t, O.stride_t);
+                      vh + k0 * V.stride_t, V.stride_t, 0.0f, oh + i0 * O.stride_t, O.stride_t);
         }
       }
     }
@@ -154,10 +198,12 @@ void attention_forward(Context& ctx, Tensor out, Tensor lse, Tensor q, Tensor k,
 }
 
 void attention_backward(Context& ctx, Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor q,
-                        Tensor k, Tensor v, Tensor out, Tensor lse, int64_t q_offset) {
+                        Tensor k, Tensor v, Tensor out, Tensor lse, int64_t q_offset,
+                        Tensor doc_start) {
   const char* op = "attention_backward";
   Staging st(op);
   const Problem P(op, st, q, k, v, out, lse, q_offset, false);
+  const DocStarts docs(op, doc_start, P.B, P.T, q_offset);
   const int64_t B = P.B, T = P.T, Tk = P.Tk, H = P.H, D = P.D, Hkv = P.Hkv, group = P.group;
   const Heads &Q = P.Q, &K = P.K, &V = P.V, &O = P.O;
   const Heads dO = heads(st, dout, B, T, H, D, op, "attention dout", false);
@@ -174,6 +220,7 @@ void attention_backward(Context& ctx, Tensor dq, Tensor dk, Tensor dv, Tensor do
     float* p = thread_scratch(0, kBlockQ * Tk);
     float* dp = thread_scratch(1, kBlockQ * Tk);
     float delta[kBlockQ];
+    int64_t first[kBlockQ];
 #pragma omp for collapse(2) schedule(static)
     for (int64_t b = 0; b < B; ++b) {
       for (int64_t g = 0; g < Hkv; ++g) {
@@ -192,7 +239,12 @@ void attention_backward(Context& ctx, Tensor dq, Tensor dk, Tensor dv, Tensor do
           float* dqh = dQ.at(b, h);
           const float* lh = L + (b * H + h) * T;
           for (int64_t i0 = 0; i0 < T; i0 += kBlockQ) {
-            const int64_t rows = std::min(kBlockQ, T - i0), keys = q_offset + i0 + rows;
+            const int64_t rows = std::min(kBlockQ, T - i0);
+            const int64_t k0 = docs.block(b, i0, rows, first), keys = q_offset + i0 + rows - k0;
+            const float* kb = kh + k0 * K.stride_t;
+            const float* vb = vh + k0 * V.stride_t;
+            float* dkb = dkh + k0 * dK.stride_t;
+            float* dvb = dvh + k0 * dV.stride_t;
             const float* qb = qh + i0 * Q.stride_t;
             const float* dob = doh + i0 * dO.stride_t;
             for (int64_t r = 0; r < rows; ++r) {
@@ -203,17 +255,18 @@ void attention_backward(Context& ctx, Tensor dq, Tensor dk, Tensor dv, Tensor do
               delta[r] = acc;
             }
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, keys, D, scale, qb,
-                        Q.stride_t, kh, K.stride_t, 0.0f, p, keys);
+                        Q.stride_t, kb, K.stride_t, 0.0f, p, keys);
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, keys, D, 1.0f, dob,
-                        dO.stride_t, vh, V.stride_t, 0.0f, dp, keys);
-            softmax_grad_block(p, dp, rows, keys, q_offset + i0, lh + i0, delta, scale);
+                        dO.stride_t, vb, V.stride_t, 0.0f, dp, keys);
+            softmax_grad_block(p, dp, rows, keys, q_offset + i0 - k0, docs.data ? first : nullptr,
+                               lh + i0, delta, scale);
             // dv += p^T dout; dq = ds k; dk += ds^T q (ds already carries the scale)
             cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, keys, D, rows, 1.0f, p, keys,
-                        dob, dO.stride_t, 1.0f, dvh, dV.stride_t);
+                        dob, dO.stride_t, 1.0f, dvb, dV.stride_t);
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, D, keys, 1.0f, dp, keys,
-                        kh, K.stride_t, 0.0f, dqh + i0 * dQ.stride_t, dQ.stride_t);
+                        kb, K.stride_t, 0.0f, dqh + i0 * dQ.stride_t, dQ.stride_t);
             cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, keys, D, rows, 1.0f, dp, keys, qb,
-                        Q.stride_t, 1.0f, dkh, dK.stride_t);
+                        Q.stride_t, 1.0f, dkb, dK.stride_t);
           }
         }
       }

@@ -15,7 +15,7 @@ struct EmbeddingShape {
 
 EmbeddingShape check_embedding(const char* op, const Tensor& rows, const Tensor& ids,
                                const Tensor& table, const Tensor& pos_table, int64_t T,
-                               int64_t pos_offset) {
+                               int64_t pos_offset, const Tensor& positions) {
   EmbeddingShape s{};
   s.N = ids.size(0);
   s.C = table.size(-1);
@@ -23,7 +23,16 @@ EmbeddingShape check_embedding(const char* op, const Tensor& rows, const Tensor&
   check_shape(ids, {s.N}, op);
   check_shape(table, {s.V_local, s.C}, op);
   check_shape(rows, {s.N, s.C}, op);
-  if (!pos_table.empty()) {
+  if (!pos_table.empty() && !positions.empty()) {
+    s.T_max = pos_table.size(0);
+    check_shape(pos_table, {s.T_max, s.C}, op);
+    check_shape(positions, {s.N}, op);
+    TRAINER_CHECK(pos_offset == 0, "{}: positions given with pos_offset {}", op, pos_offset);
+    const int32_t* p = i32(positions, op, "positions");
+    for (int64_t n = 0; n < s.N; ++n)
+      TRAINER_CHECK(p[n] >= 0 && p[n] < s.T_max, "{}: position {} of token {} exceeds the {} learned positions",
+                    op, p[n], n, s.T_max);
+  } else if (!pos_table.empty()) {
     s.T_max = pos_table.size(0);
     check_shape(pos_table, {s.T_max, s.C}, op);
     TRAINER_CHECK(T > 0 && s.N % T == 0, "{}: {} tokens are not a whole number of sequences of {}",
@@ -38,9 +47,10 @@ EmbeddingShape check_embedding(const char* op, const Tensor& rows, const Tensor&
 }  // namespace
 
 void embedding_forward(Context& ctx, Tensor out, Tensor ids, Tensor wte, Tensor wpe, int64_t T,
-                       int64_t pos_offset, int64_t vocab_start) {
+                       int64_t pos_offset, int64_t vocab_start, Tensor positions) {
   const char* op = "embedding_forward";
-  const EmbeddingShape s = check_embedding(op, out, ids, wte, wpe, T, pos_offset);
+  const EmbeddingShape s = check_embedding(op, out, ids, wte, wpe, T, pos_offset, positions);
+  const int32_t* at = positions.empty() ? nullptr : i32(positions, op, "positions");
   Staging st(op);
   float* o = st.out(out, "out");
   const int32_t* id = i32(ids, op, "ids");
@@ -66,7 +76,7 @@ void embedding_forward(Context& ctx, Tensor out, Tensor ids, Tensor wte, Tensor 
           tok = te + local * C;
         }
       }
-      const float* pos = pe ? pe + (pos_offset + n % T) * C : nullptr;
+      const float* pos = pe ? pe + (at ? at[n] : pos_offset + n % T) * C : nullptr;
       if (tok && pos) {
 #pragma omp simd
         for (int64_t c = 0; c < C; ++c) row[c] = tok[c] + pos[c];
@@ -83,9 +93,10 @@ void embedding_forward(Context& ctx, Tensor out, Tensor ids, Tensor wte, Tensor 
 }
 
 void embedding_backward(Context& ctx, Tensor dwte, Tensor dwpe, Tensor dout, Tensor ids,
-                        int64_t T, int64_t pos_offset, int64_t vocab_start) {
+                        int64_t T, int64_t pos_offset, int64_t vocab_start, Tensor positions) {
   const char* op = "embedding_backward";
-  const EmbeddingShape s = check_embedding(op, dout, ids, dwte, dwpe, T, pos_offset);
+  const EmbeddingShape s = check_embedding(op, dout, ids, dwte, dwpe, T, pos_offset, positions);
+  const int32_t* at = positions.empty() ? nullptr : i32(positions, op, "positions");
   Staging st(op);
   const float* dy = st.in(dout, "dout");
   const int32_t* id = i32(ids, op, "ids");
@@ -106,7 +117,7 @@ void embedding_backward(Context& ctx, Tensor dwte, Tensor dwpe, Tensor dout, Ten
           for (int64_t c = c0; c < c1; ++c) dst[c] += g[c];
         }
         if (dpe) {
-          float* dst = dpe + (pos_offset + n % T) * C;
+          float* dst = dpe + (at ? at[n] : pos_offset + n % T) * C;
 #pragma omp simd
           for (int64_t c = c0; c < c1; ++c) dst[c] += g[c];
         }

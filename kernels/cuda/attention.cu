@@ -3,7 +3,8 @@
 // (fp32, odd head dims, unaligned views) the unfused path here: per query head h,
 // strided-batched GEMMs over the batch around one fused causal softmax kernel.
 // Query head h reads KV head h / (H / Hkv); query t sits at position
-// q_offset + t of the Tk keys (a context-parallel chunk). dK, dV of a KV head are
+// q_offset + t of the Tk keys (a context-parallel chunk) and, under document
+// masking, sees keys from its document's start on. dK, dV of a KV head are
 // written by its group's first query head (beta = 0) and accumulated by the rest
 // (beta = 1), so no atomics are needed. fp32, bf16 or fp16 inputs; scores,
 // probabilities and their gradients are fp32 (B, Tq, Tk) scratch buffers reused head
@@ -19,6 +20,7 @@
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/flash_attention.h"
 #include "kernels/cuda/gemm.h"
+#include "kernels/cuda/index_check.h"
 #include "kernels/memory.h"
 #include "kernels/op_scratch.h"
 
@@ -27,13 +29,20 @@ namespace {
 
 constexpr int kThreads = 128;
 
-// The score rows: B * Tq rows of Tk columns; query t sees columns <= q_offset + t.
+// The score rows: B * Tq rows of Tk columns; query t of batch b sees columns
+// [doc_start[b][t], q_offset + t] (doc_start null: from 0; its values were
+// checked before any launch).
 struct Rows {
   int64_t Tq, Tk, q_offset;
+  const int32_t* doc_start;
+  int64_t doc_sb;  // doc_start's batch stride
+  __device__ int64_t first(int64_t b, int64_t t) const {
+    return doc_start ? doc_start[b * doc_sb + t] : 0;
+  }
 };
 
 // One block per row r = b * Tq + t of the fp32 scores S (already scaled): turns
-// the row into probabilities over columns <= q_offset + t (zeros beyond), in
+// the row into probabilities over its visible columns (zeros elsewhere), in
 // place, writes lse[b, h, t], and (16-bit inputs) a TP copy of the row for the
 // P @ V GEMM.
 template <class TP>
@@ -41,32 +50,34 @@ __global__ void causal_softmax_kernel(float* S, TP* P, float* lse, Rows rows, in
                                       int64_t h) {
   __shared__ float shared[32];
   const int64_t r = blockIdx.x, b = r / rows.Tq, t = r % rows.Tq, last = rows.q_offset + t;
+  const int64_t first = rows.first(b, t);
   float* row = S + r * rows.Tk;
   float m = -INFINITY;
-  for (int64_t c = threadIdx.x; c <= last; c += blockDim.x) m = fmaxf(m, row[c]);
+  for (int64_t c = first + threadIdx.x; c <= last; c += blockDim.x) m = fmaxf(m, row[c]);
   m = block_max(m, shared);
   float s = 0.0f;
-  for (int64_t c = threadIdx.x; c <= last; c += blockDim.x) s += expf(row[c] - m);
+  for (int64_t c = first + threadIdx.x; c <= last; c += blockDim.x) s += expf(row[c] - m);
   s = block_sum(s, shared);
   const float row_lse = m + logf(s);
   for (int64_t c = threadIdx.x; c < rows.Tk; c += blockDim.x) {
-    const float p = c <= last ? expf(row[c] - row_lse) : 0.0f;
+    const float p = c >= first && c <= last ? expf(row[c] - row_lse) : 0.0f;
     row[c] = p;
     if constexpr (!std::is_same_v<TP, float>) P[r * rows.Tk + c] = from_float<TP>(p);
   }
   if (threadIdx.x == 0) lse[(b * H + h) * rows.Tq + t] = row_lse;
 }
 
-// P = exp(S - lse) on the causal triangle, 0 above it (backward's recomputation),
-// in place in S, plus the TP copy as above.
+// P = exp(S - lse) on the visible columns, 0 elsewhere (backward's
+// recomputation), in place in S, plus the TP copy as above.
 template <class TP>
 __global__ void causal_probs_kernel(float* S, TP* P, const float* lse, Rows rows, int64_t H,
                                     int64_t h) {
   const int64_t r = blockIdx.x, b = r / rows.Tq, t = r % rows.Tq, last = rows.q_offset + t;
+  const int64_t first = rows.first(b, t);
   float* row = S + r * rows.Tk;
   const float row_lse = lse[(b * H + h) * rows.Tq + t];
   for (int64_t c = threadIdx.x; c < rows.Tk; c += blockDim.x) {
-    const float p = c <= last ? expf(row[c] - row_lse) : 0.0f;
+    const float p = c >= first && c <= last ? expf(row[c] - row_lse) : 0.0f;
     row[c] = p;
     if constexpr (!std::is_same_v<TP, float>) P[r * rows.Tk + c] = from_float<TP>(p);
   }
@@ -101,7 +112,10 @@ __global__ void softmax_backward_kernel(T* dS, const float* dP, const float* P, 
 struct Shape {
   int64_t B, T, H, Hkv, D;  // T: queries
   int64_t Tk, q_offset;     // keys; the first query's position among them
-  Rows rows() const { return {T, Tk, q_offset}; }
+  Rows rows(const Tensor& doc_start) const {
+    return {T, Tk, q_offset, static_cast<const int32_t*>(doc_start.data),
+            doc_start.empty() ? 0 : doc_start.stride[0]};
+  }
 };
 
 // q, k, v, out and their gradients may be views into fused buffers (as on the
@@ -133,6 +147,22 @@ Shape check_shapes(const char* op, const Tensor& q, const Tensor& k, const Tenso
   TRAINER_CHECK(s.B <= INT32_MAX && s.B * s.T < (int64_t{1} << 31),
                 "{}: B * T = {} rows exceed the grid", op, s.B * s.T);
   return s;
+}
+
+// Document masking's first keys: (B, Tq) int32 on the GPU, any batch stride
+// (a context-parallel chunk is a view of the whole sequence's), rows
+// contiguous, each within the keys its query sees (the CPU op's refusal).
+void check_doc_start(CudaState& st, const Tensor& d, const Shape& s, const char* op) {
+  if (d.empty()) return;
+  check_gpu_data(d, op, "doc_start");
+  TRAINER_CHECK(d.dtype == DType::i32 && d.ndim == 2 && d.shape[0] == s.B && d.shape[1] == s.T &&
+                    (s.T <= 1 || d.stride[1] == 1) && d.stride[0] >= 0,
+                "{}: doc_start {} must be GPU int32 ({}, {}) with contiguous rows", op, d.str(),
+                s.B, s.T);
+  const OutOfRange bad = find_out_of_range(st, static_cast<const int32_t*>(d.data), s.B, s.T,
+                                           d.stride[0], s.q_offset, 1, op);
+  TRAINER_CHECK(!bad.found, "{}: doc_start[{}][{}] = {} is outside [0, {}], the keys query {} may see",
+                op, bad.row, bad.col, bad.value, s.q_offset + bad.col, bad.col);
 }
 
 void check_like(const Tensor& t, const Tensor& ref, const char* op, const char* name) {
@@ -182,17 +212,18 @@ void batched(CudaState& st, GemmOperand a, bool trans_a, GemmOperand b, bool tra
 }  // namespace
 
 void attention_forward(Context& ctx, Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v,
-                       int64_t q_offset) {
+                       int64_t q_offset, Tensor doc_start) {
   const char* op = "attention_forward";
   CudaState& st = state_of(ctx);
   const Shape s = check_shapes(op, q, k, v, q_offset);
+  check_doc_start(st, doc_start, s, op);
   check_like(out, q, op, "out");
   check_cuda(lse, op, "lse");
   check_dtype(lse, DType::f32, op, "lse");
   check_shape(lse, {s.B, s.H, s.T}, "attention lse");
   if (s.B * s.T * s.H * s.D == 0) return;
   if (flash_attention_applies(st, q, k, v, lse, {&out})) {
-    flash_attention_forward(st, out, lse, q, k, v, q_offset);
+    flash_attention_forward(st, out, lse, q, k, v, q_offset, doc_start);
     return;
   }
   const int64_t group = s.H / s.Hkv;
@@ -214,7 +245,7 @@ void attention_forward(Context& ctx, Tensor out, Tensor lse, Tensor q, Tensor k,
             batch, scale, 0.0f);
     TRAINER_FLOAT_DISPATCH(dtype, op, {
       causal_softmax_kernel<T><<<static_cast<unsigned>(s.B * s.T), kThreads, 0, st.stream>>>(
-          S, static_cast<T*>(P), static_cast<float*>(lse.data), s.rows(), s.H, h);
+          S, static_cast<T*>(P), static_cast<float*>(lse.data), s.rows(doc_start), s.H, h);
     });
     CUDA_LAUNCH_CHECK();
     // out_h (Tq, D) = P (Tq, Tk) @ v_j (Tk, D)
@@ -224,10 +255,12 @@ void attention_forward(Context& ctx, Tensor out, Tensor lse, Tensor q, Tensor k,
 }
 
 void attention_backward(Context& ctx, Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor q,
-                        Tensor k, Tensor v, Tensor out, Tensor lse, int64_t q_offset) {
+                        Tensor k, Tensor v, Tensor out, Tensor lse, int64_t q_offset,
+                        Tensor doc_start) {
   const char* op = "attention_backward";
   CudaState& st = state_of(ctx);
   const Shape s = check_shapes(op, q, k, v, q_offset);
+  check_doc_start(st, doc_start, s, op);
   check_like(dq, q, op, "dq");
   check_like(dout, q, op, "dout");
   check_like(out, q, op, "out");
@@ -238,7 +271,7 @@ void attention_backward(Context& ctx, Tensor dq, Tensor dk, Tensor dv, Tensor do
   check_shape(lse, {s.B, s.H, s.T}, "attention lse");
   if (s.B * s.T * s.H * s.D == 0) return;
   if (flash_attention_applies(st, q, k, v, lse, {&out, &dout, &dq, &dk, &dv})) {
-    flash_attention_backward(st, dq, dk, dv, dout, q, k, v, out, lse, q_offset);
+    flash_attention_backward(st, dq, dk, dv, dout, q, k, v, out, lse, q_offset, doc_start);
     return;
   }
   const int64_t group = s.H / s.Hkv;
@@ -274,7 +307,8 @@ void attention_backward(Context& ctx, Tensor dq, Tensor dk, Tensor dv, Tensor do
             batch, scale, 0.0f);
     TRAINER_FLOAT_DISPATCH(dtype, op, {
       causal_probs_kernel<T><<<rows, kThreads, 0, st.stream>>>(
-          P, static_cast<T*>(Pt), static_cast<const float*>(lse.data), s.rows(), s.H, h);
+          P, static_cast<T*>(Pt), static_cast<const float*>(lse.data), s.rows(doc_start), s.H,
+          h);
     });
     CUDA_LAUNCH_CHECK();
     // dv_j (Tk, D) (+)= P^T (Tk, Tq) @ dout_h (Tq, D)
@@ -286,7 +320,7 @@ void attention_backward(Context& ctx, Tensor dq, Tensor dk, Tensor dv, Tensor do
     TRAINER_FLOAT_DISPATCH(dtype, op, {
       softmax_backward_kernel<T><<<rows, kThreads, 0, st.stream>>>(
           static_cast<T*>(dS), dP, P, static_cast<const T*>(dout.data), strides(dout),
-          static_cast<const T*>(out.data), strides(out), s.rows(), s.D, h, scale);
+          static_cast<const T*>(out.data), strides(out), s.rows(doc_start), s.D, h, scale);
     });
     CUDA_LAUNCH_CHECK();
     // dq_h (Tq, D) = dS (Tq, Tk) @ k_j (Tk, D)

@@ -16,6 +16,12 @@
 //
 // Query row i (of Tq) sits at global position q_offset + i and sees keys
 // [0, q_offset + i] of Tk; q_offset is 0 with Tk = Tq for plain self-attention.
+// Under document masking row i of batch b sees keys from doc_start[b][i] on
+// instead: a query tile starts at the key tile holding its rows' least
+// document start (the tiles before it are all masked), the rest is masked per
+// element, and the dK/dV pass skips query tiles whose every row starts later
+// than its keys. Document starts need not grow along a row, so no upper bound
+// on the query tiles is taken from them.
 //
 // The includer defines in namespace trainer::flash, before including: FA_FN (the
 // qualifier of device code), FA_HD (of what the launcher also sizes on the host), namespace wm (the nvcuda::wmma API subset used below),
@@ -49,6 +55,8 @@ struct Problem {
   float* delta = nullptr;  // (B, H, Tq) contiguous: rowsum(dout * out), backward only
   int64_t lse_bh = 0;
   int64_t q_offset = 0;
+  const int32_t* doc_start = nullptr;  // (B, Tq), batch stride doc_sb; null: no documents
+  int64_t doc_sb = 0;
   int B = 0, H = 0, Hkv = 0, Tq = 0, Tk = 0, D = 0;
   float scale = 0.0f;
 };
@@ -210,18 +218,32 @@ FA_FN void accumulate_rows(float* c, const T* a, const T* b, int D, int w) {
 struct RowSlot {
   int w, r, half;
   bool ok;
-  int64_t pos;  // global position of the row's query
-  FA_FN RowSlot(const Thread& th, int rows, int64_t first_pos)
+  int64_t pos;    // global position of the row's query
+  int64_t first;  // the first key it sees (its document's start)
+  FA_FN RowSlot(const Thread& th, const Problem& P, int b, int64_t q0, int rows)
       : w(th.tid / 32), r(16 * (th.tid / 32) + th.tid % 32 / 2), half(th.tid % 2),
-        ok(r < rows), pos(first_pos + r) {}
+        ok(r < rows), pos(P.q_offset + q0 + r),
+        first(ok && P.doc_start ? P.doc_start[b * P.doc_sb + q0 + r] : 0) {}
   FA_FN int c0() const { return half * (kTile / 2); }
-  FA_FN bool sees(int64_t key, int Tk) const { return ok && key < Tk && key <= pos; }
+  FA_FN bool sees(int64_t key, int Tk) const {
+    return ok && key < Tk && key >= first && key <= pos;
+  }
 };
 
 // Keys a query tile's last row can see; the tile runs over that many keys.
 FA_FN int64_t visible_keys(const Problem& P, int64_t q0, int rows) {
   const int64_t n = P.q_offset + q0 + rows;
   return n < P.Tk ? n : P.Tk;
+}
+
+// The least document start of a query tile's rows: no row sees a key before it.
+// Every thread reads the same values, so the loops bounded by it stay uniform.
+FA_FN int64_t first_key(const Problem& P, int b, int64_t q0, int rows) {
+  if (!P.doc_start) return 0;
+  const int32_t* d = P.doc_start + b * P.doc_sb + q0;
+  int64_t m = d[0];
+  for (int r = 1; r < rows; ++r) m = d[r] < m ? d[r] : m;
+  return m;
 }
 
 template <class T>
@@ -241,10 +263,10 @@ FA_FN void forward_tile(const Problem& P, unsigned char* smem, const Thread& th)
   fill(sm.o, kTile * D, 0.0f, th);
   fill(sm.m, kTile, kNegInf, th);
   fill(sm.l, kTile, 0.0f, th);
-  const RowSlot row(th, rows, P.q_offset + q0);
+  const RowSlot row(th, P, b, q0, rows);
   const int n_kt = tiles(visible_keys(P, q0, rows));
   sync_block();
-  for (int kt = 0; kt < n_kt; ++kt) {
+  for (int kt = static_cast<int>(first_key(P, b, q0, rows) / kTile); kt < n_kt; ++kt) {
     const int64_t k0 = static_cast<int64_t>(kt) * kTile;
     const int krows = tile_len(P.Tk, k0);
     load_tile(sm.k, P.k, b, k0, krows, g, D, th);
@@ -264,7 +286,8 @@ FA_FN void forward_tile(const Problem& P, unsigned char* smem, const Thread& th)
     float m_new = sm.red_max[2 * row.r] > sm.red_max[2 * row.r + 1] ? sm.red_max[2 * row.r]
                                                                       : sm.red_max[2 * row.r + 1];
     m_new = m_old > m_new ? m_old : m_new;
-    // Only rows past Tq see nothing: they keep alpha 1 and p 0.
+    // Rows that have seen no key yet (past Tq, or their document starts in a
+    // later tile) keep alpha 1 and p 0.
     const bool any = m_new != kNegInf;
     const float alpha = any ? expf(m_old - m_new) : 1.0f;
     float sum = 0.0f;
@@ -359,7 +382,9 @@ FA_FN void backward_kv_tile(const Problem& P, unsigned char* smem, const Thread&
     for (int qt = qt0; qt < tiles(P.Tq); ++qt) {
       const int64_t q0 = static_cast<int64_t>(qt) * kTile;
       const int rows = tile_len(P.Tq, q0);
-      const RowSlot row(th, rows, P.q_offset + q0);
+      // Every row's document starts past these keys: P and dS are 0 here.
+      if (first_key(P, b, q0, rows) >= k0 + krows) continue;
+      const RowSlot row(th, P, b, q0, rows);
       sync_block();  // the previous tile's readers of q, dout, p, ds are done
       load_query_side(P, sm.q, sm.dout, sm.lse, sm.delta, b, h, q0, rows, th);
       sync_block();
@@ -390,9 +415,9 @@ FA_FN void backward_q_tile(const Problem& P, unsigned char* smem, const Thread& 
   BackwardQSmem<T> sm(smem, D);
   load_query_side(P, sm.q, sm.dout, sm.lse, sm.delta, b, h, q0, rows, th);
   fill(sm.dq, kTile * D, 0.0f, th);
-  const RowSlot row(th, rows, P.q_offset + q0);
+  const RowSlot row(th, P, b, q0, rows);
   const int n_kt = tiles(visible_keys(P, q0, rows));
-  for (int kt = 0; kt < n_kt; ++kt) {
+  for (int kt = static_cast<int>(first_key(P, b, q0, rows) / kTile); kt < n_kt; ++kt) {
     const int64_t k0 = static_cast<int64_t>(kt) * kTile;
     const int krows = tile_len(P.Tk, k0);
     sync_block();  // the previous tile's readers of k, v are done

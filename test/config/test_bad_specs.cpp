@@ -48,6 +48,13 @@ const std::vector<Bad>& bad_specs() {
        "job.yaml:5: unknown key 'train.stepz_' (did you mean 'train.steps'?)"},
       {"negative dp", kData + "parallel:\n  dp: -1\n", {},
        "job.yaml:5: parallel.dp: must be >= 1, got -1"},
+      {"document masking without the eod token", kData + "  reset_position_ids: true\n", {},
+       "job.yaml:1: data.eod_token: required when data.reset_position_ids is true: the id that ends each "
+       "document in the data (GPT-2's <|endoftext|> is 50256, Llama 3's <|end_of_text|> 128001)"},
+      {"eod token outside the vocabulary", kData + "  eod_mask_loss: true\n  eod_token: 50257\n", {},
+       "job.yaml:5: data.eod_token: must be < model.vocab_size (50257), got 50257"},
+      {"document masking flag not a bool", kData, {"data.reset_attention_mask=yes please"},
+       "--set: data.reset_attention_mask: expected true or false, got 'yes please'"},
       {"rope scaling on gpt2", kData + "model:\n  rope_scaling: {factor: 8}\n", {},
        "job.yaml:5: model.rope_scaling: gpt2 has learned positions, not rotary embeddings "
        "(rope_scaling needs family: llama)"},

@@ -281,6 +281,9 @@ checkpoint: {resume: "/x/y z"}
     s.train.eval_every = 0;
     s.parallel.dp = 16;
     s.log.metrics = "tensorboard";
+    s.data.reset_attention_mask = true;
+    s.data.eod_mask_loss = true;
+    s.data.eod_token = 50256;
     CHECK(round_trip(s) == s);
   }
 }
@@ -292,7 +295,8 @@ TEST_CASE("job_spec_to_yaml writes every key in the documented order", "[cpu]") 
        {"run:", "name:", "dir:", "seed:", "device:", "model:", "family:", "n_layer:", "d_model:",
         "n_head:", "n_kv_head:", "d_ff:", "vocab_size:", "max_seq_len:", "tie_embeddings:",
         "rope_theta:", "norm_eps:", "init_std:", "init_from:", "rope_scaling:", "moe:", "data:", "train:", "val:",
-        "format:", "shuffle:", "train:", "seq_len:", "micro_batch:", "global_batch:", "steps:",
+        "format:", "shuffle:", "reset_attention_mask:", "reset_position_ids:", "eod_mask_loss:",
+        "eod_token:", "train:", "seq_len:", "micro_batch:", "global_batch:", "steps:",
         "eval_every:", "eval_batches:", "log_every:", "optimizer:", "name:", "lr:", "min_lr:",
         "warmup_steps:", "schedule:", "decay_steps:", "betas:", "eps:", "weight_decay:",
         "grad_clip:", "precision:", "compute:", "loss_scale:", "fp8_amax_history:", "fp8_margin:",

@@ -1,7 +1,9 @@
 // [cuda] cross-entropy (three passes + backward, vocab-parallel shards, padding,
-// ignored targets) and embedding forward/backward against the CPU op on the same
-// dtypes: logits, tables and activations fp32, bf16 or fp16; statistics, losses and
-// table gradients fp32.
+// ignored targets) and embedding forward/backward (at per-token positions too)
+// against the CPU op on the same dtypes: logits, tables and activations fp32,
+// bf16 or fp16; statistics, losses and table gradients fp32.
+#include <cmath>
+
 #include "kernels/cross_entropy.h"
 #include "kernels/embedding.h"
 #include "test/cuda/harness.h"
@@ -120,6 +122,78 @@ TEST_CASE("embedding forward/backward match the CPU op", "[cuda][embedding]") {
     expect_close(tag + " dwpe", r1[2], c.wpe ? hdwpe.data : dwpe0, kF32LongSum);
     for (int i = 0; i < 3; ++i) expect_same_bits(tag + " rerun", r1[i], r2[i]);
   }
+}
+
+// Documents packed into sequences: each token's learned position row given
+// (restarting at 0), so rows repeat across the batch in any order; dwpe goes
+// through the sorted, deterministic path as dwte does.
+TEST_CASE("embedding at per-token positions matches the CPU op", "[cuda][embedding][docmask]") {
+  struct Case {
+    int64_t N, V_local, C, T_max;
+  };
+  for (DType dtype : kDtypes)
+  for (const Case c : {Case{1, 1, 1, 1}, Case{34, 50, 17, 20}, Case{4097, 300, 8, 1024}}) {
+    const int64_t N = c.N;
+    auto ids = random_ints(N, 500 + N, 0, static_cast<int32_t>(c.V_local - 1));
+    const auto restart = random_ints(N, 501 + N, 0, 6);
+    std::vector<int32_t> pos(N);
+    for (int64_t n = 0; n < N; ++n)
+      pos[n] = n == 0 || restart[n] == 0 || pos[n - 1] + 1 == c.T_max ? 0 : pos[n - 1] + 1;
+    pos[N - 1] = static_cast<int32_t>(c.T_max - 1);
+    const auto wte = round_to(random_floats(c.V_local * c.C, 502), dtype);
+    const auto wpe = round_to(random_floats(c.T_max * c.C, 503), dtype);
+    const auto dy = round_to(random_floats(N * c.C, 504), dtype);
+    const auto dwte0 = random_floats(c.V_local * c.C, 505), dwpe0 = random_floats(c.T_max * c.C, 506);
+    HostTensor hwte({c.V_local, c.C}, wte, dtype), hwpe({c.T_max, c.C}, wpe, dtype),
+        hy({N, c.C}, std::vector<float>(N * c.C), dtype), hdy({N, c.C}, dy, dtype),
+        hdwte({c.V_local, c.C}, dwte0), hdwpe({c.T_max, c.C}, dwpe0);
+    const Tensor hids = host_ints(ids, {N}), hpos = host_ints(pos, {N});
+    cpu::embedding_forward(cpu(), hy, hids, hwte, hwpe, N, 0, 0, hpos);
+    cpu::embedding_backward(cpu(), hdwte, hdwpe, hdy, hids, N, 0, 0, hpos);
+
+    DeviceTensor gids({N}, DType::i32), gpos({N}, DType::i32), gwte({c.V_local, c.C}, dtype),
+        gwpe({c.T_max, c.C}, dtype), gy({N, c.C}, dtype), gdy({N, c.C}, dtype),
+        gdwte({c.V_local, c.C}), gdwpe({c.T_max, c.C});
+    gids.upload_ints(ids);
+    gpos.upload_ints(pos);
+    gwte.upload(wte);
+    gwpe.upload(wpe);
+    gdy.upload(dy);
+    auto run = [&] {
+      gy.poison();
+      gdwte.upload(dwte0);
+      gdwpe.upload(dwpe0);
+      cuda::embedding_forward(gpu(), gy, gids, gwte, gwpe, N, 0, 0, gpos);
+      cuda::embedding_backward(gpu(), gdwte, gdwpe, gdy, gids, N, 0, 0, gpos);
+      return std::vector<std::vector<float>>{gy.download(), gdwte.download(), gdwpe.download()};
+    };
+    const auto r1 = run();
+    const auto r2 = run();
+    const std::string tag = fmt::format("embedding positions {} N={} V={} C={} T_max={}",
+                                        dtype_name(dtype), N, c.V_local, c.C, c.T_max);
+    expect_close(tag + " out", r1[0], hy.values(), Tolerance{0, 0, 0});
+    expect_close(tag + " dwte", r1[1], hdwte.data, kF32LongSum);
+    expect_close(tag + " dwpe", r1[2], hdwpe.data, kF32LongSum);
+    for (int i = 0; i < 3; ++i) expect_same_bits(tag + " rerun", r1[i], r2[i]);
+  }
+}
+
+TEST_CASE("embedding refuses a position past the learned ones", "[cuda][embedding][docmask]") {
+  const int64_t N = 8, C = 5, V = 4, T_max = 6;
+  DeviceTensor ids({N}, DType::i32), pos({N}, DType::i32), wte({V, C}), wpe({T_max, C}),
+      y({N, C}), dwte({V, C}), dwpe({T_max, C});
+  ids.upload_ints({0, 3, 1, 1, 2, 0, 3, 2});
+  for (DeviceTensor* t : {&wte, &wpe, &y}) t->upload(std::vector<float>(t->numel(), 0.5f));
+  pos.upload_ints({0, 1, 2, 6, 1, -1, 1, 5});
+  y.poison();
+  CHECK_THROWS_WITH(cuda::embedding_forward(gpu(), y, ids, wte, wpe, N, 0, 0, pos),
+                    Catch::Contains("position 6 of token 3 exceeds the 6 learned positions"));
+  CHECK(std::isnan(y.download()[0]));
+  pos.upload_ints({0, 1, 2, 0, 1, -1, 1, 5});
+  CHECK_THROWS_WITH(cuda::embedding_backward(gpu(), dwte, dwpe, y, ids, N, 0, 0, pos),
+                    Catch::Contains("position -1 of token 5 exceeds the 6 learned positions"));
+  // Without a position table the positions are not read (as on the CPU).
+  CHECK_NOTHROW(cuda::embedding_forward(gpu(), y, ids, wte, Tensor{}, N, 0, 0, pos));
 }
 
 }  // namespace trainer::cuda_test

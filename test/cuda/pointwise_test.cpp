@@ -1,5 +1,5 @@
 // [cuda] pointwise ops against the CPU op on the same dtypes (fp32, bf16, fp16):
-// GELU, SwiGLU, RoPE and the elementwise ops. GELU, SwiGLU and the elementwise
+// GELU, SwiGLU, RoPE (at per-token positions too) and the elementwise ops. GELU, SwiGLU and the elementwise
 // ops run both kernel paths for every dtype: 16-byte packs where every tensor is
 // aligned and n is whole packs of each dtype, one element per thread elsewhere,
 // and for a view shifted off 16-byte alignment (one tensor at a time), which must
@@ -165,6 +165,57 @@ TEST_CASE("rope forward/backward match the CPU op", "[cuda][rope]") {
     expect_close(tag + " dinp", dx1, hdx.values(), tol);
     expect_same_bits(tag + " rerun", y1, y2);
     expect_same_bits(tag + " rerun d", dx1, dx2);
+  }
+}
+
+// Documents packed into a sequence (Megatron's --reset-position-ids): every
+// token at its own position, restarting at 0 at each document, large positions
+// and Llama 3.1's scaling among them.
+TEST_CASE("rope at per-token positions matches the CPU op", "[cuda][rope][docmask]") {
+  struct Case {
+    int64_t B, T, H, D;
+    bool llama3;
+  };
+  for (DType dtype : kDtypes)
+  for (const Case c : {Case{1, 1, 1, 2, false}, Case{2, 37, 3, 16, false}, Case{2, 17, 2, 128, true}}) {
+    const int64_t n = c.B * c.T * c.H * c.D;
+    const Rope theta = c.llama3 ? Rope(500000.0f, RopeScaling{.factor = 8}) : Rope(10000.0f);
+    const auto x = round_to(random_floats(n, 90 + n), dtype);
+    // Documents of random lengths (restarts), and one sequence's late part far out.
+    std::vector<int32_t> pos(c.B * c.T);
+    const auto restart = random_ints(c.B * c.T, 91 + n, 0, 5);
+    for (int64_t i = 0; i < c.B * c.T; ++i)
+      pos[i] = i % c.T == 0 || restart[i] == 0 ? 0 : pos[i - 1] + 1;
+    if (c.T > 8) pos[c.T - 1] = 60000;
+    HostTensor hx({c.B, c.T, c.H, c.D}, x, dtype),
+        hy({c.B, c.T, c.H, c.D}, std::vector<float>(n), dtype),
+        hdx({c.B, c.T, c.H, c.D}, std::vector<float>(n), dtype);
+    const Tensor hpos = host_ints(pos, {c.B, c.T});
+    cpu::rope_forward(cpu(), hy, hx, theta, 0, hpos);
+    cpu::rope_backward(cpu(), hdx, hx, theta, 0, hpos);
+    DeviceTensor gx({c.B, c.T, c.H, c.D}, dtype), gy({c.B, c.T, c.H, c.D}, dtype),
+        gdx({c.B, c.T, c.H, c.D}, dtype), gpos({c.B, c.T}, DType::i32);
+    gx.upload(x);
+    gpos.upload_ints(pos);
+    auto run = [&] {
+      gy.poison();
+      gdx.poison();
+      cuda::rope_forward(gpu(), gy, gx, theta, 0, gpos);
+      cuda::rope_backward(gpu(), gdx, gx, theta, 0, gpos);
+      return std::pair{gy.download(), gdx.download()};
+    };
+    const auto [y1, dx1] = run();
+    const auto [y2, dx2] = run();
+    const Tolerance tol = narrow_tolerance(dtype, Tolerance{2e-5, 1e-4, 2e-5}, false);
+    const std::string tag = fmt::format("rope positions {} B={} T={} H={} D={}{}",
+                                        dtype_name(dtype), c.B, c.T, c.H, c.D,
+                                        c.llama3 ? " llama3" : "");
+    expect_close(tag + " out", y1, hy.values(), tol);
+    expect_close(tag + " dinp", dx1, hdx.values(), tol);
+    expect_same_bits(tag + " rerun", y1, y2);
+    expect_same_bits(tag + " rerun d", dx1, dx2);
+    CHECK_THROWS_WITH(cuda::rope_forward(gpu(), gy, gx, theta, 3, gpos),
+                      Catch::Contains("positions given with pos_offset 3"));
   }
 }
 

@@ -27,6 +27,12 @@ tokens() {  # tokens N VALUE: N uint16 tokens, all VALUE
   LC_ALL=C awk 'BEGIN { x = 12345; for (i = 0; i < 40000; i++) { x = (x * 1103515245 + 12345) % 2147483648;
     t = int(x / 65536) % 1000; printf "%c%c", t % 256, int(t / 256) } }'; } >data/random.bin
 
+# 40000 tokens of short documents: the same LCG, with about one token in eight
+# the end-of-document id 0 (so a 16-token sequence holds two or three documents).
+{ header 40000 20240520
+  LC_ALL=C awk 'BEGIN { x = 54321; for (i = 0; i < 40000; i++) { x = (x * 1103515245 + 12345) % 2147483648;
+    t = int(x / 65536) % 1000; if (t < 125) t = 0; printf "%c%c", t % 256, int(t / 256) } }'; } >data/docs.bin
+
 base() {  # base DATA: a valid tiny job over DATA
   cat <<YAML
 run: {name: e2e, dir: runs/e2e, device: cpu}
@@ -135,3 +141,14 @@ sed 's/^optimizer:/precision: {compute: fp16, loss_scale: 1e30}\noptimizer:/' me
 # (it must still take part in its group's token exchanges).
 sed 's|data: {train: data/random.bin}|data: {train: data/random.bin, val: data/random.bin}|; s|eval_every: 0|eval_every: 5, eval_batches: 3|' \
   mesh_moe.yaml >mesh_moe_eval.yaml
+
+# Packed documents (Megatron's --reset-attention-mask, --reset-position-ids,
+# --eod-mask-loss) over docs.bin, with evaluation; four layers for pp 2 x v2.
+for family in gpt2 llama; do
+  sed 's|data: {train: data/random.bin}|data: {train: data/docs.bin, val: data/docs.bin, reset_attention_mask: true, reset_position_ids: true, eod_mask_loss: true, eod_token: 0}|; s|eval_every: 0|eval_every: 5, eval_batches: 3|' \
+    mesh_${family}_l4.yaml >mesh_${family}_docs.yaml
+done
+for job in mesh_moe mesh_moe_llama; do
+  sed 's|data: {train: data/random.bin}|data: {train: data/docs.bin, val: data/docs.bin, reset_attention_mask: true, reset_position_ids: true, eod_mask_loss: true, eod_token: 0}|; s|eval_every: 0|eval_every: 5, eval_batches: 3|' \
+    $job.yaml >${job}_docs.yaml
+done

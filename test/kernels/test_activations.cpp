@@ -132,6 +132,43 @@ TEST_CASE("rope rotates pairs (i, i + D/2) and backward is its transpose", "[cpu
       CHECK(tail[b * 2 * H * D + j] == Approx(whole[(b * T + 3) * H * D + j]).margin(1e-6));
 }
 
+TEST_CASE("rope at per-token positions (documents restarting at 0) matches the reference",
+          "[cpu][rope][docmask]") {
+  Context ctx;
+  const int64_t B = 2, T = 6, H = 2, D = 8;
+  const float theta = 500000.0f;
+  auto x = random_floats(B * T * H * D, 71), dy = random_floats(B * T * H * D, 72);
+  const auto xd = to_double(x), dyd = to_double(dy);
+  std::vector<int32_t> pos = {0, 1, 2, 0, 1, 0, 7, 8, 9, 10, 0, 1};
+  const Tensor positions(pos.data(), {B, T}, DType::i32);
+  // Token (b, t) alone at pos_offset = its position.
+  auto ref = [&](const std::vector<double>& v) {
+    std::vector<double> out;
+    for (int64_t n = 0; n < B * T; ++n) {
+      std::vector<double> one(v.begin() + n * H * D, v.begin() + (n + 1) * H * D);
+      auto r = ref_rope(one, 1, 1, H, D, theta, pos[n]);
+      out.insert(out.end(), r.begin(), r.end());
+    }
+    return out;
+  };
+  std::vector<float> y(x.size()), dx(x.size());
+  cpu::rope_forward(ctx, view(y, {B, T, H, D}), view(x, {B, T, H, D}), theta, 0, positions);
+  require_close(y, ref(xd), 1e-5, 1e-6, "rope out");
+  cpu::rope_backward(ctx, view(dx, {B, T, H, D}), view(dy, {B, T, H, D}), theta, 0, positions);
+  require_close(dx, finite_diff([&](const std::vector<double>& v) { return dot(dyd, ref(v)); }, xd),
+                1e-4, 1e-5, "rope dinp");
+  // Positions 0..T-1 in every sequence are the plain rotation, bit for bit.
+  std::vector<int32_t> plain(B * T);
+  for (int64_t n = 0; n < B * T; ++n) plain[n] = static_cast<int32_t>(n % T);
+  std::vector<float> a(x.size()), b(x.size());
+  cpu::rope_forward(ctx, view(a, {B, T, H, D}), view(x, {B, T, H, D}), theta, 0);
+  cpu::rope_forward(ctx, view(b, {B, T, H, D}), view(x, {B, T, H, D}), theta, 0,
+                    Tensor(plain.data(), {B, T}, DType::i32));
+  CHECK(a == b);
+  CHECK_THROWS_AS(cpu::rope_forward(ctx, view(b, {B, T, H, D}), view(x, {B, T, H, D}), theta, 3,
+                                    positions), Error);
+}
+
 TEST_CASE("rope with Llama 3.1 scaling: transformers' three bands, backward its transpose",
           "[cpu][rope]") {
   Context ctx;

@@ -13,7 +13,10 @@ namespace {
 struct Dims {
   int64_t B, T, H, Hkv, D;       // T: queries
   int64_t Tk = 0, offset = 0;    // keys (0: T) and the first query's position among them
+  // Document masking: (B, T) first key of each query's document; empty = none.
+  std::vector<int32_t> doc_start = {};
   int64_t keys() const { return Tk > 0 ? Tk : T; }
+  int64_t first_key(int64_t b, int64_t i) const { return doc_start.empty() ? 0 : doc_start[b * T + i]; }
 };
 
 // out (B, T, H, D) and lse (B, H, T) in double, straight from the definition:
@@ -31,9 +34,9 @@ std::vector<double> ref_attention(const Dims& s, const std::vector<double>& q,
       const int64_t g = h / (s.H / s.Hkv);
       for (int64_t i = 0; i < s.T; ++i) {
         const double* qi = &q[((b * s.T + i) * s.H + h) * s.D];
-        const int64_t last = s.offset + i;
+        const int64_t first = s.first_key(b, i), last = s.offset + i;
         double m = -1e300;
-        for (int64_t j = 0; j <= last; ++j) {
+        for (int64_t j = first; j <= last; ++j) {
           const double* kj = &k[((b * Tk + j) * s.Hkv + g) * s.D];
           double dotp = 0.0;
           for (int64_t d = 0; d < s.D; ++d) dotp += qi[d] * kj[d];
@@ -41,9 +44,9 @@ std::vector<double> ref_attention(const Dims& s, const std::vector<double>& q,
           m = std::max(m, p[j]);
         }
         double sum = 0.0;
-        for (int64_t j = 0; j <= last; ++j) sum += std::exp(p[j] - m);
+        for (int64_t j = first; j <= last; ++j) sum += std::exp(p[j] - m);
         double* oi = &out[((b * s.T + i) * s.H + h) * s.D];
-        for (int64_t j = 0; j <= last; ++j) {
+        for (int64_t j = first; j <= last; ++j) {
           const double w = std::exp(p[j] - m) / sum;
           const double* vj = &v[((b * Tk + j) * s.Hkv + g) * s.D];
           for (int64_t d = 0; d < s.D; ++d) oi[d] += w * vj[d];
@@ -75,10 +78,12 @@ Run run_attention(const Dims& s, uint32_t seed) {
   const Tensor q = view(r.q, {s.B, s.T, s.H, s.D}), k = view(r.k, {s.B, Tk, s.Hkv, s.D}),
                v = view(r.v, {s.B, Tk, s.Hkv, s.D}), out = view(r.out, {s.B, s.T, s.H, s.D}),
                lse = view(r.lse, {s.B, s.H, s.T});
-  cpu::attention_forward(ctx, out, lse, q, k, v, s.offset);
+  std::vector<int32_t> docs = s.doc_start;
+  const Tensor doc_start = docs.empty() ? Tensor{} : Tensor(docs.data(), {s.B, s.T}, DType::i32);
+  cpu::attention_forward(ctx, out, lse, q, k, v, s.offset, doc_start);
   cpu::attention_backward(ctx, view(r.dq, {s.B, s.T, s.H, s.D}), view(r.dk, {s.B, Tk, s.Hkv, s.D}),
                           view(r.dv, {s.B, Tk, s.Hkv, s.D}), view(r.dout, {s.B, s.T, s.H, s.D}),
-                          q, k, v, out, lse, s.offset);
+                          q, k, v, out, lse, s.offset, doc_start);
   return r;
 }
 
@@ -133,6 +138,86 @@ TEST_CASE("attention of a query block at an offset into longer keys matches fini
   check_attention({2, 4, 4, 2, 8, 16, 8}, 1);    // a middle chunk, GQA
   check_attention({1, 5, 2, 1, 4, 10, 5}, 1);    // the last chunk, multi-query
   check_attention({1, 70, 2, 2, 8, 200, 90}, 37);  // two 64-query blocks behind a long prefix
+}
+
+namespace {
+// Document starts of B sequences of T queries at `offset` into the keys, each
+// sequence's documents beginning at the given key indices (besides key 0).
+std::vector<int32_t> doc_starts(int64_t B, int64_t T, int64_t offset,
+                                const std::vector<std::vector<int32_t>>& starts) {
+  std::vector<int32_t> out(B * T);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t i = 0; i < T; ++i) {
+      int32_t first = 0;
+      for (int32_t st : starts[b]) if (st <= offset + i) first = std::max(first, st);
+      out[b * T + i] = first;
+    }
+  return out;
+}
+}  // namespace
+
+TEST_CASE("attention with document masking matches the double reference and finite differences",
+          "[cpu][attention][docmask]") {
+  // Each query sees only its own document: key ranges that start inside a
+  // 64-query block, at a block's first row, at the last key, and a document
+  // of one token.
+  check_attention({2, 9, 2, 1, 4, 0, 0, doc_starts(2, 9, 0, {{3, 4, 8}, {}})}, 1);
+  check_attention({1, 17, 4, 2, 8, 0, 0, doc_starts(1, 17, 0, {{1, 16}})}, 1);
+  // A query block at an offset (context parallelism) whose documents began
+  // before it, and one starting inside it.
+  check_attention({2, 6, 4, 2, 8, 20, 9, doc_starts(2, 6, 9, {{5, 12}, {9, 10, 14}})}, 1);
+  // Several 64-query blocks: a block whose rows span two documents, one wholly
+  // inside a late document (keys before it skipped).
+  check_attention({1, 150, 2, 1, 8, 0, 0, doc_starts(1, 150, 0, {{40, 64, 100, 129}})}, 29);
+}
+
+TEST_CASE("attention with document masking: every document computes as if alone",
+          "[cpu][attention][docmask]") {
+  // A sequence packing documents [0, 5), [5, 31), [31, 70) gives, for each,
+  // the outputs and gradients of that document run by itself, bit for bit
+  // up to float rounding of the shorter sums.
+  Context ctx;
+  const int64_t T = 70, H = 2, D = 8;
+  const std::vector<int64_t> bounds = {0, 5, 31, 70};
+  Dims packed{1, T, H, 1, D, 0, 0, doc_starts(1, T, 0, {{5, 31}})};
+  Run whole = run_attention(packed, 5);
+  for (size_t d = 0; d + 1 < bounds.size(); ++d) {
+    const int64_t a = bounds[d], n = bounds[d + 1] - a;
+    INFO("document " << d);
+    Dims alone{1, n, H, 1, D};
+    Run part;
+    std::vector<float> q(whole.q.begin() + a * H * D, whole.q.begin() + (a + n) * H * D),
+        k(whole.k.begin() + a * D, whole.k.begin() + (a + n) * D),
+        v(whole.v.begin() + a * D, whole.v.begin() + (a + n) * D),
+        dy(whole.dout.begin() + a * H * D, whole.dout.begin() + (a + n) * H * D);
+    std::vector<float> out(q.size()), lse(H * n), dq(q.size()), dk(k.size()), dv(v.size());
+    cpu::attention_forward(ctx, view(out, {1, n, H, D}), view(lse, {1, H, n}), view(q, {1, n, H, D}),
+                           view(k, {1, n, 1, D}), view(v, {1, n, 1, D}), 0);
+    cpu::attention_backward(ctx, view(dq, {1, n, H, D}), view(dk, {1, n, 1, D}), view(dv, {1, n, 1, D}),
+                            view(dy, {1, n, H, D}), view(q, {1, n, H, D}), view(k, {1, n, 1, D}),
+                            view(v, {1, n, 1, D}), view(out, {1, n, H, D}), view(lse, {1, H, n}), 0);
+    auto part_of = [&](const std::vector<float>& x, int64_t row) {
+      return to_double(std::vector<float>(x.begin() + a * row, x.begin() + (a + n) * row));
+    };
+    require_close(out, part_of(whole.out, H * D), 1e-6, 1e-6, "out");
+    require_close(dq, part_of(whole.dq, H * D), 1e-6, 1e-6, "dq");
+    require_close(dk, part_of(whole.dk, D), 1e-6, 1e-6, "dk");
+    require_close(dv, part_of(whole.dv, D), 1e-6, 1e-6, "dv");
+  }
+}
+
+TEST_CASE("attention refuses a document start outside a query's keys", "[cpu][attention][docmask]") {
+  Context ctx;
+  std::vector<float> q(1 * 4 * 2 * 4), kv(1 * 6 * 2 * 4), out(q.size()), lse(1 * 2 * 4);
+  const Tensor k = view(kv, {1, 6, 2, 4});
+  std::vector<int32_t> ok = {0, 0, 4, 4}, late = {0, 0, 5, 4}, negative = {-1, 0, 0, 0};
+  auto run = [&](std::vector<int32_t>& d) {
+    cpu::attention_forward(ctx, view(out, {1, 4, 2, 4}), view(lse, {1, 2, 4}), view(q, {1, 4, 2, 4}),
+                           k, k, 2, Tensor(d.data(), {1, 4}, DType::i32));
+  };
+  CHECK_NOTHROW(run(ok));
+  CHECK_THROWS_WITH(run(late), Catch::Contains("doc_start[0][2] = 5 is outside [0, 4]"));
+  CHECK_THROWS_AS(run(negative), Error);
 }
 
 TEST_CASE("attention across several 64-query blocks", "[cpu][attention]") {

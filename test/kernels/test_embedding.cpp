@@ -94,3 +94,37 @@ TEST_CASE("embedding refuses positions beyond wpe and non-int32 ids", "[cpu][emb
   CHECK_NOTHROW(cpu::embedding_forward(ctx, view(y, {4, 3}), view(ids, {4}), view(wte, {2, 3}),
                                        view(wpe, {2, 3}), 2, 0, 0));
 }
+
+TEST_CASE("embedding at per-token positions (documents restarting at 0)", "[cpu][embedding][docmask]") {
+  Context ctx;
+  const int64_t N = 8, C = 5, V = 4, T_max = 6;
+  std::vector<int32_t> ids = {0, 3, 1, 1, 2, 0, 3, 2}, pos = {0, 1, 2, 0, 1, 0, 1, 5};
+  auto wte = random_floats(V * C, 84), wpe = random_floats(T_max * C, 85), dy = random_floats(N * C, 86);
+  const auto wted = to_double(wte), wped = to_double(wpe), dyd = to_double(dy);
+  // Token n alone at pos_offset = its position.
+  auto ref = [&](const std::vector<double>& te, const std::vector<double>& pe) {
+    std::vector<double> y;
+    for (int64_t n = 0; n < N; ++n) {
+      auto r = ref_embedding({ids[n]}, te, &pe, C, 1, pos[n], 0);
+      y.insert(y.end(), r.begin(), r.end());
+    }
+    return y;
+  };
+  const Tensor positions = view(pos, {N});
+  std::vector<float> y(N * C, 5.0f);
+  cpu::embedding_forward(ctx, view(y, {N, C}), view(ids, {N}), view(wte, {V, C}), view(wpe, {T_max, C}),
+                         N, 0, 0, positions);
+  require_close(y, ref(wted, wped), 0.0, 1e-6, "embedding out");
+  std::vector<float> dwte(V * C, 0.0f), dwpe(T_max * C, 0.0f);
+  cpu::embedding_backward(ctx, view(dwte, {V, C}), view(dwpe, {T_max, C}), view(dy, {N, C}),
+                          view(ids, {N}), N, 0, 0, positions);
+  require_close(dwte, finite_diff([&](const std::vector<double>& v) { return dot(dyd, ref(v, wped)); }, wted),
+                1e-5, 1e-5, "embedding dwte");
+  require_close(dwpe, finite_diff([&](const std::vector<double>& v) { return dot(dyd, ref(wted, v)); }, wped),
+                1e-5, 1e-5, "embedding dwpe");
+  std::vector<int32_t> past = pos;
+  past[3] = T_max;
+  CHECK_THROWS_WITH(cpu::embedding_forward(ctx, view(y, {N, C}), view(ids, {N}), view(wte, {V, C}),
+                                           view(wpe, {T_max, C}), N, 0, 0, view(past, {N})),
+                    Catch::Contains("position 6 of token 3 exceeds the 6 learned positions"));
+}

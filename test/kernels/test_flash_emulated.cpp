@@ -1,9 +1,9 @@
 // The fused attention's tile programs (kernels/cuda/flash_attention_tiles.h, the
 // code the GPU runs) on the CPU warp emulator, against the CPU attention op on
 // the same 16-bit-rounded inputs: bf16 and fp16, ragged lengths, grouped KV
-// heads, head dims 16..128, and a query block at an offset into a longer key
-// sequence (context parallelism's case). Outputs start as NaN, so an element no
-// block writes fails.
+// heads, head dims 16..128, a query block at an offset into a longer key
+// sequence (context parallelism's case), and document masking. Outputs start as
+// NaN, so an element no block writes fails.
 #include "kernels/attention.h"
 #include "test/kernels/flash_emulator.h"
 #include "test/kernels/kernel_test_util.h"
@@ -54,11 +54,13 @@ Result cpu_attention(const Case& c, std::vector<float> q, std::vector<float> k,
   return r;
 }
 
-// The tile programs on Tq queries at q_offset against c.T keys.
+// The tile programs on Tq queries at q_offset against c.T keys (doc_start:
+// (B, Tq) first keys, or null).
 template <class E>
 Result flash_attention(const Case& c, int64_t Tq, int64_t q_offset, const std::vector<float>& q,
                        const std::vector<float>& k, const std::vector<float>& v,
-                       const std::vector<float>& dout) {
+                       const std::vector<float>& dout,
+                       const std::vector<int32_t>* doc_start = nullptr) {
   const float nan = std::nanf("");
   std::vector<E> eq = encode<E>(q), ek = encode<E>(k), ev = encode<E>(v), edo = encode<E>(dout);
   std::vector<E> out = encode<E>(std::vector<float>(q.size(), nan)), dq = out;
@@ -75,6 +77,7 @@ Result flash_attention(const Case& c, int64_t Tq, int64_t q_offset, const std::v
   p.lse = lse.data(), p.delta = delta.data(), p.lse_bh = Tq, p.q_offset = q_offset;
   p.B = int(c.B), p.H = int(c.H), p.Hkv = int(c.Hkv), p.Tq = int(Tq), p.Tk = int(c.T);
   p.D = int(c.D), p.scale = 1.0f / std::sqrt(float(c.D));
+  if (doc_start) p.doc_start = doc_start->data(), p.doc_sb = Tq;
   flash::emulated_forward<E>(p);
   flash::emulated_backward<E>(p);
   return {decode(out), lse, decode(dq), decode(dk), decode(dv)};
@@ -215,4 +218,61 @@ TEST_CASE("fused attention tiles (emulated) take a query block before the last k
       REQUIRE(got.dk[i] == 0.0f);
       REQUIRE(got.dv[i] == 0.0f);
     }
+}
+
+namespace {
+
+// Document starts of B rows of Tq queries at q_offset, each row's documents
+// beginning at the given key indices (besides key 0).
+std::vector<int32_t> doc_starts(int64_t B, int64_t Tq, int64_t q_offset,
+                                const std::vector<std::vector<int32_t>>& starts) {
+  std::vector<int32_t> out(B * Tq);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t i = 0; i < Tq; ++i)
+      for (int32_t st : starts[b])
+        if (st <= q_offset + i) out[b * Tq + i] = std::max(out[b * Tq + i], st);
+  return out;
+}
+
+// The tiles against the CPU op, both on Tq queries at q_offset into c.T keys
+// with the same document starts.
+template <class E>
+void check_documents(const Case& c, int64_t Tq, int64_t q_offset,
+                     const std::vector<std::vector<int32_t>>& starts, const std::string& tag) {
+  const int64_t nq = c.B * Tq * c.H * c.D, nkv = c.B * c.T * c.Hkv * c.D;
+  auto q = rounded<E>(random_floats(nq, 25, -2.0f, 2.0f));
+  auto k = rounded<E>(random_floats(nkv, 26, -2.0f, 2.0f));
+  auto v = rounded<E>(random_floats(nkv, 27, -2.0f, 2.0f));
+  auto dout = rounded<E>(random_floats(nq, 28));
+  std::vector<int32_t> docs = doc_starts(c.B, Tq, q_offset, starts);
+  Context ctx;
+  Result want{std::vector<float>(nq), std::vector<float>(c.B * c.H * Tq), std::vector<float>(nq),
+              std::vector<float>(nkv), std::vector<float>(nkv)};
+  const auto qs = {c.B, Tq, c.H, c.D}, kvs = {c.B, c.T, c.Hkv, c.D}, ls = {c.B, c.H, Tq};
+  const Tensor d(docs.data(), {c.B, Tq}, DType::i32);
+  cpu::attention_forward(ctx, view(want.out, qs), view(want.lse, ls), view(q, qs), view(k, kvs),
+                         view(v, kvs), q_offset, d);
+  cpu::attention_backward(ctx, view(want.dq, qs), view(want.dk, kvs), view(want.dv, kvs),
+                          view(dout, qs), view(q, qs), view(k, kvs), view(v, kvs),
+                          view(want.out, qs), view(want.lse, ls), q_offset, d);
+  const Result got = flash_attention<E>(c, Tq, q_offset, q, k, v, dout, &docs);
+  const auto [out_b, grad_b] = bounds<E>();
+  expect_close(got.out, want.out, out_b, tag + " out");
+  expect_close(got.lse, want.lse, {1e-5, 1e-5, 1e-6}, tag + " lse");
+  expect_close(got.dq, want.dq, grad_b, tag + " dq");
+  expect_close(got.dk, want.dk, grad_b, tag + " dk");
+  expect_close(got.dv, want.dv, grad_b, tag + " dv");
+}
+
+}  // namespace
+
+// Boundaries inside a 64-row tile and on one, a last query tile whose rows all
+// start past key tile 0 (skipped forward, and skipped by that key tile's dK/dV
+// pass), one-token documents; then a context-parallel block whose documents
+// began before it.
+TEST_CASE("fused attention tiles (emulated) mask documents", "[cpu][attention][flash][docmask]") {
+  check_documents<flash::EmuBf16>({2, 150, 2, 1, 16}, 150, 0, {{40, 64, 100, 129}, {1, 130, 149}},
+                                  "bf16 self");
+  check_documents<flash::EmuF16>({2, 200, 2, 2, 32}, 130, 70, {{30, 64, 128, 150, 199}, {139}},
+                                 "fp16 block");
 }

@@ -60,6 +60,7 @@ TEST_CASE("linear: fp32 staging for a 16-bit output's bias, the bias gradient's 
   CHECK(fp8_linear_forward_scratch_bytes(6, 10, false) == 0);
   CHECK(fp8_linear_backward_scratch_bytes(640, 10, true) == 400);
   CHECK(amax_scratch_bytes() == 4);
+  CHECK(index_check_scratch_bytes() == 8);
 }
 
 TEST_CASE("fp32 staging: blocks of rows, multiples of 16, at most 64 MiB", "[cpu][op_scratch]") {
