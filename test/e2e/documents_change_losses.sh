@@ -10,7 +10,7 @@ cd "$fx"
 mkdir -p runs
 flags=(reset_attention_mask reset_position_ids eod_mask_loss)
 first_loss() {  # first_loss TAG [--set ...]
-  local dir=runs/docs_change_$1; shift
+  local dir=runs/docs_change_${job%.yaml}_$1; shift
   rm -rf "$dir"
   OMP_NUM_THREADS=1 "$trainer" train "$job" --set run.dir="$dir" --set train.steps=1 \
     --set train.eval_every=0 "$@" >"$dir.log" 2>&1 || { cat "$dir.log"; exit 1; }
