@@ -35,7 +35,11 @@ Device resolve_device(const JobSpec& spec) {
 DeviceContext::DeviceContext(Device device, int local_rank) {
   ctx_.device = device;
 #ifdef TRAINER_CUDA
-  if (device == Device::cuda) ctx_.cuda = create_cuda_state(local_rank);
+  if (device == Device::cuda) {
+    ctx_.cuda = create_cuda_state(local_rank);
+    // Every engine caller builds doc_start and positions with document_layout.
+    ctx_.cuda->check_index_operands = false;
+  }
 #endif
 }
 

@@ -2,6 +2,7 @@
 // learned positions): the same refusal on the GPU. The values live on the
 // device, so the check is a kernel plus one stream sync (8 bytes back) before
 // the op launches anything that reads them; the op's kernels may then trust them.
+// Ops skip it where CudaState::check_index_operands is off (the engine's runs).
 #pragma once
 
 #include <cstdint>
