@@ -11,6 +11,7 @@
 #include <cmath>
 
 #include "kernels/attention.h"
+#include "test/common/doc_starts.h"
 #include "test/cuda/harness.h"
 
 namespace trainer::cuda_test {
@@ -176,17 +177,7 @@ TEST_CASE("attention fp16 matches the CPU op", "[cuda][attention][fp16]") {
 
 namespace {
 
-// Document starts of B sequences of T queries at `offset` into the keys, each
-// sequence's documents beginning at the given key indices (besides key 0).
-std::vector<int32_t> doc_starts(int64_t B, int64_t T, int64_t offset,
-                                const std::vector<std::vector<int32_t>>& starts) {
-  std::vector<int32_t> out(B * T);
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t i = 0; i < T; ++i)
-      for (int32_t st : starts[b])
-        if (st <= offset + i) out[b * T + i] = std::max(out[b * T + i], st);
-  return out;
-}
+using testing::doc_starts;
 
 // Any legal value per query, in no order: the kernels may not assume document
 // starts grow along a row.

@@ -72,6 +72,66 @@ TEST_CASE("cross-entropy passes match the CPU op", "[cuda][cross_entropy]") {
   }
 }
 
+namespace {
+
+// One embedding forward/backward on both backends, the GPU's twice (a race
+// shows as different bits). Without positions, token t of each sequence of T
+// reads row pos_offset + t; with them, row positions[t] (then T = N, offset 0).
+struct EmbeddingCase {
+  std::vector<int32_t> ids, positions;
+  int64_t T, V_local, C, T_max, vocab_start, pos_offset;
+  bool wpe;
+  int seed;  // of wte, wpe, dy, dwte0, dwpe0: seed + 1 ... seed + 5
+};
+
+void compare_embedding(DType dtype, const EmbeddingCase& c, const std::string& tag) {
+  const int64_t N = static_cast<int64_t>(c.ids.size());
+  const auto wte = round_to(random_floats(c.V_local * c.C, c.seed + 1), dtype);
+  const auto wpe = round_to(random_floats(c.T_max * c.C, c.seed + 2), dtype);
+  const auto dy = round_to(random_floats(N * c.C, c.seed + 3), dtype);
+  const auto dwte0 = random_floats(c.V_local * c.C, c.seed + 4);
+  const auto dwpe0 = random_floats(c.T_max * c.C, c.seed + 5);
+  HostTensor hwte({c.V_local, c.C}, wte, dtype), hwpe({c.T_max, c.C}, wpe, dtype),
+      hy({N, c.C}, std::vector<float>(N * c.C), dtype), hdy({N, c.C}, dy, dtype),
+      hdwte({c.V_local, c.C}, dwte0), hdwpe({c.T_max, c.C}, dwpe0);
+  const Tensor hids = host_ints(c.ids, {N});
+  const Tensor hpos = c.positions.empty() ? Tensor{} : host_ints(c.positions, {N});
+  cpu::embedding_forward(cpu(), hy, hids, hwte, c.wpe ? Tensor(hwpe) : Tensor{}, c.T,
+                         c.pos_offset, c.vocab_start, hpos);
+  cpu::embedding_backward(cpu(), hdwte, c.wpe ? Tensor(hdwpe) : Tensor{}, hdy, hids, c.T,
+                          c.pos_offset, c.vocab_start, hpos);
+
+  DeviceTensor gids({N}, DType::i32), gpos({N}, DType::i32),
+      gwte({c.V_local, c.C}, dtype), gwpe({c.T_max, c.C}, dtype), gy({N, c.C}, dtype),
+      gdy({N, c.C}, dtype), gdwte({c.V_local, c.C}), gdwpe({c.T_max, c.C});
+  gids.upload_ints(c.ids);
+  if (!c.positions.empty()) gpos.upload_ints(c.positions);
+  gwte.upload(wte);
+  gwpe.upload(wpe);
+  gdy.upload(dy);
+  const Tensor positions = c.positions.empty() ? Tensor{} : gpos.view();
+  const Tensor table = c.wpe ? gwpe.view() : Tensor{}, dtable = c.wpe ? gdwpe.view() : Tensor{};
+  auto run = [&] {
+    gy.poison();
+    gdwte.upload(dwte0);
+    gdwpe.upload(dwpe0);
+    cuda::embedding_forward(gpu(), gy, gids, gwte, table, c.T, c.pos_offset, c.vocab_start,
+                            positions);
+    cuda::embedding_backward(gpu(), gdwte, dtable, gdy, gids, c.T, c.pos_offset, c.vocab_start,
+                             positions);
+    return std::vector<std::vector<float>>{gy.download(), gdwte.download(), gdwpe.download()};
+  };
+  const auto r1 = run();
+  const auto r2 = run();
+  // One fp32 add of the same two rows, then one rounding: the same bits.
+  expect_close(tag + " out", r1[0], hy.values(), Tolerance{0, 0, 0});
+  expect_close(tag + " dwte", r1[1], hdwte.data, kF32LongSum);
+  expect_close(tag + " dwpe", r1[2], c.wpe ? hdwpe.data : dwpe0, kF32LongSum);
+  for (int i = 0; i < 3; ++i) expect_same_bits(tag + " rerun", r1[i], r2[i]);
+}
+
+}  // namespace
+
 TEST_CASE("embedding forward/backward match the CPU op", "[cuda][embedding]") {
   struct Case {
     int64_t B, T, V_local, C, vocab_start;
@@ -80,47 +140,15 @@ TEST_CASE("embedding forward/backward match the CPU op", "[cuda][embedding]") {
   for (DType dtype : kDtypes)
   for (const Case c : {Case{1, 1, 1, 1, 0, true}, Case{2, 17, 50, 17, 0, true},
                        Case{3, 64, 100, 48, 100, false}, Case{1, 4097, 300, 8, 0, true}}) {
-    const int64_t N = c.B * c.T, T_max = c.T + 3, pos_offset = 2;
+    const int64_t N = c.B * c.T;
     // ids cover this shard and beyond (zero rows), with many repeats.
     auto ids = random_ints(N, 400 + N, 0, static_cast<int32_t>(c.vocab_start + c.V_local + 20));
-    const auto wte = round_to(random_floats(c.V_local * c.C, 401), dtype);
-    const auto wpe = round_to(random_floats(T_max * c.C, 402), dtype);
-    const auto dy = round_to(random_floats(N * c.C, 403), dtype);
-    const auto dwte0 = random_floats(c.V_local * c.C, 404), dwpe0 = random_floats(T_max * c.C, 405);
-    HostTensor hwte({c.V_local, c.C}, wte, dtype), hwpe({T_max, c.C}, wpe, dtype),
-        hy({N, c.C}, std::vector<float>(N * c.C), dtype), hdy({N, c.C}, dy, dtype),
-        hdwte({c.V_local, c.C}, dwte0), hdwpe({T_max, c.C}, dwpe0);
-    const Tensor hids = host_ints(ids, {N});
-    cpu::embedding_forward(cpu(), hy, hids, hwte, c.wpe ? Tensor(hwpe) : Tensor{}, c.T, pos_offset, c.vocab_start);
-    cpu::embedding_backward(cpu(), hdwte, c.wpe ? Tensor(hdwpe) : Tensor{}, hdy, hids, c.T, pos_offset,
-                            c.vocab_start);
-
-    DeviceTensor gids({N}, DType::i32), gwte({c.V_local, c.C}, dtype), gwpe({T_max, c.C}, dtype),
-        gy({N, c.C}, dtype), gdy({N, c.C}, dtype), gdwte({c.V_local, c.C}), gdwpe({T_max, c.C});
-    gids.upload_ints(ids);
-    gwte.upload(wte);
-    gwpe.upload(wpe);
-    gdy.upload(dy);
-    auto run = [&] {
-      gy.poison();
-      gdwte.upload(dwte0);
-      gdwpe.upload(dwpe0);
-      cuda::embedding_forward(gpu(), gy, gids, gwte, c.wpe ? gwpe.view() : Tensor{}, c.T, pos_offset,
-                              c.vocab_start);
-      cuda::embedding_backward(gpu(), gdwte, c.wpe ? gdwpe.view() : Tensor{}, gdy, gids, c.T,
-                               pos_offset, c.vocab_start);
-      return std::vector<std::vector<float>>{gy.download(), gdwte.download(), gdwpe.download()};
-    };
-    const auto r1 = run();
-    const auto r2 = run();
-    const std::string tag = fmt::format("embedding {} B={} T={} V={} C={} start={} wpe={}",
-                                        dtype_name(dtype), c.B, c.T, c.V_local, c.C, c.vocab_start,
-                                        c.wpe);
-    // One fp32 add of the same two rows, then one rounding: the same bits.
-    expect_close(tag + " out", r1[0], hy.values(), Tolerance{0, 0, 0});
-    expect_close(tag + " dwte", r1[1], hdwte.data, kF32LongSum);
-    expect_close(tag + " dwpe", r1[2], c.wpe ? hdwpe.data : dwpe0, kF32LongSum);
-    for (int i = 0; i < 3; ++i) expect_same_bits(tag + " rerun", r1[i], r2[i]);
+    compare_embedding(dtype,
+                      EmbeddingCase{ids, {}, c.T, c.V_local, c.C, c.T + 3, c.vocab_start, 2,
+                                    c.wpe, 400},
+                      fmt::format("embedding {} B={} T={} V={} C={} start={} wpe={}",
+                                  dtype_name(dtype), c.B, c.T, c.V_local, c.C, c.vocab_start,
+                                  c.wpe));
   }
 }
 
@@ -140,41 +168,9 @@ TEST_CASE("embedding at per-token positions matches the CPU op", "[cuda][embeddi
     for (int64_t n = 0; n < N; ++n)
       pos[n] = n == 0 || restart[n] == 0 || pos[n - 1] + 1 == c.T_max ? 0 : pos[n - 1] + 1;
     pos[N - 1] = static_cast<int32_t>(c.T_max - 1);
-    const auto wte = round_to(random_floats(c.V_local * c.C, 502), dtype);
-    const auto wpe = round_to(random_floats(c.T_max * c.C, 503), dtype);
-    const auto dy = round_to(random_floats(N * c.C, 504), dtype);
-    const auto dwte0 = random_floats(c.V_local * c.C, 505), dwpe0 = random_floats(c.T_max * c.C, 506);
-    HostTensor hwte({c.V_local, c.C}, wte, dtype), hwpe({c.T_max, c.C}, wpe, dtype),
-        hy({N, c.C}, std::vector<float>(N * c.C), dtype), hdy({N, c.C}, dy, dtype),
-        hdwte({c.V_local, c.C}, dwte0), hdwpe({c.T_max, c.C}, dwpe0);
-    const Tensor hids = host_ints(ids, {N}), hpos = host_ints(pos, {N});
-    cpu::embedding_forward(cpu(), hy, hids, hwte, hwpe, N, 0, 0, hpos);
-    cpu::embedding_backward(cpu(), hdwte, hdwpe, hdy, hids, N, 0, 0, hpos);
-
-    DeviceTensor gids({N}, DType::i32), gpos({N}, DType::i32), gwte({c.V_local, c.C}, dtype),
-        gwpe({c.T_max, c.C}, dtype), gy({N, c.C}, dtype), gdy({N, c.C}, dtype),
-        gdwte({c.V_local, c.C}), gdwpe({c.T_max, c.C});
-    gids.upload_ints(ids);
-    gpos.upload_ints(pos);
-    gwte.upload(wte);
-    gwpe.upload(wpe);
-    gdy.upload(dy);
-    auto run = [&] {
-      gy.poison();
-      gdwte.upload(dwte0);
-      gdwpe.upload(dwpe0);
-      cuda::embedding_forward(gpu(), gy, gids, gwte, gwpe, N, 0, 0, gpos);
-      cuda::embedding_backward(gpu(), gdwte, gdwpe, gdy, gids, N, 0, 0, gpos);
-      return std::vector<std::vector<float>>{gy.download(), gdwte.download(), gdwpe.download()};
-    };
-    const auto r1 = run();
-    const auto r2 = run();
-    const std::string tag = fmt::format("embedding positions {} N={} V={} C={} T_max={}",
-                                        dtype_name(dtype), N, c.V_local, c.C, c.T_max);
-    expect_close(tag + " out", r1[0], hy.values(), Tolerance{0, 0, 0});
-    expect_close(tag + " dwte", r1[1], hdwte.data, kF32LongSum);
-    expect_close(tag + " dwpe", r1[2], hdwpe.data, kF32LongSum);
-    for (int i = 0; i < 3; ++i) expect_same_bits(tag + " rerun", r1[i], r2[i]);
+    compare_embedding(dtype, EmbeddingCase{ids, pos, N, c.V_local, c.C, c.T_max, 0, 0, true, 501},
+                      fmt::format("embedding positions {} N={} V={} C={} T_max={}",
+                                  dtype_name(dtype), N, c.V_local, c.C, c.T_max));
   }
 }
 

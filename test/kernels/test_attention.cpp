@@ -4,9 +4,11 @@
 #include "kernels/attention.h"
 
 #include "test/kernels/kernel_test_util.h"
+#include "test/common/doc_starts.h"
 
 using namespace trainer;
 using namespace trainer::test;
+using trainer::testing::doc_starts;
 
 namespace {
 
@@ -139,22 +141,6 @@ TEST_CASE("attention of a query block at an offset into longer keys matches fini
   check_attention({1, 5, 2, 1, 4, 10, 5}, 1);    // the last chunk, multi-query
   check_attention({1, 70, 2, 2, 8, 200, 90}, 37);  // two 64-query blocks behind a long prefix
 }
-
-namespace {
-// Document starts of B sequences of T queries at `offset` into the keys, each
-// sequence's documents beginning at the given key indices (besides key 0).
-std::vector<int32_t> doc_starts(int64_t B, int64_t T, int64_t offset,
-                                const std::vector<std::vector<int32_t>>& starts) {
-  std::vector<int32_t> out(B * T);
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t i = 0; i < T; ++i) {
-      int32_t first = 0;
-      for (int32_t st : starts[b]) if (st <= offset + i) first = std::max(first, st);
-      out[b * T + i] = first;
-    }
-  return out;
-}
-}  // namespace
 
 TEST_CASE("attention with document masking matches the double reference and finite differences",
           "[cpu][attention][docmask]") {

@@ -5,11 +5,13 @@
 // sequence (context parallelism's case), and document masking. Outputs start as
 // NaN, so an element no block writes fails.
 #include "kernels/attention.h"
+#include "test/common/doc_starts.h"
 #include "test/kernels/flash_emulator.h"
 #include "test/kernels/kernel_test_util.h"
 
 using namespace trainer;
 using namespace trainer::test;
+using trainer::testing::doc_starts;
 
 namespace {
 
@@ -221,18 +223,6 @@ TEST_CASE("fused attention tiles (emulated) take a query block before the last k
 }
 
 namespace {
-
-// Document starts of B rows of Tq queries at q_offset, each row's documents
-// beginning at the given key indices (besides key 0).
-std::vector<int32_t> doc_starts(int64_t B, int64_t Tq, int64_t q_offset,
-                                const std::vector<std::vector<int32_t>>& starts) {
-  std::vector<int32_t> out(B * Tq);
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t i = 0; i < Tq; ++i)
-      for (int32_t st : starts[b])
-        if (st <= q_offset + i) out[b * Tq + i] = std::max(out[b * Tq + i], st);
-  return out;
-}
 
 // The tiles against the CPU op, both on Tq queries at q_offset into c.T keys
 // with the same document starts.
