@@ -17,8 +17,8 @@ bool loaded() {
 
 TEST_CASE("cuBLASLt is opened by its first call, not at start-up", "[cublaslt]") {
   REQUIRE_FALSE(loaded());
-  // Needs no GPU: the status strings live in the library.
-  CHECK(std::string(cublasLtGetStatusString(CUBLAS_STATUS_NOT_SUPPORTED)) ==
-        "CUBLAS_STATUS_NOT_SUPPORTED");
+  // Needs no GPU: the status descriptions live in the library (their wording is its own).
+  const std::string text = cublasLtGetStatusString(CUBLAS_STATUS_NOT_SUPPORTED);
+  CHECK(text.find("not supported") != std::string::npos);
   CHECK(loaded());
 }
