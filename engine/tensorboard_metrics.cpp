@@ -3,6 +3,8 @@
 #include <cmath>
 #include <filesystem>
 
+#include <fmt/format.h>
+
 #include "engine/trainer.h"
 
 namespace trainer::engine {
@@ -23,6 +25,10 @@ std::vector<tensorboard::Scalar> tensorboard_step_scalars(const StepRecord& r) {
     s.push_back({"loss-scale", f(r.loss_scale)});
     s.push_back({"skipped", r.skipped ? 1.0f : 0.0f});
   }
+  // Megatron's "<timer>-time" tags, with the slowest rank's time (as its minmax option).
+  if (r.times)
+    for (int p = 0; p < kStepPhases; ++p)
+      s.push_back({fmt::format("{}-time", step_phase_name(StepPhase(p))), f((*r.times)[p].max_ms)});
   return s;
 }
 

@@ -85,6 +85,7 @@ void Trainer::setup() {
   precision_ = std::make_unique<MixedPrecision>(spec.precision);
   device_ = std::make_unique<DeviceContext>(device, mesh_->env().local_rank);
   ctx_ = device_->context();
+  timers_ = std::make_unique<StepTimers>(spec.log.timers, ctx_);
   // GPU ranks: every collective in stream order with the ops (stream_order.h).
   for (parallel::Axis axis : parallel::kAllAxes) parallel::bind_compute_stream(mesh_->comm(axis), ctx_);
   if (!mesh_->logs()) options_.log = nullptr;
@@ -498,6 +499,8 @@ int64_t Trainer::first_sample(int step) const {
 
 StepRecord Trainer::train_step(int step) {
   auto t0 = std::chrono::steady_clock::now();
+  StepTimers& timers = *timers_;
+  timers.begin_step();
   const int B = spec_.train.micro_batch, T = spec_.train.seq_len, G = spec_.train.global_batch;
   const double tokens = double(G) * T;
   const int64_t rank_first = first_sample(step);
@@ -505,6 +508,7 @@ StepRecord Trainer::train_step(int step) {
   if (sharded_) sharded_->zero_grads();
   model_->reset_moe_stats(ctx_);
   double loss_sum = 0, aux_sum = 0;
+  timers.mark(StepPhase::forward_backward);
   // Gradients are averaged over the gradient group (dp, or dp x cp), so each
   // rank's backward is scaled up by its size: the average is then the sum over
   // all tokens / tokens. fp16 also multiplies by the loss scale, divided out of
@@ -516,18 +520,23 @@ StepRecord Trainer::train_step(int step) {
           ? counted_targets(tokens, masked_targets(train_data_.get(), rank_first, G / dp_size_),
                             fmt::format("step {}'s batch", step))
           : tokens;
+  timers.mark(StepPhase::data);
   const float loss_scale = precision_->loss_scale();
   const float dloss = static_cast<float>(grad_size_ / counted) * loss_scale;
   const float aux_dloss = static_cast<float>(grad_size_ / tokens) * loss_scale;
+  // What ran before a load was forward-backward (or the step's start).
+  auto load = [&](int m, int chunk) {
+    timers.mark(StepPhase::forward_backward);
+    load_micro_batch(train_data_.get(), rank_first + int64_t(m) * B, chunk);
+    timers.mark(StepPhase::data);
+  };
   if (pipeline_) {
-    loss_sum = pipeline_->run_step(
-        *model_, ctx_, *arenas_,
-        [&](int m, int chunk) { load_micro_batch(train_data_.get(), rank_first + int64_t(m) * B, chunk); },
-        [&] { return micro_batch_loss_sum(); }, dloss, aux_dloss);
+    loss_sum = pipeline_->run_step(*model_, ctx_, *arenas_, load,
+                                   [&] { return micro_batch_loss_sum(); }, dloss, aux_dloss);
   } else {
     const int P = static_cast<int>(model_->buffers().params().size());
     for (int m = 0; m < accum_steps_; ++m) {
-      load_micro_batch(train_data_.get(), rank_first + int64_t(m) * B);
+      load(m, 0);
       model_->forward(ctx_);
       loss_sum += micro_batch_loss_sum();
       aux_sum += model_->aux_loss();
@@ -538,6 +547,7 @@ StepRecord Trainer::train_step(int step) {
       model_->set_grad_ready({});
     }
   }
+  timers.mark(StepPhase::forward_backward);
   model_->finish_gradients(ctx_);
   sync_tied_table();
   synchronize_gradients();
@@ -547,6 +557,7 @@ StepRecord Trainer::train_step(int step) {
   if (pipeline_) r.loss = parallel::group_sum(mesh_->comm(parallel::Axis::pp), r.loss);
   finish_moe_step(r, aux_sum);
   MixedPrecision::finish_fp8_step(model_->buffers(), *mesh_);
+  timers.mark(StepPhase::grad_sync);
   r.lr = learning_rate(spec_.optimizer, spec_.train.steps, step);
   if (precision_->loss_scaling()) r.loss_scale = loss_scale;
   r.skipped = precision_->overflowed(ctx_, norm_out_.slice(2, 3), owned_gradients(), *mesh_);
@@ -573,7 +584,9 @@ StepRecord Trainer::train_step(int step) {
       model_->refresh_compute_weights(ctx_);
     }
   }
+  timers.mark(StepPhase::optimizer);
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (timers.on()) r.times = timers.spread(mesh_->comm(parallel::Axis::world));
   r.tokens_per_s = tokens / r.seconds;
   double flops = model_->flops_per_token() * r.tokens_per_s;
   r.tflops = flops / 1e12;
@@ -722,6 +735,17 @@ void Trainer::log_step(const StepRecord& r) {
                "{:.2f} GFLOP/s | mfu {:.1f}% | {:.0f} ms{}\n",
                r.step, spec_.train.steps, r.loss, r.lr, r.grad_norm, r.tokens_per_s,
                r.tflops * 1e3, r.mfu * 100, r.seconds * 1e3, extra);
+    if (r.times) {
+      std::string line;
+      for (int p = 0; p < kStepPhases; ++p) {
+        const PhaseSpread& s = (*r.times)[p];
+        line += fmt::format("{}{} {:.2f} (rank {}) / {:.2f} (rank {})", p ? " | " : "",
+                            step_phase_name(StepPhase(p)), s.min_ms, s.min_rank, s.max_ms,
+                            s.max_rank);
+      }
+      fmt::print(options_.log, "      timers ms, min / max over {} ranks: {}\n",
+                 mesh_->shape().world, line);
+    }
     std::fflush(options_.log);
   }
   if (metrics_) {
@@ -733,6 +757,17 @@ void Trainer::log_step(const StepRecord& r) {
     if (!std::isnan(r.loss_scale))
       extra += fmt::format(", \"loss_scale\": {}, \"skipped\": {}", json_number(r.loss_scale, "{:g}"),
                            r.skipped);
+    if (r.times) {
+      extra += ", \"timers_ms\": {";
+      for (int p = 0; p < kStepPhases; ++p) {
+        const PhaseSpread& s = (*r.times)[p];
+        extra += fmt::format("{}\"{}\": {{\"min\": {}, \"min_rank\": {}, \"max\": {}, \"max_rank\": {}}}",
+                             p ? ", " : "", step_phase_name(StepPhase(p)),
+                             json_number(s.min_ms, "{:.4g}"), s.min_rank,
+                             json_number(s.max_ms, "{:.4g}"), s.max_rank);
+      }
+      extra += "}";
+    }
     fmt::print(metrics_,
                "{{\"step\": {}, \"loss\": {}, \"lr\": {}, \"grad_norm\": {}, "
                "\"tokens_per_s\": {}, \"tflops\": {}, \"mfu\": {}{}}}\n",

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -17,6 +18,7 @@
 #include "engine/optimizer.h"
 #include "engine/pipeline_runner.h"
 #include "engine/sharded_params.h"
+#include "engine/step_timers.h"
 #include "model/model.h"
 #include "parallel/expert_grad_sync.h"
 #include "parallel/grad_sync.h"
@@ -44,6 +46,8 @@ struct StepRecord {
   // its gradients overflowed, so the update was skipped.
   double loss_scale = std::nan("");
   bool skipped = false;
+  // log.timers only: each phase's min and max over the world's ranks.
+  std::optional<StepTimes> times;
 };
 
 struct TrainerOptions {
@@ -178,6 +182,7 @@ class Trainer {
   std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
   FILE* metrics_ = nullptr;
   std::unique_ptr<TensorBoardMetrics> tensorboard_;  // log.metrics: tensorboard
+  std::unique_ptr<StepTimers> timers_;                // log.timers (off: every mark a no-op)
 };
 
 }  // namespace trainer::engine

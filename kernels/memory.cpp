@@ -53,6 +53,14 @@ void copy_from_host(const Tensor& dst, const void* src) {
   std::memcpy(dst.data, src, dst.nbytes());
 }
 
+void synchronize_device(const Context& ctx) {
+#ifdef TRAINER_CUDA
+  if (ctx.device == Device::cuda && ctx.cuda) cuda::synchronize(*ctx.cuda);
+#else
+  (void)ctx;
+#endif
+}
+
 HostStaging::~HostStaging() { release(); }
 
 void HostStaging::release() {

@@ -4,6 +4,7 @@
 
 #include <cstddef>
 
+#include "kernels/context.h"
 #include "kernels/tensor.h"
 
 namespace trainer {
@@ -15,6 +16,9 @@ void device_free(Device device, void* ptr);
 // Copies between host memory and a tensor's memory (either device), synchronously.
 void copy_to_host(void* dst, const Tensor& src);
 void copy_from_host(const Tensor& dst, const void* src);
+// Waits until every op queued on ctx's streams has finished (no-op on the CPU,
+// whose ops have when they return).
+void synchronize_device(const Context& ctx);
 
 // Host memory that copies from `device` fill again and again (checkpoint.async's
 // snapshot): page-locked on the CUDA backend (cudaMallocHost), so a
@@ -47,6 +51,7 @@ void copy_from_host(void* dst, const void* src, size_t bytes);
 void* host_alloc_pinned(size_t bytes);  // cudaMallocHost
 void host_free_pinned(void* ptr);
 bool available();  // a usable GPU is visible
+void synchronize(CudaState& state);  // kernels/cuda/cuda_state.h
 }  // namespace cuda
 
 }  // namespace trainer

@@ -168,6 +168,7 @@ struct CheckpointSpec {
 
 struct LogSpec {
   std::string metrics = "jsonl";  // jsonl | tensorboard (metrics.jsonl and an event file) | none
+  bool timers = false;            // per-phase step times, min/max over ranks (engine/step_timers.h)
   bool operator==(const LogSpec&) const = default;
 };
 

@@ -151,7 +151,7 @@ std::string job_spec_to_yaml(const JobSpec& spec) {
   y += fmt::format("checkpoint:\n  dir: {}\n  every: {}\n  keep: {}\n  resume: {}\n  async: {}\n",
                    ck.dir.empty() ? "null" : str(ck.dir), ck.every, ck.keep, str(ck.resume),
                    yes(ck.async));
-  y += fmt::format("log:\n  metrics: {}\n", str(lg.metrics));
+  y += fmt::format("log:\n  metrics: {}\n  timers: {}\n", str(lg.metrics), yes(lg.timers));
   return y;
 }
 

@@ -359,7 +359,10 @@ void read_checkpoint(Section s, CheckpointSpec& c, const std::string& run_dir) {
   s.read("async", c.async);
 }
 
-void read_log(Section s, LogSpec& l) { s.read("metrics", l.metrics, spec::kMetricsChoices); }
+void read_log(Section s, LogSpec& l) {
+  s.read("metrics", l.metrics, spec::kMetricsChoices);
+  s.read("timers", l.timers);
+}
 
 }  // namespace
 

@@ -117,7 +117,7 @@ precision: {compute: fp16, loss_scale: 1024, fp8_amax_history: 16, fp8_margin: 1
 parallel: {tp: 2, pp: 3, cp: 4, ep: 8, dp: 5, zero: 3, sequence_parallel: true,
            pp_schedule: interleaved, virtual_stages: 1, recompute: selective, timeout_s: 30}
 checkpoint: {dir: ck, every: 5, keep: 1, resume: never}
-log: {metrics: none}
+log: {metrics: none, timers: true}
 )",
                           {"parallel.virtual_stages=1", "parallel.pp_schedule=1f1b"});
   CHECK(s.run.name == "x");
@@ -196,6 +196,7 @@ log: {metrics: none}
   CHECK(s.checkpoint.keep == 1);
   CHECK(s.checkpoint.resume == "never");
   CHECK(s.log.metrics == "none");
+  CHECK(s.log.timers);
   CHECK(round_trip(s) == s);
 }
 
@@ -302,7 +303,7 @@ TEST_CASE("job_spec_to_yaml writes every key in the documented order", "[cpu]") 
         "grad_clip:", "precision:", "compute:", "loss_scale:", "fp8_amax_history:", "fp8_margin:",
         "fp8_first_last_bf16:", "fp8_weight_cache:", "parallel:", "tp:", "pp:", "cp:", "ep:", "dp:", "zero:", "sequence_parallel:",
         "pp_schedule:", "virtual_stages:", "recompute:", "timeout_s:", "checkpoint:", "dir:",
-        "every:", "keep:", "resume:", "log:", "metrics:"}) {
+        "every:", "keep:", "resume:", "log:", "metrics:", "timers:"}) {
     INFO(key);
     const size_t found = y.find(key, at);
     REQUIRE(found != std::string::npos);

@@ -7,8 +7,8 @@
 # compares every step's gradient norm as well (AdamW hides a wrongly scaled
 # gradient from the loss, not from the norm); evaluations, when the job has
 # them, must give the same validation losses. MESH_COMMON: overrides both runs
-# take (the device); MESH_EXPECT: a text the mesh run's log must hold (what
-# carries its collectives).
+# take (the device); MESH_EXPECT: texts, separated by |, the mesh run's log
+# must hold (what carries its collectives).
 set -euo pipefail
 fx=$1 trainer=$2 mpiexec=$3 np=$4 job=$5
 shift 5
@@ -26,9 +26,10 @@ OMP_NUM_THREADS=1 "$trainer" train "$job" --set run.dir="$ref" "${common[@]}" >"
 OMP_NUM_THREADS=1 "$mpiexec" --allow-run-as-root --oversubscribe -np "$np" \
   "$trainer" train "$job" --set run.dir="$mesh" "${common[@]}" "$@" >"$mesh.log" 2>&1 ||
   { cat "$mesh.log"; exit 1; }
-if [[ -n ${MESH_EXPECT:-} ]] && ! grep -qF "$MESH_EXPECT" "$mesh.log"; then
-  echo "the mesh run's log does not say '$MESH_EXPECT':"; head -3 "$mesh.log"; exit 1
-fi
+IFS='|' read -r -a expects <<<"${MESH_EXPECT:-}"
+for e in "${expects[@]}"; do
+  grep -qF "$e" "$mesh.log" || { echo "the mesh run's log does not say '$e':"; head -3 "$mesh.log"; exit 1; }
+done
 losses() { grep '"loss"' "$1/metrics.jsonl" | sed 's/.*"loss": \([^,]*\),.*"grad_norm": \([^,]*\),.*/\1 \2/'; }
 paste <(losses "$ref") <(losses "$mesh") | awk -v tol="${MESH_RTOL:-1e-5}" -v norms="${MESH_GRAD_NORM:-0}" -v want="$steps" '
   function rel(a, b,   d) { d = a - b; if (d < 0) d = -d; return d / (a < 0 ? -a : a) }

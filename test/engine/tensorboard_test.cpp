@@ -217,4 +217,17 @@ TEST_CASE("step scalars: MoE and loss-scale tags only when the job has them", "[
   CHECK(all[7].value == 3.0f);
   CHECK(all[8].value == 65536.0f);
   CHECK(all[9].value == 1.0f);
+
+  // log.timers: each phase's slowest rank's time, as Megatron's "<timer>-time".
+  r.times = StepTimes{PhaseSpread{0.5, 0.75, 1, 0}, PhaseSpread{10, 20, 0, 1},
+                      PhaseSpread{1, 11, 1, 0}, PhaseSpread{2, 2.5, 0, 1}};
+  std::vector<Scalar> timed = tensorboard_step_scalars(r);
+  REQUIRE(timed.size() == all.size() + 4);
+  CHECK(timed[10].tag == "data-time");
+  CHECK(timed[10].value == 0.75f);
+  CHECK(timed[11].tag == "forward-backward-time");
+  CHECK(timed[11].value == 20.0f);
+  CHECK(timed[12].tag == "grad-sync-time");
+  CHECK(timed[13].tag == "optimizer-time");
+  CHECK(timed[13].value == 2.5f);
 }
