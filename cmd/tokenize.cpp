@@ -22,7 +22,7 @@ struct Args {
 };
 
 Registrar tokenize_registrar(
-    "tokenize", "tokenize text or JSONL with GPT-2's, Llama 3's or Llama 2's BPE into llm.c shards or a Megatron dataset",
+    "tokenize", "tokenize text or JSONL with GPT-2's, Llama 3's, Qwen2's or Llama 2's BPE into llm.c shards or a Megatron dataset",
     [](CLI::App& sub) -> std::function<int()> {
       auto args = std::make_shared<Args>();
       sub.add_option("inputs", args->opt.inputs, "text files (one document each) or JSONL files (one per line)")
@@ -30,9 +30,9 @@ Registrar tokenize_registrar(
       sub.add_option("--vocab", args->vocab, "encoder.json (GPT-2) or vocab.json (Hugging Face), with --merges");
       sub.add_option("--merges", args->merges, "vocab.bpe (GPT-2) or merges.txt (Hugging Face), with --vocab");
       sub.add_option("--tokenizer", args->tokenizer,
-                     "instead of --vocab/--merges: a Hugging Face tokenizer.json (GPT-2's or Llama 3's "
-                     "byte-level BPE, or Llama 2's / Mistral's SentencePiece-style BPE; Llama 3's "
-                     "vocabulary needs --format megatron)");
+                     "instead of --vocab/--merges: a Hugging Face tokenizer.json (GPT-2's, Llama 3's or "
+                     "Qwen2's byte-level BPE, or Llama 2's / Mistral's SentencePiece-style BPE; Llama 3's "
+                     "and Qwen2's vocabularies need --format megatron)");
       sub.add_option("--out", args->opt.out_prefix,
                      "output prefix: llmc writes PREFIX_train_000000.bin, PREFIX_val_000000.bin, ...; "
                      "megatron writes PREFIX.bin/.idx (PREFIX_train/PREFIX_val with --val-fraction)")

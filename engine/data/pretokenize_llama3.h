@@ -5,6 +5,7 @@
 //    ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
 // does: the first alternative that matches at a position wins, each taking
 // its longest match. Invalid UTF-8 bytes count as `other` characters.
+// Qwen2's pattern is the same with \p{N} for \p{N}{1,3}: max_digits 1.
 #pragma once
 
 #include <cstddef>
@@ -29,7 +30,7 @@ inline uint32_t fold(uint32_t cp) {
 
 // Calls emit(begin, end) for each piece of text, in order; pieces cover text.
 template <class Emit>
-void pretokenize_llama3(std::string_view text, Emit&& emit) {
+void pretokenize_llama3(std::string_view text, Emit&& emit, int max_digits = 3) {
   using llama3_detail::fold;
   using llama3_detail::is_crlf;
   const size_t n = text.size();
@@ -73,10 +74,10 @@ void pretokenize_llama3(std::string_view text, Emit&& emit) {
       i = end;
       continue;
     }
-    // \p{N}{1,3}
+    // \p{N}{1,max_digits}
     if (c.cls == CharClass::number) {
       size_t end = i;
-      for (int k = 0; k < 3 && end < n; ++k) {
+      for (int k = 0; k < max_digits && end < n; ++k) {
         const Utf8Char d = decode_utf8(text, end);
         if (d.cls != CharClass::number) break;
         end += d.len;

@@ -13,6 +13,7 @@
 
 #include "engine/data/json_text.h"
 #include "engine/data/pretokenize.h"
+#include "engine/data/normalize_nfc.h"
 #include "engine/data/pretokenize_llama3.h"
 #include "engine/data/tokenizer_spm.h"
 #include "kernels/error.h"
@@ -359,12 +360,20 @@ void Tokenizer::encode_cached(std::string_view piece, std::vector<int32_t>& out,
 
 void Tokenizer::encode(std::string_view text, std::vector<int32_t>& out, WordCache* cache,
                        bool document_start) const {
+  if (nfc_ && !nfc_unchanged(text)) return encode_normalized(nfc(text), out, cache, document_start);
+  encode_normalized(text, out, cache, document_start);
+}
+
+void Tokenizer::encode_normalized(std::string_view text, std::vector<int32_t>& out, WordCache* cache,
+                                  bool document_start) const {
   auto emit = [&](size_t begin, size_t end) { encode_cached(text.substr(begin, end - begin), out, cache); };
   switch (pre_) {
     case PreTokenizer::gpt2:
       return pretokenize(text, emit);
     case PreTokenizer::llama3:
       return pretokenize_llama3(text, emit);
+    case PreTokenizer::qwen2:
+      return pretokenize_llama3(text, emit, 1);
     case PreTokenizer::sentencepiece: {
       // The "▁" before a document is a space before its first piece (the
       // normalizer turns both into the same symbol).
@@ -383,6 +392,7 @@ void Tokenizer::encode(std::string_view text, std::vector<int32_t>& out, WordCac
 size_t Tokenizer::safe_cut(std::string_view text) const {
   switch (pre_) {
     case PreTokenizer::llama3:
+    case PreTokenizer::qwen2:  // a cut before ' ' or '\n' after ASCII is also one of NFC's
       return find_safe_cut_llama3(text);
     case PreTokenizer::sentencepiece:
       return find_safe_cut_spm(text);

@@ -42,9 +42,10 @@ class WordCache {
 };
 
 // The pre-tokenizer a vocabulary was trained with: GPT-2's regex, Llama 3's
-// (tiktoken cl100k's; pretokenize_llama3.h), or SentencePiece's: spaces
-// become "▁" and pieces start at a "▁" (tokenizer_spm.h).
-enum class PreTokenizer : uint8_t { gpt2, llama3, sentencepiece };
+// (tiktoken cl100k's; pretokenize_llama3.h), Qwen2's (Llama 3's with single
+// digits), or SentencePiece's: spaces become "▁" and pieces start at a "▁"
+// (tokenizer_spm.h).
+enum class PreTokenizer : uint8_t { gpt2, llama3, qwen2, sentencepiece };
 
 // How a SentencePiece-style tokenizer.json puts the "▁" before a document.
 struct SpmForm {
@@ -67,8 +68,9 @@ class Tokenizer {
   static Tokenizer from_text(std::string_view vocab_json, std::string_view merges,
                             const std::string& vocab_name, const std::string& merges_name);
   // A Hugging Face tokenizer.json of a byte-level BPE: GPT-2's (ByteLevel
-  // pre-tokenizer with its regex) or Llama 3's (Split on its pattern, then
-  // ByteLevel; ignore_merges); or a SentencePiece-style BPE (byte_fallback,
+  // pre-tokenizer with its regex), Llama 3's (Split on its pattern, then
+  // ByteLevel; ignore_merges) or Qwen2's (Split on its pattern, ByteLevel, an
+  // NFC normalizer); or a SentencePiece-style BPE (byte_fallback,
   // the legacy Prepend/Replace normalizer or a Metaspace pre-tokenizer: Llama
   // 2's, Mistral's). Its added tokens join the vocabulary. Any other model,
   // normalizer or pre-tokenizer (or, for SentencePiece, decoder) is an
@@ -97,6 +99,8 @@ class Tokenizer {
   // character); -1 for byte-level BPE.
   int unk_id() const { return unk_id_; }
   PreTokenizer pre_tokenizer() const { return pre_; }
+  // The text is put in Unicode NFC before it is split (normalize_nfc.h).
+  bool normalizes_nfc() const { return nfc_; }
   // A point where text may be cut without changing its pieces (find_safe_cut
   // for this pre-tokenizer), 0 if none.
   size_t safe_cut(std::string_view text) const;
@@ -159,6 +163,9 @@ class Tokenizer {
     }
     static constexpr uint64_t kEmpty = ~0ull;
   };
+  // encode of text already normalized.
+  void encode_normalized(std::string_view text, std::vector<int32_t>& out, WordCache* cache,
+                         bool document_start) const;
   void encode_long_piece(std::string_view piece, std::vector<int32_t>& out) const;
   void encode_cached(std::string_view piece, std::vector<int32_t>& out, WordCache* cache) const;
 
@@ -181,6 +188,7 @@ class Tokenizer {
   int unk_id_ = -1;
   int num_merges_ = 0;
   PreTokenizer pre_ = PreTokenizer::gpt2;
+  bool nfc_ = false;  // an NFC normalizer (Qwen2)
   // ignore_merges (Llama 3): a piece that is itself in the vocabulary is that
   // one token, whatever the merges would build. Byte string -> id.
   bool ignore_merges_ = false;

@@ -21,6 +21,10 @@ constexpr std::string_view kMark = "\xE2\x96\x81";  // "▁", SentencePiece's sp
 constexpr const char* kLlama3Pattern =
     R"re((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)re";
 
+// Qwen2's (Qwen1.5 to Qwen3): Llama 3's with single digits.
+constexpr const char* kQwen2Pattern =
+    R"re((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)re";
+
 [[noreturn]] void refuse(const std::string& file, const std::string& key, const std::string& what) {
   throw InputError(fmt::format("{}: {}: {}", file, key, what));
 }
@@ -57,14 +61,14 @@ PreTokenizer pre_tokenizer_of(const Json& j, const std::string& file) {
       const Json* pattern = is_type(&split, "Split") ? split.find("pattern") : nullptr;
       const Json* regex = pattern && pattern->is_object() ? pattern->find("Regex") : nullptr;
       const Json* behavior = is_type(&split, "Split") ? split.find("behavior") : nullptr;
-      if (regex && regex->is_string() && regex->as_string() == kLlama3Pattern && behavior &&
-          behavior->is_string() && behavior->as_string() == "Isolated" && !flag(split, "invert", false) &&
-          byte_level(&list->items()[1], false))
-        return PreTokenizer::llama3;
+      const bool isolated = behavior && behavior->is_string() && behavior->as_string() == "Isolated" &&
+                            !flag(split, "invert", false) && byte_level(&list->items()[1], false);
+      if (isolated && is_string(regex, kLlama3Pattern)) return PreTokenizer::llama3;
+      if (isolated && is_string(regex, kQwen2Pattern)) return PreTokenizer::qwen2;
     }
   }
   refuse(file, "pre_tokenizer",
-         "neither GPT-2's ByteLevel regex nor Llama 3's Split pattern + ByteLevel; this trainer would "
+         "neither GPT-2's ByteLevel regex nor Llama 3's or Qwen2's Split pattern + ByteLevel; this trainer would "
          "split text differently from the model's tokenizer");
 }
 
@@ -225,8 +229,9 @@ Tokenizer Tokenizer::from_hf_text(std::string_view text, const std::string& file
     return spm_from_hf(j, *model, *vocab, *merges, file);
 
   if (flag(*model, "byte_fallback", false)) refuse(file, "model.byte_fallback", "is true; a byte-level BPE has none");
-  if (const Json* n = j.find("normalizer"); n && n->kind() != Json::Kind::null)
-    refuse(file, "normalizer", fmt::format("is {}; only tokenizers without one are supported", n->dump().substr(0, 80)));
+  const Json* normalizer = j.find("normalizer");
+  if (!is_null(normalizer) && !is_type(normalizer, "NFC"))
+    refuse(file, "normalizer", fmt::format("is {}; only none and NFC (Qwen2's) are supported", normalizer->dump().substr(0, 80)));
   const PreTokenizer pre = pre_tokenizer_of(j, file);
   // The added tokens (specials such as <|begin_of_text|>) join the vocabulary.
   Json all = *vocab;
@@ -236,6 +241,7 @@ Tokenizer Tokenizer::from_hf_text(std::string_view text, const std::string& file
   for (const auto& [a, b] : merge_pairs(*merges, file)) lines += a + " " + b + "\n";
   Tokenizer t = from_text(all.dump(), lines, file + " model.vocab", file + " model.merges");
   t.pre_ = pre;
+  t.nfc_ = !is_null(normalizer);
   t.ignore_merges_ = flag(*model, "ignore_merges", false);
   if (t.ignore_merges_)
     for (const auto& [token, id] : vocab->members())

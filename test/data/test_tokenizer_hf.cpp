@@ -142,9 +142,9 @@ TEST_CASE("tokenizer.json: what would tokenize differently is refused by its key
                       {"tok.json: model.type: is \"Unigram\", expected \"BPE\""});
   require_input_error([&] { Tokenizer::from_hf_text(with("\\\\p{N}{1,3}", "\\\\p{N}+"), "tok.json"); },
                       {"tok.json: pre_tokenizer: neither GPT-2's ByteLevel regex nor Llama 3's"});
-  require_input_error([&] { Tokenizer::from_hf_text(with("\"normalizer\":null", "\"normalizer\":{\"type\":\"NFC\"}"),
+  require_input_error([&] { Tokenizer::from_hf_text(with("\"normalizer\":null", "\"normalizer\":{\"type\":\"NFKC\"}"),
                                                     "tok.json"); },
-                      {"tok.json: normalizer: is {\"type\":\"NFC\"}"});
+                      {"tok.json: normalizer: is {\"type\":\"NFKC\"}; only none and NFC"});
   require_input_error([&] { Tokenizer::from_hf_text(with("\"byte_fallback\":false", "\"byte_fallback\":true"),
                                                     "tok.json"); },
                       {"tok.json: model.byte_fallback"});
