@@ -37,6 +37,11 @@ void expect_kind(Json::Kind have, Json::Kind want) {
     throw std::runtime_error(fmt::format("expected {}, found {}", kind_name(want), kind_name(have)));
 }
 
+
+bool is_digit(char c) { return std::isdigit(static_cast<unsigned char>(c)) != 0; }
+
+}  // namespace
+
 void append_utf8(std::string& out, uint32_t cp) {
   if (cp < 0x80) {
     out += static_cast<char>(cp);
@@ -54,10 +59,6 @@ void append_utf8(std::string& out, uint32_t cp) {
     out += static_cast<char>(0x80 | (cp & 0x3F));
   }
 }
-
-bool is_digit(char c) { return std::isdigit(static_cast<unsigned char>(c)) != 0; }
-
-}  // namespace
 
 // ---- JsonReader ----
 

@@ -110,4 +110,7 @@ Json parse_json(std::string_view text, const std::string& name);
 // The JSON string literal of s (quotes and escapes included).
 std::string json_quote(std::string_view s);
 
+// Appends code point cp (at most U+10FFFF) to out as UTF-8.
+void append_utf8(std::string& out, uint32_t cp);
+
 }  // namespace trainer::engine

@@ -6,6 +6,7 @@
 
 #include "engine/data/nfc_tables.h"
 #include "engine/data/pretokenize.h"
+#include "engine/json.h"
 
 namespace trainer::engine::data {
 
@@ -91,25 +92,6 @@ void decompose(uint32_t cp, std::vector<uint32_t>& out) {
 
 uint8_t class_of(uint32_t cp) { return cp < kRawByte ? combining_class(cp) : 0; }
 
-void append_utf8(uint32_t cp, std::string& out) {
-  if (cp >= kRawByte) {
-    out += static_cast<char>(cp & 0xFF);
-  } else if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xC0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += static_cast<char>(0xE0 | (cp >> 12));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    out += static_cast<char>(0xF0 | (cp >> 18));
-    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  }
-}
 
 }  // namespace
 
@@ -182,7 +164,10 @@ std::string nfc(std::string_view text) {
   }
   std::string s;
   s.reserve(text.size());
-  for (uint32_t cp : out) append_utf8(cp, s);
+  for (uint32_t cp : out) {
+    if (cp >= kRawByte) s += static_cast<char>(cp & 0xFF);
+    else append_utf8(s, cp);
+  }
   return s;
 }
 

@@ -7,8 +7,10 @@
 
 #include "data_test_util.h"
 #include "engine/data/normalize_nfc.h"
+#include "engine/json.h"
 
 using namespace trainer::engine::data;
+using trainer::engine::append_utf8;
 using data_test::fixture;
 
 namespace {
@@ -17,24 +19,7 @@ std::string utf8_of(const std::string& hex_list) {
   std::string out;
   std::istringstream in(hex_list);
   std::string h;
-  while (in >> h) {
-    const uint32_t cp = static_cast<uint32_t>(std::stoul(h, nullptr, 16));
-    if (cp < 0x80) {
-      out += static_cast<char>(cp);
-    } else if (cp < 0x800) {
-      out += static_cast<char>(0xC0 | (cp >> 6));
-      out += static_cast<char>(0x80 | (cp & 0x3F));
-    } else if (cp < 0x10000) {
-      out += static_cast<char>(0xE0 | (cp >> 12));
-      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-      out += static_cast<char>(0x80 | (cp & 0x3F));
-    } else {
-      out += static_cast<char>(0xF0 | (cp >> 18));
-      out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-      out += static_cast<char>(0x80 | (cp & 0x3F));
-    }
-  }
+  while (in >> h) append_utf8(out, static_cast<uint32_t>(std::stoul(h, nullptr, 16)));
   return out;
 }
 
