@@ -1,5 +1,5 @@
 // Tokenizer::load_hf: a Hugging Face tokenizer.json of a byte-level BPE
-// (GPT-2's or Llama 3's), read into the same tables as vocab.json + merges.txt,
+// (GPT-2's, Llama 3's or Qwen2's), read into the same tables as vocab.json + merges.txt,
 // or of a SentencePiece-style BPE (Llama 2's, Mistral's; tokenizer_spm.cpp).
 #include <fmt/format.h>
 
