@@ -120,7 +120,12 @@ bool nfc_unchanged(std::string_view text) {
 }
 
 std::string nfc(std::string_view text) {
-  if (nfc_unchanged(text)) return std::string(text);
+  std::string out;
+  return nfc_into(text, out) ? out : std::string(text);
+}
+
+bool nfc_into(std::string_view text, std::string& normalized) {
+  if (nfc_unchanged(text)) return false;
   // Canonical decomposition.
   std::vector<uint32_t> cps;
   cps.reserve(text.size() + 8);
@@ -162,13 +167,13 @@ std::string nfc(std::string_view text) {
     }
     out.push_back(cp);
   }
-  std::string s;
-  s.reserve(text.size());
+  normalized.clear();
+  normalized.reserve(text.size());
   for (uint32_t cp : out) {
-    if (cp >= kRawByte) s += static_cast<char>(cp & 0xFF);
-    else append_utf8(s, cp);
+    if (cp >= kRawByte) normalized += static_cast<char>(cp & 0xFF);
+    else append_utf8(normalized, cp);
   }
-  return s;
+  return true;
 }
 
 }  // namespace trainer::engine::data

@@ -18,5 +18,8 @@ bool nfc_unchanged(std::string_view text);
 // text in NFC. Bytes that are not UTF-8 pass through unchanged and end any
 // composition (Hugging Face only ever sees valid UTF-8).
 std::string nfc(std::string_view text);
+// The same without a copy where nfc_unchanged(text) holds: false, out left
+// alone; otherwise true with nfc(text) in out. One scan of the text either way.
+bool nfc_into(std::string_view text, std::string& out);
 
 }  // namespace trainer::engine::data

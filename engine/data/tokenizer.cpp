@@ -360,7 +360,8 @@ void Tokenizer::encode_cached(std::string_view piece, std::vector<int32_t>& out,
 
 void Tokenizer::encode(std::string_view text, std::vector<int32_t>& out, WordCache* cache,
                        bool document_start) const {
-  if (nfc_ && !nfc_unchanged(text)) return encode_normalized(nfc(text), out, cache, document_start);
+  std::string normalized;
+  if (nfc_ && nfc_into(text, normalized)) return encode_normalized(normalized, out, cache, document_start);
   encode_normalized(text, out, cache, document_start);
 }
 

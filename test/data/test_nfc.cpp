@@ -43,7 +43,7 @@ TEST_CASE("nfc: the Unicode conformance test's NFC columns", "[data][nfc]") {
     CHECK(nfc(c4) == c4);
     CHECK(nfc(c5) == c4);
     // The quick check never calls a changed text unchanged.
-    if (nfc(c3) != c3) CHECK_FALSE(nfc_unchanged(c3));
+    if (c2 != c3) CHECK_FALSE(nfc_unchanged(c3));
     if (nfc_unchanged(c1)) CHECK(c1 == c2);
     changed += c1 != c2;
     ++lines;
