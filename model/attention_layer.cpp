@@ -23,16 +23,16 @@ void Attention::declare(Buffers& buf, const std::string& prefix, const ModelConf
   Hkv_ = cfg.local_kv_heads();
   int64_t C = cfg.d_model, N = batch.tokens();
   int64_t Hg = cfg.n_head, Hkvg = cfg.n_kv_head;
-  bool bias = !cfg.is_llama();
+  const bool bias = !cfg.is_llama(), qkv_bias = bias || cfg.qkv_bias;
   float out_std = cfg.init_std / std::sqrt(2.0f * cfg.n_layer);  // GPT-2 residual scaling
   std::string p = prefix + (cfg.is_llama() ? ".self_attn." : ".attn.");
   io_.declare(buf, p + "input", cfg, batch);
-  q_proj_.declare(buf, p + "q_proj", C, Hg * D_, bias, cfg.init_std, Split::column, cfg, N);
+  q_proj_.declare(buf, p + "q_proj", C, Hg * D_, qkv_bias, cfg.init_std, Split::column, cfg, N);
   // n_kv_head < tp: tp rank r holds KV head r / kv_replicas, the one its own
   // query heads (h / (Hg / Hkvg), kernels/attention.h) read.
-  k_proj_.declare(buf, p + "k_proj", C, Hkvg * D_, bias, cfg.init_std, Split::column, cfg,
+  k_proj_.declare(buf, p + "k_proj", C, Hkvg * D_, qkv_bias, cfg.init_std, Split::column, cfg,
                   N, cfg.kv_replicas());
-  v_proj_.declare(buf, p + "v_proj", C, Hkvg * D_, bias, cfg.init_std, Split::column, cfg,
+  v_proj_.declare(buf, p + "v_proj", C, Hkvg * D_, qkv_bias, cfg.init_std, Split::column, cfg,
                   N, cfg.kv_replicas());
   o_proj_.declare(buf, p + (cfg.is_llama() ? "o_proj" : "c_proj"), Hg * D_, C, bias, out_std,
                   Split::row, cfg, N);

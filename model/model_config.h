@@ -25,6 +25,9 @@ struct ModelConfig {
   int vocab_size = 50257;
   int max_seq_len = 256;
   bool tie_embeddings = true;
+  // llama: biases on the q, k and v projections (Qwen2; Megatron's
+  // --add-qkv-bias). gpt2 has biases on every projection regardless.
+  bool qkv_bias = false;
   float rope_theta = 10000.0f;
   RopeScaling rope_scaling;  // llama: Llama 3.1's frequency scaling when active
   float norm_eps = 1e-5f;

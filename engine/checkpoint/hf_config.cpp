@@ -1,5 +1,5 @@
 // See hf_config.h. Defaults are transformers' (GPT2Config, LlamaConfig,
-// MixtralConfig) for keys a config.json leaves out.
+// Qwen2Config, MixtralConfig) for keys a config.json leaves out.
 #include "engine/checkpoint/hf_config.h"
 
 #include <fmt/format.h>
@@ -24,6 +24,25 @@ namespace {
 double tidy(float f) { return std::stod(fmt::format("{}", f)); }
 
 bool mixtral(const model::ModelConfig& cfg) { return cfg.is_llama() && cfg.moe_enabled; }
+// Qwen2 is Llama with biases on q, k and v (and its own config defaults).
+bool qwen2(const model::ModelConfig& cfg) { return cfg.is_llama() && !cfg.moe_enabled && cfg.qkv_bias; }
+
+// The transformers model_type of the job's model, and the job keys that make it so.
+std::pair<std::string, std::string> model_type(const model::ModelConfig& cfg) {
+  if (!cfg.is_llama()) return {"gpt2", "model.family gpt2"};
+  if (cfg.moe_enabled) return {"mixtral", "model.family llama with model.moe"};
+  if (cfg.qkv_bias) return {"qwen2", "model.family llama with model.qkv_bias"};
+  return {"llama", "model.family llama"};
+}
+
+// What the job would set to be a model of another model_type.
+std::string hint_for(const std::string& type) {
+  if (type == "qwen2") return ": Qwen2 is model.family llama with model.qkv_bias: true";
+  if (type == "llama") return ": Llama is model.family llama without model.qkv_bias";
+  if (type == "mixtral") return ": Mixtral is model.family llama with model.moe";
+  if (type == "gpt2") return ": GPT-2 is model.family gpt2";
+  return "";
+}
 
 // Reads one config.json and compares its keys with the job's values.
 class ConfigCheck {
@@ -125,18 +144,27 @@ void check_gpt2(const ConfigCheck& c, const model::ModelConfig& cfg) {
   c.off("scale_attn_by_inverse_layer_idx", "this trainer scales attention by 1/sqrt(head_dim) only");
 }
 
-void check_llama_like(const ConfigCheck& c, const model::ModelConfig& cfg, bool is_mixtral) {
+// transformers' defaults for the keys a config.json may leave out.
+struct LlamaLikeDefaults {
+  double vocab, intermediate, norm_eps, theta;
+};
+
+void check_llama_like(const ConfigCheck& c, const model::ModelConfig& cfg, const std::string& type) {
+  const bool is_mixtral = type == "mixtral";
+  const LlamaLikeDefaults d = type == "mixtral" ? LlamaLikeDefaults{32000, 14336, 1e-5, 1e6}
+                              : type == "qwen2" ? LlamaLikeDefaults{151936, 22016, 1e-6, 1e4}
+                                                : LlamaLikeDefaults{32000, 11008, 1e-6, 1e4};
   c.same_int("hidden_size", 4096, cfg.d_model, "model.d_model");
   c.same_int("num_hidden_layers", 32, cfg.n_layer, "model.n_layer");
   c.same_int("num_attention_heads", 32, cfg.n_head, "model.n_head");
   c.same_int("num_key_value_heads", c.number("num_attention_heads", 32), cfg.n_kv_head, "model.n_kv_head");
   c.same_int("head_dim", c.number("hidden_size", 4096) / c.number("num_attention_heads", 32),
              cfg.d_model / cfg.n_head, "model.d_model / model.n_head");
-  c.same_int("vocab_size", 32000, cfg.vocab_size, "model.vocab_size");
-  c.same_float("rms_norm_eps", is_mixtral ? 1e-5 : 1e-6, cfg.norm_eps, "model.norm_eps");
+  c.same_int("vocab_size", d.vocab, cfg.vocab_size, "model.vocab_size");
+  c.same_float("rms_norm_eps", d.norm_eps, cfg.norm_eps, "model.norm_eps");
   // transformers 5 keeps the RoPE base and scaling in rope_parameters, 4.x
   // in rope_theta and rope_scaling.
-  double theta_default = is_mixtral ? 1e6 : 1e4;
+  double theta_default = d.theta;
   std::string rope_type = "default", scaling_key;
   if (const Json* rp = c.get("rope_parameters"); rp && rp->is_object()) {
     if (const Json* t = rp->find("rope_theta"); t && t->is_number()) theta_default = t->as_number();
@@ -169,13 +197,23 @@ void check_llama_like(const ConfigCheck& c, const model::ModelConfig& cfg, bool 
   c.same_flag("tie_word_embeddings", false, cfg.tie_embeddings, "model.tie_embeddings");
   std::string act = c.text("hidden_act", "silu");
   c.require(act == "silu", "hidden_act is \"{}\": this trainer's llama computes SwiGLU (silu)", act);
-  c.off("attention_bias", "this trainer's llama attention has no biases");
+  // Llama's attention_bias also puts one on o_proj, which Qwen2 and this trainer have not.
+  c.off("attention_bias", "this trainer's llama attention has no o_proj bias (Qwen2's q, k and v "
+                          "biases alone are model.qkv_bias)");
   c.off("mlp_bias", "this trainer's llama MLP has no biases");
+  if (type == "qwen2" && c.flag("use_sliding_window", false)) {
+    // Layers from max_window_layers on see only the last sliding_window keys:
+    // the same as full causal attention while no sequence is longer.
+    double window = c.number("sliding_window", 4096);
+    c.require(window >= cfg.max_seq_len,
+              "use_sliding_window is true with sliding_window {}, below model.max_seq_len {}: this "
+              "trainer's attention is full causal", window, cfg.max_seq_len);
+  }
   if (!is_mixtral) {
-    c.same_int("intermediate_size", 11008, cfg.d_ff, "model.d_ff");
+    c.same_int("intermediate_size", d.intermediate, cfg.d_ff, "model.d_ff");
     return;
   }
-  c.same_int("intermediate_size", 14336, cfg.moe.d_ff_expert, "model.moe.d_ff_expert");
+  c.same_int("intermediate_size", d.intermediate, cfg.moe.d_ff_expert, "model.moe.d_ff_expert");
   c.same_int("num_local_experts", 8, cfg.moe.n_experts, "model.moe.n_experts");
   c.same_int("num_experts_per_tok", 2, cfg.moe.top_k, "model.moe.top_k");
   double window = c.number("sliding_window", 1e18);
@@ -187,9 +225,13 @@ void check_llama_like(const ConfigCheck& c, const model::ModelConfig& cfg, bool 
 }  // namespace
 
 std::string hf_architecture(const model::ModelConfig& cfg) {
-  if (!cfg.moe_enabled) return cfg.is_llama() ? "LlamaForCausalLM" : "GPT2LMHeadModel";
+  if (!cfg.moe_enabled)
+    return !cfg.is_llama() ? "GPT2LMHeadModel" : cfg.qkv_bias ? "Qwen2ForCausalLM" : "LlamaForCausalLM";
   TRAINER_INPUT_CHECK(cfg.is_llama(), "model.moe: GPT-2 blocks with MoE layers are no Hugging Face "
                       "architecture (MoE exports as MixtralForCausalLM, from family llama)");
+  // Qwen2-MoE has the biases, but also a gated shared expert and its own router.
+  TRAINER_INPUT_CHECK(!cfg.qkv_bias, "model.qkv_bias: MixtralForCausalLM has no attention biases, and "
+                      "Qwen2MoeForCausalLM's gated shared expert is not computed here");
   TRAINER_INPUT_CHECK(cfg.moe_every == 1, "model.moe.every is {}: MixtralForCausalLM has an MoE in "
                       "every layer (every: 1)", cfg.moe_every);
   TRAINER_INPUT_CHECK(cfg.moe.n_shared_experts == 0, "model.moe.n_shared_experts is {}: "
@@ -210,7 +252,7 @@ std::string hf_config_json(const model::ModelConfig& cfg, const HfConfigExtras& 
   j.set("architectures", std::move(arch));
   if (cfg.is_llama()) {
     const bool moe = mixtral(cfg);
-    j.set("model_type", Json(moe ? "mixtral" : "llama"));
+    j.set("model_type", Json(model_type(cfg).first));
     j.set("vocab_size", Json(cfg.vocab_size));
     j.set("hidden_size", Json(cfg.d_model));
     j.set("intermediate_size", Json(moe ? cfg.moe.d_ff_expert : cfg.d_ff));
@@ -240,6 +282,11 @@ std::string hf_config_json(const model::ModelConfig& cfg, const HfConfigExtras& 
                                              ? tidy(cfg.moe.aux_loss_coeff)
                                              : 0.0));
       j.set("router_jitter_noise", Json(0.0));
+    } else if (qwen2(cfg)) {
+      // Full attention in every layer, in every transformers version's reading.
+      j.set("use_sliding_window", Json(false));
+      j.set("sliding_window", Json());
+      j.set("max_window_layers", Json(cfg.n_layer));
     } else {
       j.set("attention_bias", Json(false));
       j.set("mlp_bias", Json(false));
@@ -270,13 +317,10 @@ std::string hf_config_json(const model::ModelConfig& cfg, const HfConfigExtras& 
 
 void check_hf_config(const std::string& config_path, const model::ModelConfig& cfg) {
   ConfigCheck c(config_path);
-  const std::string want = !cfg.is_llama() ? "gpt2" : cfg.moe_enabled ? "mixtral" : "llama";
+  const auto [want, why] = model_type(cfg);
   const std::string type = c.text("model_type", "");
-  TRAINER_INPUT_CHECK(type == want, "{}: model_type is \"{}\", but the job's model is {} ({}) "
-                      "(model.init_from)", config_path, type, want,
-                      !cfg.is_llama() ? "model.family gpt2" : cfg.moe_enabled
-                                                                  ? "model.family llama with model.moe"
-                                                                  : "model.family llama");
+  TRAINER_INPUT_CHECK(type == want, "{}: model_type is \"{}\", but the job's model is {} ({}){} "
+                      "(model.init_from)", config_path, type, want, why, hint_for(type));
   if (type == "gpt2") {
     check_gpt2(c, cfg);
   } else {
@@ -287,7 +331,7 @@ void check_hf_config(const std::string& config_path, const model::ModelConfig& c
                 "a Mixtral model has no shared experts, but model.moe.n_shared_experts is {}",
                 cfg.moe.n_shared_experts);
     }
-    check_llama_like(c, cfg, type == "mixtral");
+    check_llama_like(c, cfg, type);
   }
   c.finish();
 }

@@ -1,4 +1,4 @@
-// Hugging Face GPT-2 / Llama / Mixtral safetensors in (model.init_from); out is hf_export.cpp.
+// Hugging Face GPT-2 / Llama / Qwen2 / Mixtral safetensors in (model.init_from); out is hf_export.cpp.
 #include "engine/checkpoint/hf_interop.h"
 
 #include <fmt/format.h>
@@ -36,10 +36,17 @@ HostTensor resize_rows(HostTensor t, int64_t n) {
   return t;
 }
 
+// The transformers class whose tensors the job's model reads (named when one is missing).
+const char* expected_class(const model::ModelConfig& cfg) {
+  if (!cfg.is_llama()) return "GPT2LMHeadModel";
+  if (cfg.moe_enabled) return "MixtralForCausalLM";
+  return cfg.qkv_bias ? "Qwen2ForCausalLM" : "LlamaForCausalLM";
+}
+
 // The tensors of an HF checkpoint: one file or the shards of an index.
 class HfSource {
  public:
-  explicit HfSource(const std::string& path) {
+  HfSource(const std::string& path, const char* expected) : expected_(expected) {
     if (fs::is_directory(path)) {
       fs::path index = fs::path(path) / "model.safetensors.index.json";
       fs::path single = fs::path(path) / "model.safetensors";
@@ -74,7 +81,7 @@ class HfSource {
   HostTensor get(const std::string& name) const {
     std::string found = find(name);
     TRAINER_INPUT_CHECK(!found.empty(), "{}: no tensor \"{}\" (expected a {} checkpoint)", origin(),
-                        name, name.rfind("model.", 0) == 0 ? "LlamaForCausalLM" : "GPT2LMHeadModel");
+                        name, expected_);
     const SafetensorsFile& f = file(where_.at(found));
     return {f.tensor(found).shape, f.read_f32(found)};
   }
@@ -101,6 +108,21 @@ class HfSource {
     }
   }
 
+  // A llama-family model reads no bias it does not have, so one left over
+  // would be dropped without a word: a Qwen2 file (or a Llama one saved with
+  // attention_bias or mlp_bias) read as a bias-free Llama without its config.json.
+  void check_biases(const model::ModelConfig& cfg) const {
+    if (!cfg.is_llama()) return;
+    for (const auto& [name, file] : where_) {
+      if (!ends_with(name, ".bias") || ends_with(name, ".e_score_correction_bias")) continue;
+      const bool qkv = ends_with(name, ".q_proj.bias") || ends_with(name, ".k_proj.bias") ||
+                       ends_with(name, ".v_proj.bias");
+      TRAINER_INPUT_CHECK(qkv && cfg.qkv_bias, "{}: tensor \"{}\" is a bias the job's model has not{} "
+                          "(model.init_from)", file, name,
+                          qkv ? " (a Qwen2 checkpoint needs model.qkv_bias: true)" : "");
+    }
+  }
+
   std::string file_of(const std::string& name) const {
     std::string found = find(name);
     return found.empty() ? origin() : where_.at(found);
@@ -119,6 +141,7 @@ class HfSource {
   }
   std::string origin() const { return origin_.empty() ? where_.begin()->second : origin_; }
 
+  const char* expected_;
   std::map<std::string, std::string> where_;
   std::string origin_;
   mutable std::map<std::string, std::unique_ptr<SafetensorsFile>> open_;
@@ -181,8 +204,9 @@ void load_hf_weights(const std::string& path, const model::ModelConfig& cfg, mod
                 "load_hf_weights: the optimizer given does not shard the parameters");
   if (fs::path config = fs::path(path) / "config.json"; fs::is_directory(path) && fs::exists(config))
     check_hf_config(config.string(), cfg);
-  HfSource src(path);
+  HfSource src(path, expected_class(cfg));
   src.check_extent(cfg);
+  src.check_biases(cfg);
   std::vector<float> local;
   for (int i = 0; i < static_cast<int>(buffers.params().size()); ++i) {
     const model::Buffers::Param& p = buffers.params()[i];

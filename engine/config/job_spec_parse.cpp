@@ -167,6 +167,14 @@ void read_model(Section s, ModelSpec& m) {
   s.read("max_seq_len", m.max_seq_len, 1, 1 << 24);
   m.tie_embeddings = m.family == Family::gpt2;
   s.read("tie_embeddings", m.tie_embeddings);
+  // gpt2's biases come with its family (the resolved spec says true); the
+  // key adds them to llama's q, k and v (Qwen2).
+  bool qkv_bias = m.family == Family::gpt2;
+  s.read("qkv_bias", qkv_bias);
+  if (m.family == Family::gpt2 && !qkv_bias)
+    r.fail(s.path("qkv_bias"), "gpt2 has biases on every projection, c_attn's q, k and v included "
+                               "(attention without them needs family: llama)");
+  m.qkv_bias = m.family == Family::llama && qkv_bias;
   s.read("rope_theta", m.rope_theta);
   r.check_min(s.path("rope_theta"), m.rope_theta, 0, true);
   if (s.has("rope_scaling") && !s.is_null("rope_scaling"))

@@ -32,6 +32,12 @@ model::ModelConfig llama_cfg() {
   return c;
 }
 
+model::ModelConfig qwen2_cfg() {
+  model::ModelConfig c = llama_cfg();
+  c.qkv_bias = c.tie_embeddings = true;
+  return c;
+}
+
 model::ModelConfig mixtral_cfg() {
   model::ModelConfig c = llama_cfg();
   c.moe_enabled = true;
@@ -68,13 +74,20 @@ std::string config_with(const model::ModelConfig& cfg, const std::string& key, c
 }  // namespace
 
 TEST_CASE("hf config: each family's own config.json passes its check", "[cpu][checkpoint]") {
-  for (const model::ModelConfig& cfg : {gpt2_cfg(), llama_cfg(), mixtral_cfg()}) {
+  for (const model::ModelConfig& cfg : {gpt2_cfg(), llama_cfg(), qwen2_cfg(), mixtral_cfg()}) {
     std::string path = config_with(cfg, "", nullptr);
     CHECK_NOTHROW(check_hf_config(path, cfg));
   }
   CHECK(hf_architecture(gpt2_cfg()) == "GPT2LMHeadModel");
   CHECK(hf_architecture(llama_cfg()) == "LlamaForCausalLM");
   CHECK(hf_architecture(mixtral_cfg()) == "MixtralForCausalLM");
+  CHECK(hf_architecture(qwen2_cfg()) == "Qwen2ForCausalLM");
+  Json qwen2 = parse_json(hf_config_json(qwen2_cfg()), "config.json");
+  CHECK(qwen2.at("model_type").as_string() == "qwen2");
+  CHECK(!qwen2.at("use_sliding_window").as_bool());
+  CHECK(qwen2.at("sliding_window").kind() == Json::Kind::null);
+  CHECK(qwen2.find("attention_bias") == nullptr);  // LlamaConfig's, which would bias o_proj too
+  CHECK(qwen2.at("tie_word_embeddings").as_bool());
   Json mixtral = parse_json(hf_config_json(mixtral_cfg()), "config.json");
   CHECK(mixtral.at("model_type").as_string() == "mixtral");
   CHECK(mixtral.at("intermediate_size").as_int() == 24);  // the experts' width
@@ -118,6 +131,16 @@ TEST_CASE("hf config: a differing hyper-parameter is named with the job key", "[
       {mixtral_cfg(), "intermediate_size", Json(48), "intermediate_size is 48, but model.moe.d_ff_expert is 24"},
       {mixtral_cfg(), "sliding_window", Json(8), "sliding_window is 8, below model.max_seq_len 16"},
       {mixtral_cfg(), "model_type", Json("llama"), "model_type is \"llama\", but the job's model is mixtral"},
+      {llama_cfg(), "model_type", Json("qwen2"),
+       "model_type is \"qwen2\", but the job's model is llama (model.family llama): Qwen2 is model.family "
+       "llama with model.qkv_bias: true"},
+      {qwen2_cfg(), "model_type", Json("llama"),
+       "model_type is \"llama\", but the job's model is qwen2 (model.family llama with model.qkv_bias)"},
+      // Left out: Qwen2Config's defaults, not LlamaConfig's.
+      {qwen2_cfg(), "vocab_size", Json(), "vocab_size is 151936, but model.vocab_size is 200"},
+      {qwen2_cfg(), "intermediate_size", Json(), "intermediate_size is 22016, but model.d_ff is 48"},
+      {qwen2_cfg(), "tie_word_embeddings", Json(false), "tie_word_embeddings is false, but model.tie_embeddings is true"},
+      {qwen2_cfg(), "attention_bias", Json(true), "attention_bias is true: this trainer's llama attention has no o_proj bias"},
   };
   for (const Case& c : cases) {
     INFO(c.key << " = " << c.value.dump());
@@ -161,6 +184,16 @@ TEST_CASE("hf config: a differing hyper-parameter is named with the job key", "[
       Contains(": num_hidden_layers is 2, but model.n_layer is 3; rope_theta is 500000, but "
                "model.rope_theta is 10000; tie_word_embeddings is false, but model.tie_embeddings "
                "is true (model.init_from)"));
+  // Qwen2's sliding window: off, or no narrower than any sequence.
+  Json on(true);
+  Json qj = parse_json(read_text_file(config_with(qwen2_cfg(), "use_sliding_window", &on)), "c");
+  qj.set("sliding_window", Json(8));
+  replace_file_atomically(path, qj.dump());
+  CHECK_THROWS_WITH(check_hf_config(path, qwen2_cfg()),
+                    Contains("use_sliding_window is true with sliding_window 8, below model.max_seq_len 16"));
+  qj.set("sliding_window", Json(16));
+  replace_file_atomically(path, qj.dump());
+  CHECK_NOTHROW(check_hf_config(path, qwen2_cfg()));
   // A Mixtral config for a job whose MoE is every other layer.
   model::ModelConfig every2 = mixtral_cfg();
   every2.moe_every = 2;
@@ -184,11 +217,15 @@ TEST_CASE("hf config: a model no transformers class computes is refused by its k
   aux_free.moe.balance = model::MoeBalance::aux_free;
   CHECK_THROWS_WITH(hf_architecture(aux_free), Contains("model.moe.balance is aux_free"));
   CHECK_THROWS_AS(hf_config_json(aux_free), InputError);
+  model::ModelConfig biased_moe = mixtral_cfg();
+  biased_moe.qkv_bias = true;
+  CHECK_THROWS_WITH(hf_architecture(biased_moe), Contains("model.qkv_bias: MixtralForCausalLM has no attention biases"));
 }
 
-TEST_CASE("hf config: configs/llama-1b.yaml is Llama 3.2 1B, configs/llama-8b.yaml Llama 3 8B",
-          "[cpu][checkpoint]") {
-  // Their hub config.json files' architecture keys (meta-llama/Llama-3.2-1B, Meta-Llama-3-8B).
+TEST_CASE("hf config: configs/llama-1b.yaml is Llama 3.2 1B, configs/llama-8b.yaml Llama 3 8B, "
+          "configs/qwen2-0.5b.yaml Qwen2.5 0.5B", "[cpu][checkpoint]") {
+  // Their hub config.json files' architecture keys (meta-llama/Llama-3.2-1B, Meta-Llama-3-8B,
+  // Qwen/Qwen2.5-0.5B).
   const std::string llama32_1b = R"({"architectures": ["LlamaForCausalLM"], "attention_bias": false,
     "bos_token_id": 128000, "eos_token_id": 128001, "head_dim": 64, "hidden_act": "silu",
     "hidden_size": 2048, "intermediate_size": 8192, "max_position_embeddings": 131072,
@@ -203,9 +240,18 @@ TEST_CASE("hf config: configs/llama-1b.yaml is Llama 3.2 1B, configs/llama-8b.ya
     "num_hidden_layers": 32, "num_key_value_heads": 8, "rms_norm_eps": 1e-05, "rope_scaling": null,
     "rope_theta": 500000.0, "tie_word_embeddings": false, "torch_dtype": "bfloat16",
     "vocab_size": 128256})";
+  const std::string qwen25_05b = R"({"architectures": ["Qwen2ForCausalLM"], "attention_dropout": 0.0,
+    "bos_token_id": 151643, "eos_token_id": 151643, "hidden_act": "silu", "hidden_size": 896,
+    "initializer_range": 0.02, "intermediate_size": 4864, "max_position_embeddings": 32768,
+    "max_window_layers": 24, "model_type": "qwen2", "num_attention_heads": 14,
+    "num_hidden_layers": 24, "num_key_value_heads": 2, "rms_norm_eps": 1e-06,
+    "rope_theta": 1000000.0, "sliding_window": 32768, "tie_word_embeddings": true,
+    "torch_dtype": "bfloat16", "transformers_version": "4.40.1", "use_cache": true,
+    "use_mrope": false, "use_sliding_window": false, "vocab_size": 151936})";
   const fs::path dir = scratch_dir();
   fs::create_directories(dir);
-  for (const auto& [yaml, json] : {std::pair{"llama-1b.yaml", llama32_1b}, {"llama-8b.yaml", llama3_8b}}) {
+  for (const auto& [yaml, json] : {std::pair{"llama-1b.yaml", llama32_1b}, {"llama-8b.yaml", llama3_8b},
+                                   {"qwen2-0.5b.yaml", qwen25_05b}}) {
     INFO(yaml);
     const std::string path = (dir / (std::string(yaml) + ".json")).string();
     replace_file_atomically(path, json);

@@ -55,13 +55,22 @@ JobSpec mixtral_spec(const fs::path& dir) {
   return s;
 }
 
-// gpt2, llama and Mixtral-style MoE llama, each with its name.
+// The llama job with q, k and v biases and a tied head: Qwen2ForCausalLM's model.
+JobSpec qwen2_spec(const fs::path& dir) {
+  JobSpec s = tiny_spec(Family::llama, dir);
+  s.model.qkv_bias = s.model.tie_embeddings = true;
+  return s;
+}
+
+// gpt2, llama, Qwen2-style llama and Mixtral-style MoE llama, each with its name.
 std::vector<std::pair<std::string, JobSpec>> hf_jobs(const std::string& prefix) {
   std::vector<std::pair<std::string, JobSpec>> jobs;
-  for (const char* name : {"gpt2", "llama", "mixtral"}) {
+  for (const std::string name : {"gpt2", "llama", "qwen2", "mixtral"}) {
     fs::path dir = fresh_temp_dir(prefix + "_" + name);
-    JobSpec s = name[0] == 'g' ? tiny_spec(Family::gpt2, dir)
-                : name[0] == 'l' ? tiny_spec(Family::llama, dir) : mixtral_spec(dir);
+    JobSpec s = name == "gpt2"    ? tiny_spec(Family::gpt2, dir)
+                : name == "llama" ? tiny_spec(Family::llama, dir)
+                : name == "qwen2" ? qwen2_spec(dir)
+                                  : mixtral_spec(dir);
     jobs.emplace_back(name, s);
   }
   return jobs;
@@ -192,6 +201,47 @@ TEST_CASE("hf: llama config keys and untied head", "[cpu][checkpoint]") {
   CHECK(cfg.at("rope_theta").as_number() == 10000.0);
   CHECK(!cfg.at("tie_word_embeddings").as_bool());
   fs::remove_all(dir);
+}
+
+TEST_CASE("hf: a llama with qkv_bias is a Qwen2 export, and a bias-free llama refuses its biases",
+          "[cpu][checkpoint]") {
+  fs::path dir = fresh_temp_dir("hf_qwen2");
+  JobSpec spec = qwen2_spec(dir);
+  Trainer a(spec, quiet_options());
+  fs::path out = trained_export(dir, a, spec);
+  SafetensorsFile f((out / "model.safetensors").string());
+  CHECK(f.tensor("model.layers.1.self_attn.q_proj.bias").shape == std::vector<int64_t>{32});
+  CHECK(f.tensor("model.layers.1.self_attn.k_proj.bias").shape == std::vector<int64_t>{16});
+  CHECK(f.tensor("model.layers.1.self_attn.v_proj.bias").shape == std::vector<int64_t>{16});
+  CHECK(f.tensors().count("model.layers.1.self_attn.o_proj.bias") == 0);
+  CHECK(f.tensors().count("lm_head.weight") == 0);  // tied
+  Json cfg = parse_json(read_text_file((out / "config.json").string()), "config.json");
+  CHECK(cfg.at("architectures").items()[0].as_string() == "Qwen2ForCausalLM");
+  // A Llama job started from it is told why, with config.json and without.
+  fs::path llama_dir = fresh_temp_dir("hf_qwen2_as_llama");
+  JobSpec llama = tiny_spec(Family::llama, llama_dir);
+  llama.model.tie_embeddings = true;
+  Trainer b(llama, quiet_options());
+  auto load = [&](const JobSpec& s, Trainer& t) {
+    load_hf_weights(out.string(), model_config(s), t.model().buffers(), t.context());
+  };
+  CHECK_THROWS_WITH(load(llama, b), Catch::Matchers::Contains("Qwen2 is model.family llama with model.qkv_bias: true"));
+  fs::remove(out / "config.json");
+  CHECK_THROWS_WITH(load(llama, b),
+                    Catch::Matchers::Contains("tensor \"model.layers.0.self_attn.k_proj.bias\" is a bias the "
+                                              "job's model has not (a Qwen2 checkpoint needs model.qkv_bias: true)"));
+  // And a Qwen2 job started from a Llama export misses the biases by name.
+  Trainer l(llama, quiet_options());
+  fs::path llama_out = trained_export(llama_dir, l, llama);
+  Trainer c(spec, quiet_options());
+  CHECK_THROWS_WITH(load_hf_weights(llama_out.string(), model_config(spec), c.model().buffers(), c.context()),
+                    Catch::Matchers::Contains("model_type is \"llama\", but the job's model is qwen2"));
+  fs::remove(llama_out / "config.json");
+  CHECK_THROWS_WITH(load_hf_weights(llama_out.string(), model_config(spec), c.model().buffers(), c.context()),
+                    Catch::Matchers::Contains("no tensor \"model.layers.0.self_attn.q_proj.bias\" (expected a "
+                                              "Qwen2ForCausalLM checkpoint)"));
+  fs::remove_all(dir);
+  fs::remove_all(llama_dir);
 }
 
 TEST_CASE("hf: an MoE llama is a Mixtral export and an aux_free job starts from one",

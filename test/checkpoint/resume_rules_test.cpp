@@ -91,6 +91,11 @@ TEST_CASE("resume: model_differences names MoE structure, not its training setti
   dense.moe.enabled = false;
   CHECK(model_differences(a, dense) ==
         std::vector<std::string>{"model.moe is set in the checkpoint, absent in this job"});
+  // Qwen2's q, k and v biases are tensors a bias-free checkpoint has not.
+  ModelSpec biased = a;
+  biased.qkv_bias = true;
+  CHECK(model_differences(a, biased, true) ==
+        std::vector<std::string>{"model.qkv_bias is false in the checkpoint, true in this job"});
 }
 
 TEST_CASE("resume: the data continues after the samples the checkpoint consumed",

@@ -55,6 +55,9 @@ const std::vector<Bad>& bad_specs() {
        "job.yaml:5: data.eod_token: must be < model.vocab_size (50257), got 50257"},
       {"document masking flag not a bool", kData, {"data.reset_attention_mask=yes please"},
        "--set: data.reset_attention_mask: expected true or false, got 'yes please'"},
+      {"gpt2 without its qkv biases", kData + "model:\n  qkv_bias: false\n", {},
+       "job.yaml:5: model.qkv_bias: gpt2 has biases on every projection, c_attn's q, k and v included "
+       "(attention without them needs family: llama)"},
       {"rope scaling on gpt2", kData + "model:\n  rope_scaling: {factor: 8}\n", {},
        "job.yaml:5: model.rope_scaling: gpt2 has learned positions, not rotary embeddings "
        "(rope_scaling needs family: llama)"},

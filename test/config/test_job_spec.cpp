@@ -66,6 +66,14 @@ TEST_CASE("defaults that depend on other keys", "[cpu]") {
     CHECK(parse(kData + "model:\n  family: llama\n  tie_embeddings: true\n").model.tie_embeddings);
     CHECK(!parse(kData + "model:\n  tie_embeddings: false\n").model.tie_embeddings);
   }
+  SECTION("qkv_bias: gpt2's come with its family, llama's (Qwen2) are asked for") {
+    CHECK(!parse(kData + "model:\n  family: llama\n").model.qkv_bias);
+    CHECK(parse(kData + "model:\n  family: llama\n  qkv_bias: true\n").model.qkv_bias);
+    CHECK(parse(kData + "model:\n  qkv_bias: true\n") == parse(kData));
+    const std::string y = job_spec_to_yaml(parse(kData));
+    CHECK(y.find("  qkv_bias: true\n") != std::string::npos);  // what gpt2 computes
+    CHECK(round_trip(parse(kData)) == parse(kData));
+  }
   SECTION("run.dir and checkpoint.dir follow run.name") {
     const JobSpec s = parse(kData + "run:\n  name: exp7\n");
     CHECK(s.run.dir == "runs/exp7");
@@ -99,6 +107,7 @@ model:
   vocab_size: 1000
   max_seq_len: 128
   tie_embeddings: true
+  qkv_bias: true
   rope_theta: 500000.0
   rope_scaling: {type: llama3, factor: 32, low_freq_factor: 2, high_freq_factor: 8,
                  original_max_position_embeddings: 4096}
@@ -133,6 +142,7 @@ log: {metrics: none, timers: true}
   CHECK(s.model.vocab_size == 1000);
   CHECK(s.model.max_seq_len == 128);
   CHECK(s.model.tie_embeddings);
+  CHECK(s.model.qkv_bias);
   CHECK(s.model.rope_theta == 500000.0);
   CHECK(s.model.rope_scaling.enabled);
   CHECK(s.model.rope_scaling.factor == 32.0);
@@ -295,7 +305,7 @@ TEST_CASE("job_spec_to_yaml writes every key in the documented order", "[cpu]") 
   for (const char* key :
        {"run:", "name:", "dir:", "seed:", "device:", "model:", "family:", "n_layer:", "d_model:",
         "n_head:", "n_kv_head:", "d_ff:", "vocab_size:", "max_seq_len:", "tie_embeddings:",
-        "rope_theta:", "norm_eps:", "init_std:", "init_from:", "rope_scaling:", "moe:", "data:", "train:", "val:",
+        "qkv_bias:", "rope_theta:", "norm_eps:", "init_std:", "init_from:", "rope_scaling:", "moe:", "data:", "train:", "val:",
         "format:", "shuffle:", "reset_attention_mask:", "reset_position_ids:", "eod_mask_loss:",
         "eod_token:", "train:", "seq_len:", "micro_batch:", "global_batch:", "steps:",
         "eval_every:", "eval_batches:", "log_every:", "optimizer:", "name:", "lr:", "min_lr:",
@@ -337,7 +347,7 @@ TEST_CASE("write_resolved_spec writes job.yaml atomically", "[cpu]") {
 
 TEST_CASE("every file in configs/ loads and round-trips", "[cpu]") {
   const auto files = config_files();
-  CHECK(files.size() >= 13);
+  CHECK(files.size() >= 14);
   for (const auto& f : files) {
     INFO(f.string());
     JobSpec s;
@@ -379,4 +389,10 @@ TEST_CASE("configs/ hold the shapes they are named for", "[cpu]") {
   CHECK(mixtral.model.moe.n_experts == 8);
   CHECK(mixtral.model.moe.top_k == 2);
   CHECK(load("moe-tiny.yaml").model.moe.n_experts == 8);
+  // Qwen2.5 0.5B: 24 layers of width 896, 14 / 2 heads, q/k/v biases, tied.
+  const JobSpec qwen2 = load("qwen2-0.5b.yaml");
+  CHECK(qwen2.model.qkv_bias);
+  CHECK(qwen2.model.tie_embeddings);
+  CHECK(qwen2.model.n_layer == 24);
+  CHECK(qwen2.model.d_model == 896);
 }

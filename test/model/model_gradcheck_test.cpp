@@ -1,6 +1,7 @@
 // Whole-model gradient check: the analytic gradient of the summed token loss
-// of a tiny GPT-2 and a tiny Llama (GQA, untied) against central finite
-// differences of the same loss, evaluated in double from the per-token losses.
+// of a tiny GPT-2, a tiny Llama (GQA, untied) and a Qwen2-style Llama (q/k/v
+// biases, tied) against central finite differences of the same loss,
+// evaluated in double from the per-token losses.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -102,6 +103,23 @@ TEST_CASE("llama model gradients match finite differences", "[cpu][model]") {
   cfg.vocab_size = 50;
   cfg.max_seq_len = 8;
   cfg.tie_embeddings = false;
+  cfg.init_std = 0.2f;
+  check_model_gradients(cfg);
+}
+
+TEST_CASE("qwen2-style llama (q/k/v biases, tied head) gradients match finite differences",
+          "[cpu][model]") {
+  ModelConfig cfg;
+  cfg.family = Family::llama;
+  cfg.qkv_bias = true;
+  cfg.n_layer = 2;
+  cfg.d_model = 16;
+  cfg.n_head = 4;
+  cfg.n_kv_head = 2;
+  cfg.d_ff = 24;
+  cfg.vocab_size = 50;
+  cfg.max_seq_len = 8;
+  cfg.tie_embeddings = true;
   cfg.init_std = 0.2f;
   check_model_gradients(cfg);
 }

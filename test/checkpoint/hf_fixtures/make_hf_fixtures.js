@@ -2,16 +2,16 @@
 // Independent reference implementation (plain Node.js, no packages) of the
 // forward pass of three Hugging Face transformers models:
 //   GPT2LMHeadModel, LlamaForCausalLM (default RoPE and Llama 3.1 "llama3"
-//   rope_scaling), MixtralForCausalLM
+//   rope_scaling), Qwen2ForCausalLM, MixtralForCausalLM
 // written from the semantics of transformers' modeling_gpt2.py /
-// modeling_llama.py / modeling_mixtral.py / modeling_rope_utils.py
+// modeling_llama.py / modeling_qwen2.py / modeling_mixtral.py / modeling_rope_utils.py
 // (4.4x/4.5x, eager attention, fp32).
 // It writes tiny random checkpoints in the hub layout (model.safetensors +
 // config.json) and the logits the HF model computes for a fixed token sequence.
 //
 //   node make_hf_fixtures.js OUTDIR
 //
-// writes OUTDIR/{gpt2,llama,llama3,mixtral}/{model.safetensors,config.json,
+// writes OUTDIR/{gpt2,llama,llama3,qwen2,mixtral}/{model.safetensors,config.json,
 // reference.json,reference_logits.f32}. Output is byte-for-byte deterministic.
 //
 // Numerics: weights are drawn from a seeded PRNG, rounded to float32
@@ -288,7 +288,7 @@ function llama3InvFreq(inv0, rs, variant = 'llama3') {
 // Inverse frequencies for a Llama-family config. ropeScaling: 'config' (what
 // the config says) | 'none' (ignore rope_scaling) | a llama3InvFreq variant.
 function ropeInvFreq(cfg, ropeScaling = 'config') {
-  const inv0 = defaultInvFreq(configValue(cfg, 'rope_theta'), cfg.head_dim);
+  const inv0 = defaultInvFreq(configValue(cfg, 'rope_theta'), headDim(cfg));
   const rs = cfg.rope_scaling;
   if (ropeScaling === 'none' || rs === null || rs === undefined) return inv0;
   if (rs.rope_type !== 'llama3') throw new Error('unsupported rope_type ' + rs.rope_type);
@@ -399,6 +399,18 @@ const LLAMA3_CFG = {
   ...LLAMA_CFG,
   rope_scaling: { factor: F(8.0), high_freq_factor: F(4.0), low_freq_factor: F(1.0), original_max_position_embeddings: 256, rope_type: 'llama3' },
 };
+// Qwen2 (transformers' modeling_qwen2.py): Llama's decoder with biases on
+// q_proj, k_proj and v_proj (added before RoPE), none on o_proj; keys as
+// Qwen2.5-0.5B's config.json has them (no head_dim, sliding window off,
+// tied embeddings).
+const QWEN2_CFG = {
+  architectures: ['Qwen2ForCausalLM'], attention_dropout: F(0.0), bos_token_id: 151643, eos_token_id: 151643,
+  hidden_act: 'silu', hidden_size: 32, initializer_range: F(0.02), intermediate_size: 48,
+  max_position_embeddings: 64, max_window_layers: 2, model_type: 'qwen2', num_attention_heads: 4,
+  num_hidden_layers: 2, num_key_value_heads: 2, rms_norm_eps: F(1e-6), rope_theta: F(1000000.0),
+  sliding_window: 64, tie_word_embeddings: true, torch_dtype: 'float32', use_cache: true,
+  use_sliding_window: false, vocab_size: V,
+};
 const MIXTRAL_CFG = {
   architectures: ['MixtralForCausalLM'], attention_dropout: F(0.0), bos_token_id: 1, eos_token_id: 2,
   head_dim: 8, hidden_act: 'silu', hidden_size: 32, initializer_range: F(0.02), intermediate_size: 24,
@@ -409,8 +421,11 @@ const MIXTRAL_CFG = {
 };
 // qkStd: std of q_proj/k_proj weights (default SCALE.lin); larger values make
 // attention scores, and hence RoPE angle differences, more visible in the logits.
-function decoderWeights(cfg, seed, moe, qkStd = SCALE.lin) {
-  const D = cfg.hidden_size, I = cfg.intermediate_size, H = cfg.num_attention_heads, KV = cfg.num_key_value_heads, hd = cfg.head_dim;
+// Qwen2 (model_type qwen2) also draws q/k/v biases with std qkvBiasStd and,
+// with tie_word_embeddings, stores no lm_head.weight.
+function decoderWeights(cfg, seed, moe, qkStd = SCALE.lin, qkvBiasStd = SCALE.bias) {
+  const D = cfg.hidden_size, I = cfg.intermediate_size, H = cfg.num_attention_heads, KV = cfg.num_key_value_heads, hd = headDim(cfg);
+  const qwen2 = cfg.model_type === 'qwen2';
   const S = new Store(seed);
   S.randn('model.embed_tokens.weight', [V, D], SCALE.emb);
   for (let l = 0; l < cfg.num_hidden_layers; l++) {
@@ -419,6 +434,11 @@ function decoderWeights(cfg, seed, moe, qkStd = SCALE.lin) {
     S.randn(p + 'self_attn.q_proj.weight', [H * hd, D], qkStd);
     S.randn(p + 'self_attn.k_proj.weight', [KV * hd, D], qkStd);
     S.randn(p + 'self_attn.v_proj.weight', [KV * hd, D], SCALE.lin);
+    if (qwen2) {
+      S.randn(p + 'self_attn.q_proj.bias', [H * hd], qkvBiasStd);
+      S.randn(p + 'self_attn.k_proj.bias', [KV * hd], qkvBiasStd);
+      S.randn(p + 'self_attn.v_proj.bias', [KV * hd], qkvBiasStd);
+    }
     S.randn(p + 'self_attn.o_proj.weight', [D, H * hd], SCALE.lin);
     S.randn(p + 'post_attention_layernorm.weight', [D], SCALE.normW, 1);
     if (!moe) {
@@ -436,16 +456,20 @@ function decoderWeights(cfg, seed, moe, qkStd = SCALE.lin) {
     }
   }
   S.randn('model.norm.weight', [D], SCALE.normW, 1);
-  S.randn('lm_head.weight', [V, D], SCALE.head);
+  if (!cfg.tie_word_embeddings) S.randn('lm_head.weight', [V, D], SCALE.head);
   return S;
 }
+// transformers' head_dim: the config's, else hidden_size / num_attention_heads.
+function headDim(cfg) { return cfg.head_dim || cfg.hidden_size / cfg.num_attention_heads; }
 // opts.rope: 'half' (correct) | 'half_neg' | 'interleave'
 // opts.ropeScaling: 'config' (correct) | 'none' | llama3InvFreq variant (see ropeInvFreq)
 // opts.gqa : 'floor' (correct: kv = floor(h / (H/KV))) | 'mod' (kv = h % KV)
 // opts.moeNoRenorm: don't renormalise the top-k weights (Mixtral)
 // opts.swapW13: swap w1 and w3 (Mixtral) / gate and up (Llama)
+// opts.qkvBias (Qwen2): 'before_rope' (correct) | 'none' (biases ignored) |
+//   'after_rope' (added to q and k after the rotation)
 function decoderForward(cfg, S, moe, opts = {}) {
-  const D = cfg.hidden_size, I = cfg.intermediate_size, H = cfg.num_attention_heads, KV = cfg.num_key_value_heads, hd = cfg.head_dim;
+  const D = cfg.hidden_size, I = cfg.intermediate_size, H = cfg.num_attention_heads, KV = cfg.num_key_value_heads, hd = headDim(cfg);
   const eps = configValue(cfg, 'rms_norm_eps'), inv = ropeInvFreq(cfg, opts.ropeScaling || 'config');
   const ropeMode = opts.rope || 'half', grp = H / KV;
   const kvOf = opts.gqa === 'mod' ? (h) => h % KV : (h) => Math.floor(h / grp);
@@ -455,9 +479,14 @@ function decoderForward(cfg, S, moe, opts = {}) {
   for (let l = 0; l < cfg.num_hidden_layers; l++) {
     const p = `model.layers.${l}.`, g = (n) => S.get(p + n);
     const x = rmsNorm(h, g('input_layernorm.weight'), eps);
-    const q = applyRope(linear(x, g('self_attn.q_proj.weight'), null, D, H * hd), H, hd, inv, ropeMode);
-    const k = applyRope(linear(x, g('self_attn.k_proj.weight'), null, D, KV * hd), KV, hd, inv, ropeMode);
-    const v = linear(x, g('self_attn.v_proj.weight'), null, D, KV * hd);
+    const biasMode = S.t.has(p + 'self_attn.q_proj.bias') ? opts.qkvBias || 'before_rope' : 'none';
+    const bias = (n) => (biasMode === 'none' ? null : g(n));
+    const pre = biasMode === 'before_rope' ? bias : () => null;
+    const addBias = (X, b) => (b ? X.map((r) => r.map((vv, i) => vv + b[i])) : X);
+    const post = (X, n) => (biasMode === 'after_rope' ? addBias(X, g(n)) : X);
+    const q = post(applyRope(linear(x, g('self_attn.q_proj.weight'), pre('self_attn.q_proj.bias'), D, H * hd), H, hd, inv, ropeMode), 'self_attn.q_proj.bias');
+    const k = post(applyRope(linear(x, g('self_attn.k_proj.weight'), pre('self_attn.k_proj.bias'), D, KV * hd), KV, hd, inv, ropeMode), 'self_attn.k_proj.bias');
+    const v = linear(x, g('self_attn.v_proj.weight'), bias('self_attn.v_proj.bias'), D, KV * hd);
     const att = causalAttention(q, k, v, H, hd, kvOf, Math.pow(hd, -0.5));
     h = add(h, linear(att, g('self_attn.o_proj.weight'), null, H * hd, D));
     const y = rmsNorm(h, g('post_attention_layernorm.weight'), eps);
@@ -493,7 +522,8 @@ function decoderForward(cfg, S, moe, opts = {}) {
     h = add(h, m);
   }
   h = rmsNorm(h, S.get('model.norm.weight'), eps);
-  return { logits: linear(h, S.get('lm_head.weight'), null, D, V), routing };
+  const head = cfg.tie_word_embeddings ? S.get('model.embed_tokens.weight') : S.get('lm_head.weight');
+  return { logits: linear(h, head, null, D, V), routing };
 }
 
 // ------------------------------------------------------------- helpers ----
@@ -607,6 +637,23 @@ function main() {
     ]);
     writeModel(outDir, 'llama3', cfg, S, real,
       `LlamaForCausalLM forward (eager, fp32 weights, computed in float64 by an independent JS implementation), batch 1, positions 0..${T - 1}, no padding; rotate_half RoPE with rope_scaling rope_type llama3 (factor 8, low_freq_factor 1, high_freq_factor 4, original_max_position_embeddings 256; inv_freq per transformers _compute_llama3_parameters: [${l3.rows.map((r) => r.branch).join(', ')}] for j=0..3, attention_factor 1), GQA 4q/2kv, untied lm_head; weights seed ${hex(seed)} (mulberry32 + Box-Muller), q_proj/k_proj std ${QK_STD}`);
+  }
+
+  // Qwen2: Llama with q/k/v biases, tied embeddings
+  {
+    const seed = 0x0A3E2001, QK_STD = 0.5, BIAS_STD = 0.5;
+    const cfg = QWEN2_CFG;
+    const S = decoderWeights(cfg, seed, false, QK_STD, BIAS_STD);
+    const real = decoderForward(cfg, S, false).logits;
+    console.log(`qwen2 (Qwen2ForCausalLM), seed ${hex(seed)}, q_proj/k_proj std ${QK_STD}, q/k/v bias std ${BIAS_STD}`);
+    report('qwen2', real, [
+      ['(q1) q/k/v biases ignored', decoderForward(cfg, S, false, { qkvBias: 'none' }).logits, true],
+      ['(q2) q/k biases added after RoPE', decoderForward(cfg, S, false, { qkvBias: 'after_rope' }).logits, true],
+      ['(a1) interleaved-pair RoPE instead of rotate_half', decoderForward(cfg, S, false, { rope: 'interleave' }).logits, true],
+      ['(c) GQA kv head = h % n_kv instead of floor(h/(n_head/n_kv))', decoderForward(cfg, S, false, { gqa: 'mod' }).logits, true],
+    ]);
+    writeModel(outDir, 'qwen2', cfg, S, real,
+      `Qwen2ForCausalLM forward (eager, fp32 weights, computed in float64 by an independent JS implementation), batch 1, positions 0..${T - 1}, no padding; q/k/v biases added before rotate_half RoPE, no o_proj bias, GQA 4q/2kv, rope_theta 1e6, tied lm_head = embed_tokens; weights seed ${hex(seed)} (mulberry32 + Box-Muller), q_proj/k_proj std ${QK_STD}, q/k/v bias std ${BIAS_STD}`);
   }
 
   // Mixtral: search for a seed with robust routing and full expert coverage
