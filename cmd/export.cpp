@@ -45,7 +45,8 @@ Registrar reg("export", "export a checkpoint (Hugging Face safetensors + config.
               [](CLI::App& sub) {
   auto args = std::make_shared<ExportArgs>();
   add_checkpoint_source(sub, args->source);
-  sub.add_option("--format", args->format, "output format: hf (GPT2LMHeadModel, LlamaForCausalLM, Qwen2ForCausalLM or MixtralForCausalLM)");
+  sub.add_option("--format", args->format, "output format: hf (GPT2LMHeadModel, LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM or "
+                  "MixtralForCausalLM)");
   sub.add_option("--out", args->out, "output directory")->required();
   sub.add_option("--vocab", args->options.vocab,
                  "also export the tokenizer: encoder.json (GPT-2) or vocab.json, as given to "

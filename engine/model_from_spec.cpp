@@ -37,6 +37,7 @@ model::ModelConfig model_config(const JobSpec& spec) {
   c.max_seq_len = m.max_seq_len;
   c.tie_embeddings = m.tie_embeddings;
   c.qkv_bias = m.qkv_bias;
+  c.qk_norm = m.qk_norm;
   c.rope_theta = static_cast<float>(m.rope_theta);
   if (m.rope_scaling.enabled)
     c.rope_scaling = {.factor = m.rope_scaling.factor,

@@ -36,8 +36,16 @@ void Attention::declare(Buffers& buf, const std::string& prefix, const ModelConf
                   N, cfg.kv_replicas());
   o_proj_.declare(buf, p + (cfg.is_llama() ? "o_proj" : "c_proj"), Hg * D_, C, bias, out_std,
                   Split::row, cfg, N);
-  q_ = buf.add(Category::activations, p + "q", {N, H_ * D_}, buf.act_dtype());
-  k_ = buf.add(Category::activations, p + "k", {N, Hkv_ * D_}, buf.act_dtype());
+  q_in_ = buf.add(Category::activations, p + "q", {N, H_ * D_}, buf.act_dtype());
+  k_in_ = buf.add(Category::activations, p + "k", {N, Hkv_ * D_}, buf.act_dtype());
+  q_ = q_in_, k_ = k_in_;
+  qk_norm_ = cfg.qk_norm;
+  if (qk_norm_) {
+    // One weight of head_dim for all heads: each tp rank's gradient covers its own heads.
+    q_norm_.declare(buf, p + "q_norm", cfg, N * H_, D_, cfg.tp > 1);
+    k_norm_.declare(buf, p + "k_norm", cfg, N * Hkv_, D_, cfg.tp > 1);
+    q_ = q_norm_.out_id(), k_ = k_norm_.out_id();
+  }
   v_ = buf.add(Category::activations, p + "v", {N, Hkv_ * D_}, buf.act_dtype());
   att_ = buf.add(Category::activations, p + "out", {N, H_ * D_}, buf.act_dtype());
   // Under cp one (B, H, c) block per local query chunk, each contiguous for the op.
@@ -79,6 +87,9 @@ Tensor doc_chunk(Tensor docs, int j, int64_t c) {
   v.data = static_cast<int32_t*>(docs.data) + j * c;
   return v;
 }
+
+// A (N, h * D) buffer as N * h rows of one head each (the q/k norms' rows).
+Tensor rows_of_heads(Tensor t, int64_t D) { return t.view({t.numel() / D, D}); }
 
 // (B, T, h, D) views of flat (B * T * h * D) scratch.
 Tensor kv_view(Tensor flat, int64_t B, int64_t T, int64_t h, int64_t D) {
@@ -122,9 +133,13 @@ void Attention::gather_kv(const LayerEnv& env, const Scratch& s, Tensor kg, Tens
 void Attention::forward(const LayerEnv& env, const Scratch& s, Tensor out, Tensor in) const {
   const Buffers& b = env.buf;
   Tensor x = io_.enter(env, in);
-  q_proj_.forward(env, b.get(q_), x);
-  k_proj_.forward(env, b.get(k_), x);
+  q_proj_.forward(env, b.get(q_in_), x);
+  k_proj_.forward(env, b.get(k_in_), x);
   v_proj_.forward(env, b.get(v_), x);
+  if (qk_norm_) {
+    q_norm_.forward(env, rows_of_heads(b.get(q_in_), D_));
+    k_norm_.forward(env, rows_of_heads(b.get(k_in_), D_));
+  }
   Tensor q = heads(env, q_, H_), k = heads(env, k_, Hkv_), v = heads(env, v_, Hkv_);
   if (rope_) {
     rope(env, q, true);
@@ -182,10 +197,23 @@ void Attention::backward(const LayerEnv& env, const Scratch& s, Tensor dinp, Ten
     rope(env, dq, false);
     rope(env, dk, false);
   }
+  Tensor dq_in = b.get(s.dq), dk_in = b.get(s.dk);
+  if (qk_norm_) {
+    // Attention's output gradient is spent: it holds the norms' input gradients in turn.
+    dq_in = b.get(s.datt);
+    q_norm_.backward(env, rows_of_heads(dq_in, D_), rows_of_heads(b.get(s.dq), D_),
+                     rows_of_heads(b.get(q_in_), D_));
+  }
   Tensor x = io_.saved_input(env, in);
   Tensor dx = io_.dinput(env, s, dinp), tmp = io_.dinput_tmp(env, s);
-  q_proj_.backward(env, dx, b.get(s.dq), x);
-  k_proj_.backward(env, tmp, b.get(s.dk), x);
+  q_proj_.backward(env, dx, dq_in, x);
+  if (qk_norm_) {
+    const int64_t N = B_ * T_;
+    dk_in = dq_in.view({dq_in.numel()}).slice(0, N * Hkv_ * D_).view({N, Hkv_ * D_});
+    k_norm_.backward(env, rows_of_heads(dk_in, D_), rows_of_heads(b.get(s.dk), D_),
+                     rows_of_heads(b.get(k_in_), D_));
+  }
+  k_proj_.backward(env, tmp, dk_in, x);
   accumulate(env.ctx, dx, tmp);
   v_proj_.backward(env, tmp, b.get(s.dv), x);
   accumulate(env.ctx, dx, tmp);

@@ -7,13 +7,16 @@
 // attends to the keys up to its own position, and the key/value gradients go
 // back to their owners summed over cp. Documents packed into a sequence:
 // each query sees keys of its own document only, and RoPE may restart its
-// positions at each document (LayerEnv::doc_start, positions).
+// positions at each document (LayerEnv::doc_start, positions). With qk_norm
+// (Qwen3) each q and k head is RMS-normalised before RoPE; the projections'
+// outputs are kept as the norms' inputs.
 #pragma once
 
 #include <string>
 
 #include "kernels/rope_scaling.h"
 #include "model/linear_layer.h"
+#include "model/norm_layer.h"
 #include "model/scratch.h"
 #include "model/tp_io.h"
 
@@ -45,7 +48,11 @@ class Attention {
   int64_t B_ = 0, T_ = 0, H_ = 0, Hkv_ = 0, D_ = 0;  // H_, Hkv_: heads on this rank
   TpIo io_;
   Linear q_proj_, k_proj_, v_proj_, o_proj_;
-  BufferId q_ = -1, k_ = -1, v_ = -1, att_ = -1, lse_ = -1;
+  bool qk_norm_ = false;
+  Norm q_norm_, k_norm_;
+  // q_ and k_: attention's operands (RoPE applied in place); q_in_ and k_in_:
+  // the projections' outputs, the same buffers unless qk_norm.
+  BufferId q_ = -1, k_ = -1, v_ = -1, att_ = -1, lse_ = -1, q_in_ = -1, k_in_ = -1;
 };
 
 }  // namespace trainer::model

@@ -44,7 +44,8 @@ struct ParamSpec {
                                       // tp_replicas; their gradients are summed over them
   bool weight_decay = true;           // false for norms, biases, position embeddings
   bool sp_partial = false;            // replicated, but each rank's gradient covers only its
-                                      // token block (norms under sequence parallelism)
+                                      // token block (norms under sequence parallelism) or
+                                      // its heads (q/k norms under tp): summed over tp
   bool expert = false;
   int pp_stage = 0;
   bool tied_copy = false;             // the last pipeline stage's copy of the tied token table:

@@ -28,6 +28,9 @@ struct ModelConfig {
   // llama: biases on the q, k and v projections (Qwen2; Megatron's
   // --add-qkv-bias). gpt2 has biases on every projection regardless.
   bool qkv_bias = false;
+  // llama: an RMSNorm over each query and key head (weights of head_dim
+  // shared by the heads) before RoPE (Qwen3; Megatron's --qk-layernorm).
+  bool qk_norm = false;
   float rope_theta = 10000.0f;
   RopeScaling rope_scaling;  // llama: Llama 3.1's frequency scaling when active
   float norm_eps = 1e-5f;

@@ -8,11 +8,15 @@
 namespace trainer::model {
 
 void Norm::declare(Buffers& buf, const std::string& name, const ModelConfig& cfg, int64_t rows) {
+  // Under sequence parallelism each rank normalises only its token block.
+  declare(buf, name, cfg, rows, cfg.d_model, cfg.sequence_parallel);
+}
+
+void Norm::declare(Buffers& buf, const std::string& name, const ModelConfig& cfg, int64_t rows,
+                   int64_t C, bool sp) {
   rms_ = cfg.is_llama();
   eps_ = cfg.norm_eps;
-  int64_t C = cfg.d_model;
   buf.declare_op_scratch(norm_scratch_bytes(rows, C));  // the weight gradient's column sums
-  bool sp = cfg.sequence_parallel;  // each rank normalises only its token block
   weight_ = buf.add_param({.name = name + ".weight", .global_shape = {C}, .init = Init::ones,
                            .weight_decay = false, .sp_partial = sp},
                           {C});

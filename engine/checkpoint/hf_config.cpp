@@ -1,5 +1,5 @@
 // See hf_config.h. Defaults are transformers' (GPT2Config, LlamaConfig,
-// Qwen2Config, MixtralConfig) for keys a config.json leaves out.
+// Qwen2Config, Qwen3Config, MixtralConfig) for keys a config.json leaves out.
 #include "engine/checkpoint/hf_config.h"
 
 #include <fmt/format.h>
@@ -24,13 +24,16 @@ namespace {
 double tidy(float f) { return std::stod(fmt::format("{}", f)); }
 
 bool mixtral(const model::ModelConfig& cfg) { return cfg.is_llama() && cfg.moe_enabled; }
-// Qwen2 is Llama with biases on q, k and v (and its own config defaults).
+// Qwen2 is Llama with biases on q, k and v, Qwen3 with q/k norms instead
+// (and each its own config defaults).
 bool qwen2(const model::ModelConfig& cfg) { return cfg.is_llama() && !cfg.moe_enabled && cfg.qkv_bias; }
+bool qwen3(const model::ModelConfig& cfg) { return cfg.is_llama() && !cfg.moe_enabled && cfg.qk_norm; }
 
 // The transformers model_type of the job's model, and the job keys that make it so.
 std::pair<std::string, std::string> model_type(const model::ModelConfig& cfg) {
   if (!cfg.is_llama()) return {"gpt2", "model.family gpt2"};
   if (cfg.moe_enabled) return {"mixtral", "model.family llama with model.moe"};
+  if (cfg.qk_norm) return {"qwen3", "model.family llama with model.qk_norm"};
   if (cfg.qkv_bias) return {"qwen2", "model.family llama with model.qkv_bias"};
   return {"llama", "model.family llama"};
 }
@@ -38,7 +41,8 @@ std::pair<std::string, std::string> model_type(const model::ModelConfig& cfg) {
 // What the job would set to be a model of another model_type.
 std::string hint_for(const std::string& type) {
   if (type == "qwen2") return ": Qwen2 is model.family llama with model.qkv_bias: true";
-  if (type == "llama") return ": Llama is model.family llama without model.qkv_bias";
+  if (type == "qwen3") return ": Qwen3 is model.family llama with model.qk_norm: true";
+  if (type == "llama") return ": Llama is model.family llama without model.qkv_bias or model.qk_norm";
   if (type == "mixtral") return ": Mixtral is model.family llama with model.moe";
   if (type == "gpt2") return ": GPT-2 is model.family gpt2";
   return "";
@@ -147,18 +151,21 @@ void check_gpt2(const ConfigCheck& c, const model::ModelConfig& cfg) {
 // transformers' defaults for the keys a config.json may leave out.
 struct LlamaLikeDefaults {
   double vocab, intermediate, norm_eps, theta;
+  double head_dim;  // 0: hidden_size / num_attention_heads
 };
 
 void check_llama_like(const ConfigCheck& c, const model::ModelConfig& cfg, const std::string& type) {
   const bool is_mixtral = type == "mixtral";
-  const LlamaLikeDefaults d = type == "mixtral" ? LlamaLikeDefaults{32000, 14336, 1e-5, 1e6}
-                              : type == "qwen2" ? LlamaLikeDefaults{151936, 22016, 1e-6, 1e4}
-                                                : LlamaLikeDefaults{32000, 11008, 1e-6, 1e4};
+  const LlamaLikeDefaults d = type == "mixtral" ? LlamaLikeDefaults{32000, 14336, 1e-5, 1e6, 0}
+                              : type == "qwen2" ? LlamaLikeDefaults{151936, 22016, 1e-6, 1e4, 0}
+                              : type == "qwen3" ? LlamaLikeDefaults{151936, 22016, 1e-6, 1e4, 128}
+                                                : LlamaLikeDefaults{32000, 11008, 1e-6, 1e4, 0};
   c.same_int("hidden_size", 4096, cfg.d_model, "model.d_model");
   c.same_int("num_hidden_layers", 32, cfg.n_layer, "model.n_layer");
   c.same_int("num_attention_heads", 32, cfg.n_head, "model.n_head");
   c.same_int("num_key_value_heads", c.number("num_attention_heads", 32), cfg.n_kv_head, "model.n_kv_head");
-  c.same_int("head_dim", c.number("hidden_size", 4096) / c.number("num_attention_heads", 32),
+  c.same_int("head_dim", d.head_dim > 0 ? d.head_dim
+                                         : c.number("hidden_size", 4096) / c.number("num_attention_heads", 32),
              cfg.d_model / cfg.n_head, "model.d_model / model.n_head");
   c.same_int("vocab_size", d.vocab, cfg.vocab_size, "model.vocab_size");
   c.same_float("rms_norm_eps", d.norm_eps, cfg.norm_eps, "model.norm_eps");
@@ -201,7 +208,7 @@ void check_llama_like(const ConfigCheck& c, const model::ModelConfig& cfg, const
   c.off("attention_bias", "this trainer's llama attention has no o_proj bias (Qwen2's q, k and v "
                           "biases alone are model.qkv_bias)");
   c.off("mlp_bias", "this trainer's llama MLP has no biases");
-  if (type == "qwen2" && c.flag("use_sliding_window", false)) {
+  if ((type == "qwen2" || type == "qwen3") && c.flag("use_sliding_window", false)) {
     // Layers from max_window_layers on see only the last sliding_window keys:
     // the same as full causal attention while no sequence is longer.
     double window = c.number("sliding_window", 4096);
@@ -225,13 +232,21 @@ void check_llama_like(const ConfigCheck& c, const model::ModelConfig& cfg, const
 }  // namespace
 
 std::string hf_architecture(const model::ModelConfig& cfg) {
+  if (cfg.is_llama() && !cfg.moe_enabled && cfg.qkv_bias && cfg.qk_norm)
+    throw InputError("model.qk_norm with model.qkv_bias: no Hugging Face class has both (Qwen2 has "
+                     "the biases, Qwen3 the norms)");
   if (!cfg.moe_enabled)
-    return !cfg.is_llama() ? "GPT2LMHeadModel" : cfg.qkv_bias ? "Qwen2ForCausalLM" : "LlamaForCausalLM";
+    return !cfg.is_llama() ? "GPT2LMHeadModel"
+           : cfg.qk_norm   ? "Qwen3ForCausalLM"
+           : cfg.qkv_bias  ? "Qwen2ForCausalLM"
+                           : "LlamaForCausalLM";
   TRAINER_INPUT_CHECK(cfg.is_llama(), "model.moe: GPT-2 blocks with MoE layers are no Hugging Face "
                       "architecture (MoE exports as MixtralForCausalLM, from family llama)");
   // Qwen2-MoE has the biases, but also a gated shared expert and its own router.
   TRAINER_INPUT_CHECK(!cfg.qkv_bias, "model.qkv_bias: MixtralForCausalLM has no attention biases, and "
                       "Qwen2MoeForCausalLM's gated shared expert is not computed here");
+  TRAINER_INPUT_CHECK(!cfg.qk_norm, "model.qk_norm: MixtralForCausalLM has no q/k norms (Qwen3's MoE "
+                      "export is not written yet)");
   TRAINER_INPUT_CHECK(cfg.moe_every == 1, "model.moe.every is {}: MixtralForCausalLM has an MoE in "
                       "every layer (every: 1)", cfg.moe_every);
   TRAINER_INPUT_CHECK(cfg.moe.n_shared_experts == 0, "model.moe.n_shared_experts is {}: "
@@ -282,11 +297,12 @@ std::string hf_config_json(const model::ModelConfig& cfg, const HfConfigExtras& 
                                              ? tidy(cfg.moe.aux_loss_coeff)
                                              : 0.0));
       j.set("router_jitter_noise", Json(0.0));
-    } else if (qwen2(cfg)) {
+    } else if (qwen2(cfg) || qwen3(cfg)) {
       // Full attention in every layer, in every transformers version's reading.
       j.set("use_sliding_window", Json(false));
       j.set("sliding_window", Json());
       j.set("max_window_layers", Json(cfg.n_layer));
+      if (qwen3(cfg)) j.set("attention_bias", Json(false));
     } else {
       j.set("attention_bias", Json(false));
       j.set("mlp_bias", Json(false));

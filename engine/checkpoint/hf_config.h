@@ -10,7 +10,8 @@
 namespace trainer::engine::checkpoint {
 
 // "GPT2LMHeadModel", "LlamaForCausalLM", "Qwen2ForCausalLM" (a llama family
-// model with q/k/v biases) or "MixtralForCausalLM" (a llama
+// model with q/k/v biases), "Qwen3ForCausalLM" (one with q/k norms) or
+// "MixtralForCausalLM" (a llama
 // family model whose every MLP is an MoE without shared experts, routed by
 // softmax top-k renormalised, as MixtralSparseMoeBlock). A model no
 // transformers class computes is an InputError naming the job key that

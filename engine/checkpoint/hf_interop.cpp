@@ -1,4 +1,4 @@
-// Hugging Face GPT-2 / Llama / Qwen2 / Mixtral safetensors in (model.init_from); out is hf_export.cpp.
+// Hugging Face GPT-2 / Llama / Qwen2 / Qwen3 / Mixtral safetensors in (model.init_from); out is hf_export.cpp.
 #include "engine/checkpoint/hf_interop.h"
 
 #include <fmt/format.h>
@@ -40,7 +40,7 @@ HostTensor resize_rows(HostTensor t, int64_t n) {
 const char* expected_class(const model::ModelConfig& cfg) {
   if (!cfg.is_llama()) return "GPT2LMHeadModel";
   if (cfg.moe_enabled) return "MixtralForCausalLM";
-  return cfg.qkv_bias ? "Qwen2ForCausalLM" : "LlamaForCausalLM";
+  return cfg.qk_norm ? "Qwen3ForCausalLM" : cfg.qkv_bias ? "Qwen2ForCausalLM" : "LlamaForCausalLM";
 }
 
 // The tensors of an HF checkpoint: one file or the shards of an index.
@@ -108,12 +108,17 @@ class HfSource {
     }
   }
 
-  // A llama-family model reads no bias it does not have, so one left over
-  // would be dropped without a word: a Qwen2 file (or a Llama one saved with
-  // attention_bias or mlp_bias) read as a bias-free Llama without its config.json.
-  void check_biases(const model::ModelConfig& cfg) const {
+  // A llama-family model reads no bias or q/k norm it does not have, so one
+  // left over would be dropped without a word: a Qwen2 or Qwen3 file (or a
+  // Llama one saved with attention_bias or mlp_bias) read as a plain Llama
+  // without its config.json.
+  void check_unread(const model::ModelConfig& cfg) const {
     if (!cfg.is_llama()) return;
     for (const auto& [name, file] : where_) {
+      const bool qk_norm = ends_with(name, ".q_norm.weight") || ends_with(name, ".k_norm.weight");
+      TRAINER_INPUT_CHECK(!qk_norm || cfg.qk_norm, "{}: tensor \"{}\" is a q/k norm the job's model "
+                          "has not (a Qwen3 checkpoint needs model.qk_norm: true) (model.init_from)",
+                          file, name);
       if (!ends_with(name, ".bias") || ends_with(name, ".e_score_correction_bias")) continue;
       const bool qkv = ends_with(name, ".q_proj.bias") || ends_with(name, ".k_proj.bias") ||
                        ends_with(name, ".v_proj.bias");
@@ -206,7 +211,7 @@ void load_hf_weights(const std::string& path, const model::ModelConfig& cfg, mod
     check_hf_config(config.string(), cfg);
   HfSource src(path, expected_class(cfg));
   src.check_extent(cfg);
-  src.check_biases(cfg);
+  src.check_unread(cfg);
   std::vector<float> local;
   for (int i = 0; i < static_cast<int>(buffers.params().size()); ++i) {
     const model::Buffers::Param& p = buffers.params()[i];

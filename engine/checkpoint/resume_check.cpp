@@ -43,6 +43,7 @@ std::vector<std::string> model_differences(const ModelSpec& saved, const ModelSp
   if (job.family == Family::gpt2) differ(out, "model.max_seq_len", saved.max_seq_len, job.max_seq_len);
   differ(out, "model.tie_embeddings", saved.tie_embeddings, job.tie_embeddings);
   differ(out, "model.qkv_bias", saved.qkv_bias, job.qkv_bias);
+  differ(out, "model.qk_norm", saved.qk_norm, job.qk_norm);
   if (!tensors_only) {
     differ(out, "model.rope_theta", saved.rope_theta, job.rope_theta);
     differ(out, "model.rope_scaling", describe(saved.rope_scaling), describe(job.rope_scaling));

@@ -69,6 +69,7 @@ struct ModelSpec {
   int max_seq_len = 256;          // >= 1
   bool tie_embeddings = true;     // default true for gpt2, false for llama
   bool qkv_bias = false;          // llama: biases on q, k, v (Qwen2); gpt2 has them regardless
+  bool qk_norm = false;           // llama: RMSNorm of each q and k head before RoPE (Qwen3)
   double rope_theta = 10000.0;    // > 0
   RopeScalingSpec rope_scaling;   // llama only
   double norm_eps = 1e-5;         // > 0

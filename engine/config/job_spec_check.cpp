@@ -23,6 +23,9 @@ void check_model(const ModelSpec& m, const SpecReader& r) {
     r.fail("model.n_head", fmt::format("llama needs an even head dimension for rotary embeddings; "
                                        "model.d_model / model.n_head = {} / {} = {}",
                                        m.d_model, m.n_head, m.head_dim()));
+  if (m.family == Family::gpt2 && m.qk_norm)
+    r.fail("model.qk_norm", "the q/k norm is an RMSNorm of each head, as llama's norms are "
+                            "(qk_norm needs family: llama)");
   if (m.family == Family::gpt2 && m.rope_scaling.enabled)
     r.fail("model.rope_scaling", "gpt2 has learned positions, not rotary embeddings (rope_scaling "
                                  "needs family: llama)");

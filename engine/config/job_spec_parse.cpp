@@ -175,6 +175,7 @@ void read_model(Section s, ModelSpec& m) {
     r.fail(s.path("qkv_bias"), "gpt2 has biases on every projection, c_attn's q, k and v included "
                                "(attention without them needs family: llama)");
   m.qkv_bias = m.family == Family::llama && qkv_bias;
+  s.read("qk_norm", m.qk_norm);
   s.read("rope_theta", m.rope_theta);
   r.check_min(s.path("rope_theta"), m.rope_theta, 0, true);
   if (s.has("rope_scaling") && !s.is_null("rope_scaling"))

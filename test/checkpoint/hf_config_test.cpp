@@ -38,6 +38,12 @@ model::ModelConfig qwen2_cfg() {
   return c;
 }
 
+model::ModelConfig qwen3_cfg() {
+  model::ModelConfig c = llama_cfg();
+  c.qk_norm = c.tie_embeddings = true;
+  return c;
+}
+
 model::ModelConfig mixtral_cfg() {
   model::ModelConfig c = llama_cfg();
   c.moe_enabled = true;
@@ -74,7 +80,7 @@ std::string config_with(const model::ModelConfig& cfg, const std::string& key, c
 }  // namespace
 
 TEST_CASE("hf config: each family's own config.json passes its check", "[cpu][checkpoint]") {
-  for (const model::ModelConfig& cfg : {gpt2_cfg(), llama_cfg(), qwen2_cfg(), mixtral_cfg()}) {
+  for (const model::ModelConfig& cfg : {gpt2_cfg(), llama_cfg(), qwen2_cfg(), qwen3_cfg(), mixtral_cfg()}) {
     std::string path = config_with(cfg, "", nullptr);
     CHECK_NOTHROW(check_hf_config(path, cfg));
   }
@@ -88,6 +94,11 @@ TEST_CASE("hf config: each family's own config.json passes its check", "[cpu][ch
   CHECK(qwen2.at("sliding_window").kind() == Json::Kind::null);
   CHECK(qwen2.find("attention_bias") == nullptr);  // LlamaConfig's, which would bias o_proj too
   CHECK(qwen2.at("tie_word_embeddings").as_bool());
+  CHECK(hf_architecture(qwen3_cfg()) == "Qwen3ForCausalLM");
+  Json qwen3 = parse_json(hf_config_json(qwen3_cfg()), "config.json");
+  CHECK(qwen3.at("model_type").as_string() == "qwen3");
+  CHECK(qwen3.at("head_dim").as_int() == 8);  // Qwen3Config's default would be 128
+  CHECK(!qwen3.at("attention_bias").as_bool());
   Json mixtral = parse_json(hf_config_json(mixtral_cfg()), "config.json");
   CHECK(mixtral.at("model_type").as_string() == "mixtral");
   CHECK(mixtral.at("intermediate_size").as_int() == 24);  // the experts' width
@@ -141,6 +152,11 @@ TEST_CASE("hf config: a differing hyper-parameter is named with the job key", "[
       {qwen2_cfg(), "intermediate_size", Json(), "intermediate_size is 22016, but model.d_ff is 48"},
       {qwen2_cfg(), "tie_word_embeddings", Json(false), "tie_word_embeddings is false, but model.tie_embeddings is true"},
       {qwen2_cfg(), "attention_bias", Json(true), "attention_bias is true: this trainer's llama attention has no o_proj bias"},
+      {llama_cfg(), "model_type", Json("qwen3"),
+       "model_type is \"qwen3\", but the job's model is llama (model.family llama): Qwen3 is model.family "
+       "llama with model.qk_norm: true"},
+      {qwen3_cfg(), "head_dim", Json(), "head_dim is 128, but model.d_model / model.n_head is 8"},
+      {qwen3_cfg(), "attention_bias", Json(true), "attention_bias is true"},
   };
   for (const Case& c : cases) {
     INFO(c.key << " = " << c.value.dump());
@@ -220,12 +236,18 @@ TEST_CASE("hf config: a model no transformers class computes is refused by its k
   model::ModelConfig biased_moe = mixtral_cfg();
   biased_moe.qkv_bias = true;
   CHECK_THROWS_WITH(hf_architecture(biased_moe), Contains("model.qkv_bias: MixtralForCausalLM has no attention biases"));
+  model::ModelConfig normed_moe = mixtral_cfg();
+  normed_moe.qk_norm = true;
+  CHECK_THROWS_WITH(hf_architecture(normed_moe), Contains("model.qk_norm: MixtralForCausalLM has no q/k norms"));
+  model::ModelConfig both = qwen3_cfg();
+  both.qkv_bias = true;
+  CHECK_THROWS_WITH(hf_architecture(both), Contains("model.qk_norm with model.qkv_bias: no Hugging Face class"));
 }
 
 TEST_CASE("hf config: configs/llama-1b.yaml is Llama 3.2 1B, configs/llama-8b.yaml Llama 3 8B, "
-          "configs/qwen2-0.5b.yaml Qwen2.5 0.5B", "[cpu][checkpoint]") {
+          "configs/qwen2-0.5b.yaml Qwen2.5 0.5B, configs/qwen3-1.7b.yaml Qwen3 1.7B", "[cpu][checkpoint]") {
   // Their hub config.json files' architecture keys (meta-llama/Llama-3.2-1B, Meta-Llama-3-8B,
-  // Qwen/Qwen2.5-0.5B).
+  // Qwen/Qwen2.5-0.5B, Qwen/Qwen3-1.7B).
   const std::string llama32_1b = R"({"architectures": ["LlamaForCausalLM"], "attention_bias": false,
     "bos_token_id": 128000, "eos_token_id": 128001, "head_dim": 64, "hidden_act": "silu",
     "hidden_size": 2048, "intermediate_size": 8192, "max_position_embeddings": 131072,
@@ -248,10 +270,18 @@ TEST_CASE("hf config: configs/llama-1b.yaml is Llama 3.2 1B, configs/llama-8b.ya
     "rope_theta": 1000000.0, "sliding_window": 32768, "tie_word_embeddings": true,
     "torch_dtype": "bfloat16", "transformers_version": "4.40.1", "use_cache": true,
     "use_mrope": false, "use_sliding_window": false, "vocab_size": 151936})";
+  const std::string qwen3_17b = R"({"architectures": ["Qwen3ForCausalLM"], "attention_bias": false,
+    "attention_dropout": 0.0, "bos_token_id": 151643, "eos_token_id": 151645, "head_dim": 128,
+    "hidden_act": "silu", "hidden_size": 2048, "initializer_range": 0.02, "intermediate_size": 6144,
+    "max_position_embeddings": 40960, "max_window_layers": 28, "model_type": "qwen3",
+    "num_attention_heads": 16, "num_hidden_layers": 28, "num_key_value_heads": 8,
+    "rms_norm_eps": 1e-06, "rope_scaling": null, "rope_theta": 1000000, "sliding_window": null,
+    "tie_word_embeddings": true, "torch_dtype": "bfloat16", "transformers_version": "4.51.0",
+    "use_cache": true, "use_sliding_window": false, "vocab_size": 151936})";
   const fs::path dir = scratch_dir();
   fs::create_directories(dir);
   for (const auto& [yaml, json] : {std::pair{"llama-1b.yaml", llama32_1b}, {"llama-8b.yaml", llama3_8b},
-                                   {"qwen2-0.5b.yaml", qwen25_05b}}) {
+                                   {"qwen2-0.5b.yaml", qwen25_05b}, {"qwen3-1.7b.yaml", qwen3_17b}}) {
     INFO(yaml);
     const std::string path = (dir / (std::string(yaml) + ".json")).string();
     replace_file_atomically(path, json);

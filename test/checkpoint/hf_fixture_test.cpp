@@ -1,12 +1,12 @@
 // model.init_from against an independent implementation of transformers:
 // hf_fixtures/ holds tiny GPT2LMHeadModel, LlamaForCausalLM (plain RoPE and
-// Llama 3.1 rope_scaling), Qwen2ForCausalLM and MixtralForCausalLM checkpoints
+// Llama 3.1 rope_scaling), Qwen2ForCausalLM, Qwen3ForCausalLM and MixtralForCausalLM checkpoints
 // and the logits their transformers forward
 // computes (make_hf_fixtures.js, written from transformers' modeling code
 // without reading this trainer's). Loading each and running this trainer's
 // forward must give those logits: the Conv1D and fused c_attn layouts,
 // rotate-half RoPE and Llama 3.1's scaling of it, GQA grouping, Qwen2's q/k/v
-// biases before RoPE, gelu_new,
+// biases before RoPE, Qwen3's per-head q/k norms before RoPE, gelu_new,
 // norm epsilons and Mixtral's renormalised top-k routing all show in them (the generator shows that each
 // wrong reading moves them by over 1% of the largest logit).
 #include <catch2/catch.hpp>
@@ -56,6 +56,10 @@ JobSpec fixture_job(const std::string& name) {
     s.model.n_kv_head = 2, s.model.d_ff = 48;
     s.model.norm_eps = 1e-6, s.model.rope_theta = 1e6;
     s.model.qkv_bias = s.model.tie_embeddings = true;
+  } else if (name == "qwen3") {  // Llama with per-head q/k norms, tied embeddings
+    s.model.n_kv_head = 2, s.model.d_ff = 48;
+    s.model.norm_eps = 1e-6, s.model.rope_theta = 1e6;
+    s.model.qk_norm = s.model.tie_embeddings = true;
   } else {
     s.model.n_kv_head = 2;
     s.model.norm_eps = 1e-5, s.model.rope_theta = 1e6;
@@ -68,9 +72,9 @@ JobSpec fixture_job(const std::string& name) {
 
 }  // namespace
 
-TEST_CASE("hf fixtures: init_from computes transformers' logits (gpt2, llama, llama3, qwen2, mixtral)",
-          "[cpu][checkpoint]") {
-  for (const std::string name : {"gpt2", "llama", "llama3", "qwen2", "mixtral"}) {
+TEST_CASE("hf fixtures: init_from computes transformers' logits (gpt2, llama, llama3, qwen2, qwen3, "
+          "mixtral)", "[cpu][checkpoint]") {
+  for (const std::string name : {"gpt2", "llama", "llama3", "qwen2", "qwen3", "mixtral"}) {
     INFO(name);
     const std::string dir = kFixtures + name;
     JobSpec spec = fixture_job(name);

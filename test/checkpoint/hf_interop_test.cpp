@@ -62,14 +62,22 @@ JobSpec qwen2_spec(const fs::path& dir) {
   return s;
 }
 
-// gpt2, llama, Qwen2-style llama and Mixtral-style MoE llama, each with its name.
+// The llama job with per-head q/k norms and a tied head: Qwen3ForCausalLM's model.
+JobSpec qwen3_spec(const fs::path& dir) {
+  JobSpec s = tiny_spec(Family::llama, dir);
+  s.model.qk_norm = s.model.tie_embeddings = true;
+  return s;
+}
+
+// gpt2, llama, Qwen2- and Qwen3-style llama and Mixtral-style MoE llama, each with its name.
 std::vector<std::pair<std::string, JobSpec>> hf_jobs(const std::string& prefix) {
   std::vector<std::pair<std::string, JobSpec>> jobs;
-  for (const std::string name : {"gpt2", "llama", "qwen2", "mixtral"}) {
+  for (const std::string name : {"gpt2", "llama", "qwen2", "qwen3", "mixtral"}) {
     fs::path dir = fresh_temp_dir(prefix + "_" + name);
     JobSpec s = name == "gpt2"    ? tiny_spec(Family::gpt2, dir)
                 : name == "llama" ? tiny_spec(Family::llama, dir)
                 : name == "qwen2" ? qwen2_spec(dir)
+                : name == "qwen3" ? qwen3_spec(dir)
                                   : mixtral_spec(dir);
     jobs.emplace_back(name, s);
   }
@@ -120,6 +128,20 @@ fs::path trained_export(const fs::path& dir, Trainer& a, const JobSpec& spec) {
   fs::path out = dir / "hf";
   export_hf(dir.string(), out.string(), nullptr);  // from the run directory
   return out;
+}
+
+// A plain (bias-free, norm-free) tied Llama job started from the export at
+// `out` is refused: with its config.json by model_type, without it by the
+// first tensor it would have dropped.
+void refused_as_plain_llama(const fs::path& out, const fs::path& dir, const std::string& with_config,
+                            const std::string& without_config) {
+  JobSpec llama = tiny_spec(Family::llama, dir);
+  llama.model.tie_embeddings = true;
+  Trainer b(llama, quiet_options());
+  auto load = [&] { load_hf_weights(out.string(), model_config(llama), b.model().buffers(), b.context()); };
+  CHECK_THROWS_WITH(load(), Catch::Matchers::Contains(with_config));
+  fs::remove(out / "config.json");
+  CHECK_THROWS_WITH(load(), Catch::Matchers::Contains(without_config));
 }
 
 }  // namespace
@@ -217,20 +239,13 @@ TEST_CASE("hf: a llama with qkv_bias is a Qwen2 export, and a bias-free llama re
   CHECK(f.tensors().count("lm_head.weight") == 0);  // tied
   Json cfg = parse_json(read_text_file((out / "config.json").string()), "config.json");
   CHECK(cfg.at("architectures").items()[0].as_string() == "Qwen2ForCausalLM");
-  // A Llama job started from it is told why, with config.json and without.
   fs::path llama_dir = fresh_temp_dir("hf_qwen2_as_llama");
+  refused_as_plain_llama(out, llama_dir, "Qwen2 is model.family llama with model.qkv_bias: true",
+                         "tensor \"model.layers.0.self_attn.k_proj.bias\" is a bias the job's model has "
+                         "not (a Qwen2 checkpoint needs model.qkv_bias: true)");
+  // And a Qwen2 job started from a Llama export misses the biases by name.
   JobSpec llama = tiny_spec(Family::llama, llama_dir);
   llama.model.tie_embeddings = true;
-  Trainer b(llama, quiet_options());
-  auto load = [&](const JobSpec& s, Trainer& t) {
-    load_hf_weights(out.string(), model_config(s), t.model().buffers(), t.context());
-  };
-  CHECK_THROWS_WITH(load(llama, b), Catch::Matchers::Contains("Qwen2 is model.family llama with model.qkv_bias: true"));
-  fs::remove(out / "config.json");
-  CHECK_THROWS_WITH(load(llama, b),
-                    Catch::Matchers::Contains("tensor \"model.layers.0.self_attn.k_proj.bias\" is a bias the "
-                                              "job's model has not (a Qwen2 checkpoint needs model.qkv_bias: true)"));
-  // And a Qwen2 job started from a Llama export misses the biases by name.
   Trainer l(llama, quiet_options());
   fs::path llama_out = trained_export(llama_dir, l, llama);
   Trainer c(spec, quiet_options());
@@ -242,6 +257,24 @@ TEST_CASE("hf: a llama with qkv_bias is a Qwen2 export, and a bias-free llama re
                                               "Qwen2ForCausalLM checkpoint)"));
   fs::remove_all(dir);
   fs::remove_all(llama_dir);
+}
+
+TEST_CASE("hf: a llama with qk_norm is a Qwen3 export, and a llama without refuses its norms",
+          "[cpu][checkpoint]") {
+  fs::path dir = fresh_temp_dir("hf_qwen3");
+  JobSpec spec = qwen3_spec(dir);
+  Trainer a(spec, quiet_options());
+  fs::path out = trained_export(dir, a, spec);
+  SafetensorsFile f((out / "model.safetensors").string());
+  CHECK(f.tensor("model.layers.1.self_attn.q_norm.weight").shape == std::vector<int64_t>{8});
+  CHECK(f.tensor("model.layers.1.self_attn.k_norm.weight").shape == std::vector<int64_t>{8});
+  Json cfg = parse_json(read_text_file((out / "config.json").string()), "config.json");
+  CHECK(cfg.at("architectures").items()[0].as_string() == "Qwen3ForCausalLM");
+  CHECK(cfg.at("head_dim").as_int() == 8);
+  refused_as_plain_llama(out, dir, "Qwen3 is model.family llama with model.qk_norm: true",
+                         "tensor \"model.layers.0.self_attn.k_norm.weight\" is a q/k norm the job's "
+                         "model has not");
+  fs::remove_all(dir);
 }
 
 TEST_CASE("hf: an MoE llama is a Mixtral export and an aux_free job starts from one",

@@ -96,6 +96,10 @@ TEST_CASE("resume: model_differences names MoE structure, not its training setti
   biased.qkv_bias = true;
   CHECK(model_differences(a, biased, true) ==
         std::vector<std::string>{"model.qkv_bias is false in the checkpoint, true in this job"});
+  ModelSpec normed = a;
+  normed.qk_norm = true;
+  CHECK(model_differences(a, normed, true) ==
+        std::vector<std::string>{"model.qk_norm is false in the checkpoint, true in this job"});
 }
 
 TEST_CASE("resume: the data continues after the samples the checkpoint consumed",

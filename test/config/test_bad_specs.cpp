@@ -58,6 +58,9 @@ const std::vector<Bad>& bad_specs() {
       {"gpt2 without its qkv biases", kData + "model:\n  qkv_bias: false\n", {},
        "job.yaml:5: model.qkv_bias: gpt2 has biases on every projection, c_attn's q, k and v included "
        "(attention without them needs family: llama)"},
+      {"q/k norms on gpt2", kData + "model:\n  qk_norm: true\n", {},
+       "job.yaml:5: model.qk_norm: the q/k norm is an RMSNorm of each head, as llama's norms are "
+       "(qk_norm needs family: llama)"},
       {"rope scaling on gpt2", kData + "model:\n  rope_scaling: {factor: 8}\n", {},
        "job.yaml:5: model.rope_scaling: gpt2 has learned positions, not rotary embeddings "
        "(rope_scaling needs family: llama)"},

@@ -108,6 +108,7 @@ model:
   max_seq_len: 128
   tie_embeddings: true
   qkv_bias: true
+  qk_norm: true
   rope_theta: 500000.0
   rope_scaling: {type: llama3, factor: 32, low_freq_factor: 2, high_freq_factor: 8,
                  original_max_position_embeddings: 4096}
@@ -143,6 +144,7 @@ log: {metrics: none, timers: true}
   CHECK(s.model.max_seq_len == 128);
   CHECK(s.model.tie_embeddings);
   CHECK(s.model.qkv_bias);
+  CHECK(s.model.qk_norm);
   CHECK(s.model.rope_theta == 500000.0);
   CHECK(s.model.rope_scaling.enabled);
   CHECK(s.model.rope_scaling.factor == 32.0);
@@ -305,7 +307,7 @@ TEST_CASE("job_spec_to_yaml writes every key in the documented order", "[cpu]") 
   for (const char* key :
        {"run:", "name:", "dir:", "seed:", "device:", "model:", "family:", "n_layer:", "d_model:",
         "n_head:", "n_kv_head:", "d_ff:", "vocab_size:", "max_seq_len:", "tie_embeddings:",
-        "qkv_bias:", "rope_theta:", "norm_eps:", "init_std:", "init_from:", "rope_scaling:", "moe:", "data:", "train:", "val:",
+        "qkv_bias:", "qk_norm:", "rope_theta:", "norm_eps:", "init_std:", "init_from:", "rope_scaling:", "moe:", "data:", "train:", "val:",
         "format:", "shuffle:", "reset_attention_mask:", "reset_position_ids:", "eod_mask_loss:",
         "eod_token:", "train:", "seq_len:", "micro_batch:", "global_batch:", "steps:",
         "eval_every:", "eval_batches:", "log_every:", "optimizer:", "name:", "lr:", "min_lr:",
@@ -347,7 +349,7 @@ TEST_CASE("write_resolved_spec writes job.yaml atomically", "[cpu]") {
 
 TEST_CASE("every file in configs/ loads and round-trips", "[cpu]") {
   const auto files = config_files();
-  CHECK(files.size() >= 14);
+  CHECK(files.size() >= 15);
   for (const auto& f : files) {
     INFO(f.string());
     JobSpec s;
@@ -395,4 +397,9 @@ TEST_CASE("configs/ hold the shapes they are named for", "[cpu]") {
   CHECK(qwen2.model.tie_embeddings);
   CHECK(qwen2.model.n_layer == 24);
   CHECK(qwen2.model.d_model == 896);
+  // Qwen3 1.7B: 28 layers of width 2048, 16 / 8 heads of 128, q/k norms, tied.
+  const JobSpec qwen3 = load("qwen3-1.7b.yaml");
+  CHECK(qwen3.model.qk_norm);
+  CHECK(!qwen3.model.qkv_bias);
+  CHECK(qwen3.model.head_dim() == 128);
 }

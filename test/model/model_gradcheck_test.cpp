@@ -1,6 +1,7 @@
 // Whole-model gradient check: the analytic gradient of the summed token loss
-// of a tiny GPT-2, a tiny Llama (GQA, untied) and a Qwen2-style Llama (q/k/v
-// biases, tied) against central finite differences of the same loss,
+// of a tiny GPT-2, a tiny Llama (GQA, untied), a Qwen2-style Llama (q/k/v
+// biases, tied) and a Qwen3-style one (q/k norms) against central finite
+// differences of the same loss,
 // evaluated in double from the per-token losses.
 #include <catch2/catch.hpp>
 
@@ -92,7 +93,10 @@ TEST_CASE("gpt2 model gradients match finite differences", "[cpu][model]") {
   check_model_gradients(cfg);
 }
 
-TEST_CASE("llama model gradients match finite differences", "[cpu][model]") {
+namespace {
+
+// A tiny Llama with GQA (4 query, 2 KV heads), untied.
+ModelConfig tiny_llama() {
   ModelConfig cfg;
   cfg.family = Family::llama;
   cfg.n_layer = 2;
@@ -104,22 +108,25 @@ TEST_CASE("llama model gradients match finite differences", "[cpu][model]") {
   cfg.max_seq_len = 8;
   cfg.tie_embeddings = false;
   cfg.init_std = 0.2f;
-  check_model_gradients(cfg);
+  return cfg;
+}
+
+}  // namespace
+
+TEST_CASE("llama model gradients match finite differences", "[cpu][model]") {
+  check_model_gradients(tiny_llama());
 }
 
 TEST_CASE("qwen2-style llama (q/k/v biases, tied head) gradients match finite differences",
           "[cpu][model]") {
-  ModelConfig cfg;
-  cfg.family = Family::llama;
-  cfg.qkv_bias = true;
-  cfg.n_layer = 2;
-  cfg.d_model = 16;
-  cfg.n_head = 4;
-  cfg.n_kv_head = 2;
-  cfg.d_ff = 24;
-  cfg.vocab_size = 50;
-  cfg.max_seq_len = 8;
-  cfg.tie_embeddings = true;
-  cfg.init_std = 0.2f;
+  ModelConfig cfg = tiny_llama();
+  cfg.qkv_bias = cfg.tie_embeddings = true;
+  check_model_gradients(cfg);
+}
+
+TEST_CASE("qwen3-style llama (q/k norms per head, tied head) gradients match finite differences",
+          "[cpu][model]") {
+  ModelConfig cfg = tiny_llama();
+  cfg.qk_norm = cfg.tie_embeddings = true;
   check_model_gradients(cfg);
 }

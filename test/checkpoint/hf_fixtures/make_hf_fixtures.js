@@ -2,16 +2,17 @@
 // Independent reference implementation (plain Node.js, no packages) of the
 // forward pass of three Hugging Face transformers models:
 //   GPT2LMHeadModel, LlamaForCausalLM (default RoPE and Llama 3.1 "llama3"
-//   rope_scaling), Qwen2ForCausalLM, MixtralForCausalLM
+//   rope_scaling), Qwen2ForCausalLM, Qwen3ForCausalLM, MixtralForCausalLM
 // written from the semantics of transformers' modeling_gpt2.py /
-// modeling_llama.py / modeling_qwen2.py / modeling_mixtral.py / modeling_rope_utils.py
+// modeling_llama.py / modeling_qwen2.py / modeling_qwen3.py / modeling_mixtral.py /
+// modeling_rope_utils.py
 // (4.4x/4.5x, eager attention, fp32).
 // It writes tiny random checkpoints in the hub layout (model.safetensors +
 // config.json) and the logits the HF model computes for a fixed token sequence.
 //
 //   node make_hf_fixtures.js OUTDIR
 //
-// writes OUTDIR/{gpt2,llama,llama3,qwen2,mixtral}/{model.safetensors,config.json,
+// writes OUTDIR/{gpt2,llama,llama3,qwen2,qwen3,mixtral}/{model.safetensors,config.json,
 // reference.json,reference_logits.f32}. Output is byte-for-byte deterministic.
 //
 // Numerics: weights are drawn from a seeded PRNG, rounded to float32
@@ -411,6 +412,17 @@ const QWEN2_CFG = {
   sliding_window: 64, tie_word_embeddings: true, torch_dtype: 'float32', use_cache: true,
   use_sliding_window: false, vocab_size: V,
 };
+// Qwen3 (modeling_qwen3.py): Llama's decoder with an RMSNorm over each q and
+// k head (q_norm/k_norm weights [head_dim], eps rms_norm_eps) between the
+// projection and RoPE; no biases; keys as Qwen3-0.6B's config.json has them.
+const QWEN3_CFG = {
+  architectures: ['Qwen3ForCausalLM'], attention_bias: false, attention_dropout: F(0.0), bos_token_id: 151643,
+  eos_token_id: 151645, head_dim: 8, hidden_act: 'silu', hidden_size: 32, initializer_range: F(0.02),
+  intermediate_size: 48, max_position_embeddings: 64, max_window_layers: 2, model_type: 'qwen3',
+  num_attention_heads: 4, num_hidden_layers: 2, num_key_value_heads: 2, rms_norm_eps: F(1e-6),
+  rope_scaling: null, rope_theta: F(1000000.0), sliding_window: null, tie_word_embeddings: true,
+  torch_dtype: 'float32', use_cache: true, use_sliding_window: false, vocab_size: V,
+};
 const MIXTRAL_CFG = {
   architectures: ['MixtralForCausalLM'], attention_dropout: F(0.0), bos_token_id: 1, eos_token_id: 2,
   head_dim: 8, hidden_act: 'silu', hidden_size: 32, initializer_range: F(0.02), intermediate_size: 24,
@@ -421,9 +433,10 @@ const MIXTRAL_CFG = {
 };
 // qkStd: std of q_proj/k_proj weights (default SCALE.lin); larger values make
 // attention scores, and hence RoPE angle differences, more visible in the logits.
-// Qwen2 (model_type qwen2) also draws q/k/v biases with std qkvBiasStd and,
-// with tie_word_embeddings, stores no lm_head.weight.
-function decoderWeights(cfg, seed, moe, qkStd = SCALE.lin, qkvBiasStd = SCALE.bias) {
+// Qwen2 (model_type qwen2) also draws q/k/v biases with std qkvBiasStd,
+// Qwen3 q/k norm weights (mean 1, std qkNormStd) and, with
+// tie_word_embeddings, stores no lm_head.weight.
+function decoderWeights(cfg, seed, moe, qkStd = SCALE.lin, qkvBiasStd = SCALE.bias, qkNormStd = SCALE.normW) {
   const D = cfg.hidden_size, I = cfg.intermediate_size, H = cfg.num_attention_heads, KV = cfg.num_key_value_heads, hd = headDim(cfg);
   const qwen2 = cfg.model_type === 'qwen2';
   const S = new Store(seed);
@@ -438,6 +451,10 @@ function decoderWeights(cfg, seed, moe, qkStd = SCALE.lin, qkvBiasStd = SCALE.bi
       S.randn(p + 'self_attn.q_proj.bias', [H * hd], qkvBiasStd);
       S.randn(p + 'self_attn.k_proj.bias', [KV * hd], qkvBiasStd);
       S.randn(p + 'self_attn.v_proj.bias', [KV * hd], qkvBiasStd);
+    }
+    if (cfg.model_type === 'qwen3') {
+      S.randn(p + 'self_attn.q_norm.weight', [hd], qkNormStd, 1);
+      S.randn(p + 'self_attn.k_norm.weight', [hd], qkNormStd, 1);
     }
     S.randn(p + 'self_attn.o_proj.weight', [D, H * hd], SCALE.lin);
     S.randn(p + 'post_attention_layernorm.weight', [D], SCALE.normW, 1);
@@ -468,6 +485,9 @@ function headDim(cfg) { return cfg.head_dim || cfg.hidden_size / cfg.num_attenti
 // opts.swapW13: swap w1 and w3 (Mixtral) / gate and up (Llama)
 // opts.qkvBias (Qwen2): 'before_rope' (correct) | 'none' (biases ignored) |
 //   'after_rope' (added to q and k after the rotation)
+// opts.qkNorm (Qwen3): 'head' (correct: each head over head_dim, before RoPE) |
+//   'none' | 'after_rope' | 'whole' (over all heads at once, OLMo2's way, the
+//   head_dim weight tiled)
 function decoderForward(cfg, S, moe, opts = {}) {
   const D = cfg.hidden_size, I = cfg.intermediate_size, H = cfg.num_attention_heads, KV = cfg.num_key_value_heads, hd = headDim(cfg);
   const eps = configValue(cfg, 'rms_norm_eps'), inv = ropeInvFreq(cfg, opts.ropeScaling || 'config');
@@ -484,8 +504,24 @@ function decoderForward(cfg, S, moe, opts = {}) {
     const pre = biasMode === 'before_rope' ? bias : () => null;
     const addBias = (X, b) => (b ? X.map((r) => r.map((vv, i) => vv + b[i])) : X);
     const post = (X, n) => (biasMode === 'after_rope' ? addBias(X, g(n)) : X);
-    const q = post(applyRope(linear(x, g('self_attn.q_proj.weight'), pre('self_attn.q_proj.bias'), D, H * hd), H, hd, inv, ropeMode), 'self_attn.q_proj.bias');
-    const k = post(applyRope(linear(x, g('self_attn.k_proj.weight'), pre('self_attn.k_proj.bias'), D, KV * hd), KV, hd, inv, ropeMode), 'self_attn.k_proj.bias');
+    const normMode = S.t.has(p + 'self_attn.q_norm.weight') ? opts.qkNorm || 'head' : 'none';
+    const qkNorm = (X, n, when) => {
+      if (normMode !== when && !(when === 'before' && (normMode === 'head' || normMode === 'whole'))) return X;
+      const w = g(n), eps = configValue(cfg, 'rms_norm_eps');
+      if (normMode === 'whole') return rmsNorm(X, Float64Array.from({ length: X[0].length }, (_, i) => w[i % hd]), eps);
+      return X.map((r) => {
+        const out = new Float64Array(r.length);
+        for (let h0 = 0; h0 < r.length; h0 += hd) {
+          const [y] = rmsNorm([r.subarray(h0, h0 + hd)], w, eps);
+          out.set(y, h0);
+        }
+        return out;
+      });
+    };
+    const qp = qkNorm(linear(x, g('self_attn.q_proj.weight'), pre('self_attn.q_proj.bias'), D, H * hd), 'self_attn.q_norm.weight', 'before');
+    const kp = qkNorm(linear(x, g('self_attn.k_proj.weight'), pre('self_attn.k_proj.bias'), D, KV * hd), 'self_attn.k_norm.weight', 'before');
+    const q = qkNorm(post(applyRope(qp, H, hd, inv, ropeMode), 'self_attn.q_proj.bias'), 'self_attn.q_norm.weight', 'after_rope');
+    const k = qkNorm(post(applyRope(kp, KV, hd, inv, ropeMode), 'self_attn.k_proj.bias'), 'self_attn.k_norm.weight', 'after_rope');
     const v = linear(x, g('self_attn.v_proj.weight'), bias('self_attn.v_proj.bias'), D, KV * hd);
     const att = causalAttention(q, k, v, H, hd, kvOf, Math.pow(hd, -0.5));
     h = add(h, linear(att, g('self_attn.o_proj.weight'), null, H * hd, D));
@@ -654,6 +690,24 @@ function main() {
     ]);
     writeModel(outDir, 'qwen2', cfg, S, real,
       `Qwen2ForCausalLM forward (eager, fp32 weights, computed in float64 by an independent JS implementation), batch 1, positions 0..${T - 1}, no padding; q/k/v biases added before rotate_half RoPE, no o_proj bias, GQA 4q/2kv, rope_theta 1e6, tied lm_head = embed_tokens; weights seed ${hex(seed)} (mulberry32 + Box-Muller), q_proj/k_proj std ${QK_STD}, q/k/v bias std ${BIAS_STD}`);
+  }
+
+  // Qwen3: Llama with per-head q/k RMSNorm before RoPE, tied embeddings
+  {
+    const seed = 0x0A3E3001, QK_STD = 0.5, NORM_STD = 0.5;
+    const cfg = QWEN3_CFG;
+    const S = decoderWeights(cfg, seed, false, QK_STD, SCALE.bias, NORM_STD);
+    const real = decoderForward(cfg, S, false).logits;
+    console.log(`qwen3 (Qwen3ForCausalLM), seed ${hex(seed)}, q_proj/k_proj std ${QK_STD}, q/k norm weights 1 + ${NORM_STD} N(0,1)`);
+    report('qwen3', real, [
+      ['(n1) q/k norms left out', decoderForward(cfg, S, false, { qkNorm: 'none' }).logits, true],
+      ['(n2) q/k norms after RoPE', decoderForward(cfg, S, false, { qkNorm: 'after_rope' }).logits, true],
+      ['(n3) q/k norms over all heads at once (OLMo2-style)', decoderForward(cfg, S, false, { qkNorm: 'whole' }).logits, true],
+      ['(a1) interleaved-pair RoPE instead of rotate_half', decoderForward(cfg, S, false, { rope: 'interleave' }).logits, true],
+      ['(c) GQA kv head = h % n_kv instead of floor(h/(n_head/n_kv))', decoderForward(cfg, S, false, { gqa: 'mod' }).logits, true],
+    ]);
+    writeModel(outDir, 'qwen3', cfg, S, real,
+      `Qwen3ForCausalLM forward (eager, fp32 weights, computed in float64 by an independent JS implementation), batch 1, positions 0..${T - 1}, no padding; RMSNorm (eps 1e-6) of each q and k head over head_dim before rotate_half RoPE, no biases, GQA 4q/2kv, rope_theta 1e6, tied lm_head = embed_tokens; weights seed ${hex(seed)} (mulberry32 + Box-Muller), q_proj/k_proj std ${QK_STD}, q/k norm weights 1 + ${NORM_STD} N(0,1)`);
   }
 
   // Mixtral: search for a seed with robust routing and full expert coverage
