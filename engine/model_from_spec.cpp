@@ -32,6 +32,7 @@ model::ModelConfig model_config(const JobSpec& spec) {
   c.d_model = m.d_model;
   c.n_head = m.n_head;
   c.n_kv_head = m.n_kv_head > 0 ? m.n_kv_head : m.n_head;
+  c.head_size = m.head_size;
   c.d_ff = m.d_ff;
   c.vocab_size = m.vocab_size;
   c.max_seq_len = m.max_seq_len;

@@ -129,7 +129,10 @@ struct ModelConfig {
   MoeConfig moe;
   bool is_moe_layer(int layer) const { return moe_enabled && (layer + 1) % moe_every == 0; }
 
-  int head_dim() const { return d_model / n_head; }
+  // 0: d_model / n_head. Llama's heads may be of their own size (Qwen3 0.6B:
+  // 16 of 128 over a width of 1024): q/k/v project to heads x head_dim, o_proj back.
+  int head_size = 0;
+  int head_dim() const { return head_size > 0 ? head_size : d_model / n_head; }
   int local_heads() const { return n_head / tp; }
   // Fewer KV heads than tp ranks: each rank holds one KV head, shared by
   // kv_replicas() consecutive tp ranks (the one its query heads read).

@@ -21,7 +21,7 @@ GPU_PAIRS=(
   "train_fp16_overflow|configs/tiny-gpt2.yaml|fp16|3|--set precision.loss_scale=1e9"
   "train_moe|configs/moe-tiny.yaml|fp32|20|"
   "train_moe_fp8|configs/moe-tiny.yaml|fp8|20|--set precision.fp8_first_last_bf16=false"
-  "train_qwen_bf16|configs/tiny-llama.yaml|bf16|20|--set model.qkv_bias=true --set model.qk_norm=true"
+  "train_qwen_bf16|configs/tiny-llama.yaml|bf16|20|--set model.qkv_bias=true --set model.qk_norm=true --set model.head_dim=32"
   "train_recompute_full|configs/tiny-gpt2.yaml|fp32|20|--set parallel.recompute=full"
 )
 

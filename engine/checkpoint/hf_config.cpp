@@ -166,7 +166,7 @@ void check_llama_like(const ConfigCheck& c, const model::ModelConfig& cfg, const
   c.same_int("num_key_value_heads", c.number("num_attention_heads", 32), cfg.n_kv_head, "model.n_kv_head");
   c.same_int("head_dim", d.head_dim > 0 ? d.head_dim
                                          : c.number("hidden_size", 4096) / c.number("num_attention_heads", 32),
-             cfg.d_model / cfg.n_head, "model.d_model / model.n_head");
+             cfg.head_dim(), "model.head_dim");
   c.same_int("vocab_size", d.vocab, cfg.vocab_size, "model.vocab_size");
   c.same_float("rms_norm_eps", d.norm_eps, cfg.norm_eps, "model.norm_eps");
   // transformers 5 keeps the RoPE base and scaling in rope_parameters, 4.x

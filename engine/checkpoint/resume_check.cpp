@@ -38,6 +38,7 @@ std::vector<std::string> model_differences(const ModelSpec& saved, const ModelSp
   differ(out, "model.d_model", saved.d_model, job.d_model);
   differ(out, "model.n_head", saved.n_head, job.n_head);
   differ(out, "model.n_kv_head", saved.n_kv_head, job.n_kv_head);
+  differ(out, "model.head_dim", saved.head_dim(), job.head_dim());
   differ(out, "model.d_ff", saved.d_ff, job.d_ff);
   differ(out, "model.vocab_size", saved.vocab_size, job.vocab_size);
   if (job.family == Family::gpt2) differ(out, "model.max_seq_len", saved.max_seq_len, job.max_seq_len);

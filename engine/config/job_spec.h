@@ -64,6 +64,7 @@ struct ModelSpec {
   int d_model = 256;              // >= 1, multiple of n_head
   int n_head = 4;                 // >= 1
   int n_kv_head = 0;              // 0 in YAML-less default = n_head; must divide n_head; gpt2: == n_head
+  int head_size = 0;              // YAML head_dim; 0 (null) = d_model / n_head
   int d_ff = 1024;                // >= 1
   int vocab_size = 50257;         // >= 2
   int max_seq_len = 256;          // >= 1
@@ -76,7 +77,7 @@ struct ModelSpec {
   double init_std = 0.02;         // > 0
   std::string init_from = "";     // empty = random init
   MoESpec moe;
-  int head_dim() const { return d_model / n_head; }
+  int head_dim() const { return head_size > 0 ? head_size : d_model / n_head; }
   bool operator==(const ModelSpec&) const = default;
 };
 

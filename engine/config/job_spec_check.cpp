@@ -7,9 +7,14 @@ namespace trainer::engine::spec {
 namespace {
 
 void check_model(const ModelSpec& m, const SpecReader& r) {
-  if (m.d_model % m.n_head != 0)
-    r.fail("model.d_model", fmt::format("must be a multiple of model.n_head ({}), got {}", m.n_head,
-                                        m.d_model));
+  if (m.head_size == 0 && m.d_model % m.n_head != 0)
+    r.fail("model.d_model", fmt::format("must be a multiple of model.n_head ({}), got {} (or give "
+                                        "model.head_dim)", m.n_head, m.d_model));
+  // GPT-2's fused c_attn and c_proj are d_model wide.
+  if (m.family == Family::gpt2 && m.head_size > 0 && m.head_size * m.n_head != m.d_model)
+    r.fail("model.head_dim", fmt::format("gpt2's heads span d_model: must be model.d_model / model.n_head "
+                                         "({} / {}) or null, got {} (heads of another size need family: "
+                                         "llama)", m.d_model, m.n_head, m.head_size));
   if (m.n_head % m.n_kv_head != 0)
     r.fail("model.n_kv_head", fmt::format("must divide model.n_head ({}), got {}", m.n_head,
                                           m.n_kv_head));
@@ -20,9 +25,12 @@ void check_model(const ModelSpec& m, const SpecReader& r) {
                        m.n_head, m.n_kv_head));
   // Rotary embeddings rotate pairs of channels.
   if (m.family == Family::llama && m.head_dim() % 2 != 0)
-    r.fail("model.n_head", fmt::format("llama needs an even head dimension for rotary embeddings; "
-                                       "model.d_model / model.n_head = {} / {} = {}",
-                                       m.d_model, m.n_head, m.head_dim()));
+    r.fail(m.head_size > 0 ? "model.head_dim" : "model.n_head",
+           m.head_size > 0 ? fmt::format("llama needs an even head dimension for rotary embeddings, "
+                                         "got {}", m.head_size)
+                           : fmt::format("llama needs an even head dimension for rotary embeddings; "
+                                         "model.d_model / model.n_head = {} / {} = {}",
+                                         m.d_model, m.n_head, m.head_dim()));
   if (m.family == Family::gpt2 && m.qk_norm)
     r.fail("model.qk_norm", "the q/k norm is an RMSNorm of each head, as llama's norms are "
                             "(qk_norm needs family: llama)");

@@ -91,14 +91,17 @@ std::string job_spec_to_yaml(const JobSpec& spec) {
   y += fmt::format("run:\n  name: {}\n  dir: {}\n  seed: {}\n  device: {}\n  attention: {}\n",
                    str(run.name), str(run.dir), run.seed, to_string(run.device),
                    to_string(run.attention));
+  // gpt2's q/k/v biases come with the family: the spec says so.
+  const bool qkv_bias = m.family == Family::gpt2 || m.qkv_bias;
   y += fmt::format(
       "model:\n  family: {}\n  n_layer: {}\n  d_model: {}\n  n_head: {}\n  n_kv_head: {}\n"
-      "  d_ff: {}\n  vocab_size: {}\n  max_seq_len: {}\n  tie_embeddings: {}\n  qkv_bias: {}\n"
-      "  qk_norm: {}\n  rope_theta: {}\n"
-      "  norm_eps: {}\n  init_std: {}\n  init_from: {}\n",
-      to_string(m.family), m.n_layer, m.d_model, m.n_head, m.n_kv_head, m.d_ff, m.vocab_size,
-      m.max_seq_len, yes(m.tie_embeddings), yes(m.family == Family::gpt2 || m.qkv_bias), yes(m.qk_norm), num(m.rope_theta), num(m.norm_eps), num(m.init_std),
-      m.init_from.empty() ? "null" : str(m.init_from));
+      "  head_dim: {}\n  d_ff: {}\n  vocab_size: {}\n  max_seq_len: {}\n  tie_embeddings: {}\n"
+      "  qkv_bias: {}\n  qk_norm: {}\n  rope_theta: {}\n  norm_eps: {}\n  init_std: {}\n"
+      "  init_from: {}\n",
+      to_string(m.family), m.n_layer, m.d_model, m.n_head, m.n_kv_head,
+      m.head_size > 0 ? std::to_string(m.head_size) : std::string("null"), m.d_ff, m.vocab_size,
+      m.max_seq_len, yes(m.tie_embeddings), yes(qkv_bias), yes(m.qk_norm), num(m.rope_theta),
+      num(m.norm_eps), num(m.init_std), m.init_from.empty() ? "null" : str(m.init_from));
   if (m.rope_scaling.enabled) {
     const RopeScalingSpec& rs = m.rope_scaling;
     y += fmt::format("  rope_scaling:\n    type: llama3\n    factor: {}\n    low_freq_factor: {}\n"

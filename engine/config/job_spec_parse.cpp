@@ -162,6 +162,8 @@ void read_model(Section s, ModelSpec& m) {
   s.read("n_head", m.n_head, 1, 1 << 16);
   m.n_kv_head = m.n_head;
   s.read("n_kv_head", m.n_kv_head, 1);
+  // Heads of their own size (Qwen3 0.6B: 16 x 128 over a width of 1024); null = d_model / n_head.
+  if (s.has("head_dim") && !s.is_null("head_dim")) s.read("head_dim", m.head_size, 1, 1 << 16);
   s.read("d_ff", m.d_ff, 1, 1 << 24);
   s.read("vocab_size", m.vocab_size, 2, 1 << 24);
   s.read("max_seq_len", m.max_seq_len, 1, 1 << 24);

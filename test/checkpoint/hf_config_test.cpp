@@ -155,7 +155,8 @@ TEST_CASE("hf config: a differing hyper-parameter is named with the job key", "[
       {llama_cfg(), "model_type", Json("qwen3"),
        "model_type is \"qwen3\", but the job's model is llama (model.family llama): Qwen3 is model.family "
        "llama with model.qk_norm: true"},
-      {qwen3_cfg(), "head_dim", Json(), "head_dim is 128, but model.d_model / model.n_head is 8"},
+      {qwen3_cfg(), "head_dim", Json(), "head_dim is 128, but model.head_dim is 8"},  // Qwen3Config's default
+      {llama_cfg(), "head_dim", Json(16), "head_dim is 16, but model.head_dim is 8"},
       {qwen3_cfg(), "attention_bias", Json(true), "attention_bias is true"},
   };
   for (const Case& c : cases) {
@@ -245,9 +246,10 @@ TEST_CASE("hf config: a model no transformers class computes is refused by its k
 }
 
 TEST_CASE("hf config: configs/llama-1b.yaml is Llama 3.2 1B, configs/llama-8b.yaml Llama 3 8B, "
-          "configs/qwen2-0.5b.yaml Qwen2.5 0.5B, configs/qwen3-1.7b.yaml Qwen3 1.7B", "[cpu][checkpoint]") {
+          "configs/qwen2-0.5b.yaml Qwen2.5 0.5B, configs/qwen3-{0.6b,1.7b}.yaml Qwen3 0.6B, 1.7B",
+          "[cpu][checkpoint]") {
   // Their hub config.json files' architecture keys (meta-llama/Llama-3.2-1B, Meta-Llama-3-8B,
-  // Qwen/Qwen2.5-0.5B, Qwen/Qwen3-1.7B).
+  // Qwen/Qwen2.5-0.5B, Qwen/Qwen3-0.6B, Qwen/Qwen3-1.7B).
   const std::string llama32_1b = R"({"architectures": ["LlamaForCausalLM"], "attention_bias": false,
     "bos_token_id": 128000, "eos_token_id": 128001, "head_dim": 64, "hidden_act": "silu",
     "hidden_size": 2048, "intermediate_size": 8192, "max_position_embeddings": 131072,
@@ -278,10 +280,19 @@ TEST_CASE("hf config: configs/llama-1b.yaml is Llama 3.2 1B, configs/llama-8b.ya
     "rms_norm_eps": 1e-06, "rope_scaling": null, "rope_theta": 1000000, "sliding_window": null,
     "tie_word_embeddings": true, "torch_dtype": "bfloat16", "transformers_version": "4.51.0",
     "use_cache": true, "use_sliding_window": false, "vocab_size": 151936})";
+  const std::string qwen3_06b = R"({"architectures": ["Qwen3ForCausalLM"], "attention_bias": false,
+    "attention_dropout": 0.0, "bos_token_id": 151643, "eos_token_id": 151645, "head_dim": 128,
+    "hidden_act": "silu", "hidden_size": 1024, "initializer_range": 0.02, "intermediate_size": 3072,
+    "max_position_embeddings": 40960, "max_window_layers": 28, "model_type": "qwen3",
+    "num_attention_heads": 16, "num_hidden_layers": 28, "num_key_value_heads": 8,
+    "rms_norm_eps": 1e-06, "rope_scaling": null, "rope_theta": 1000000, "sliding_window": null,
+    "tie_word_embeddings": true, "torch_dtype": "bfloat16", "transformers_version": "4.51.0",
+    "use_cache": true, "use_sliding_window": false, "vocab_size": 151936})";
   const fs::path dir = scratch_dir();
   fs::create_directories(dir);
   for (const auto& [yaml, json] : {std::pair{"llama-1b.yaml", llama32_1b}, {"llama-8b.yaml", llama3_8b},
-                                   {"qwen2-0.5b.yaml", qwen25_05b}, {"qwen3-1.7b.yaml", qwen3_17b}}) {
+                                   {"qwen2-0.5b.yaml", qwen25_05b}, {"qwen3-1.7b.yaml", qwen3_17b},
+                                   {"qwen3-0.6b.yaml", qwen3_06b}}) {
     INFO(yaml);
     const std::string path = (dir / (std::string(yaml) + ".json")).string();
     replace_file_atomically(path, json);

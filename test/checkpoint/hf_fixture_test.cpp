@@ -56,8 +56,8 @@ JobSpec fixture_job(const std::string& name) {
     s.model.n_kv_head = 2, s.model.d_ff = 48;
     s.model.norm_eps = 1e-6, s.model.rope_theta = 1e6;
     s.model.qkv_bias = s.model.tie_embeddings = true;
-  } else if (name == "qwen3") {  // Llama with per-head q/k norms, tied embeddings
-    s.model.n_kv_head = 2, s.model.d_ff = 48;
+  } else if (name == "qwen3") {  // Llama with per-head q/k norms, heads of 16, tied embeddings
+    s.model.n_kv_head = 2, s.model.d_ff = 48, s.model.head_size = 16;
     s.model.norm_eps = 1e-6, s.model.rope_theta = 1e6;
     s.model.qk_norm = s.model.tie_embeddings = true;
   } else {

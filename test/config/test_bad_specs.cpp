@@ -123,7 +123,12 @@ const std::vector<Bad>& bad_specs() {
       {"one expert", kData + "model:\n  moe:\n    n_experts: 1\n", {},
        "job.yaml:6: model.moe.n_experts: must be in 2..65536, got 1"},
       {"n_head does not divide d_model", kData + "model:\n  d_model: 250\n  n_head: 4\n", {},
-       "job.yaml:5: model.d_model: must be a multiple of model.n_head (4), got 250"},
+       "job.yaml:5: model.d_model: must be a multiple of model.n_head (4), got 250 (or give model.head_dim)"},
+      {"gpt2 heads narrower than d_model", kData + "model:\n  head_dim: 32\n", {},
+       "job.yaml:5: model.head_dim: gpt2's heads span d_model: must be model.d_model / model.n_head "
+       "(256 / 4) or null, got 32 (heads of another size need family: llama)"},
+      {"odd llama head_dim", kData + "model:\n  family: llama\n  head_dim: 33\n", {},
+       "job.yaml:6: model.head_dim: llama needs an even head dimension for rotary embeddings, got 33"},
       {"n_kv_head does not divide n_head",
        kData + "model:\n  family: llama\n  n_head: 4\n  n_kv_head: 3\n", {},
        "job.yaml:7: model.n_kv_head: must divide model.n_head (4), got 3"},

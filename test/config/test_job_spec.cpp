@@ -103,6 +103,7 @@ model:
   d_model: 96
   n_head: 6
   n_kv_head: 2
+  head_dim: 32
   d_ff: 200
   vocab_size: 1000
   max_seq_len: 128
@@ -139,6 +140,8 @@ log: {metrics: none, timers: true}
   CHECK(s.model.d_model == 96);
   CHECK(s.model.n_head == 6);
   CHECK(s.model.n_kv_head == 2);
+  CHECK(s.model.head_size == 32);
+  CHECK(s.model.head_dim() == 32);  // not d_model / n_head = 16
   CHECK(s.model.d_ff == 200);
   CHECK(s.model.vocab_size == 1000);
   CHECK(s.model.max_seq_len == 128);
@@ -306,7 +309,7 @@ TEST_CASE("job_spec_to_yaml writes every key in the documented order", "[cpu]") 
   size_t at = 0;
   for (const char* key :
        {"run:", "name:", "dir:", "seed:", "device:", "model:", "family:", "n_layer:", "d_model:",
-        "n_head:", "n_kv_head:", "d_ff:", "vocab_size:", "max_seq_len:", "tie_embeddings:",
+        "n_head:", "n_kv_head:", "head_dim:", "d_ff:", "vocab_size:", "max_seq_len:", "tie_embeddings:",
         "qkv_bias:", "qk_norm:", "rope_theta:", "norm_eps:", "init_std:", "init_from:", "rope_scaling:", "moe:", "data:", "train:", "val:",
         "format:", "shuffle:", "reset_attention_mask:", "reset_position_ids:", "eod_mask_loss:",
         "eod_token:", "train:", "seq_len:", "micro_batch:", "global_batch:", "steps:",
@@ -326,6 +329,7 @@ TEST_CASE("job_spec_to_yaml writes every key in the documented order", "[cpu]") 
   CHECK(y.find("  decay_steps: null\n") != std::string::npos);
   CHECK(y.find("  betas: [0.9, 0.95]\n") != std::string::npos);
   CHECK(y.find("  norm_eps: 1.0e-05\n") != std::string::npos);
+  CHECK(y.find("  head_dim: null\n") != std::string::npos);  // d_model / n_head
 }
 
 TEST_CASE("write_resolved_spec writes job.yaml atomically", "[cpu]") {
@@ -349,7 +353,7 @@ TEST_CASE("write_resolved_spec writes job.yaml atomically", "[cpu]") {
 
 TEST_CASE("every file in configs/ loads and round-trips", "[cpu]") {
   const auto files = config_files();
-  CHECK(files.size() >= 15);
+  CHECK(files.size() >= 16);
   for (const auto& f : files) {
     INFO(f.string());
     JobSpec s;
@@ -402,4 +406,8 @@ TEST_CASE("configs/ hold the shapes they are named for", "[cpu]") {
   CHECK(qwen3.model.qk_norm);
   CHECK(!qwen3.model.qkv_bias);
   CHECK(qwen3.model.head_dim() == 128);
+  // Qwen3 0.6B: 16 heads of 128 over a width of 1024.
+  const JobSpec small = load("qwen3-0.6b.yaml");
+  CHECK(small.model.d_model == 1024);
+  CHECK(small.model.head_dim() == 128);
 }

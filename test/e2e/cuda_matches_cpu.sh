@@ -59,7 +59,8 @@ status=0
 # start at each query tile's first document; learned positions restart) and
 # Llama in fp32 (the unfused attention; RoPE at restarted positions).
 # qwen_bf16: the tiny Llama with q/k/v biases (Qwen2) and per-head q/k RMSNorms
-# (Qwen3) both on (an export takes one or the other; training takes both).
+# (Qwen3) both on (an export takes one or the other; training takes both), its
+# 4 heads of 32 wider together than its width of 64 (as Qwen3 0.6B's).
 declare -A tols=([fp32]=1e-4 [bf16]=5e-3 [bf16_unfused]=5e-3 [fp16]=5e-3 [fp8]=2e-2 [moe_fp8]=2e-2
                  [moe_gelu_bf16]=5e-3 [docs_bf16]=5e-3 [docs_llama_fp32]=1e-4 [qwen_bf16]=5e-3)
 for prec in "${cases[@]}"; do
@@ -73,7 +74,7 @@ for prec in "${cases[@]}"; do
   [[ $prec == *_unfused ]] && extra=(--set run.attention=unfused)
   [[ $prec == moe_* ]] && job=configs/moe-tiny.yaml
   [[ $prec == docs_llama_* || $prec == qwen_* ]] && job=configs/tiny-llama.yaml
-  [[ $prec == qwen_* ]] && extra=(--set model.qkv_bias=true --set model.qk_norm=true)
+  [[ $prec == qwen_* ]] && extra=(--set model.qkv_bias=true --set model.qk_norm=true --set model.head_dim=32)
   [[ $prec == docs_* ]] && extra=(--set data.reset_attention_mask=true --set data.reset_position_ids=true
                                   --set data.eod_mask_loss=true --set data.eod_token=13)
   JOB=$job run_cuda "${prec}_cuda" "$dtype" "${extra[@]}" || { status=1; continue; }

@@ -80,8 +80,9 @@ sed 's/warmup_steps: 2}/warmup_steps: 2, grad_clip: 0.3}/' mesh_gpt2.yaml >mesh_
 sed 's/n_kv_head: 2/n_kv_head: 1/' mesh_llama_clip.yaml >mesh_llama_kv1.yaml
 # Qwen2's shape: q/k/v biases (split and replicated with their heads) and a tied head.
 sed 's/n_kv_head: 2/n_kv_head: 2, qkv_bias: true, tie_embeddings: true/' mesh_llama_clip.yaml >mesh_qwen2.yaml
-# Qwen3's: per-head q/k norms (one weight over heads split by tp; MQA replicates k's).
-sed 's/n_kv_head: 2/n_kv_head: 1, qk_norm: true, tie_embeddings: true/' mesh_llama_clip.yaml >mesh_qwen3.yaml
+# Qwen3's: per-head q/k norms (one weight over heads split by tp; MQA replicates
+# k's), heads of 16 over the width of 32.
+sed 's/n_kv_head: 2/n_kv_head: 1, head_dim: 16, qk_norm: true, tie_embeddings: true/' mesh_llama_clip.yaml >mesh_qwen3.yaml
 sed 's/d_model: 32, n_head: 4, n_kv_head: 2/d_model: 48, n_head: 6, n_kv_head: 3/' mesh_llama.yaml >mesh_llama_kv3.yaml
 # Four layers, so pp 4 has one per stage (and pp 2 two).
 for family in gpt2 llama; do sed 's/n_layer: 2/n_layer: 4/' mesh_$family.yaml >mesh_${family}_l4.yaml; done

@@ -124,9 +124,10 @@ TEST_CASE("qwen2-style llama (q/k/v biases, tied head) gradients match finite di
   check_model_gradients(cfg);
 }
 
-TEST_CASE("qwen3-style llama (q/k norms per head, tied head) gradients match finite differences",
-          "[cpu][model]") {
+TEST_CASE("qwen3-style llama (q/k norms per head, heads wider than d_model / n_head, tied head) "
+          "gradients match finite differences", "[cpu][model]") {
   ModelConfig cfg = tiny_llama();
   cfg.qk_norm = cfg.tie_embeddings = true;
+  cfg.head_size = 8;  // 4 heads of 8 over a width of 16
   check_model_gradients(cfg);
 }

@@ -414,10 +414,11 @@ const QWEN2_CFG = {
 };
 // Qwen3 (modeling_qwen3.py): Llama's decoder with an RMSNorm over each q and
 // k head (q_norm/k_norm weights [head_dim], eps rms_norm_eps) between the
-// projection and RoPE; no biases; keys as Qwen3-0.6B's config.json has them.
+// projection and RoPE; no biases; heads wider than hidden_size / heads (as
+// Qwen3-0.6B's 16 x 128 over 1024); keys as Qwen3-0.6B's config.json has them.
 const QWEN3_CFG = {
   architectures: ['Qwen3ForCausalLM'], attention_bias: false, attention_dropout: F(0.0), bos_token_id: 151643,
-  eos_token_id: 151645, head_dim: 8, hidden_act: 'silu', hidden_size: 32, initializer_range: F(0.02),
+  eos_token_id: 151645, head_dim: 16, hidden_act: 'silu', hidden_size: 32, initializer_range: F(0.02),
   intermediate_size: 48, max_position_embeddings: 64, max_window_layers: 2, model_type: 'qwen3',
   num_attention_heads: 4, num_hidden_layers: 2, num_key_value_heads: 2, rms_norm_eps: F(1e-6),
   rope_scaling: null, rope_theta: F(1000000.0), sliding_window: null, tie_word_embeddings: true,
@@ -707,7 +708,7 @@ function main() {
       ['(c) GQA kv head = h % n_kv instead of floor(h/(n_head/n_kv))', decoderForward(cfg, S, false, { gqa: 'mod' }).logits, true],
     ]);
     writeModel(outDir, 'qwen3', cfg, S, real,
-      `Qwen3ForCausalLM forward (eager, fp32 weights, computed in float64 by an independent JS implementation), batch 1, positions 0..${T - 1}, no padding; RMSNorm (eps 1e-6) of each q and k head over head_dim before rotate_half RoPE, no biases, GQA 4q/2kv, rope_theta 1e6, tied lm_head = embed_tokens; weights seed ${hex(seed)} (mulberry32 + Box-Muller), q_proj/k_proj std ${QK_STD}, q/k norm weights 1 + ${NORM_STD} N(0,1)`);
+      `Qwen3ForCausalLM forward (eager, fp32 weights, computed in float64 by an independent JS implementation), batch 1, positions 0..${T - 1}, no padding; RMSNorm (eps 1e-6) of each q and k head over head_dim before rotate_half RoPE, no biases, GQA 4q/2kv of head_dim 16 (q_proj 64 x 32, o_proj 32 x 64), rope_theta 1e6, tied lm_head = embed_tokens; weights seed ${hex(seed)} (mulberry32 + Box-Muller), q_proj/k_proj std ${QK_STD}, q/k norm weights 1 + ${NORM_STD} N(0,1)`);
   }
 
   // Mixtral: search for a seed with robust routing and full expert coverage
