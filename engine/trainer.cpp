@@ -271,6 +271,7 @@ void Trainer::setup() {
   if (model_->config().doc_masking) host_doc_start_.resize(static_cast<size_t>(local_tokens));
   if (model_->config().reset_positions) host_positions_.resize(static_cast<size_t>(local_tokens));
   host_losses_.resize(static_cast<size_t>(local_tokens));
+  uploader_ = std::make_unique<BatchUploader>(ctx_, 4 * static_cast<size_t>(local_tokens) * sizeof(int32_t));
   peak_flops_ = peak_flops(ctx_, spec.precision.compute);
   // The first step's samples and the first evaluation batch are read now: a
   // token id outside the vocabulary there (a wrong model.vocab_size, another
@@ -340,10 +341,13 @@ void Trainer::load_micro_batch(const data::SampleSource* source, int64_t first_s
   for (int b = 0; b < B; ++b) read_sequence(source, first_sample + b, b);
   // A pipeline stage reads ids only with the embedding, targets only with the
   // head; every chunk keeps its own copy of the document layout.
-  if (model_->has_embedding(chunk)) copy_from_host(model_->input_ids(), host_ids_.data());
-  if (model_->has_head(chunk)) copy_from_host(model_->targets(), host_targets_.data());
-  if (Tensor d = model_->doc_start(chunk); !d.empty()) copy_from_host(d, host_doc_start_.data());
-  if (Tensor p = model_->positions(chunk); !p.empty()) copy_from_host(p, host_positions_.data());
+  BatchUploader::Part parts[4];
+  int n = 0;
+  if (model_->has_embedding(chunk)) parts[n++] = {model_->input_ids(), host_ids_.data()};
+  if (model_->has_head(chunk)) parts[n++] = {model_->targets(), host_targets_.data()};
+  if (Tensor d = model_->doc_start(chunk); !d.empty()) parts[n++] = {d, host_doc_start_.data()};
+  if (Tensor p = model_->positions(chunk); !p.empty()) parts[n++] = {p, host_positions_.data()};
+  uploader_->upload({parts, static_cast<size_t>(n)});
 }
 
 int64_t Trainer::read_sequence(const data::SampleSource* source, int64_t sample, int b) {

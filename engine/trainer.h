@@ -19,6 +19,7 @@
 #include "engine/pipeline_runner.h"
 #include "engine/sharded_params.h"
 #include "engine/step_timers.h"
+#include "kernels/batch_upload.h"
 #include "model/model.h"
 #include "parallel/expert_grad_sync.h"
 #include "parallel/grad_sync.h"
@@ -154,6 +155,7 @@ class Trainer {
   void* tied_zeros_mem_ = nullptr;
   std::unique_ptr<DeviceContext> device_;  // declared first: outlives every device buffer
   Context ctx_;
+  std::unique_ptr<BatchUploader> uploader_;  // each micro-batch's ids, targets and layout
   std::unique_ptr<model::Model> model_;
   std::unique_ptr<AdamW> optimizer_;
   MemoryPlan plan_;

@@ -5,6 +5,7 @@
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/gemm.h"
+#include "kernels/batch_upload.h"
 #include "kernels/memory.h"
 
 namespace trainer {
@@ -125,6 +126,25 @@ void copy_from_host(void* dst, const void* src, size_t bytes) {
   // A pageable-source copy may return before the DMA lands.
   CUDA_CHECK(cudaDeviceSynchronize());
 }
+
+// BatchUploader's (kernels/batch_upload.h): its copies run in stream order from
+// page-locked memory, which the host refills only after the slot's event.
+void copy_from_pinned_async(CudaState& state, void* dst, const void* src, size_t bytes) {
+  if (bytes == 0) return;
+  CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, state.stream));
+}
+
+void* event_create() {
+  cudaEvent_t e = nullptr;
+  CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  return e;
+}
+void event_destroy(void* event) { CUDA_CHECK(cudaEventDestroy(static_cast<cudaEvent_t>(event))); }
+void event_record(CudaState& state, void* event) {
+  CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(event), state.stream));
+}
+// A never-recorded event has nothing to wait for: it returns at once.
+void event_synchronize(void* event) { CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(event))); }
 
 void* host_alloc_pinned(size_t bytes) {
   void* p = nullptr;

@@ -1,5 +1,6 @@
 // [cuda][state] CudaState, device memory round trips, scratch growth, stream
-// ordering helpers and an NVTX range.
+// ordering helpers, an NVTX range and the micro-batch uploads.
+#include "kernels/batch_upload.h"
 #include "kernels/cuda/cuda_state.h"
 #include "kernels/cuda/nvtx.h"
 #include "kernels/elementwise.h"
@@ -60,6 +61,46 @@ TEST_CASE("CUDA ops reject bad arguments with trainer::Error", "[cuda][state]") 
   HostTensor h({17}, std::vector<float>(17));
   CHECK_THROWS_AS(cuda::add(gpu(), a, a, h), Error);  // a CPU tensor
   CHECK_THROWS_AS(create_cuda_state(1 << 20), Error);
+}
+
+}  // namespace trainer::cuda_test
+
+namespace trainer::cuda_test {
+
+// Micro-batch uploads queue their copies behind the stream's work: the host
+// may hand over the next batch before the device has taken the last. Five
+// uploads in a row with no wait between them (more than the slots) must each
+// land whole in their own tensors; a slot refilled before its copies ran (on
+// the emulator, which runs queued copies as late as a GPU may) would leave a
+// later batch's ids in an earlier tensor.
+TEST_CASE("batch uploads reuse their slots only after the copies ran", "[cuda][state]") {
+  constexpr int kUploads = 5;
+  constexpr int64_t kIds = 1000;
+  std::vector<std::unique_ptr<DeviceTensor>> ids, targets;
+  BatchUploader up(gpu(), 2 * kIds * sizeof(int32_t));
+  std::vector<int32_t> a(kIds), b(kIds);
+  for (int u = 0; u < kUploads; ++u) {
+    ids.push_back(std::make_unique<DeviceTensor>(std::initializer_list<int64_t>{kIds}, DType::i32));
+    targets.push_back(std::make_unique<DeviceTensor>(std::initializer_list<int64_t>{kIds}, DType::i32));
+    for (int64_t i = 0; i < kIds; ++i) a[i] = int32_t(u * 100000 + i), b[i] = int32_t(-a[i]);
+    const BatchUploader::Part parts[] = {{ids.back()->view(), a.data()}, {targets.back()->view(), b.data()}};
+    up.upload(parts);
+    std::fill(a.begin(), a.end(), -1);  // the caller's memory is free on return
+    std::fill(b.begin(), b.end(), -1);
+  }
+  for (int u = 0; u < kUploads; ++u) {
+    INFO("upload " << u);
+    std::vector<int32_t> got(kIds), want(kIds);
+    copy_to_host(got.data(), ids[u]->view());
+    for (int64_t i = 0; i < kIds; ++i) want[i] = int32_t(u * 100000 + i);
+    CHECK(got == want);
+    copy_to_host(got.data(), targets[u]->view());
+    for (int64_t i = 0; i < kIds; ++i) want[i] = -want[i];
+    CHECK(got == want);
+  }
+  const BatchUploader::Part too_big[] = {{ids[0]->view(), a.data()}, {ids[1]->view(), a.data()},
+                                         {ids[2]->view(), a.data()}};
+  CHECK_THROWS_WITH(up.upload(too_big), Catch::Matchers::Contains("batch upload of 12000 bytes"));
 }
 
 }  // namespace trainer::cuda_test
