@@ -207,6 +207,9 @@ void load_hf_weights(const std::string& path, const model::ModelConfig& cfg, mod
   (void)ctx;  // copies are synchronous through copy_from_host
   TRAINER_CHECK(!zero3 || zero3->layout().shards_parameters(),
                 "load_hf_weights: the optimizer given does not shard the parameters");
+  TRAINER_INPUT_CHECK(!(cfg.is_llama() && cfg.qkv_bias && cfg.qk_norm),
+                      "{}: model.qk_norm with model.qkv_bias: no Hugging Face class has both (Qwen2 has "
+                      "the biases, Qwen3 the norms) (model.init_from)", path);
   if (fs::path config = fs::path(path) / "config.json"; fs::is_directory(path) && fs::exists(config))
     check_hf_config(config.string(), cfg);
   HfSource src(path, expected_class(cfg));

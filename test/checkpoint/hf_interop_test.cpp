@@ -271,6 +271,11 @@ TEST_CASE("hf: a llama with qk_norm is a Qwen3 export, and a llama without refus
   Json cfg = parse_json(read_text_file((out / "config.json").string()), "config.json");
   CHECK(cfg.at("architectures").items()[0].as_string() == "Qwen3ForCausalLM");
   CHECK(cfg.at("head_dim").as_int() == 8);
+  JobSpec both = spec;
+  both.model.qkv_bias = true;
+  Trainer c(both, quiet_options());
+  CHECK_THROWS_WITH(load_hf_weights(out.string(), model_config(both), c.model().buffers(), c.context()),
+                    Catch::Matchers::Contains("model.qk_norm with model.qkv_bias: no Hugging Face class"));
   refused_as_plain_llama(out, dir, "Qwen3 is model.family llama with model.qk_norm: true",
                          "tensor \"model.layers.0.self_attn.k_norm.weight\" is a q/k norm the job's "
                          "model has not");
