@@ -18,6 +18,7 @@
 #include "engine/checkpoint/checkpoint.h"
 #include "engine/checkpoint/shard_contents.h"
 #include "engine/memory_plan.h"
+#include "engine/model_from_spec.h"
 #include "kernels/error.h"
 
 namespace trainer::cmd {
@@ -66,10 +67,10 @@ void describe_verified(const std::string& step_dir) {
     params += n;
     ++tensors;
   }
-  fmt::print("  model: {}, {} layers, d_model {}, {} heads ({} kv), d_ff {}, vocab {}{}; {:.0f} "
+  fmt::print("  model: {}, {} layers, d_model {}, {} heads ({} kv){}, d_ff {}, vocab {}{}; {:.0f} "
              "parameters in {} tensors (padded vocabulary rows included)\n",
              engine::to_string(m.family), m.n_layer, m.d_model, m.n_head,
-             m.n_kv_head > 0 ? m.n_kv_head : m.n_head, m.d_ff, m.vocab_size,
+             m.n_kv_head > 0 ? m.n_kv_head : m.n_head, engine::attention_options(m), m.d_ff, m.vocab_size,
              m.moe.enabled ? fmt::format(", MoE {} experts top-{} ({} shared)", m.moe.n_experts,
                                          m.moe.top_k, m.moe.n_shared_experts)
                            : std::string(),

@@ -61,10 +61,11 @@ Registrar reg("plan", "validate a job and print its per-rank memory plan", [](CL
       engine::MemoryPlan plan =
           engine::plan_memory(model.buffers(), optimizer, arena_elems, 1, slots, device);
       if (stage == 0) {
-        fmt::print("job {}: {} model, {} layers, d_model {}, {} heads ({} kv), vocab {} (padded {})\n",
+        fmt::print("job {}: {} model, {} layers, d_model {}, {} heads ({} kv){}, vocab {} (padded {})\n",
                    spec.source_path, engine::to_string(spec.model.family), spec.model.n_layer,
                    spec.model.d_model, spec.model.n_head, model.config().n_kv_head,
-                   spec.model.vocab_size, model.config().padded_vocab());
+                   engine::attention_options(spec.model), spec.model.vocab_size,
+                   model.config().padded_vocab());
         fmt::print("micro-batch {} x {} tokens, global batch {}, {} accumulation steps\n",
                    spec.train.micro_batch, spec.train.seq_len, spec.train.global_batch,
                    micro_batches);

@@ -1,6 +1,8 @@
 // JobSpec -> ModelConfig.
 #include "engine/model_from_spec.h"
 
+#include <fmt/format.h>
+
 #include "kernels/error.h"
 #include "kernels/op_scratch.h"
 
@@ -22,6 +24,14 @@ void apply_device(model::ModelConfig& cfg, const JobSpec& spec, Device device) {
   cfg.fp8_pad_rows = cfg.fp8 && device == Device::cuda;
   cfg.fp8_cache_weights =
       cfg.fp8_pad_rows && spec.parallel.zero != 3 && spec.precision.fp8_weight_cache;
+}
+
+std::string attention_options(const ModelSpec& m) {
+  std::string s;
+  if (m.head_size > 0) s += fmt::format(" of {}", m.head_size);  // "16 heads (8 kv) of 128"
+  if (m.family == Family::llama && m.qkv_bias) s += ", q/k/v biases";
+  if (m.qk_norm) s += ", q/k norms";
+  return s;
 }
 
 model::ModelConfig model_config(const JobSpec& spec) {

@@ -8,7 +8,7 @@ set -euo pipefail
 fx=$1 trainer=$2 mpiexec=$3
 cd "$fx"
 dir=runs/inspect
-rm -rf "$dir"
+rm -rf "$dir" "$dir-qwen3"
 OMP_NUM_THREADS=1 "$mpiexec" --allow-run-as-root --oversubscribe -np 4 "$trainer" train mesh_llama.yaml \
   --set run.dir="$dir" --set parallel.tp=2 --set train.steps=10 --set checkpoint.every=5 >/dev/null
 status=0
@@ -45,5 +45,10 @@ shard5=$dir/checkpoints/step_000005/rank_00000.safetensors
 printf '\x7f' | dd of="$shard5" bs=1 seek=$(($(stat -c %s "$shard5") - 3)) conv=notrunc status=none
 refused none_intact "$dir: none of its 2 checkpoints is intact" "$dir"
 refused missing "runs/no_such_run: no such checkpoint" runs/no_such_run
+# Qwen3's attention options are named: heads of 16 over a width of 32, q/k norms.
+OMP_NUM_THREADS=1 "$trainer" train mesh_qwen3.yaml --set run.dir="$dir-qwen3" --set train.steps=1 \
+  --set checkpoint.every=1 >/dev/null
+out=$("$trainer" inspect "$dir-qwen3")
+expect qwen3 "model: llama, 2 layers, d_model 32, 4 heads (1 kv) of 16, q/k norms, d_ff 64, vocab 1000;"
 [ "$status" = 0 ] && echo "inspect: listings, summary and refusals as expected"
 exit $status
