@@ -23,19 +23,22 @@ namespace {
 // A float config value as the decimal it was written as (1e-05, not 9.99999974e-06).
 double tidy(float f) { return std::stod(fmt::format("{}", f)); }
 
-bool mixtral(const model::ModelConfig& cfg) { return cfg.is_llama() && cfg.moe_enabled; }
-// Qwen2 is Llama with biases on q, k and v, Qwen3 with q/k norms instead
-// (and each its own config defaults).
-bool qwen2(const model::ModelConfig& cfg) { return cfg.is_llama() && !cfg.moe_enabled && cfg.qkv_bias; }
-bool qwen3(const model::ModelConfig& cfg) { return cfg.is_llama() && !cfg.moe_enabled && cfg.qk_norm; }
-
-// The transformers model_type of the job's model, and the job keys that make it so.
-std::pair<std::string, std::string> model_type(const model::ModelConfig& cfg) {
-  if (!cfg.is_llama()) return {"gpt2", "model.family gpt2"};
-  if (cfg.moe_enabled) return {"mixtral", "model.family llama with model.moe"};
-  if (cfg.qk_norm) return {"qwen3", "model.family llama with model.qk_norm"};
-  if (cfg.qkv_bias) return {"qwen2", "model.family llama with model.qkv_bias"};
-  return {"llama", "model.family llama"};
+// The transformers class and model_type whose names and layout the job's
+// model takes, and the job keys that make it so: Qwen2 is Llama with biases
+// on q, k and v, Qwen3 with q/k norms instead (each with its own defaults).
+struct HfKind {
+  const char* cls;
+  const char* type;
+  const char* keys;
+};
+HfKind hf_kind(const model::ModelConfig& cfg) {
+  if (!cfg.is_llama()) return {"GPT2LMHeadModel", "gpt2", "model.family gpt2"};
+  if (cfg.moe_enabled) return {"MixtralForCausalLM", "mixtral", "model.family llama with model.moe"};
+  TRAINER_INPUT_CHECK(!(cfg.qk_norm && cfg.qkv_bias), "model.qk_norm with model.qkv_bias: no Hugging "
+                      "Face class has both (Qwen2 has the biases, Qwen3 the norms)");
+  if (cfg.qk_norm) return {"Qwen3ForCausalLM", "qwen3", "model.family llama with model.qk_norm"};
+  if (cfg.qkv_bias) return {"Qwen2ForCausalLM", "qwen2", "model.family llama with model.qkv_bias"};
+  return {"LlamaForCausalLM", "llama", "model.family llama"};
 }
 
 // What the job would set to be a model of another model_type.
@@ -232,14 +235,7 @@ void check_llama_like(const ConfigCheck& c, const model::ModelConfig& cfg, const
 }  // namespace
 
 std::string hf_architecture(const model::ModelConfig& cfg) {
-  if (cfg.is_llama() && !cfg.moe_enabled && cfg.qkv_bias && cfg.qk_norm)
-    throw InputError("model.qk_norm with model.qkv_bias: no Hugging Face class has both (Qwen2 has "
-                     "the biases, Qwen3 the norms)");
-  if (!cfg.moe_enabled)
-    return !cfg.is_llama() ? "GPT2LMHeadModel"
-           : cfg.qk_norm   ? "Qwen3ForCausalLM"
-           : cfg.qkv_bias  ? "Qwen2ForCausalLM"
-                           : "LlamaForCausalLM";
+  if (!cfg.moe_enabled) return hf_kind(cfg).cls;
   TRAINER_INPUT_CHECK(cfg.is_llama(), "model.moe: GPT-2 blocks with MoE layers are no Hugging Face "
                       "architecture (MoE exports as MixtralForCausalLM, from family llama)");
   // Qwen2-MoE has the biases, but also a gated shared expert and its own router.
@@ -256,8 +252,10 @@ std::string hf_architecture(const model::ModelConfig& cfg) {
                       "MixtralForCausalLM routes by the router's scores alone");
   TRAINER_INPUT_CHECK(!cfg.moe.sigmoid && cfg.moe.normalize_topk,
                       "model.moe: MixtralForCausalLM routes by softmax top-k, renormalised");
-  return "MixtralForCausalLM";
+  return hf_kind(cfg).cls;
 }
+
+std::string hf_class(const model::ModelConfig& cfg) { return hf_kind(cfg).cls; }
 
 std::string hf_config_json(const model::ModelConfig& cfg, const HfConfigExtras& extras) {
   const std::string arch_name = hf_architecture(cfg);
@@ -266,8 +264,9 @@ std::string hf_config_json(const model::ModelConfig& cfg, const HfConfigExtras& 
   arch.push(Json(arch_name));
   j.set("architectures", std::move(arch));
   if (cfg.is_llama()) {
-    const bool moe = mixtral(cfg);
-    j.set("model_type", Json(model_type(cfg).first));
+    const std::string type = hf_kind(cfg).type;
+    const bool moe = type == "mixtral";
+    j.set("model_type", Json(type));
     j.set("vocab_size", Json(cfg.vocab_size));
     j.set("hidden_size", Json(cfg.d_model));
     j.set("intermediate_size", Json(moe ? cfg.moe.d_ff_expert : cfg.d_ff));
@@ -297,12 +296,12 @@ std::string hf_config_json(const model::ModelConfig& cfg, const HfConfigExtras& 
                                              ? tidy(cfg.moe.aux_loss_coeff)
                                              : 0.0));
       j.set("router_jitter_noise", Json(0.0));
-    } else if (qwen2(cfg) || qwen3(cfg)) {
+    } else if (type == "qwen2" || type == "qwen3") {
       // Full attention in every layer, in every transformers version's reading.
       j.set("use_sliding_window", Json(false));
       j.set("sliding_window", Json());
       j.set("max_window_layers", Json(cfg.n_layer));
-      if (qwen3(cfg)) j.set("attention_bias", Json(false));
+      if (type == "qwen3") j.set("attention_bias", Json(false));
     } else {
       j.set("attention_bias", Json(false));
       j.set("mlp_bias", Json(false));
@@ -333,10 +332,10 @@ std::string hf_config_json(const model::ModelConfig& cfg, const HfConfigExtras& 
 
 void check_hf_config(const std::string& config_path, const model::ModelConfig& cfg) {
   ConfigCheck c(config_path);
-  const auto [want, why] = model_type(cfg);
+  const HfKind want = hf_kind(cfg);
   const std::string type = c.text("model_type", "");
-  TRAINER_INPUT_CHECK(type == want, "{}: model_type is \"{}\", but the job's model is {} ({}){} "
-                      "(model.init_from)", config_path, type, want, why, hint_for(type));
+  TRAINER_INPUT_CHECK(type == want.type, "{}: model_type is \"{}\", but the job's model is {} ({}){} "
+                      "(model.init_from)", config_path, type, want.type, want.keys, hint_for(type));
   if (type == "gpt2") {
     check_gpt2(c, cfg);
   } else {

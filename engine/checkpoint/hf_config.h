@@ -17,6 +17,10 @@ namespace trainer::engine::checkpoint {
 // transformers class computes is an InputError naming the job key that
 // makes it so: an export would load with layers missing or misrouted.
 std::string hf_architecture(const model::ModelConfig& cfg);
+// The class whose tensor names and layout cfg's model takes, without
+// hf_architecture's MoE refusals (an aux_free MoE still reads Mixtral's
+// tensors); a llama with both qkv_bias and qk_norm is an InputError.
+std::string hf_class(const model::ModelConfig& cfg);
 
 // What config.json records beside the model: the weights' dtype, and the
 // exported tokenizer's bos/eos ids (-1: no tokenizer; transformers' defaults

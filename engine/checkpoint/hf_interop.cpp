@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <memory>
 #include <stdexcept>
+#include <utility>
 
 #include "engine/checkpoint/checkpoint.h"
 #include "engine/checkpoint/files.h"
@@ -36,17 +37,11 @@ HostTensor resize_rows(HostTensor t, int64_t n) {
   return t;
 }
 
-// The transformers class whose tensors the job's model reads (named when one is missing).
-const char* expected_class(const model::ModelConfig& cfg) {
-  if (!cfg.is_llama()) return "GPT2LMHeadModel";
-  if (cfg.moe_enabled) return "MixtralForCausalLM";
-  return cfg.qk_norm ? "Qwen3ForCausalLM" : cfg.qkv_bias ? "Qwen2ForCausalLM" : "LlamaForCausalLM";
-}
-
 // The tensors of an HF checkpoint: one file or the shards of an index.
 class HfSource {
  public:
-  HfSource(const std::string& path, const char* expected) : expected_(expected) {
+  // `expected`: the class whose tensors the job's model reads (named when one is missing).
+  HfSource(const std::string& path, std::string expected) : expected_(std::move(expected)) {
     if (fs::is_directory(path)) {
       fs::path index = fs::path(path) / "model.safetensors.index.json";
       fs::path single = fs::path(path) / "model.safetensors";
@@ -146,7 +141,7 @@ class HfSource {
   }
   std::string origin() const { return origin_.empty() ? where_.begin()->second : origin_; }
 
-  const char* expected_;
+  std::string expected_;
   std::map<std::string, std::string> where_;
   std::string origin_;
   mutable std::map<std::string, std::unique_ptr<SafetensorsFile>> open_;
@@ -207,12 +202,10 @@ void load_hf_weights(const std::string& path, const model::ModelConfig& cfg, mod
   (void)ctx;  // copies are synchronous through copy_from_host
   TRAINER_CHECK(!zero3 || zero3->layout().shards_parameters(),
                 "load_hf_weights: the optimizer given does not shard the parameters");
-  TRAINER_INPUT_CHECK(!(cfg.is_llama() && cfg.qkv_bias && cfg.qk_norm),
-                      "{}: model.qk_norm with model.qkv_bias: no Hugging Face class has both (Qwen2 has "
-                      "the biases, Qwen3 the norms) (model.init_from)", path);
+  std::string cls = hf_class(cfg);  // first: it refuses a model no class computes
   if (fs::path config = fs::path(path) / "config.json"; fs::is_directory(path) && fs::exists(config))
     check_hf_config(config.string(), cfg);
-  HfSource src(path, expected_class(cfg));
+  HfSource src(path, std::move(cls));
   src.check_extent(cfg);
   src.check_unread(cfg);
   std::vector<float> local;
