@@ -100,10 +100,9 @@ PipelineRunner::PipelineRunner(parallel::Communicator& pp, int num_micro_batches
       chunks_(virtual_stages),
       slots_(chunk_slots(table_, virtual_stages)) {}
 
-double PipelineRunner::run_step(model::Model& model, Context& ctx, const Arenas& arenas,
-                                const std::function<void(int mb, int chunk)>& load,
-                                const std::function<double()>& loss_sum, float dloss,
-                                float aux_dloss) {
+void PipelineRunner::run_step(model::Model& model, Context& ctx, const Arenas& arenas,
+                              const std::function<void(int mb, int chunk)>& load,
+                              const std::function<void()>& on_loss, float dloss, float aux_dloss) {
   TRAINER_CHECK(model.num_chunks() == chunks_, "pipeline runner: {} model chunks, table for {}",
                 model.num_chunks(), chunks_);
   std::vector<SlotTable> slots(chunks_);  // one pool per chunk, as chunk_slots() counts them
@@ -114,7 +113,6 @@ double PipelineRunner::run_step(model::Model& model, Context& ctx, const Arenas&
                   a.micro_batch, k, slots_[a.chunk], a.chunk);
     model.bind_chunk(a.chunk, arenas.activation_slot(a.chunk, k), ctx.device);
   };
-  double loss = 0;
   // Each run of consecutive sends and receives goes out as one batch
   // (batch_p2p: one NCCL group; with MPI isends and blocking receives in
   // order), so neighbours exchanging both ways pair up (simulate_batched).
@@ -128,7 +126,7 @@ double PipelineRunner::run_step(model::Model& model, Context& ctx, const Arenas&
     bind(a);
     if (needs_load(model, a.chunk)) load(a.micro_batch, a.chunk);
     model.forward(ctx, a.chunk);
-    if (model.has_head(a.chunk)) loss += loss_sum();
+    if (model.has_head(a.chunk)) on_loss();
   };
   ops.send_forward = [&](const Action& a) {
     bind(a);
@@ -161,26 +159,23 @@ double PipelineRunner::run_step(model::Model& model, Context& ctx, const Arenas&
   parallel::execute_schedule(table_, ops);
   pp_.wait_sends();
   model.bind_chunk(0, arenas.activation_slot(0, 0), ctx.device);
-  return loss;
 }
 
-double PipelineRunner::run_forward(model::Model& model, Context& ctx, const Arenas& arenas,
-                                   const std::function<void(int chunk)>& load,
-                                   const std::function<double()>& loss_sum) {
+void PipelineRunner::run_forward(model::Model& model, Context& ctx, const Arenas& arenas,
+                                 const std::function<void(int chunk)>& load,
+                                 const std::function<void()>& on_loss) {
   const int p = pp_.size(), prev = (pp_.rank() + p - 1) % p, next = (pp_.rank() + 1) % p;
-  double loss = 0;
   for (int c = 0; c < model.num_chunks(); ++c) {
     model.bind_chunk(c, arenas.activation_slot(c, 0), ctx.device);
     if (needs_load(model, c)) load(c);
     if (!model.has_embedding(c)) pp_.recv(model.stage_input(c), prev);
     model.forward(ctx, c);
     if (model.has_head(c))
-      loss += loss_sum();
+      on_loss();
     else
       pp_.send(model.stage_output(ctx, c), next);
   }
   model.bind_chunk(0, arenas.activation_slot(0, 0), ctx.device);
-  return loss;
 }
 
 }  // namespace trainer::engine

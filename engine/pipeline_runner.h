@@ -47,19 +47,19 @@ class PipelineRunner {
   // and document layout (called just before the forward of a chunk with the
   // embedding or the head, or of every chunk when the model takes the
   // documents, with its slot bound); each backward scales the loss by dloss
-  // (MoE aux losses by aux_dloss). Returns the summed token losses (non-zero
-  // on the last stage only). Leaves chunk 0 bound to slot 0.
-  double run_step(model::Model& model, Context& ctx, const Arenas& arenas,
-                  const std::function<void(int mb, int chunk)>& load,
-                  const std::function<double()>& loss_sum, float dloss, float aux_dloss);
+  // (MoE aux losses by aux_dloss). on_loss() runs after each forward of the
+  // chunk with the head (last stage only), to take its token losses. Leaves
+  // chunk 0 bound to slot 0.
+  void run_step(model::Model& model, Context& ctx, const Arenas& arenas,
+                const std::function<void(int mb, int chunk)>& load,
+                const std::function<void()>& on_loss, float dloss, float aux_dloss);
 
   // Forward only (evaluation): one micro-batch through every global stage in
   // order, each chunk in its first activation slot; load(chunk) as for run_step. Blocking
-  // point-to-point is safe: one transfer is in flight at a time. Returns the
-  // summed token losses (non-zero on the last stage only).
-  double run_forward(model::Model& model, Context& ctx, const Arenas& arenas,
-                     const std::function<void(int chunk)>& load,
-                     const std::function<double()>& loss_sum);
+  // point-to-point is safe: one transfer is in flight at a time. on_loss as
+  // for run_step.
+  void run_forward(model::Model& model, Context& ctx, const Arenas& arenas,
+                   const std::function<void(int chunk)>& load, const std::function<void()>& on_loss);
 
  private:
   parallel::Communicator& pp_;

@@ -205,6 +205,8 @@ void Trainer::setup() {
   norm_mem_ = device_alloc(ctx_.device, kArenaAlignment);
   // Partial norms (tp-split, replicated, a flag, routed experts).
   norm_out_ = Tensor(norm_mem_, {4}, DType::f32, ctx_.device);
+  loss_sum_ = Tensor(static_cast<char*>(norm_mem_) + 4 * sizeof(float), {1}, DType::f64, ctx_.device);
+  take_loss_sum();  // zeroes it
   if (shape.pp > 1 && cfg.tie_embeddings && !cfg.first_stage && !cfg.last_stage) {
     int64_t rows = cfg.local_vocab(), cols = cfg.d_model;
     tied_zeros_mem_ = device_alloc(ctx_.device, size_t(rows * cols) * sizeof(float));
@@ -270,7 +272,6 @@ void Trainer::setup() {
   }
   if (model_->config().doc_masking) host_doc_start_.resize(static_cast<size_t>(local_tokens));
   if (model_->config().reset_positions) host_positions_.resize(static_cast<size_t>(local_tokens));
-  host_losses_.resize(static_cast<size_t>(local_tokens));
   uploader_ = std::make_unique<BatchUploader>(ctx_, 4 * static_cast<size_t>(local_tokens) * sizeof(int32_t));
   peak_flops_ = peak_flops(ctx_, spec.precision.compute);
   // The first step's samples and the first evaluation batch are read now: a
@@ -412,11 +413,14 @@ void Trainer::await_device() {
   if (mesh_->shape().world > 1) parallel::wait_for_device(ctx_);
 }
 
-double Trainer::micro_batch_loss_sum() {
-  await_device();
-  copy_to_host(host_losses_.data(), model_->losses(ctx_));
+void Trainer::add_micro_batch_loss() { sum_values(ctx_, loss_sum_, model_->losses(ctx_)); }
+
+double Trainer::take_loss_sum() {
   double sum = 0;
-  for (float l : host_losses_) sum += l;
+  await_device();
+  copy_to_host(&sum, loss_sum_);
+  const double zero = 0;
+  copy_from_host(loss_sum_, &zero);
   return sum;
 }
 
@@ -535,14 +539,14 @@ StepRecord Trainer::train_step(int step) {
     timers.mark(StepPhase::data);
   };
   if (pipeline_) {
-    loss_sum = pipeline_->run_step(*model_, ctx_, *arenas_, load,
-                                   [&] { return micro_batch_loss_sum(); }, dloss, aux_dloss);
+    pipeline_->run_step(*model_, ctx_, *arenas_, load, [&] { add_micro_batch_loss(); }, dloss,
+                        aux_dloss);
   } else {
     const int P = static_cast<int>(model_->buffers().params().size());
     for (int m = 0; m < accum_steps_; ++m) {
       load(m, 0);
       model_->forward(ctx_);
-      loss_sum += micro_batch_loss_sum();
+      add_micro_batch_loss();
       aux_sum += model_->aux_loss();
       // The reducer's tensors are the parameters in reverse (backward) order.
       if (reduce_in_backward_ && m == accum_steps_ - 1)
@@ -551,6 +555,7 @@ StepRecord Trainer::train_step(int step) {
       model_->set_grad_ready({});
     }
   }
+  loss_sum = take_loss_sum();  // non-zero on the last pipeline stage only
   timers.mark(StepPhase::forward_backward);
   model_->finish_gradients(ctx_);
   sync_tied_table();
@@ -652,17 +657,18 @@ double Trainer::evaluate_pipeline() {
   // Forward only, one micro-batch at a time down the stages.
   const int B = spec_.train.micro_batch;
   parallel::Communicator& pp = mesh_->comm(parallel::Axis::pp);
-  double sum = 0;
   const int E = spec_.train.eval_batches, rounds = (E + dp_size_ - 1) / dp_size_;
   for (int k = 0; k < rounds; ++k) {
     const int i = dp_rank_ + k * dp_size_;  // see evaluate()
     if (i >= E && !lockstep_forwards()) break;
-    const double s = pipeline_->run_forward(
+    pipeline_->run_forward(
         *model_, ctx_, *arenas_,
         [&](int chunk) { load_micro_batch(val_data_.get(), int64_t(i % E) * B, chunk); },
-        [&] { return micro_batch_loss_sum(); });
-    if (i < E) sum += s;
+        [&] {
+          if (i < E) add_micro_batch_loss();
+        });
   }
+  double sum = take_loss_sum();  // non-zero on the last stage only
   sum = parallel::group_sum(grad_comm(), sum);  // cp ranks hold other tokens of the same batches
   sum = parallel::group_sum(pp, sum);
   return sum / counted_eval_targets();
@@ -681,7 +687,6 @@ double Trainer::evaluate() {
   if (!val_data_) return std::nan("");
   if (pipeline_) return evaluate_pipeline();
   const int B = spec_.train.micro_batch;
-  double sum = 0;
   // With ep the ranks of an ep group exchange tokens in every MoE forward
   // (zero 3: the dp group gathers every block), so all run the same number
   // of forwards: a rank past the last batch repeats one and does not count it.
@@ -691,8 +696,9 @@ double Trainer::evaluate() {
     if (i >= E && !lockstep_forwards()) break;
     load_micro_batch(val_data_.get(), int64_t(i % E) * B);
     model_->forward(ctx_);
-    if (i < E) sum += micro_batch_loss_sum();
+    if (i < E) add_micro_batch_loss();
   }
+  double sum = take_loss_sum();
   sum = parallel::group_sum(grad_comm(), sum);
   return sum / counted_eval_targets();
 }

@@ -118,7 +118,10 @@ class Trainer {
   double counted_targets(double all, double masked_here, const std::string& batch);
   double counted_eval_targets();  // the same for one evaluation
   int64_t first_sample(int step) const;  // this rank's first training sample of `step`
-  double micro_batch_loss_sum();
+  // The token losses of the micro-batch just run forward, added on the device
+  // (no wait); take_loss_sum() reads what was added since it last ran.
+  void add_micro_batch_loss();
+  double take_loss_sum();
   void await_device();  // before a host copy on a multi-GPU rank: poll, never block
   double grad_norm();
   // The reduced gradient elements this rank holds (zero 2/3: its shards).
@@ -169,8 +172,8 @@ class Trainer {
   // host_tokens_ (one sequence) -> sequence b of ids, targets and the document
   // layout; returns the targets masked there.
   int64_t keep_local_tokens(int b);
-  std::vector<float> host_losses_;
-  Tensor norm_out_;  // (1) f32 on the device, for the gradient norm
+  Tensor norm_out_;  // (4) f32 on the device, for the gradient norm
+  Tensor loss_sum_;  // (1) f64 on the device: token losses since take_loss_sum()
   void* norm_mem_ = nullptr;
   void* fp8_mem_ = nullptr;  // the fp8 scaling state's device copy (GPU with fp8 only)
   double peak_flops_ = 0;

@@ -1,6 +1,7 @@
 // [cuda] AdamW and the sum of squares against the CPU op, plus the 64-bit indexing
 // checks on tensors of more than 2^31 elements (exact expected values).
 #include <cmath>
+#include <cstring>
 
 #include "kernels/adamw.h"
 #include "kernels/cross_entropy.h"
@@ -58,6 +59,32 @@ TEST_CASE("sum_of_squares matches the CPU op and accumulates", "[cuda][norm]") {
     expect_close(fmt::format("sum_of_squares {} n={}", dtype_name(dtype), n), r1, hout.data,
                  {0.0, 1e-6, 1e-6});
     expect_same_bits("sum_of_squares rerun", r1, r2);
+  }
+}
+
+TEST_CASE("sum_values matches the CPU op and accumulates in double", "[cuda][norm]") {
+  for (DType dtype : {DType::f32, DType::bf16})
+  for (int64_t n : {int64_t{1}, int64_t{17}, int64_t{4097}, int64_t{3000017}}) {
+    const auto x = round_to(random_floats(n, 700 + n), dtype);
+    HostTensor hx({n}, x, dtype);
+    double want = 1e9;  // far above the sum: an fp32 accumulator would show
+    cpu::sum_values(cpu(), Tensor(&want, {1}, DType::f64), hx);
+    DeviceTensor gx({n}, dtype), gout({1}, DType::f64);
+    gx.upload(x);
+    auto run = [&] {
+      const double start = 1e9;
+      const auto* p = reinterpret_cast<const unsigned char*>(&start);
+      gout.upload_bytes({p, p + sizeof(double)});
+      cuda::sum_values(gpu(), gout, gx);
+      const auto b = gout.download_bytes();
+      double got = 0;
+      std::memcpy(&got, b.data(), sizeof(double));
+      return got;
+    };
+    const double r1 = run(), r2 = run();
+    INFO("sum_values " << dtype_name(dtype) << " n=" << n);
+    CHECK(r1 - 1e9 == Approx(want - 1e9).epsilon(1e-9).margin(1e-6));
+    CHECK(r1 == r2);
   }
 }
 

@@ -1,4 +1,4 @@
-// AdamW against a hand-computed double step; sum_of_squares accumulation.
+// AdamW against a hand-computed double step; sum_of_squares and sum_values accumulation.
 #include "kernels/adamw.h"
 #include "kernels/norm.h"
 
@@ -60,4 +60,22 @@ TEST_CASE("sum_of_squares accumulates in double", "[cpu][norm]") {
     cpu::sum_of_squares(ctx, view(out, {1}), view(x, {n}));
     CHECK(out[0] == Approx(2.5 + 2 * want).epsilon(1e-6));
   }
+}
+
+TEST_CASE("sum_values adds a tensor's sum to a double", "[cpu][norm]") {
+  Context ctx;
+  for (int64_t n : {1, 17, 100003}) {
+    auto x = random_floats(n, 312, -3.0f, 3.0f);
+    double want = 0.0;
+    for (float xi : x) want += double(xi);
+    double out = 1e9;  // an fp32 accumulator would lose the sum's low digits under this
+    Tensor o(&out, {1}, DType::f64);
+    cpu::sum_values(ctx, o, view(x, {n}));
+    CHECK(out - 1e9 == Approx(want).epsilon(1e-9));
+    cpu::sum_values(ctx, o, view(x, {n}));
+    CHECK(out - 1e9 == Approx(2 * want).epsilon(1e-9));
+  }
+  std::vector<float> f1(1), f3(3);
+  CHECK_THROWS_WITH(cpu::sum_values(ctx, view(f1, {1}), view(f3, {3})),
+                    Catch::Contains("must be one fp64 value"));
 }
