@@ -58,6 +58,17 @@ BufferId Buffers::add(Category category, std::string name, std::vector<int64_t> 
   return static_cast<BufferId>(buffers_.size() - 1);
 }
 
+BufferId Buffers::add_shared_scratch(const std::string& key, std::vector<int64_t> shape, DType dtype) {
+  auto it = shared_scratch_.find(key);
+  if (it == shared_scratch_.end())
+    return shared_scratch_[key] = add(Category::scratch, key, std::move(shape), dtype);
+  const BufferInfo& info = buffers_[it->second];
+  TRAINER_CHECK(info.shape == shape && info.dtype == dtype,
+                "shared scratch {}: [{}] {} asked for, declared [{}] {}", key, fmt::join(shape, ", "),
+                dtype_name(dtype), fmt::join(info.shape, ", "), dtype_name(info.dtype));
+  return it->second;
+}
+
 void Buffers::begin_recomputed_block() {
   recomputing_ = true;
   recomputed_cursor_ = 0;

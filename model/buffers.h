@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <array>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -75,6 +76,14 @@ class Buffers {
   ParamId add_param(ParamSpec spec, std::vector<int64_t> local_shape);
   BufferId add(Category category, std::string name, std::vector<int64_t> shape,
                DType dtype = DType::f32);
+
+  // A scratch buffer shared by every layer that asks for `key`: temporaries
+  // one layer's forward or backward fills and spends before it returns (the
+  // MoE layers' backward rows), held once rather than once per layer, as
+  // the dense blocks' Scratch is. Each later call must ask for the same shape
+  // and dtype.
+  BufferId add_shared_scratch(const std::string& key, std::vector<int64_t> shape,
+                              DType dtype = DType::f32);
 
   size_t category_bytes(Category c) const { return bytes_[static_cast<int>(c)]; }
 
@@ -232,6 +241,7 @@ class Buffers {
   void close_run();             // a run of shared blocks ends: the second region is placed
   bool shared_category(Category c) const;  // a category the shared units put in their region
   std::vector<BufferInfo> buffers_;
+  std::map<std::string, BufferId> shared_scratch_;  // add_shared_scratch's, by key
   std::vector<Param> params_;
   std::array<size_t, kNumCategories> bytes_{};
   size_t op_scratch_ = 0;

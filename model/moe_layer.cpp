@@ -171,34 +171,40 @@ void Moe::declare(Buffers& buf, const std::string& prefix, const ModelConfig& cf
   // one copy of per micro-batch in flight.
   step_ = buf.add(G, p + "step_counts", {2, E_});
   step_aux_ = buf.add(G, p + "step_aux_loss", {1});
-  dys_ = buf.add(G, p + "d_expert_out", {S, C_}, buf.act_dtype());
-  dxs_ = buf.add(G, p + "d_dispatched", {S, C_}, buf.act_dtype());
+  // The backward's temporaries (and the fp32 router input) are spent before
+  // the layer returns: every MoE layer of the model shares one copy.
+  auto temp = [&](const char* name, std::vector<int64_t> shape, DType dtype) {
+    return buf.add_shared_scratch(std::string("moe.") + name, std::move(shape), dtype);
+  };
+  const DType act = buf.act_dtype();
+  dys_ = temp("d_expert_out", {S, C_}, act);
+  dxs_ = temp("d_dispatched", {S, C_}, act);
   if (ep_ > 1) {
-    dyr_ = buf.add(G, p + "d_ep_expert_out", {R_, C_}, buf.act_dtype());
-    dxr_ = buf.add(G, p + "d_ep_received", {R_, C_}, buf.act_dtype());
+    dyr_ = temp("d_ep_expert_out", {R_, C_}, act);
+    dxr_ = temp("d_ep_received", {R_, C_}, act);
   }
-  dh1_ = buf.add(G, p + "d_w1_out", {R_, F_}, buf.act_dtype());
+  dh1_ = temp("d_w1_out", {R_, F_}, act);
   // GELU experts take w2's backward straight into d_w1_out (gemm_dgelu_backward).
-  if (swiglu_) dh3_ = buf.add(G, p + "d_w3_out", {R_, F_}, buf.act_dtype());
-  if (swiglu_) dact_ = buf.add(G, p + "d_activation", {R_, F_}, buf.act_dtype());
-  dtopk_ = buf.add(G, p + "d_topk_weight", {N_, K_});
-  dlogits_ = buf.add(G, p + "d_router_logits", {N_, E_});
-  dtmp_ = buf.add(G, p + "d_input_tmp", {N_, C_}, buf.act_dtype());
-  if (buf.act_dtype() != DType::f32) {
+  if (swiglu_) dh3_ = temp("d_w3_out", {R_, F_}, act);
+  if (swiglu_) dact_ = temp("d_activation", {R_, F_}, act);
+  dtopk_ = temp("d_topk_weight", {N_, K_}, DType::f32);
+  dlogits_ = temp("d_router_logits", {N_, E_}, DType::f32);
+  dtmp_ = temp("d_input_tmp", {N_, C_}, act);
+  if (act != DType::f32) {
     // The router runs in fp32 (as Megatron-Core's): its 16-bit input is
     // widened exactly, so both backends' GEMMs take one dtype (the CUDA
     // linear takes no mixed operands) and compute the CPU's numbers.
-    router_in_ = buf.add(G, p + "router_input_f32", {N_, C_});
-    router_din_ = buf.add(G, p + "d_router_input_f32", {N_, C_});
+    router_in_ = temp("router_input_f32", {N_, C_}, DType::f32);
+    router_din_ = temp("d_router_input_f32", {N_, C_}, DType::f32);
   }
-  dprob_ = buf.add(G, p + "d_prob_per_expert", {E_});
+  dprob_ = temp("d_prob_per_expert", {E_}, DType::f32);
   if (Fs_ > 0) {
     sh1_ = buf.add(A, p + "shared_w1_out", {N_, Fs_}, buf.act_dtype());
     if (swiglu_) sh3_ = buf.add(A, p + "shared_w3_out", {N_, Fs_}, buf.act_dtype());
     sact_ = buf.add(A, p + "shared_activation", {N_, Fs_}, buf.act_dtype());
-    dsh1_ = buf.add(G, p + "d_shared_w1_out", {N_, Fs_}, buf.act_dtype());
-    if (swiglu_) dsh3_ = buf.add(G, p + "d_shared_w3_out", {N_, Fs_}, buf.act_dtype());
-    if (swiglu_) dsact_ = buf.add(G, p + "d_shared_activation", {N_, Fs_}, buf.act_dtype());
+    dsh1_ = temp("d_shared_w1_out", {N_, Fs_}, act);
+    if (swiglu_) dsh3_ = temp("d_shared_w3_out", {N_, Fs_}, act);
+    if (swiglu_) dsact_ = temp("d_shared_activation", {N_, Fs_}, act);
   }
 }
 
