@@ -82,6 +82,8 @@ model::ModelConfig model_config(const JobSpec& spec) {
   c.moe.balance = e.balance == Balance::aux_free   ? model::MoeBalance::aux_free
                   : e.balance == Balance::aux_loss ? model::MoeBalance::aux_loss
                                                    : model::MoeBalance::none;
+  c.moe.sigmoid = e.score == RouterScore::sigmoid;
+  c.moe.normalize_topk = e.normalize_topk;
   c.moe.aux_loss_coeff = static_cast<float>(e.aux_loss_coeff);
   c.moe.z_loss_coeff = static_cast<float>(e.z_loss_coeff);
   c.moe.capacity_factor = e.capacity_factor ? static_cast<float>(*e.capacity_factor) : 0.0f;

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # hf_check.sh [TRAINER] [OUT]: trains the tiny GPT-2, Llama, Qwen2-shaped (tiny-llama
 # with q/k/v biases and a tied head), Qwen3-shaped (tiny-llama with q/k norms and
-# a tied head) and Mixtral-shaped MoE (moe-tiny) jobs a few steps
+# a tied head), Mixtral-shaped MoE (moe-tiny) and Qwen3-MoE-shaped (moe-tiny with
+# q/k norms, a dense layer 0 and top-k weights not renormalised) jobs a few steps
 # on the CPU (data/brown), exports each with `trainer export --format hf
 # --reference-logits 64`, and checks with scripts/hf_check.py that Hugging
 # Face transformers loads the export as it is and computes the trainer's
@@ -31,13 +32,15 @@ if [[ -f $GPT2/encoder.json && -f $GPT2/vocab.bpe ]]; then
     echo "hf_check: trainer tokenize failed:"; tail -3 "$OUT/tokenize.log"; status=1; tok_args=()
   fi
 fi
-for job in tiny-gpt2 tiny-llama tiny-qwen2 tiny-qwen3 moe-tiny; do
+for job in tiny-gpt2 tiny-llama tiny-qwen2 tiny-qwen3 moe-tiny tiny-qwen3-moe; do
   run=$OUT/$job/run hf=$OUT/$job/hf
   rm -rf "$OUT/$job"
   config=configs/$job.yaml shape=()
   case $job in
     tiny-qwen2) config=configs/tiny-llama.yaml shape=(--set model.qkv_bias=true --set model.tie_embeddings=true) ;;
     tiny-qwen3) config=configs/tiny-llama.yaml shape=(--set model.qk_norm=true --set model.tie_embeddings=true) ;;
+    tiny-qwen3-moe) config=configs/moe-tiny.yaml
+      shape=(--set model.qk_norm=true --set model.moe.every=2 --set model.moe.normalize_topk=false) ;;
   esac
   if ! OMP_NUM_THREADS=${OMP_NUM_THREADS:-4} "$TRAINER" train "$config" "${shape[@]}" --set run.device=cpu \
       --set train.steps=5 --set train.eval_every=0 --set run.dir="$run" >"$OUT/$job.train.log" 2>&1; then

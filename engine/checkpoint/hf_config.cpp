@@ -1,5 +1,6 @@
 // See hf_config.h. Defaults are transformers' (GPT2Config, LlamaConfig,
-// Qwen2Config, Qwen3Config, MixtralConfig) for keys a config.json leaves out.
+// Qwen2Config, Qwen3Config, MixtralConfig, Qwen3MoeConfig) for keys a
+// config.json leaves out.
 #include "engine/checkpoint/hf_config.h"
 
 #include <fmt/format.h>
@@ -13,6 +14,7 @@
 #include <stdexcept>
 
 #include "engine/checkpoint/files.h"
+#include "engine/checkpoint/hf_host_tensor.h"
 #include "engine/json.h"
 #include "kernels/error.h"
 
@@ -25,7 +27,8 @@ double tidy(float f) { return std::stod(fmt::format("{}", f)); }
 
 // The transformers class and model_type whose names and layout the job's
 // model takes, and the job keys that make it so: Qwen2 is Llama with biases
-// on q, k and v, Qwen3 with q/k norms instead (each with its own defaults).
+// on q, k and v, Qwen3 with q/k norms instead (each with its own defaults);
+// an MoE is Mixtral, or Qwen3-MoE with q/k norms.
 struct HfKind {
   const char* cls;
   const char* type;
@@ -33,6 +36,8 @@ struct HfKind {
 };
 HfKind hf_kind(const model::ModelConfig& cfg) {
   if (!cfg.is_llama()) return {"GPT2LMHeadModel", "gpt2", "model.family gpt2"};
+  if (cfg.moe_enabled && cfg.qk_norm)
+    return {"Qwen3MoeForCausalLM", "qwen3_moe", "model.family llama with model.moe and model.qk_norm"};
   if (cfg.moe_enabled) return {"MixtralForCausalLM", "mixtral", "model.family llama with model.moe"};
   TRAINER_INPUT_CHECK(!(cfg.qk_norm && cfg.qkv_bias), "model.qk_norm with model.qkv_bias: no Hugging "
                       "Face class has both (Qwen2 has the biases, Qwen3 the norms)");
@@ -47,6 +52,8 @@ std::string hint_for(const std::string& type) {
   if (type == "qwen3") return ": Qwen3 is model.family llama with model.qk_norm: true";
   if (type == "llama") return ": Llama is model.family llama without model.qkv_bias or model.qk_norm";
   if (type == "mixtral") return ": Mixtral is model.family llama with model.moe";
+  if (type == "qwen3_moe") return ": Qwen3-MoE is model.family llama with model.moe and model.qk_norm: true";
+  if (type == "qwen2_moe") return ": Qwen2-MoE's gated shared expert is not computed by this trainer";
   if (type == "gpt2") return ": GPT-2 is model.family gpt2";
   return "";
 }
@@ -155,20 +162,58 @@ void check_gpt2(const ConfigCheck& c, const model::ModelConfig& cfg) {
 struct LlamaLikeDefaults {
   double vocab, intermediate, norm_eps, theta;
   double head_dim;  // 0: hidden_size / num_attention_heads
+  double hidden = 4096, layers = 32, heads = 32;
+  double kv_heads = 0;  // 0: num_attention_heads
 };
 
+LlamaLikeDefaults llama_like_defaults(const std::string& type) {
+  if (type == "mixtral") return {32000, 14336, 1e-5, 1e6, 0, 4096, 32, 32, 8};
+  if (type == "qwen2") return {151936, 22016, 1e-6, 1e4, 0};
+  if (type == "qwen3") return {151936, 22016, 1e-6, 1e4, 128};
+  if (type == "qwen3_moe") return {151936, 6144, 1e-6, 1e4, 0, 2048, 24, 32, 4};
+  return {32000, 11008, 1e-6, 1e4, 0};
+}
+
+// The MoE keys: Mixtral's (an MoE in every layer) or Qwen3-MoE's (every
+// decoder_sparse_step-th layer, the others dense; top-k renormalised or not).
+void check_moe(const ConfigCheck& c, const model::ModelConfig& cfg, const std::string& type,
+               const LlamaLikeDefaults& d) {
+  c.require(cfg.moe.n_shared_experts == 0, "a {} model has no shared experts, but "
+            "model.moe.n_shared_experts is {}", type, cfg.moe.n_shared_experts);
+  if (type == "mixtral") {
+    c.require(cfg.moe_every == 1, "a Mixtral model has an MoE in every layer, but model.moe.every is {}",
+              cfg.moe_every);
+    c.same_int("intermediate_size", d.intermediate, cfg.moe.d_ff_expert, "model.moe.d_ff_expert");
+    c.same_int("num_local_experts", 8, cfg.moe.n_experts, "model.moe.n_experts");
+    c.same_int("num_experts_per_tok", 2, cfg.moe.top_k, "model.moe.top_k");
+    double window = c.number("sliding_window", 1e18);
+    c.require(window >= cfg.max_seq_len,
+              "sliding_window is {}, below model.max_seq_len {}: this trainer's attention is full causal",
+              window, cfg.max_seq_len);
+    return;
+  }
+  c.same_int("moe_intermediate_size", 768, cfg.moe.d_ff_expert, "model.moe.d_ff_expert");
+  c.same_int("num_experts", 128, cfg.moe.n_experts, "model.moe.n_experts");
+  c.same_int("num_experts_per_tok", 8, cfg.moe.top_k, "model.moe.top_k");
+  c.same_flag("norm_topk_prob", false, cfg.moe.normalize_topk, "model.moe.normalize_topk");
+  c.same_int("decoder_sparse_step", 1, cfg.moe_every, "model.moe.every");
+  const Json* only = c.get("mlp_only_layers");
+  c.require(!only || (only->is_array() && only->items().empty()),
+            "mlp_only_layers is {}: this trainer's dense layers are those model.moe.every skips",
+            only ? only->dump() : "");
+  if (cfg.moe_every > 1)  // the dense layers' MLP
+    c.same_int("intermediate_size", d.intermediate, cfg.d_ff, "model.d_ff");
+}
+
 void check_llama_like(const ConfigCheck& c, const model::ModelConfig& cfg, const std::string& type) {
-  const bool is_mixtral = type == "mixtral";
-  const LlamaLikeDefaults d = type == "mixtral" ? LlamaLikeDefaults{32000, 14336, 1e-5, 1e6, 0}
-                              : type == "qwen2" ? LlamaLikeDefaults{151936, 22016, 1e-6, 1e4, 0}
-                              : type == "qwen3" ? LlamaLikeDefaults{151936, 22016, 1e-6, 1e4, 128}
-                                                : LlamaLikeDefaults{32000, 11008, 1e-6, 1e4, 0};
-  c.same_int("hidden_size", 4096, cfg.d_model, "model.d_model");
-  c.same_int("num_hidden_layers", 32, cfg.n_layer, "model.n_layer");
-  c.same_int("num_attention_heads", 32, cfg.n_head, "model.n_head");
-  c.same_int("num_key_value_heads", c.number("num_attention_heads", 32), cfg.n_kv_head, "model.n_kv_head");
-  c.same_int("head_dim", d.head_dim > 0 ? d.head_dim
-                                         : c.number("hidden_size", 4096) / c.number("num_attention_heads", 32),
+  const bool moe = type == "mixtral" || type == "qwen3_moe";
+  const LlamaLikeDefaults d = llama_like_defaults(type);
+  c.same_int("hidden_size", d.hidden, cfg.d_model, "model.d_model");
+  c.same_int("num_hidden_layers", d.layers, cfg.n_layer, "model.n_layer");
+  c.same_int("num_attention_heads", d.heads, cfg.n_head, "model.n_head");
+  const double heads = c.number("num_attention_heads", d.heads);
+  c.same_int("num_key_value_heads", d.kv_heads > 0 ? d.kv_heads : heads, cfg.n_kv_head, "model.n_kv_head");
+  c.same_int("head_dim", d.head_dim > 0 ? d.head_dim : c.number("hidden_size", d.hidden) / heads,
              cfg.head_dim(), "model.head_dim");
   c.same_int("vocab_size", d.vocab, cfg.vocab_size, "model.vocab_size");
   c.same_float("rms_norm_eps", d.norm_eps, cfg.norm_eps, "model.norm_eps");
@@ -211,7 +256,7 @@ void check_llama_like(const ConfigCheck& c, const model::ModelConfig& cfg, const
   c.off("attention_bias", "this trainer's llama attention has no o_proj bias (Qwen2's q, k and v "
                           "biases alone are model.qkv_bias)");
   c.off("mlp_bias", "this trainer's llama MLP has no biases");
-  if ((type == "qwen2" || type == "qwen3") && c.flag("use_sliding_window", false)) {
+  if ((type == "qwen2" || type == "qwen3" || type == "qwen3_moe") && c.flag("use_sliding_window", false)) {
     // Layers from max_window_layers on see only the last sliding_window keys:
     // the same as full causal attention while no sequence is longer.
     double window = c.number("sliding_window", 4096);
@@ -219,17 +264,10 @@ void check_llama_like(const ConfigCheck& c, const model::ModelConfig& cfg, const
               "use_sliding_window is true with sliding_window {}, below model.max_seq_len {}: this "
               "trainer's attention is full causal", window, cfg.max_seq_len);
   }
-  if (!is_mixtral) {
+  if (moe)
+    check_moe(c, cfg, type, d);
+  else
     c.same_int("intermediate_size", d.intermediate, cfg.d_ff, "model.d_ff");
-    return;
-  }
-  c.same_int("intermediate_size", d.intermediate, cfg.moe.d_ff_expert, "model.moe.d_ff_expert");
-  c.same_int("num_local_experts", 8, cfg.moe.n_experts, "model.moe.n_experts");
-  c.same_int("num_experts_per_tok", 2, cfg.moe.top_k, "model.moe.top_k");
-  double window = c.number("sliding_window", 1e18);
-  c.require(window >= cfg.max_seq_len,
-            "sliding_window is {}, below model.max_seq_len {}: this trainer's attention is full causal",
-            window, cfg.max_seq_len);
 }
 
 }  // namespace
@@ -237,25 +275,43 @@ void check_llama_like(const ConfigCheck& c, const model::ModelConfig& cfg, const
 std::string hf_architecture(const model::ModelConfig& cfg) {
   if (!cfg.moe_enabled) return hf_kind(cfg).cls;
   TRAINER_INPUT_CHECK(cfg.is_llama(), "model.moe: GPT-2 blocks with MoE layers are no Hugging Face "
-                      "architecture (MoE exports as MixtralForCausalLM, from family llama)");
+                      "architecture (MoE exports as MixtralForCausalLM or Qwen3MoeForCausalLM, from "
+                      "family llama)");
   // Qwen2-MoE has the biases, but also a gated shared expert and its own router.
-  TRAINER_INPUT_CHECK(!cfg.qkv_bias, "model.qkv_bias: MixtralForCausalLM has no attention biases, and "
-                      "Qwen2MoeForCausalLM's gated shared expert is not computed here");
-  TRAINER_INPUT_CHECK(!cfg.qk_norm, "model.qk_norm: MixtralForCausalLM has no q/k norms (Qwen3's MoE "
-                      "export is not written yet)");
-  TRAINER_INPUT_CHECK(cfg.moe_every == 1, "model.moe.every is {}: MixtralForCausalLM has an MoE in "
-                      "every layer (every: 1)", cfg.moe_every);
-  TRAINER_INPUT_CHECK(cfg.moe.n_shared_experts == 0, "model.moe.n_shared_experts is {}: "
-                      "MixtralForCausalLM has no shared experts", cfg.moe.n_shared_experts);
+  TRAINER_INPUT_CHECK(!cfg.qkv_bias, "model.qkv_bias: MixtralForCausalLM and Qwen3MoeForCausalLM have "
+                      "no attention biases, and Qwen2MoeForCausalLM's gated shared expert is not "
+                      "computed here");
+  const std::string cls = hf_kind(cfg).cls;
+  // Qwen3-MoE's decoder_sparse_step is model.moe.every (dense MLPs between).
+  TRAINER_INPUT_CHECK(cfg.moe_every == 1 || cfg.qk_norm, "model.moe.every is {}: MixtralForCausalLM "
+                      "has an MoE in every layer (every: 1)", cfg.moe_every);
+  TRAINER_INPUT_CHECK(cfg.moe.n_shared_experts == 0, "model.moe.n_shared_experts is {}: {} has no "
+                      "shared experts", cfg.moe.n_shared_experts, cls);
   TRAINER_INPUT_CHECK(cfg.moe.balance != model::MoeBalance::aux_free,
-                      "model.moe.balance is aux_free: its learned expert bias chooses experts, and "
-                      "MixtralForCausalLM routes by the router's scores alone");
-  TRAINER_INPUT_CHECK(!cfg.moe.sigmoid && cfg.moe.normalize_topk,
-                      "model.moe: MixtralForCausalLM routes by softmax top-k, renormalised");
-  return hf_kind(cfg).cls;
+                      "model.moe.balance is aux_free: its learned expert bias chooses experts, and {} "
+                      "routes by the router's scores alone", cls);
+  TRAINER_INPUT_CHECK(!cfg.moe.sigmoid, "model.moe.score is sigmoid: {} routes by softmax top-k", cls);
+  // Qwen3-MoE renormalises or not (norm_topk_prob); Mixtral always does.
+  TRAINER_INPUT_CHECK(cfg.moe.normalize_topk || cfg.qk_norm,
+                      "model.moe.normalize_topk is false: MixtralForCausalLM renormalises its top-k "
+                      "weights");
+  return cls;
 }
 
 std::string hf_class(const model::ModelConfig& cfg) { return hf_kind(cfg).cls; }
+
+std::string hf_tensor_name(const model::ModelConfig& cfg, const std::string& ours) {
+  const std::string moe = ".block_sparse_moe.";
+  const size_t at = ours.find(moe);
+  if (at == std::string::npos || std::string(hf_kind(cfg).type) != "qwen3_moe") return ours;
+  std::string rest = ours.substr(at + moe.size());
+  for (const auto& [mixtral, qwen] : {std::pair<std::string, std::string>{".w1.weight", ".gate_proj.weight"},
+                                      {".w2.weight", ".down_proj.weight"},
+                                      {".w3.weight", ".up_proj.weight"}})
+    if (rest.rfind("experts.", 0) == 0 && ends_with(rest, mixtral))
+      rest = rest.substr(0, rest.size() - mixtral.size()) + qwen;
+  return ours.substr(0, at) + ".mlp." + rest;
+}
 
 std::string hf_config_json(const model::ModelConfig& cfg, const HfConfigExtras& extras) {
   const std::string arch_name = hf_architecture(cfg);
@@ -265,11 +321,11 @@ std::string hf_config_json(const model::ModelConfig& cfg, const HfConfigExtras& 
   j.set("architectures", std::move(arch));
   if (cfg.is_llama()) {
     const std::string type = hf_kind(cfg).type;
-    const bool moe = type == "mixtral";
+    const bool mixtral = type == "mixtral";
     j.set("model_type", Json(type));
     j.set("vocab_size", Json(cfg.vocab_size));
     j.set("hidden_size", Json(cfg.d_model));
-    j.set("intermediate_size", Json(moe ? cfg.moe.d_ff_expert : cfg.d_ff));
+    j.set("intermediate_size", Json(mixtral ? cfg.moe.d_ff_expert : cfg.d_ff));
     j.set("num_hidden_layers", Json(cfg.n_layer));
     j.set("num_attention_heads", Json(cfg.n_head));
     j.set("num_key_value_heads", Json(cfg.n_kv_head));
@@ -287,21 +343,30 @@ std::string hf_config_json(const model::ModelConfig& cfg, const HfConfigExtras& 
       scaling.set("original_max_position_embeddings", Json(static_cast<int64_t>(rs.original_max_positions)));
       j.set("rope_scaling", std::move(scaling));
     }
-    if (moe) {
-      j.set("sliding_window", Json());
-      j.set("num_local_experts", Json(cfg.moe.n_experts));
+    if (cfg.moe_enabled) {
       j.set("num_experts_per_tok", Json(cfg.moe.top_k));
       j.set("output_router_logits", Json(false));
       j.set("router_aux_loss_coef", Json(cfg.moe.balance == model::MoeBalance::aux_loss
                                              ? tidy(cfg.moe.aux_loss_coeff)
                                              : 0.0));
+    }
+    if (mixtral) {
+      j.set("sliding_window", Json());
+      j.set("num_local_experts", Json(cfg.moe.n_experts));
       j.set("router_jitter_noise", Json(0.0));
-    } else if (type == "qwen2" || type == "qwen3") {
+    } else if (type == "qwen2" || type == "qwen3" || type == "qwen3_moe") {
       // Full attention in every layer, in every transformers version's reading.
       j.set("use_sliding_window", Json(false));
       j.set("sliding_window", Json());
       j.set("max_window_layers", Json(cfg.n_layer));
-      if (type == "qwen3") j.set("attention_bias", Json(false));
+      if (type != "qwen2") j.set("attention_bias", Json(false));
+      if (type == "qwen3_moe") {
+        j.set("num_experts", Json(cfg.moe.n_experts));
+        j.set("moe_intermediate_size", Json(cfg.moe.d_ff_expert));
+        j.set("norm_topk_prob", Json(cfg.moe.normalize_topk));
+        j.set("decoder_sparse_step", Json(cfg.moe_every));
+        j.set("mlp_only_layers", Json::array());
+      }
     } else {
       j.set("attention_bias", Json(false));
       j.set("mlp_bias", Json(false));
@@ -339,13 +404,6 @@ void check_hf_config(const std::string& config_path, const model::ModelConfig& c
   if (type == "gpt2") {
     check_gpt2(c, cfg);
   } else {
-    if (type == "mixtral") {
-      c.require(cfg.moe_every == 1, "a Mixtral model has an MoE in every layer, but model.moe.every is {}",
-                cfg.moe_every);
-      c.require(cfg.moe.n_shared_experts == 0,
-                "a Mixtral model has no shared experts, but model.moe.n_shared_experts is {}",
-                cfg.moe.n_shared_experts);
-    }
     check_llama_like(c, cfg, type);
   }
   c.finish();

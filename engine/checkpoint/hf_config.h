@@ -10,10 +10,11 @@
 namespace trainer::engine::checkpoint {
 
 // "GPT2LMHeadModel", "LlamaForCausalLM", "Qwen2ForCausalLM" (a llama family
-// model with q/k/v biases), "Qwen3ForCausalLM" (one with q/k norms) or
-// "MixtralForCausalLM" (a llama
-// family model whose every MLP is an MoE without shared experts, routed by
-// softmax top-k renormalised, as MixtralSparseMoeBlock). A model no
+// model with q/k/v biases), "Qwen3ForCausalLM" (one with q/k norms),
+// "MixtralForCausalLM" (a llama family model whose every MLP is an MoE
+// without shared experts, routed by softmax top-k renormalised, as
+// MixtralSparseMoeBlock) or "Qwen3MoeForCausalLM" (one with q/k norms and an
+// MoE in every model.moe.every-th layer, renormalised or not). A model no
 // transformers class computes is an InputError naming the job key that
 // makes it so: an export would load with layers missing or misrouted.
 std::string hf_architecture(const model::ModelConfig& cfg);
@@ -21,6 +22,11 @@ std::string hf_architecture(const model::ModelConfig& cfg);
 // hf_architecture's MoE refusals (an aux_free MoE still reads Mixtral's
 // tensors); a llama with both qkv_bias and qk_norm is an InputError.
 std::string hf_class(const model::ModelConfig& cfg);
+
+// The Hugging Face name of one of cfg's parameters: this trainer names its
+// MoE tensors as Mixtral does (block_sparse_moe.gate, experts.E.w1/w2/w3),
+// Qwen3-MoE's are mlp.gate and mlp.experts.E.gate_proj/down_proj/up_proj.
+std::string hf_tensor_name(const model::ModelConfig& cfg, const std::string& ours);
 
 // What config.json records beside the model: the weights' dtype, and the
 // exported tokenizer's bos/eos ids (-1: no tokenizer; transformers' defaults

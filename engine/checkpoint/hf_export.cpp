@@ -53,7 +53,7 @@ std::vector<HfTensor> hf_tensors(const model::ModelConfig& cfg,
     else if (!cfg.is_llama() && gpt2_conv1d_weight(n))
       out.push_back({n, {shape[1], shape[0]}, [=] { return transpose(read(n)); }});
     else
-      out.push_back({n, shape, [=] { return read(n); }});
+      out.push_back({hf_tensor_name(cfg, n), shape, [=] { return read(n); }});
   }
   for (int l = 0; l < cfg.n_layer && !cfg.is_llama(); ++l) {
     const std::string p = fmt::format("transformer.h.{}.attn.", l);

@@ -1,4 +1,5 @@
-// Hugging Face GPT-2 / Llama / Qwen2 / Qwen3 / Mixtral safetensors in (model.init_from); out is hf_export.cpp.
+// Hugging Face GPT-2 / Llama / Qwen2 / Qwen3 / Mixtral / Qwen3-MoE safetensors in
+// (model.init_from); out is hf_export.cpp.
 #include "engine/checkpoint/hf_interop.h"
 
 #include <fmt/format.h>
@@ -172,7 +173,7 @@ HostTensor from_hf(const HfSource& src, const model::ParamSpec& spec, const mode
     // Mixtral has no expert bias: an aux_free job started from one starts it at zero, as a fresh one does.
     return HostTensor{spec.global_shape, std::vector<float>(static_cast<size_t>(spec.global_shape[0]), 0.0f)};
   bool lm_head = n == "lm_head.weight";
-  std::string source = n;
+  std::string source = hf_tensor_name(cfg, n);
   if (lm_head && src.find(n).empty())  // an HF model with tied embeddings stores only the table
     source = cfg.is_llama() ? "model.embed_tokens.weight" : "transformer.wte.weight";
   t = src.get(source);

@@ -17,6 +17,7 @@ enum class DeviceKind { cpu, cuda, auto_ };
 enum class AttentionKind { auto_, fused, unfused };
 enum class Family { gpt2, llama };
 enum class Balance { aux_loss, aux_free, none };
+enum class RouterScore { softmax, sigmoid };
 enum class DataFormat { auto_, llmc, megatron };
 enum class Schedule { cosine, wsd, linear, constant };
 enum class ComputeDtype { fp32, bf16, fp16, fp8 };
@@ -40,6 +41,8 @@ struct MoESpec {
   int d_ff_expert = 512;          // >= 1
   int every = 1;                  // MoE in layers where (layer + 1) % every == 0
   Balance balance = Balance::aux_loss;
+  RouterScore score = RouterScore::softmax;  // the router's expert scores
+  bool normalize_topk = true;     // combine weights = the chosen scores / their sum
   double aux_loss_coeff = 0.01;   // >= 0
   double z_loss_coeff = 0.0;      // >= 0: router z-loss weight (0 = off)
   double bias_update_rate = 1e-3; // >= 0: aux_free expert-bias step per optimizer step

@@ -73,6 +73,7 @@ const char* to_string(Schedule s) { return spec::name_of(spec::kScheduleChoices,
 const char* to_string(DeviceKind d) { return spec::name_of(spec::kDeviceChoices, d); }
 const char* to_string(AttentionKind a) { return spec::name_of(spec::kAttentionChoices, a); }
 const char* to_string(Balance b) { return spec::name_of(spec::kBalanceChoices, b); }
+const char* to_string(RouterScore s) { return spec::name_of(spec::kScoreChoices, s); }
 const char* to_string(DataFormat f) { return spec::name_of(spec::kFormatChoices, f); }
 const char* to_string(PipelineSchedule p) { return spec::name_of(spec::kPipelineChoices, p); }
 const char* to_string(Recompute r) { return spec::name_of(spec::kRecomputeChoices, r); }
@@ -114,10 +115,12 @@ std::string job_spec_to_yaml(const JobSpec& spec) {
   if (m.moe.enabled) {
     y += fmt::format(
         "  moe:\n    n_experts: {}\n    top_k: {}\n    n_shared_experts: {}\n    d_ff_expert: {}\n"
-        "    every: {}\n    balance: {}\n    aux_loss_coeff: {}\n    z_loss_coeff: {}\n"
+        "    every: {}\n    balance: {}\n    score: {}\n    normalize_topk: {}\n"
+        "    aux_loss_coeff: {}\n    z_loss_coeff: {}\n"
         "    bias_update_rate: {}\n    capacity_factor: {}\n",
         m.moe.n_experts, m.moe.top_k, m.moe.n_shared_experts, m.moe.d_ff_expert, m.moe.every,
-        to_string(m.moe.balance), num(m.moe.aux_loss_coeff), num(m.moe.z_loss_coeff),
+        to_string(m.moe.balance), to_string(m.moe.score), yes(m.moe.normalize_topk),
+        num(m.moe.aux_loss_coeff), num(m.moe.z_loss_coeff),
         num(m.moe.bias_update_rate),
         m.moe.capacity_factor ? num(*m.moe.capacity_factor) : "null");
   } else {

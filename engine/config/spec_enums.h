@@ -19,6 +19,8 @@ inline const Choices<AttentionKind> kAttentionChoices = {
 inline const Choices<Family> kFamilyChoices = {{Family::gpt2, "gpt2"}, {Family::llama, "llama"}};
 inline const Choices<Balance> kBalanceChoices = {
     {Balance::aux_loss, "aux_loss"}, {Balance::aux_free, "aux_free"}, {Balance::none, "none"}};
+inline const Choices<RouterScore> kScoreChoices = {{RouterScore::softmax, "softmax"},
+                                                    {RouterScore::sigmoid, "sigmoid"}};
 inline const Choices<DataFormat> kFormatChoices = {
     {DataFormat::auto_, "auto"}, {DataFormat::llmc, "llmc"}, {DataFormat::megatron, "megatron"}};
 inline const Choices<Schedule> kScheduleChoices = {{Schedule::cosine, "cosine"},

@@ -34,7 +34,7 @@ KeyNode build_key_tree() {
                                                    "high_freq_factor",
                                                    "original_max_position_embeddings"}));
   model.children.push_back(leaves("moe", {"n_experts", "top_k", "n_shared_experts", "d_ff_expert",
-                                          "every", "balance", "aux_loss_coeff", "z_loss_coeff",
+                                          "every", "balance", "score", "normalize_topk", "aux_loss_coeff", "z_loss_coeff",
                                           "bias_update_rate", "capacity_factor"}));
   return KeyNode{
       "",

@@ -51,6 +51,13 @@ model::ModelConfig mixtral_cfg() {
   return c;
 }
 
+// Qwen3-MoE: q/k norms, an MoE in every other layer (dense between), top-k not renormalised.
+model::ModelConfig qwen3_moe_cfg() {
+  model::ModelConfig c = mixtral_cfg();
+  c.qk_norm = true, c.moe_every = 2, c.moe.normalize_topk = false;
+  return c;
+}
+
 model::ModelConfig gpt2_cfg() {
   model::ModelConfig c;
   c.n_layer = 2, c.d_model = 32, c.n_head = 4, c.n_kv_head = 4, c.d_ff = 64;
@@ -80,7 +87,8 @@ std::string config_with(const model::ModelConfig& cfg, const std::string& key, c
 }  // namespace
 
 TEST_CASE("hf config: each family's own config.json passes its check", "[cpu][checkpoint]") {
-  for (const model::ModelConfig& cfg : {gpt2_cfg(), llama_cfg(), qwen2_cfg(), qwen3_cfg(), mixtral_cfg()}) {
+  for (const model::ModelConfig& cfg :
+       {gpt2_cfg(), llama_cfg(), qwen2_cfg(), qwen3_cfg(), mixtral_cfg(), qwen3_moe_cfg()}) {
     std::string path = config_with(cfg, "", nullptr);
     CHECK_NOTHROW(check_hf_config(path, cfg));
   }
@@ -105,6 +113,18 @@ TEST_CASE("hf config: each family's own config.json passes its check", "[cpu][ch
   CHECK(mixtral.at("num_local_experts").as_int() == 4);
   CHECK(mixtral.at("num_experts_per_tok").as_int() == 2);
   CHECK(mixtral.at("sliding_window").kind() == Json::Kind::null);
+  CHECK(hf_architecture(qwen3_moe_cfg()) == "Qwen3MoeForCausalLM");
+  Json qwen3_moe = parse_json(hf_config_json(qwen3_moe_cfg()), "config.json");
+  CHECK(qwen3_moe.at("model_type").as_string() == "qwen3_moe");
+  CHECK(qwen3_moe.at("intermediate_size").as_int() == 48);  // the dense layers' width
+  CHECK(qwen3_moe.at("moe_intermediate_size").as_int() == 24);
+  CHECK(qwen3_moe.at("num_experts").as_int() == 4);
+  CHECK(qwen3_moe.at("num_experts_per_tok").as_int() == 2);
+  CHECK(qwen3_moe.at("decoder_sparse_step").as_int() == 2);
+  CHECK(qwen3_moe.at("mlp_only_layers").items().empty());
+  CHECK(!qwen3_moe.at("norm_topk_prob").as_bool());
+  CHECK(!qwen3_moe.at("use_sliding_window").as_bool());
+  CHECK(qwen3_moe.find("num_local_experts") == nullptr);
   model::ModelConfig scaled = llama_cfg();
   scaled.rope_scaling = {.factor = 32, .low_freq_factor = 1, .high_freq_factor = 4, .original_max_positions = 8192};
   Json j = parse_json(hf_config_json(scaled), "config.json");
@@ -142,6 +162,25 @@ TEST_CASE("hf config: a differing hyper-parameter is named with the job key", "[
       {mixtral_cfg(), "intermediate_size", Json(48), "intermediate_size is 48, but model.moe.d_ff_expert is 24"},
       {mixtral_cfg(), "sliding_window", Json(8), "sliding_window is 8, below model.max_seq_len 16"},
       {mixtral_cfg(), "model_type", Json("llama"), "model_type is \"llama\", but the job's model is mixtral"},
+      // Left out: MixtralConfig's 8 key-value heads, not the query heads' count.
+      {mixtral_cfg(), "num_key_value_heads", Json(), "num_key_value_heads is 8, but model.n_kv_head is 2"},
+      {mixtral_cfg(), "model_type", Json("qwen3_moe"),
+       "model_type is \"qwen3_moe\", but the job's model is mixtral (model.family llama with model.moe): "
+       "Qwen3-MoE is model.family llama with model.moe and model.qk_norm: true"},
+      {qwen3_moe_cfg(), "num_experts", Json(8), "num_experts is 8, but model.moe.n_experts is 4"},
+      {qwen3_moe_cfg(), "num_experts", Json(), "num_experts is 128, but model.moe.n_experts is 4"},
+      {qwen3_moe_cfg(), "moe_intermediate_size", Json(48), "moe_intermediate_size is 48, but model.moe.d_ff_expert is 24"},
+      {qwen3_moe_cfg(), "num_experts_per_tok", Json(), "num_experts_per_tok is 8, but model.moe.top_k is 2"},
+      {qwen3_moe_cfg(), "norm_topk_prob", Json(true), "norm_topk_prob is true, but model.moe.normalize_topk is false"},
+      {qwen3_moe_cfg(), "decoder_sparse_step", Json(1), "decoder_sparse_step is 1, but model.moe.every is 2"},
+      {qwen3_moe_cfg(), "intermediate_size", Json(), "intermediate_size is 6144, but model.d_ff is 48"},
+      {qwen3_moe_cfg(), "num_key_value_heads", Json(), "num_key_value_heads is 4, but model.n_kv_head is 2"},
+      {qwen3_moe_cfg(), "hidden_size", Json(), "hidden_size is 2048, but model.d_model is 32"},
+      {qwen3_moe_cfg(), "mlp_only_layers", parse_json("[1]", "mlp_only_layers"),
+       "mlp_only_layers is [1]: this trainer's dense layers are those model.moe.every skips"},
+      {qwen3_moe_cfg(), "model_type", Json("qwen2_moe"),
+       "model_type is \"qwen2_moe\", but the job's model is qwen3_moe (model.family llama with model.moe and "
+       "model.qk_norm): Qwen2-MoE's gated shared expert is not computed by this trainer"},
       {llama_cfg(), "model_type", Json("qwen2"),
        "model_type is \"qwen2\", but the job's model is llama (model.family llama): Qwen2 is model.family "
        "llama with model.qkv_bias: true"},
@@ -236,20 +275,34 @@ TEST_CASE("hf config: a model no transformers class computes is refused by its k
   CHECK_THROWS_AS(hf_config_json(aux_free), InputError);
   model::ModelConfig biased_moe = mixtral_cfg();
   biased_moe.qkv_bias = true;
-  CHECK_THROWS_WITH(hf_architecture(biased_moe), Contains("model.qkv_bias: MixtralForCausalLM has no attention biases"));
-  model::ModelConfig normed_moe = mixtral_cfg();
+  CHECK_THROWS_WITH(hf_architecture(biased_moe), Contains("model.qkv_bias: MixtralForCausalLM and "
+                                                          "Qwen3MoeForCausalLM have no attention biases"));
+  model::ModelConfig normed_moe = mixtral_cfg();  // Qwen3-MoE: any every, either top-k weighting
   normed_moe.qk_norm = true;
-  CHECK_THROWS_WITH(hf_architecture(normed_moe), Contains("model.qk_norm: MixtralForCausalLM has no q/k norms"));
+  CHECK(hf_architecture(normed_moe) == "Qwen3MoeForCausalLM");
+  CHECK(hf_architecture(qwen3_moe_cfg()) == "Qwen3MoeForCausalLM");
+  model::ModelConfig unnormalised = mixtral_cfg();
+  unnormalised.moe.normalize_topk = false;
+  CHECK_THROWS_WITH(hf_architecture(unnormalised),
+                    Contains("model.moe.normalize_topk is false: MixtralForCausalLM renormalises"));
+  for (model::ModelConfig sigmoid : {mixtral_cfg(), qwen3_moe_cfg()}) {
+    sigmoid.moe.sigmoid = true;
+    CHECK_THROWS_WITH(hf_architecture(sigmoid), Contains("model.moe.score is sigmoid: "));
+  }
+  model::ModelConfig shared_qwen = qwen3_moe_cfg();
+  shared_qwen.moe.n_shared_experts = 2;
+  CHECK_THROWS_WITH(hf_architecture(shared_qwen),
+                    Contains("model.moe.n_shared_experts is 2: Qwen3MoeForCausalLM has no shared experts"));
   model::ModelConfig both = qwen3_cfg();
   both.qkv_bias = true;
   CHECK_THROWS_WITH(hf_architecture(both), Contains("model.qk_norm with model.qkv_bias: no Hugging Face class"));
 }
 
 TEST_CASE("hf config: configs/llama-1b.yaml is Llama 3.2 1B, configs/llama-8b.yaml Llama 3 8B, "
-          "configs/qwen2-0.5b.yaml Qwen2.5 0.5B, configs/qwen3-{0.6b,1.7b}.yaml Qwen3 0.6B, 1.7B",
-          "[cpu][checkpoint]") {
+          "configs/qwen2-0.5b.yaml Qwen2.5 0.5B, configs/qwen3-{0.6b,1.7b}.yaml Qwen3 0.6B, 1.7B, "
+          "configs/qwen3-30b-a3b.yaml Qwen3-30B-A3B", "[cpu][checkpoint]") {
   // Their hub config.json files' architecture keys (meta-llama/Llama-3.2-1B, Meta-Llama-3-8B,
-  // Qwen/Qwen2.5-0.5B, Qwen/Qwen3-0.6B, Qwen/Qwen3-1.7B).
+  // Qwen/Qwen2.5-0.5B, Qwen/Qwen3-0.6B, Qwen/Qwen3-1.7B, Qwen/Qwen3-30B-A3B).
   const std::string llama32_1b = R"({"architectures": ["LlamaForCausalLM"], "attention_bias": false,
     "bos_token_id": 128000, "eos_token_id": 128001, "head_dim": 64, "hidden_act": "silu",
     "hidden_size": 2048, "intermediate_size": 8192, "max_position_embeddings": 131072,
@@ -288,11 +341,23 @@ TEST_CASE("hf config: configs/llama-1b.yaml is Llama 3.2 1B, configs/llama-8b.ya
     "rms_norm_eps": 1e-06, "rope_scaling": null, "rope_theta": 1000000, "sliding_window": null,
     "tie_word_embeddings": true, "torch_dtype": "bfloat16", "transformers_version": "4.51.0",
     "use_cache": true, "use_sliding_window": false, "vocab_size": 151936})";
+  const std::string qwen3_30b_a3b = R"({"architectures": ["Qwen3MoeForCausalLM"],
+    "attention_bias": false, "attention_dropout": 0.0, "bos_token_id": 151643,
+    "decoder_sparse_step": 1, "eos_token_id": 151645, "head_dim": 128, "hidden_act": "silu",
+    "hidden_size": 2048, "initializer_range": 0.02, "intermediate_size": 6144,
+    "max_position_embeddings": 40960, "max_window_layers": 48, "mlp_only_layers": [],
+    "model_type": "qwen3_moe", "moe_intermediate_size": 768, "norm_topk_prob": true,
+    "num_attention_heads": 32, "num_experts": 128, "num_experts_per_tok": 8,
+    "num_hidden_layers": 48, "num_key_value_heads": 4, "output_router_logits": false,
+    "rms_norm_eps": 1e-06, "rope_scaling": null, "rope_theta": 1000000.0,
+    "router_aux_loss_coef": 0.001, "sliding_window": null, "tie_word_embeddings": false,
+    "torch_dtype": "bfloat16", "transformers_version": "4.51.0", "use_cache": true,
+    "use_sliding_window": false, "vocab_size": 151936})";
   const fs::path dir = scratch_dir();
   fs::create_directories(dir);
   for (const auto& [yaml, json] : {std::pair{"llama-1b.yaml", llama32_1b}, {"llama-8b.yaml", llama3_8b},
                                    {"qwen2-0.5b.yaml", qwen25_05b}, {"qwen3-1.7b.yaml", qwen3_17b},
-                                   {"qwen3-0.6b.yaml", qwen3_06b}}) {
+                                   {"qwen3-0.6b.yaml", qwen3_06b}, {"qwen3-30b-a3b.yaml", qwen3_30b_a3b}}) {
     INFO(yaml);
     const std::string path = (dir / (std::string(yaml) + ".json")).string();
     replace_file_atomically(path, json);

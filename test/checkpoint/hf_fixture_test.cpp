@@ -1,13 +1,15 @@
 // model.init_from against an independent implementation of transformers:
 // hf_fixtures/ holds tiny GPT2LMHeadModel, LlamaForCausalLM (plain RoPE and
-// Llama 3.1 rope_scaling), Qwen2ForCausalLM, Qwen3ForCausalLM and MixtralForCausalLM checkpoints
+// Llama 3.1 rope_scaling), Qwen2ForCausalLM, Qwen3ForCausalLM, MixtralForCausalLM and
+// Qwen3MoeForCausalLM checkpoints
 // and the logits their transformers forward
 // computes (make_hf_fixtures.js, written from transformers' modeling code
 // without reading this trainer's). Loading each and running this trainer's
 // forward must give those logits: the Conv1D and fused c_attn layouts,
 // rotate-half RoPE and Llama 3.1's scaling of it, GQA grouping, Qwen2's q/k/v
 // biases before RoPE, Qwen3's per-head q/k norms before RoPE, gelu_new,
-// norm epsilons and Mixtral's renormalised top-k routing all show in them (the generator shows that each
+// norm epsilons, Mixtral's renormalised top-k routing and Qwen3-MoE's names, dense
+// layers between MoE ones and un-renormalised routing all show in them (the generator shows that each
 // wrong reading moves them by over 1% of the largest logit).
 #include <catch2/catch.hpp>
 
@@ -60,11 +62,18 @@ JobSpec fixture_job(const std::string& name) {
     s.model.n_kv_head = 2, s.model.d_ff = 48, s.model.head_size = 16;
     s.model.norm_eps = 1e-6, s.model.rope_theta = 1e6;
     s.model.qk_norm = s.model.tie_embeddings = true;
-  } else {
+  } else if (name == "mixtral") {
     s.model.n_kv_head = 2;
     s.model.norm_eps = 1e-5, s.model.rope_theta = 1e6;
     s.model.moe.enabled = true;
     s.model.moe.n_experts = 4, s.model.moe.top_k = 2, s.model.moe.d_ff_expert = 24;
+  } else {  // qwen3_moe: Qwen3's attention, a dense layer 0, an MoE in layer 1 not renormalised
+    s.model.n_kv_head = 2, s.model.d_ff = 48, s.model.head_size = 16;
+    s.model.norm_eps = 1e-6, s.model.rope_theta = 1e6;
+    s.model.qk_norm = true;
+    s.model.moe.enabled = true;
+    s.model.moe.n_experts = 4, s.model.moe.top_k = 2, s.model.moe.d_ff_expert = 24;
+    s.model.moe.every = 2, s.model.moe.normalize_topk = false;
   }
   s.model.init_from = kFixtures + name;
   return s;
@@ -73,8 +82,8 @@ JobSpec fixture_job(const std::string& name) {
 }  // namespace
 
 TEST_CASE("hf fixtures: init_from computes transformers' logits (gpt2, llama, llama3, qwen2, qwen3, "
-          "mixtral)", "[cpu][checkpoint]") {
-  for (const std::string name : {"gpt2", "llama", "llama3", "qwen2", "qwen3", "mixtral"}) {
+          "mixtral, qwen3_moe)", "[cpu][checkpoint]") {
+  for (const std::string name : {"gpt2", "llama", "llama3", "qwen2", "qwen3", "mixtral", "qwen3_moe"}) {
     INFO(name);
     const std::string dir = kFixtures + name;
     JobSpec spec = fixture_job(name);

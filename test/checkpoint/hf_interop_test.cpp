@@ -69,16 +69,27 @@ JobSpec qwen3_spec(const fs::path& dir) {
   return s;
 }
 
-// gpt2, llama, Qwen2- and Qwen3-style llama and Mixtral-style MoE llama, each with its name.
+// The MoE llama job with q/k norms, an MoE in layer 1 only (dense layer 0)
+// and top-k weights not renormalised: Qwen3MoeForCausalLM's model.
+JobSpec qwen3_moe_spec(const fs::path& dir) {
+  JobSpec s = mixtral_spec(dir);
+  s.model.qk_norm = true;
+  s.model.moe.every = 2;
+  s.model.moe.normalize_topk = false;
+  return s;
+}
+
+// gpt2, llama, Qwen2- and Qwen3-style llama, Mixtral- and Qwen3-MoE-style MoE llama, each with its name.
 std::vector<std::pair<std::string, JobSpec>> hf_jobs(const std::string& prefix) {
   std::vector<std::pair<std::string, JobSpec>> jobs;
-  for (const std::string name : {"gpt2", "llama", "qwen2", "qwen3", "mixtral"}) {
+  for (const std::string name : {"gpt2", "llama", "qwen2", "qwen3", "mixtral", "qwen3_moe"}) {
     fs::path dir = fresh_temp_dir(prefix + "_" + name);
-    JobSpec s = name == "gpt2"    ? tiny_spec(Family::gpt2, dir)
-                : name == "llama" ? tiny_spec(Family::llama, dir)
-                : name == "qwen2" ? qwen2_spec(dir)
-                : name == "qwen3" ? qwen3_spec(dir)
-                                  : mixtral_spec(dir);
+    JobSpec s = name == "gpt2"      ? tiny_spec(Family::gpt2, dir)
+                : name == "llama"   ? tiny_spec(Family::llama, dir)
+                : name == "qwen2"   ? qwen2_spec(dir)
+                : name == "qwen3"   ? qwen3_spec(dir)
+                : name == "mixtral" ? mixtral_spec(dir)
+                                    : qwen3_moe_spec(dir);
     jobs.emplace_back(name, s);
   }
   return jobs;
@@ -320,6 +331,43 @@ TEST_CASE("hf: an MoE llama is a Mixtral export and an aux_free job starts from 
   fs::remove(out / "config.json");  // without config.json the tensor names still tell
   CHECK_THROWS_WITH(load_hf_weights(out.string(), model_config(fewer), c.model().buffers(), c.context()),
                     Catch::Matchers::Contains("is of expert 2, but model.moe.n_experts is 2"));
+  fs::remove_all(dir);
+}
+
+TEST_CASE("hf: an MoE llama with q/k norms is a Qwen3-MoE export in Qwen3-MoE's names",
+          "[cpu][checkpoint]") {
+  fs::path dir = fresh_temp_dir("hf_qwen3_moe_names");
+  JobSpec spec = qwen3_moe_spec(dir);
+  Trainer a(spec, quiet_options());
+  fs::path out = trained_export(dir, a, spec);
+  SafetensorsFile f((out / "model.safetensors").string());
+  CHECK(f.tensor("model.layers.0.mlp.gate_proj.weight").shape == std::vector<int64_t>{spec.model.d_ff, 32});
+  CHECK(f.tensor("model.layers.1.mlp.gate.weight").shape == std::vector<int64_t>{4, 32});
+  CHECK(f.tensor("model.layers.1.mlp.experts.3.gate_proj.weight").shape == std::vector<int64_t>{24, 32});
+  CHECK(f.tensor("model.layers.1.mlp.experts.3.up_proj.weight").shape == std::vector<int64_t>{24, 32});
+  CHECK(f.tensor("model.layers.1.mlp.experts.3.down_proj.weight").shape == std::vector<int64_t>{32, 24});
+  for (const auto& [name, view] : f.tensors()) {
+    INFO(name);
+    CHECK(name.find("block_sparse_moe") == std::string::npos);
+  }
+  Json cfg = parse_json(read_text_file((out / "config.json").string()), "config.json");
+  CHECK(cfg.at("architectures").items()[0].as_string() == "Qwen3MoeForCausalLM");
+  CHECK(cfg.at("decoder_sparse_step").as_int() == 2);
+  // The same job with Mixtral's routing (renormalised) reads the file but not its config.json.
+  JobSpec renormalised = spec;
+  renormalised.model.moe.normalize_topk = true;
+  Trainer b(renormalised, quiet_options());
+  CHECK_THROWS_WITH(load_hf_weights(out.string(), model_config(renormalised), b.model().buffers(), b.context()),
+                    Catch::Matchers::Contains("norm_topk_prob is false, but model.moe.normalize_topk is true"));
+  // A Mixtral-style job (no q/k norms) is told what the file is.
+  JobSpec mixtral = mixtral_spec(dir);
+  mixtral.model.moe.every = 2;
+  Trainer c(mixtral, quiet_options());
+  auto load = [&] { load_hf_weights(out.string(), model_config(mixtral), c.model().buffers(), c.context()); };
+  CHECK_THROWS_WITH(load(), Catch::Matchers::Contains("Qwen3-MoE is model.family llama with model.moe and "
+                                                      "model.qk_norm: true"));
+  fs::remove(out / "config.json");
+  CHECK_THROWS_WITH(load(), Catch::Matchers::Contains("is a q/k norm the job's model has not"));
   fs::remove_all(dir);
 }
 

@@ -117,7 +117,7 @@ model:
   init_std: 0.01
   init_from: hf/model.safetensors
   moe: {n_experts: 16, top_k: 4, n_shared_experts: 1, d_ff_expert: 64, every: 2,
-        balance: aux_free, aux_loss_coeff: 0.001, z_loss_coeff: 0.002, bias_update_rate: 0.005,
+        balance: aux_free, score: sigmoid, normalize_topk: false, aux_loss_coeff: 0.001, z_loss_coeff: 0.002, bias_update_rate: 0.005,
         capacity_factor: 1.25}
 data: {train: a.bin, val: [b.bin, c.bin], format: megatron, shuffle: false}
 train: {seq_len: 100, micro_batch: 3, global_batch: 12, steps: 7, eval_every: 0, eval_batches: 2, log_every: 5,
@@ -164,6 +164,8 @@ log: {metrics: none, timers: true}
   CHECK(s.model.moe.d_ff_expert == 64);
   CHECK(s.model.moe.every == 2);
   CHECK(s.model.moe.balance == Balance::aux_free);
+  CHECK(s.model.moe.score == RouterScore::sigmoid);
+  CHECK(!s.model.moe.normalize_topk);
   CHECK(s.model.moe.aux_loss_coeff == 0.001);
   CHECK(s.model.moe.z_loss_coeff == 0.002);
   CHECK(s.model.moe.bias_update_rate == 0.005);
@@ -410,4 +412,11 @@ TEST_CASE("configs/ hold the shapes they are named for", "[cpu]") {
   const JobSpec small = load("qwen3-0.6b.yaml");
   CHECK(small.model.d_model == 1024);
   CHECK(small.model.head_dim() == 128);
+  // Qwen3-30B-A3B: Qwen3's attention, 128 experts of 768, top-8 renormalised.
+  const JobSpec a3b = load("qwen3-30b-a3b.yaml");
+  CHECK(a3b.model.qk_norm);
+  CHECK(a3b.model.moe.n_experts == 128);
+  CHECK(a3b.model.moe.top_k == 8);
+  CHECK(a3b.model.moe.score == RouterScore::softmax);
+  CHECK(a3b.model.moe.normalize_topk);
 }

@@ -136,6 +136,15 @@ for job in mesh_moe mesh_moe_llama; do
 done
 # Two sequences per micro-batch: capacity shared over cp chunks of several sequences.
 sed 's/micro_batch: 1/micro_batch: 2/' mesh_moe_capacity.yaml >mesh_moe_capacity_mb2.yaml
+# Qwen3-MoE's shape: q/k norms, an MoE every other layer without a shared
+# expert, routed by softmax top-2 not renormalised (a Qwen3MoeForCausalLM export).
+sed -e 's/n_kv_head: 2,/n_kv_head: 2, qk_norm: true,/' \
+    -e 's/n_shared_experts: 1, every: 2,/every: 2, normalize_topk: false,/' \
+    -e 's/balance: aux_free/balance: aux_loss/' mesh_moe_llama.yaml >mesh_qwen3_moe.yaml
+grep -q 'qk_norm: true' mesh_qwen3_moe.yaml && grep -q 'normalize_topk: false' mesh_qwen3_moe.yaml
+# DeepSeek-V3's router: sigmoid scores (with the aux_free bias).
+sed 's/balance: aux_free/balance: aux_free, score: sigmoid/' mesh_moe_llama.yaml >mesh_moe_llama_sigmoid.yaml
+grep -q 'score: sigmoid' mesh_moe_llama_sigmoid.yaml
 # Four layers (MoE in layers 1 and 3): an interleaved pipeline pp 2 x v2 with ep.
 sed 's/n_layer: 2/n_layer: 4/' mesh_moe_llama.yaml >mesh_moe_llama_l4.yaml
 sed 's/^optimizer:/precision: {compute: bf16}\noptimizer:/' mesh_moe_llama.yaml >mesh_moe_llama_bf16.yaml

@@ -118,6 +118,14 @@ TEST_CASE("moe layer gradient: GELU experts, sigmoid, capacity dropping", "[cpu]
   SECTION("aux losses only") { gradcheck(Family::gpt2, mc, true); }
 }
 
+// Qwen3-MoE's norm_topk_prob: false (Megatron's pre-softmax router).
+TEST_CASE("moe layer gradient: SwiGLU experts, softmax top-2 not renormalised", "[cpu][moe]") {
+  MoeConfig mc{.n_experts = 4, .top_k = 2, .d_ff_expert = 6, .balance = MoeBalance::aux_loss,
+               .aux_loss_coeff = 0.5f, .normalize_topk = false};
+  SECTION("output and aux") { gradcheck(Family::llama, mc, false); }
+  SECTION("aux losses only") { gradcheck(Family::llama, mc, true); }
+}
+
 TEST_CASE("moe layer gradient: GELU experts, aux-free bias, two shared experts, top-1",
           "[cpu][moe]") {
   MoeConfig mc{.n_experts = 3, .top_k = 1, .n_shared_experts = 2, .d_ff_expert = 5,

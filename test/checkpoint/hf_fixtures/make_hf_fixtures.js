@@ -432,6 +432,40 @@ const MIXTRAL_CFG = {
   rms_norm_eps: F(1e-5), rope_theta: F(1000000.0), router_aux_loss_coef: F(0.01), router_jitter_noise: F(0.0),
   sliding_window: null, tie_word_embeddings: false, torch_dtype: 'float32', use_cache: true, vocab_size: V,
 };
+// Qwen3-MoE (modeling_qwen3_moe.py): Qwen3's attention; the MLP of layer l is
+// a sparse MoE block when (l + 1) % decoder_sparse_step == 0 and l is not in
+// mlp_only_layers, else a dense MLP of intermediate_size. The block routes by
+// softmax over all experts, top-k, renormalised only with norm_topk_prob
+// (the class default false is kept here, so the un-renormalised weights are
+// what the fixture shows; Mixtral's shows the renormalised ones). Tensors
+// mlp.gate and mlp.experts.{e}.gate_proj/up_proj/down_proj.
+const QWEN3_MOE_CFG = {
+  architectures: ['Qwen3MoeForCausalLM'], attention_bias: false, attention_dropout: F(0.0), bos_token_id: 151643,
+  decoder_sparse_step: 2, eos_token_id: 151645, head_dim: 16, hidden_act: 'silu', hidden_size: 32,
+  initializer_range: F(0.02), intermediate_size: 48, max_position_embeddings: 64, max_window_layers: 2,
+  mlp_only_layers: [], model_type: 'qwen3_moe', moe_intermediate_size: 24, norm_topk_prob: false,
+  num_attention_heads: 4, num_experts: 4, num_experts_per_tok: 2, num_hidden_layers: 2,
+  num_key_value_heads: 2, output_router_logits: false, rms_norm_eps: F(1e-6), rope_scaling: null,
+  rope_theta: F(1000000.0), router_aux_loss_coef: F(0.001), sliding_window: null,
+  tie_word_embeddings: false, torch_dtype: 'float32', use_cache: true, use_sliding_window: false,
+  vocab_size: V,
+};
+// The MoE block's shape and tensor names in Mixtral and Qwen3-MoE, and
+// whether layer l has one.
+function moeSpec(cfg) {
+  if (cfg.model_type === 'qwen3_moe') {
+    return {
+      E: cfg.num_experts, I: cfg.moe_intermediate_size, renorm: cfg.norm_topk_prob, gate: 'mlp.gate.weight',
+      expert: (e) => `mlp.experts.${e}.`, w1: 'gate_proj.weight', w3: 'up_proj.weight', w2: 'down_proj.weight',
+      has: (l) => !cfg.mlp_only_layers.includes(l) && (l + 1) % cfg.decoder_sparse_step === 0,
+    };
+  }
+  return {
+    E: cfg.num_local_experts, I: cfg.intermediate_size, renorm: true, gate: 'block_sparse_moe.gate.weight',
+    expert: (e) => `block_sparse_moe.experts.${e}.`, w1: 'w1.weight', w3: 'w3.weight', w2: 'w2.weight',
+    has: () => true,
+  };
+}
 // qkStd: std of q_proj/k_proj weights (default SCALE.lin); larger values make
 // attention scores, and hence RoPE angle differences, more visible in the logits.
 // Qwen2 (model_type qwen2) also draws q/k/v biases with std qkvBiasStd,
@@ -453,23 +487,24 @@ function decoderWeights(cfg, seed, moe, qkStd = SCALE.lin, qkvBiasStd = SCALE.bi
       S.randn(p + 'self_attn.k_proj.bias', [KV * hd], qkvBiasStd);
       S.randn(p + 'self_attn.v_proj.bias', [KV * hd], qkvBiasStd);
     }
-    if (cfg.model_type === 'qwen3') {
+    if (cfg.model_type === 'qwen3' || cfg.model_type === 'qwen3_moe') {
       S.randn(p + 'self_attn.q_norm.weight', [hd], qkNormStd, 1);
       S.randn(p + 'self_attn.k_norm.weight', [hd], qkNormStd, 1);
     }
     S.randn(p + 'self_attn.o_proj.weight', [D, H * hd], SCALE.lin);
     S.randn(p + 'post_attention_layernorm.weight', [D], SCALE.normW, 1);
-    if (!moe) {
+    const ms = moe ? moeSpec(cfg) : null;
+    if (!ms || !ms.has(l)) {
       S.randn(p + 'mlp.gate_proj.weight', [I, D], SCALE.lin);
       S.randn(p + 'mlp.up_proj.weight', [I, D], SCALE.lin);
       S.randn(p + 'mlp.down_proj.weight', [D, I], SCALE.lin);
     } else {
-      S.randn(p + 'block_sparse_moe.gate.weight', [cfg.num_local_experts, D], SCALE.gate);
-      for (let e = 0; e < cfg.num_local_experts; e++) {
-        const q = p + `block_sparse_moe.experts.${e}.`;
-        S.randn(q + 'w1.weight', [I, D], SCALE.lin);
-        S.randn(q + 'w2.weight', [D, I], SCALE.lin);
-        S.randn(q + 'w3.weight', [I, D], SCALE.lin);
+      S.randn(p + ms.gate, [ms.E, D], SCALE.gate);
+      for (let e = 0; e < ms.E; e++) {
+        const q = p + ms.expert(e);
+        S.randn(q + ms.w1, [ms.I, D], SCALE.lin);
+        S.randn(q + ms.w2, [D, ms.I], SCALE.lin);
+        S.randn(q + ms.w3, [ms.I, D], SCALE.lin);
       }
     }
   }
@@ -482,7 +517,7 @@ function headDim(cfg) { return cfg.head_dim || cfg.hidden_size / cfg.num_attenti
 // opts.rope: 'half' (correct) | 'half_neg' | 'interleave'
 // opts.ropeScaling: 'config' (correct) | 'none' | llama3InvFreq variant (see ropeInvFreq)
 // opts.gqa : 'floor' (correct: kv = floor(h / (H/KV))) | 'mod' (kv = h % KV)
-// opts.moeNoRenorm: don't renormalise the top-k weights (Mixtral)
+// opts.moeRenorm: renormalise the top-k weights or not, whatever the model does
 // opts.swapW13: swap w1 and w3 (Mixtral) / gate and up (Llama)
 // opts.qkvBias (Qwen2): 'before_rope' (correct) | 'none' (biases ignored) |
 //   'after_rope' (added to q and k after the rotation)
@@ -528,13 +563,15 @@ function decoderForward(cfg, S, moe, opts = {}) {
     h = add(h, linear(att, g('self_attn.o_proj.weight'), null, H * hd, D));
     const y = rmsNorm(h, g('post_attention_layernorm.weight'), eps);
     let m;
-    if (!moe) {
+    const ms = moe ? moeSpec(cfg) : null;
+    if (!ms || !ms.has(l)) {
       const [gn, un] = opts.swapW13 ? ['mlp.up_proj.weight', 'mlp.gate_proj.weight'] : ['mlp.gate_proj.weight', 'mlp.up_proj.weight'];
       const gt = linear(y, g(gn), null, D, I), up = linear(y, g(un), null, D, I);
       m = linear(gt.map((r, t) => r.map((vv, i) => silu(vv) * up[t][i])), g('mlp.down_proj.weight'), null, I, D);
     } else {
-      const E = cfg.num_local_experts, K = cfg.num_experts_per_tok;
-      const rl = linear(y, g('block_sparse_moe.gate.weight'), null, D, E);
+      const E = ms.E, K = cfg.num_experts_per_tok, Ie = ms.I;
+      const renorm = opts.moeRenorm === undefined ? ms.renorm : opts.moeRenorm;
+      const rl = linear(y, g(ms.gate), null, D, E);
       m = zeros(T, D);
       const layerRoute = [];
       for (let t = 0; t < T; t++) {
@@ -545,12 +582,12 @@ function decoderForward(cfg, S, moe, opts = {}) {
         const gap = order[K - 1][0] - order[K][0];
         layerRoute.push({ experts: sel.map((s) => s[1]), gap, probs: pr });
         for (const [w0, e] of sel) {
-          const w = opts.moeNoRenorm ? w0 : w0 / wsum;
-          const q2 = p + `block_sparse_moe.experts.${e}.`;
-          const [n1, n3] = opts.swapW13 ? ['w3.weight', 'w1.weight'] : ['w1.weight', 'w3.weight'];
+          const w = renorm ? w0 / wsum : w0;
+          const q2 = p + ms.expert(e);
+          const [n1, n3] = opts.swapW13 ? [ms.w3, ms.w1] : [ms.w1, ms.w3];
           const yt = [y[t]];
-          const a1 = linear(yt, S.get(q2 + n1), null, D, I)[0], a3 = linear(yt, S.get(q2 + n3), null, D, I)[0];
-          const o = linear([a1.map((vv, i) => silu(vv) * a3[i])], S.get(q2 + 'w2.weight'), null, I, D)[0];
+          const a1 = linear(yt, S.get(q2 + n1), null, D, Ie)[0], a3 = linear(yt, S.get(q2 + n3), null, D, Ie)[0];
+          const o = linear([a1.map((vv, i) => silu(vv) * a3[i])], S.get(q2 + ms.w2), null, Ie, D)[0];
           for (let i = 0; i < D; i++) m[t][i] += w * o[i];
         }
       }
@@ -713,40 +750,70 @@ function main() {
 
   // Mixtral: search for a seed with robust routing and full expert coverage
   {
-    const GAP = 1e-3;
-    let seed = 0x313A0001, S, res, tries = 0;
-    for (;;) {
-      tries++;
-      S = decoderWeights(MIXTRAL_CFG, seed, true);
-      res = decoderForward(MIXTRAL_CFG, S, true);
-      const minGap = Math.min(...res.routing.flat().map((r) => r.gap));
-      const covered = res.routing.every((L) => new Set(L.flatMap((r) => r.experts)).size === MIXTRAL_CFG.num_local_experts);
-      if (minGap > GAP && covered) break;
-      console.log(`mixtral seed ${hex(seed)} rejected (min top2/top3 gap ${minGap.toExponential(3)}, all experts used: ${covered})`);
-      seed = (seed + 1) >>> 0;
-      if (tries > 1000) throw new Error('no mixtral seed found');
-    }
+    const { seed, S, res, tries } = moeSeed('mixtral', MIXTRAL_CFG, 0x313A0001);
     const real = res.logits;
     console.log(`mixtral (MixtralForCausalLM), seed ${hex(seed)} (accepted after ${tries} tr${tries === 1 ? 'y' : 'ies'})`);
-    res.routing.forEach((L, l) => {
-      const counts = new Array(MIXTRAL_CFG.num_local_experts).fill(0);
-      for (const r of L) for (const e of r.experts) counts[e]++;
-      const mg = Math.min(...L.map((r) => r.gap));
-      console.log(`  layer ${l}: tokens per expert [${counts.join(', ')}], min p(2nd)-p(3rd) gap = ${mg.toExponential(3)}`);
-      console.log(`    top-2 per token: ${L.map((r) => r.experts.join('')).join(' ')}`);
-    });
+    printRouting(MIXTRAL_CFG, res);
     report('mixtral', real, [
       ['(a1) interleaved-pair RoPE instead of rotate_half', decoderForward(MIXTRAL_CFG, S, true, { rope: 'interleave' }).logits, true],
       ['(a2) rotate_half halves swapped the wrong way (cat(x2,-x1))', decoderForward(MIXTRAL_CFG, S, true, { rope: 'half_neg' }).logits, true],
       ['(c) GQA kv head = h % n_kv instead of floor(h/(n_head/n_kv))', decoderForward(MIXTRAL_CFG, S, true, { gqa: 'mod' }).logits, true],
-      ['top-2 weights not renormalised', decoderForward(MIXTRAL_CFG, S, true, { moeNoRenorm: true }).logits, false],
+      ['top-2 weights not renormalised', decoderForward(MIXTRAL_CFG, S, true, { moeRenorm: false }).logits, false],
       ['w1/w3 swapped', decoderForward(MIXTRAL_CFG, S, true, { swapW13: true }).logits, false],
     ]);
     const minGap = Math.min(...res.routing.flat().map((r) => r.gap));
     writeModel(outDir, 'mixtral', MIXTRAL_CFG, S, real,
       `MixtralForCausalLM forward (eager, fp32 weights, computed in float64 by an independent JS implementation), batch 1, positions 0..${T - 1}, no padding; top-2 of 4 experts, softmax over all experts then renormalised; every layer/token has p(2nd)-p(3rd) > 1e-3 (min ${minGap.toExponential(3)}) and every expert is used in every layer; weights seed ${hex(seed)} (mulberry32 + Box-Muller)`);
   }
+  // Qwen3-MoE: Qwen3's attention, a dense MLP in layer 0 and a sparse MoE
+  // block (top-2 of 4, not renormalised) in layer 1, untied head
+  {
+    const QK_STD = 0.5, NORM_STD = 0.5, cfg = QWEN3_MOE_CFG;
+    const { seed, S, res, tries } = moeSeed('qwen3_moe', cfg, 0x0A3E3E01, QK_STD, NORM_STD);
+    const real = res.logits;
+    console.log(`qwen3_moe (Qwen3MoeForCausalLM), seed ${hex(seed)} (accepted after ${tries} tr${tries === 1 ? 'y' : 'ies'}), q_proj/k_proj std ${QK_STD}, q/k norm weights 1 + ${NORM_STD} N(0,1)`);
+    printRouting(cfg, res);
+    report('qwen3_moe', real, [
+      ['(m1) top-2 weights renormalised (norm_topk_prob ignored)', decoderForward(cfg, S, true, { moeRenorm: true }).logits, true],
+      ['(m2) gate_proj/up_proj swapped in the experts', decoderForward(cfg, S, true, { swapW13: true }).logits, true],
+      ['(n1) q/k norms left out', decoderForward(cfg, S, true, { qkNorm: 'none' }).logits, true],
+      ['(a1) interleaved-pair RoPE instead of rotate_half', decoderForward(cfg, S, true, { rope: 'interleave' }).logits, true],
+      ['(c) GQA kv head = h % n_kv instead of floor(h/(n_head/n_kv))', decoderForward(cfg, S, true, { gqa: 'mod' }).logits, true],
+    ]);
+    const minGap = Math.min(...res.routing.flat().map((r) => r.gap));
+    writeModel(outDir, 'qwen3_moe', cfg, S, real,
+      `Qwen3MoeForCausalLM forward (eager, fp32 weights, computed in float64 by an independent JS implementation), batch 1, positions 0..${T - 1}, no padding; Qwen3 attention (per-head q/k RMSNorm before rotate_half RoPE, GQA 4q/2kv of head_dim 16); layer 0 a dense MLP (intermediate 48), layer 1 (decoder_sparse_step 2) a sparse MoE block: top-2 of 4 experts (moe_intermediate 24) by softmax over all experts, not renormalised (norm_topk_prob false); every token has p(2nd)-p(3rd) > 1e-3 (min ${minGap.toExponential(3)}) and every expert is used; untied lm_head; weights seed ${hex(seed)} (mulberry32 + Box-Muller), q_proj/k_proj std ${QK_STD}, q/k norm weights 1 + ${NORM_STD} N(0,1)`);
+  }
   console.log('done');
+}
+
+// The first seed from seed0 on whose routing is robust (in every MoE layer,
+// for every token, p(k-th) - p(k+1-th) > 1e-3, so fp32 rounding cannot
+// change the experts picked) and covers every expert.
+function moeSeed(name, cfg, seed0, qkStd = SCALE.lin, qkNormStd = SCALE.normW) {
+  const GAP = 1e-3, E = moeSpec(cfg).E;
+  let seed = seed0, tries = 0;
+  for (;;) {
+    tries++;
+    const S = decoderWeights(cfg, seed, true, qkStd, SCALE.bias, qkNormStd);
+    const res = decoderForward(cfg, S, true);
+    const minGap = Math.min(...res.routing.flat().map((r) => r.gap));
+    const covered = res.routing.every((L) => new Set(L.flatMap((r) => r.experts)).size === E);
+    if (minGap > GAP && covered) return { seed, S, res, tries };
+    console.log(`${name} seed ${hex(seed)} rejected (min top2/top3 gap ${minGap.toExponential(3)}, all experts used: ${covered})`);
+    seed = (seed + 1) >>> 0;
+    if (tries > 1000) throw new Error(`no ${name} seed found`);
+  }
+}
+
+function printRouting(cfg, res) {
+  res.routing.forEach((L, l) => {
+    const counts = new Array(moeSpec(cfg).E).fill(0);
+    for (const r of L) for (const e of r.experts) counts[e]++;
+    const mg = Math.min(...L.map((r) => r.gap));
+    console.log(`  MoE block ${l}: tokens per expert [${counts.join(', ')}], min p(2nd)-p(3rd) gap = ${mg.toExponential(3)}`);
+    console.log(`    top-2 per token: ${L.map((r) => r.experts.join('')).join(' ')}`);
+  });
 }
 
 main();
