@@ -71,9 +71,7 @@ void describe_verified(const std::string& step_dir) {
              "parameters in {} tensors (padded vocabulary rows included)\n",
              engine::to_string(m.family), m.n_layer, m.d_model, m.n_head,
              m.n_kv_head > 0 ? m.n_kv_head : m.n_head, engine::attention_options(m), m.d_ff, m.vocab_size,
-             m.moe.enabled ? fmt::format(", MoE {} experts top-{} ({} shared)", m.moe.n_experts,
-                                         m.moe.top_k, m.moe.n_shared_experts)
-                           : std::string(),
+             m.moe.enabled ? ", MoE " + engine::moe_options(m.moe) : std::string(),
              params, tensors);
   std::string scalars;
   for (const auto& [key, value] : meta.at("scalars").members())

@@ -80,9 +80,8 @@ Registrar reg("plan", "validate a job and print its per-rank memory plan", [](CL
                      shape.dp_cp(), spec.parallel.zero >= 1 ? ", ZeRO shards over them" : "");
         }
         if (spec.model.moe.enabled)
-          fmt::print("experts: {} routed per MoE layer over ep {}: {} on each rank; ZeRO shards "
-                     "{}\n",
-                     spec.model.moe.n_experts, shape.ep, spec.model.moe.n_experts / shape.ep,
+          fmt::print("MoE: {}; over ep {}: {} on each rank; ZeRO shards {}\n",
+                     engine::moe_options(spec.model.moe), shape.ep, spec.model.moe.n_experts / shape.ep,
                      axes.experts_apart()
                          ? fmt::format("them over edp {} and the rest over {} {}", experts.size,
                                        shape.cp > 1 ? "dp x cp" : "dp", dense.size)

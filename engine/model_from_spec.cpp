@@ -34,6 +34,15 @@ std::string attention_options(const ModelSpec& m) {
   return s;
 }
 
+std::string moe_options(const MoESpec& e) {
+  std::string s = fmt::format("{} experts of {}", e.n_experts, e.d_ff_expert);
+  if (e.n_shared_experts > 0) s += fmt::format(" (+{} shared)", e.n_shared_experts);
+  s += fmt::format(", top-{} by {}{}", e.top_k, e.score == RouterScore::sigmoid ? "sigmoid" : "softmax",
+                   e.normalize_topk ? ", renormalised" : ", not renormalised");
+  s += e.every == 1 ? std::string(", in every layer") : fmt::format(", in every {} layers", e.every);
+  return s;
+}
+
 model::ModelConfig model_config(const JobSpec& spec) {
   const ModelSpec& m = spec.model;
   model::ModelConfig c;

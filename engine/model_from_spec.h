@@ -13,6 +13,9 @@ model::ModelConfig model_config(const JobSpec& spec);
 // (`trainer plan`, `trainer inspect`), to follow "16 heads (8 kv)": " of 128,
 // q/k norms", ", q/k/v biases" or "".
 std::string attention_options(const ModelSpec& m);
+// The MoE layers' shape and routing as `trainer plan` and `inspect` print
+// them: "128 experts of 768, top-8 by softmax, renormalised, in every layer".
+std::string moe_options(const MoESpec& e);
 model::BatchShape micro_batch_shape(const JobSpec& spec);
 // What the model needs for the device it trains on: the GPU's fp8 GEMMs pad
 // ragged expert rows and keep each weight's codes for the step (not under

@@ -58,25 +58,26 @@ void launch_sum(CudaState& st, Out* out, const Tensor& x, const char* op) {
   CUDA_LAUNCH_CHECK();
 }
 
+// Both sums' argument checks: one `out_dtype` value on the device, x on it too.
+CudaState& checked(Context& ctx, const Tensor& out, const Tensor& x, DType out_dtype, const char* op) {
+  check_cuda(out, op, "out");
+  check_cuda(x, op, "x");
+  check_dtype(out, out_dtype, op, "out");
+  TRAINER_CHECK(out.numel() == 1, "{}: out {} must hold one value", op, out.str());
+  return state_of(ctx);
+}
+
 }  // namespace
 
 void sum_of_squares(Context& ctx, Tensor out, Tensor x) {
   const char* op = "sum_of_squares";
-  CudaState& st = state_of(ctx);
-  check_cuda(out, op, "out");
-  check_cuda(x, op, "x");
-  check_dtype(out, DType::f32, op, "out");
-  TRAINER_CHECK(out.numel() == 1, "{}: out {} must hold one value", op, out.str());
+  CudaState& st = checked(ctx, out, x, DType::f32, op);
   launch_sum<true>(st, static_cast<float*>(out.data), x, op);
 }
 
 void sum_values(Context& ctx, Tensor out, Tensor x) {
   const char* op = "sum_values";
-  CudaState& st = state_of(ctx);
-  check_cuda(out, op, "out");
-  check_cuda(x, op, "x");
-  check_dtype(out, DType::f64, op, "out");
-  TRAINER_CHECK(out.numel() == 1, "{}: out {} must hold one value", op, out.str());
+  CudaState& st = checked(ctx, out, x, DType::f64, op);
   launch_sum<false>(st, static_cast<double*>(out.data), x, op);
 }
 
