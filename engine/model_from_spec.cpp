@@ -59,11 +59,17 @@ model::ModelConfig model_config(const JobSpec& spec) {
   c.qkv_bias = m.qkv_bias;
   c.qk_norm = m.qk_norm;
   c.rope_theta = static_cast<float>(m.rope_theta);
-  if (m.rope_scaling.enabled)
-    c.rope_scaling = {.factor = m.rope_scaling.factor,
-                      .low_freq_factor = m.rope_scaling.low_freq_factor,
-                      .high_freq_factor = m.rope_scaling.high_freq_factor,
-                      .original_max_positions = double(m.rope_scaling.original_max_position_embeddings)};
+  const RopeScalingSpec& rs = m.rope_scaling;
+  if (rs.enabled && rs.type == RopeType::yarn)
+    c.rope_scaling = yarn_scaling(rs.factor, rs.original_max_position_embeddings, rs.beta_fast,
+                                  rs.beta_slow, rs.attention_factor.value_or(0.0), m.head_dim(),
+                                  m.rope_theta);
+  else if (rs.enabled)
+    c.rope_scaling = {.factor = rs.factor,
+                      .low_freq_factor = rs.low_freq_factor,
+                      .high_freq_factor = rs.high_freq_factor,
+                      .original_max_positions = double(rs.original_max_position_embeddings),
+                      .kind = rs.type == RopeType::linear ? RopeKind::linear : RopeKind::llama3};
   c.norm_eps = static_cast<float>(m.norm_eps);
   c.init_std = static_cast<float>(m.init_std);
   c.seed = spec.run.seed;

@@ -1,6 +1,8 @@
 // Rotary position embedding in Hugging Face's rotate-half layout: dim i pairs with
-// i + D/2, angle = (pos_offset + t) * theta^(-2i/D) (scaled as Llama 3.1 when
-// rope.llama3 is active, kernels/rope_scaling.h). Backward is the inverse rotation.
+// i + D/2, angle = (pos_offset + t) * theta^(-2i/D) (scaled when rope.llama3 is
+// active: Llama 3.1's, linear or YaRN, kernels/rope_scaling.h; YaRN also
+// multiplies the rotation by its attention factor). Backward is the transpose:
+// the inverse rotation, times the same factor.
 // positions (B, T) int32, when not empty, gives each token's position instead of
 // pos_offset + t (documents packed in a sequence restarting at 0, Megatron's
 // --reset-position-ids); pos_offset must then be 0.

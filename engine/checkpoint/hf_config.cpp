@@ -205,6 +205,72 @@ void check_moe(const ConfigCheck& c, const model::ModelConfig& cfg, const std::s
     c.same_int("intermediate_size", d.intermediate, cfg.d_ff, "model.d_ff");
 }
 
+// transformers' YaRN attention factor when the config gives none.
+double yarn_default_attention(double factor) { return factor <= 1 ? 1.0 : 0.1 * std::log(factor) + 1.0; }
+
+// rope_type ("default" when there is no scaling) from rope_scaling or
+// transformers 5's rope_parameters (`key`), against model.rope_scaling.
+void check_rope_scaling(const ConfigCheck& c, const model::ModelConfig& cfg, const std::string& rope_type,
+                        const std::string& key) {
+  const RopeScaling& ours = cfg.rope_scaling;
+  const char* our_type = !ours.active()                    ? "default"
+                         : ours.kind == RopeKind::linear ? "linear"
+                         : ours.kind == RopeKind::yarn   ? "yarn"
+                                                         : "llama3";
+  if (rope_type != "default" && rope_type != "llama3" && rope_type != "linear" && rope_type != "yarn") {
+    c.require(false, "RoPE scaling \"{}\": this trainer computes plain RoPE or the llama3, linear and "
+              "yarn scalings", rope_type);
+    return;
+  }
+  if (rope_type != our_type) {
+    if (rope_type == "default")
+      c.require(false, "plain RoPE, but model.rope_scaling is set");
+    else if (!ours.active())
+      c.require(false, "{} is {}{} scaling, but the job has no model.rope_scaling", key,
+                rope_type == "llama3" ? "Llama 3.1's " : "", rope_type);
+    else
+      c.require(false, "{}.rope_type is {}, but model.rope_scaling.type is {}", key, rope_type, our_type);
+    return;
+  }
+  if (rope_type == "default") return;
+  const ConfigCheck s = c.member(key);
+  if (rope_type == "linear") {
+    s.same_float("factor", 1.0, ours.factor, "model.rope_scaling.factor");
+    return;
+  }
+  if (rope_type == "llama3") {
+    s.same_float("factor", 8.0, ours.factor, "model.rope_scaling.factor");
+    s.same_float("low_freq_factor", 1.0, ours.low_freq_factor, "model.rope_scaling.low_freq_factor");
+    s.same_float("high_freq_factor", 4.0, ours.high_freq_factor, "model.rope_scaling.high_freq_factor");
+    s.same_int("original_max_position_embeddings", 8192, static_cast<int64_t>(ours.original_max_positions),
+               "model.rope_scaling.original_max_position_embeddings");
+    return;
+  }
+  // YaRN. transformers 4 takes max_position_embeddings / original as the
+  // factor when the original is given, 5 the factor: they must agree.
+  const double positions = c.number("max_position_embeddings", 0);
+  const double original = s.number("original_max_position_embeddings", positions);
+  const double factor = s.number("factor", 1.0);
+  if (s.get("original_max_position_embeddings") && positions > 0)
+    s.require(std::fabs(positions / original - factor) <= 1e-6 * factor,
+              "max_position_embeddings {} / {}.original_max_position_embeddings {} is not {}.factor {}: "
+              "transformers 4 and 5 would compute different YaRN frequencies", positions, key, original,
+              key, factor);
+  s.same_float("factor", 1.0, ours.factor, "model.rope_scaling.factor");
+  s.same_int("original_max_position_embeddings", positions, static_cast<int64_t>(ours.original_max_positions),
+             "model.rope_scaling.original_max_position_embeddings");
+  s.same_float("beta_fast", 32.0, ours.beta_fast, "model.rope_scaling.beta_fast");
+  s.same_float("beta_slow", 1.0, ours.beta_slow, "model.rope_scaling.beta_slow");
+  s.same_float("attention_factor", yarn_default_attention(factor), ours.attention_factor,
+               "model.rope_scaling.attention_factor");
+  s.off("mscale", "this trainer's YaRN attention factor is the default or attention_factor");
+  s.off("mscale_all_dim", "this trainer's YaRN attention factor is the default or attention_factor");
+  const Json* truncate = s.get("truncate");
+  s.require(!truncate || (truncate->kind() == Json::Kind::boolean && truncate->as_bool()),
+            "{}.truncate is {}: this trainer rounds YaRN's ramp ends as truncate: true", key,
+            truncate ? truncate->dump() : "");
+}
+
 void check_llama_like(const ConfigCheck& c, const model::ModelConfig& cfg, const std::string& type) {
   const bool moe = type == "mixtral" || type == "qwen3_moe";
   const LlamaLikeDefaults d = llama_like_defaults(type);
@@ -232,23 +298,7 @@ void check_llama_like(const ConfigCheck& c, const model::ModelConfig& cfg, const
       rope_type = t->as_string();
       scaling_key = "rope_scaling";
     }
-  c.require(rope_type == "default" || rope_type == "llama3",
-            "RoPE scaling \"{}\": this trainer computes plain RoPE or Llama 3.1's llama3 scaling",
-            rope_type);
-  const RopeScaling& ours = cfg.rope_scaling;
-  if (rope_type == "default") {
-    c.require(!ours.active(), "plain RoPE, but model.rope_scaling is set");
-  } else if (rope_type == "llama3" && !ours.active()) {
-    c.require(false, "{} is Llama 3.1's llama3 scaling, but the job has no model.rope_scaling",
-              scaling_key);
-  } else if (rope_type == "llama3") {
-    const ConfigCheck s = c.member(scaling_key);
-    s.same_float("factor", 8.0, ours.factor, "model.rope_scaling.factor");
-    s.same_float("low_freq_factor", 1.0, ours.low_freq_factor, "model.rope_scaling.low_freq_factor");
-    s.same_float("high_freq_factor", 4.0, ours.high_freq_factor, "model.rope_scaling.high_freq_factor");
-    s.same_int("original_max_position_embeddings", 8192, static_cast<int64_t>(ours.original_max_positions),
-               "model.rope_scaling.original_max_position_embeddings");
-  }
+  check_rope_scaling(c, cfg, rope_type, scaling_key);
   c.same_flag("tie_word_embeddings", false, cfg.tie_embeddings, "model.tie_embeddings");
   std::string act = c.text("hidden_act", "silu");
   c.require(act == "silu", "hidden_act is \"{}\": this trainer's llama computes SwiGLU (silu)", act);
@@ -268,6 +318,24 @@ void check_llama_like(const ConfigCheck& c, const model::ModelConfig& cfg, const
     check_moe(c, cfg, type, d);
   else
     c.same_int("intermediate_size", d.intermediate, cfg.d_ff, "model.d_ff");
+}
+
+Json rope_scaling_json(const RopeScaling& rs) {
+  Json scaling = Json::object();
+  scaling.set("rope_type", Json(rs.kind == RopeKind::linear ? "linear" : rs.kind == RopeKind::yarn ? "yarn" : "llama3"));
+  scaling.set("factor", Json(rs.factor));
+  if (rs.kind == RopeKind::llama3) {
+    scaling.set("low_freq_factor", Json(rs.low_freq_factor));
+    scaling.set("high_freq_factor", Json(rs.high_freq_factor));
+  }
+  if (rs.kind != RopeKind::linear)
+    scaling.set("original_max_position_embeddings", Json(static_cast<int64_t>(rs.original_max_positions)));
+  if (rs.kind == RopeKind::yarn) {
+    scaling.set("beta_fast", Json(rs.beta_fast));
+    scaling.set("beta_slow", Json(rs.beta_slow));
+    scaling.set("attention_factor", Json(rs.attention_factor));
+  }
+  return scaling;
 }
 
 }  // namespace
@@ -331,18 +399,14 @@ std::string hf_config_json(const model::ModelConfig& cfg, const HfConfigExtras& 
     j.set("num_key_value_heads", Json(cfg.n_kv_head));
     j.set("head_dim", Json(cfg.head_dim()));
     j.set("hidden_act", Json("silu"));
-    j.set("max_position_embeddings", Json(cfg.max_seq_len));
+    // YaRN: transformers 4 reads its factor as max_position_embeddings / original.
+    const RopeScaling& rope = cfg.rope_scaling;
+    const bool yarn = rope.active() && rope.kind == RopeKind::yarn;
+    j.set("max_position_embeddings",
+          yarn ? Json(rope.factor * rope.original_max_positions) : Json(cfg.max_seq_len));
     j.set("rms_norm_eps", Json(tidy(cfg.norm_eps)));
     j.set("rope_theta", Json(tidy(cfg.rope_theta)));
-    if (const RopeScaling& rs = cfg.rope_scaling; rs.active()) {
-      Json scaling = Json::object();
-      scaling.set("rope_type", Json("llama3"));
-      scaling.set("factor", Json(rs.factor));
-      scaling.set("low_freq_factor", Json(rs.low_freq_factor));
-      scaling.set("high_freq_factor", Json(rs.high_freq_factor));
-      scaling.set("original_max_position_embeddings", Json(static_cast<int64_t>(rs.original_max_positions)));
-      j.set("rope_scaling", std::move(scaling));
-    }
+    if (const RopeScaling& rs = cfg.rope_scaling; rs.active()) j.set("rope_scaling", rope_scaling_json(rs));
     if (cfg.moe_enabled) {
       j.set("num_experts_per_tok", Json(cfg.moe.top_k));
       j.set("output_router_logits", Json(false));

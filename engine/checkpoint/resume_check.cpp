@@ -14,6 +14,12 @@ void differ(std::vector<std::string>& out, const char* key, const T& saved, cons
 
 std::string describe(const RopeScalingSpec& r) {
   if (!r.enabled) return "null";
+  if (r.type == RopeType::linear) return fmt::format("{{type linear, factor {}}}", r.factor);
+  if (r.type == RopeType::yarn)
+    return fmt::format("{{type yarn, factor {}, original_max_position_embeddings {}, beta_fast {}, "
+                       "beta_slow {}, attention_factor {}}}",
+                       r.factor, r.original_max_position_embeddings, r.beta_fast, r.beta_slow,
+                       r.attention_factor ? fmt::format("{}", *r.attention_factor) : "null");
   return fmt::format("{{factor {}, low_freq_factor {}, high_freq_factor {}, "
                      "original_max_position_embeddings {}}}",
                      r.factor, r.low_freq_factor, r.high_freq_factor,
@@ -58,7 +64,11 @@ std::vector<std::string> model_differences(const ModelSpec& saved, const ModelSp
   }
   if (!a.enabled) return out;
   differ(out, "model.moe.n_experts", a.n_experts, b.n_experts);
-  if (!tensors_only) differ(out, "model.moe.top_k", a.top_k, b.top_k);
+  if (!tensors_only) {
+    differ(out, "model.moe.top_k", a.top_k, b.top_k);
+    differ(out, "model.moe.score", std::string(to_string(a.score)), std::string(to_string(b.score)));
+    differ(out, "model.moe.normalize_topk", a.normalize_topk, b.normalize_topk);
+  }
   differ(out, "model.moe.n_shared_experts", a.n_shared_experts, b.n_shared_experts);
   differ(out, "model.moe.d_ff_expert", a.d_ff_expert, b.d_ff_expert);
   differ(out, "model.moe.every", a.every, b.every);

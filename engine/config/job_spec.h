@@ -18,6 +18,7 @@ enum class AttentionKind { auto_, fused, unfused };
 enum class Family { gpt2, llama };
 enum class Balance { aux_loss, aux_free, none };
 enum class RouterScore { softmax, sigmoid };
+enum class RopeType { llama3, linear, yarn };
 enum class DataFormat { auto_, llmc, megatron };
 enum class Schedule { cosine, wsd, linear, constant };
 enum class ComputeDtype { fp32, bf16, fp16, fp8 };
@@ -50,14 +51,18 @@ struct MoESpec {
   bool operator==(const MoESpec&) const = default;
 };
 
-// model.rope_scaling (llama): Llama 3.1's RoPE frequency scaling, as Hugging
-// Face's rope_scaling {rope_type: llama3, ...}; disabled = plain RoPE.
+// model.rope_scaling (llama): a scaling of RoPE's frequencies, as Hugging
+// Face's rope_scaling {rope_type: llama3 | linear | yarn, ...}; disabled = plain RoPE.
 struct RopeScalingSpec {
   bool enabled = false;                      // true when the model has a rope_scaling: block
+  RopeType type = RopeType::llama3;
   double factor = 8.0;                       // >= 1
-  double low_freq_factor = 1.0;              // > 0
-  double high_freq_factor = 4.0;             // > low_freq_factor
-  int original_max_position_embeddings = 8192;  // >= 1
+  double low_freq_factor = 1.0;              // llama3: > 0
+  double high_freq_factor = 4.0;             // llama3: > low_freq_factor
+  int original_max_position_embeddings = 8192;  // llama3, yarn: >= 1
+  double beta_fast = 32.0;                   // yarn: > beta_slow
+  double beta_slow = 1.0;                    // yarn: > 0
+  std::optional<double> attention_factor;    // yarn: > 0; null = 0.1 ln(factor) + 1
   bool operator==(const RopeScalingSpec&) const = default;
 };
 
@@ -212,6 +217,8 @@ const char* to_string(Schedule s);
 const char* to_string(DeviceKind d);
 const char* to_string(AttentionKind a);
 const char* to_string(Balance b);
+const char* to_string(RouterScore s);
+const char* to_string(RopeType t);
 const char* to_string(DataFormat f);
 const char* to_string(PipelineSchedule p);
 const char* to_string(Recompute r);

@@ -74,6 +74,7 @@ const char* to_string(DeviceKind d) { return spec::name_of(spec::kDeviceChoices,
 const char* to_string(AttentionKind a) { return spec::name_of(spec::kAttentionChoices, a); }
 const char* to_string(Balance b) { return spec::name_of(spec::kBalanceChoices, b); }
 const char* to_string(RouterScore s) { return spec::name_of(spec::kScoreChoices, s); }
+const char* to_string(RopeType t) { return spec::name_of(spec::kRopeTypeChoices, t); }
 const char* to_string(DataFormat f) { return spec::name_of(spec::kFormatChoices, f); }
 const char* to_string(PipelineSchedule p) { return spec::name_of(spec::kPipelineChoices, p); }
 const char* to_string(Recompute r) { return spec::name_of(spec::kRecomputeChoices, r); }
@@ -105,10 +106,16 @@ std::string job_spec_to_yaml(const JobSpec& spec) {
       num(m.norm_eps), num(m.init_std), m.init_from.empty() ? "null" : str(m.init_from));
   if (m.rope_scaling.enabled) {
     const RopeScalingSpec& rs = m.rope_scaling;
-    y += fmt::format("  rope_scaling:\n    type: llama3\n    factor: {}\n    low_freq_factor: {}\n"
-                     "    high_freq_factor: {}\n    original_max_position_embeddings: {}\n",
-                     num(rs.factor), num(rs.low_freq_factor), num(rs.high_freq_factor),
-                     rs.original_max_position_embeddings);
+    y += fmt::format("  rope_scaling:\n    type: {}\n    factor: {}\n", to_string(rs.type), num(rs.factor));
+    if (rs.type == RopeType::llama3)
+      y += fmt::format("    low_freq_factor: {}\n    high_freq_factor: {}\n", num(rs.low_freq_factor),
+                       num(rs.high_freq_factor));
+    if (rs.type != RopeType::linear)
+      y += fmt::format("    original_max_position_embeddings: {}\n", rs.original_max_position_embeddings);
+    if (rs.type == RopeType::yarn)
+      y += fmt::format("    beta_fast: {}\n    beta_slow: {}\n    attention_factor: {}\n",
+                       num(rs.beta_fast), num(rs.beta_slow),
+                       rs.attention_factor ? num(*rs.attention_factor) : "null");
   } else {
     y += "  rope_scaling: null\n";
   }

@@ -139,10 +139,18 @@ void read_moe(Section s, MoESpec& moe) {
 void read_rope_scaling(Section s, RopeScalingSpec& rs) {
   SpecReader& r = s.reader();
   rs.enabled = true;
-  std::string type = "llama3";
-  s.read("type", type);
-  if (type != "llama3")
-    r.fail(s.path("type"), "expected llama3 (Llama 3.1's frequency scaling), got '" + type + "'");
+  s.read("type", rs.type, spec::kRopeTypeChoices);
+  // Each type's own keys: another type's would be silently ignored.
+  const char* const only[][2] = {{"low_freq_factor", "llama3"},
+                                 {"high_freq_factor", "llama3"},
+                                 {"beta_fast", "yarn"},
+                                 {"beta_slow", "yarn"},
+                                 {"attention_factor", "yarn"}};
+  for (const auto& [key, type] : only)
+    if (s.has(key) && std::string(type) != to_string(rs.type))
+      r.fail(s.path(key), fmt::format("a key of type {}, not of type {}", type, to_string(rs.type)));
+  if (rs.type == RopeType::linear && s.has("original_max_position_embeddings"))
+    r.fail(s.path("original_max_position_embeddings"), "a key of types llama3 and yarn, not of type linear");
   s.read("factor", rs.factor);
   r.check_min(s.path("factor"), rs.factor, 1);
   s.read("low_freq_factor", rs.low_freq_factor);
@@ -152,6 +160,18 @@ void read_rope_scaling(Section s, RopeScalingSpec& rs) {
     r.fail(s.path("high_freq_factor"), fmt::format("must be above low_freq_factor ({}), got {}",
                                                    rs.low_freq_factor, rs.high_freq_factor));
   s.read("original_max_position_embeddings", rs.original_max_position_embeddings, 1);
+  s.read("beta_slow", rs.beta_slow);
+  r.check_min(s.path("beta_slow"), rs.beta_slow, 0, true);
+  s.read("beta_fast", rs.beta_fast);
+  if (!(rs.beta_fast > rs.beta_slow))
+    r.fail(s.path("beta_fast"), fmt::format("must be above beta_slow ({}), got {}", rs.beta_slow,
+                                            rs.beta_fast));
+  if (s.has("attention_factor") && !s.is_null("attention_factor")) {
+    double a = 0;
+    s.read("attention_factor", a);
+    r.check_min(s.path("attention_factor"), a, 0, /*strict=*/true);
+    rs.attention_factor = a;
+  }
 }
 
 void read_model(Section s, ModelSpec& m) {

@@ -21,6 +21,8 @@ inline const Choices<Balance> kBalanceChoices = {
     {Balance::aux_loss, "aux_loss"}, {Balance::aux_free, "aux_free"}, {Balance::none, "none"}};
 inline const Choices<RouterScore> kScoreChoices = {{RouterScore::softmax, "softmax"},
                                                     {RouterScore::sigmoid, "sigmoid"}};
+inline const Choices<RopeType> kRopeTypeChoices = {
+    {RopeType::llama3, "llama3"}, {RopeType::linear, "linear"}, {RopeType::yarn, "yarn"}};
 inline const Choices<DataFormat> kFormatChoices = {
     {DataFormat::auto_, "auto"}, {DataFormat::llmc, "llmc"}, {DataFormat::megatron, "megatron"}};
 inline const Choices<Schedule> kScheduleChoices = {{Schedule::cosine, "cosine"},

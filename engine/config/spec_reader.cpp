@@ -32,7 +32,8 @@ KeyNode build_key_tree() {
                                    "norm_eps", "init_std", "init_from"});
   model.children.push_back(leaves("rope_scaling", {"type", "factor", "low_freq_factor",
                                                    "high_freq_factor",
-                                                   "original_max_position_embeddings"}));
+                                                   "original_max_position_embeddings", "beta_fast",
+                                                   "beta_slow", "attention_factor"}));
   model.children.push_back(leaves("moe", {"n_experts", "top_k", "n_shared_experts", "d_ff_expert",
                                           "every", "balance", "score", "normalize_topk", "aux_loss_coeff", "z_loss_coeff",
                                           "bias_update_rate", "capacity_factor"}));

@@ -10,7 +10,7 @@ namespace trainer::cpu {
 
 namespace {
 
-// sign = +1 rotates by +angle (forward), -1 by -angle (backward: the inverse).
+// sign = +1 rotates by +angle (forward), -1 by -angle (backward: the transpose).
 void rope_apply(const char* op, Tensor out, Tensor inp, const Rope& rope, int64_t pos_offset,
                 Tensor positions, float sign) {
   TRAINER_CHECK(inp.ndim == 4, "{}: input {} must be (B, T, H, D)", op, inp.str());
@@ -31,6 +31,7 @@ void rope_apply(const char* op, Tensor out, Tensor inp, const Rope& rope, int64_
   float* o = st.out(out, "out");
   const float* x = st.in(inp, "inp");
   const int64_t half = D / 2;
+  const double magnitude = rope_magnitude(rope.llama3);
   // Without positions every sequence shares row t's angles: one table per t.
   const int64_t rows = pos ? B * T : T, per_row = pos ? 1 : B;
 #pragma omp parallel
@@ -42,9 +43,10 @@ void rope_apply(const char* op, Tensor out, Tensor inp, const Rope& rope, int64_
       const double at = static_cast<double>(pos ? pos[r] : pos_offset + r);
       for (int64_t i = 0; i < half; ++i) {
         const double angle =
-            at * llama3_inv_freq(std::pow(static_cast<double>(theta), -2.0 * i / D), rope.llama3);
-        cs[i] = static_cast<float>(std::cos(angle));
-        sn[i] = sign * static_cast<float>(std::sin(angle));
+            at * scaled_inv_freq(std::pow(static_cast<double>(theta), -2.0 * i / D), i, rope.llama3);
+        // YaRN's magnitude m: backward is the transpose of m R, i.e. m R^-1.
+        cs[i] = static_cast<float>(magnitude * std::cos(angle));
+        sn[i] = sign * static_cast<float>(magnitude * std::sin(angle));
       }
       for (int64_t k = 0; k < per_row; ++k) {
         const int64_t token = pos ? r : k * T + r;  // (b, t) flattened

@@ -11,7 +11,7 @@ namespace {
 
 constexpr int kThreads = 256;
 
-// One thread per rotated pair (b, t, h, i < D/2); sign = +1 forward, -1 inverse.
+// One thread per rotated pair (b, t, h, i < D/2); sign = +1 forward, -1 transpose.
 // positions: (B, T) contiguous, or null for pos_offset + t.
 template <class T>
 __global__ void rope_kernel(T* out, const T* inp, int64_t T_len, int64_t H, int64_t D,
@@ -24,11 +24,13 @@ __global__ void rope_kernel(T* out, const T* inp, int64_t T_len, int64_t H, int6
     const int64_t row = p / half;  // (b, t, h) flattened
     const int64_t token = row / H;  // (b, t) flattened
     const int64_t at = positions ? positions[token] : pos_offset + token % T_len;
-    const double inv_freq = llama3_inv_freq(
-        exp(-log_theta * (2.0 * static_cast<double>(i) / static_cast<double>(D))), scaling);
+    const double inv_freq = scaled_inv_freq(
+        exp(-log_theta * (2.0 * static_cast<double>(i) / static_cast<double>(D))), i, scaling);
     double s, c;
     sincos(static_cast<double>(at) * inv_freq, &s, &c);
-    const float cs = static_cast<float>(c), sn = sign * static_cast<float>(s);
+    // Backward is the transpose of the scaled rotation: the same magnitude.
+    const double m = rope_magnitude(scaling);
+    const float cs = static_cast<float>(m * c), sn = sign * static_cast<float>(m * s);
     const int64_t base = row * D;
     const float x0 = to_float(inp[base + i]), x1 = to_float(inp[base + i + half]);
     out[base + i] = from_float<T>(x0 * cs - x1 * sn);

@@ -58,6 +58,18 @@ model::ModelConfig qwen3_moe_cfg() {
   return c;
 }
 
+// Llama with YaRN (factor 4 over 256 positions) or linear scaling.
+model::ModelConfig yarn_cfg() {
+  model::ModelConfig c = llama_cfg();
+  c.rope_scaling = yarn_scaling(4.0, 256.0, 32.0, 1.0, 0.0, c.head_dim(), c.rope_theta);
+  return c;
+}
+model::ModelConfig linear_cfg() {
+  model::ModelConfig c = llama_cfg();
+  c.rope_scaling = {.factor = 2.0, .kind = RopeKind::linear};
+  return c;
+}
+
 model::ModelConfig gpt2_cfg() {
   model::ModelConfig c;
   c.n_layer = 2, c.d_model = 32, c.n_head = 4, c.n_kv_head = 4, c.d_ff = 64;
@@ -88,7 +100,8 @@ std::string config_with(const model::ModelConfig& cfg, const std::string& key, c
 
 TEST_CASE("hf config: each family's own config.json passes its check", "[cpu][checkpoint]") {
   for (const model::ModelConfig& cfg :
-       {gpt2_cfg(), llama_cfg(), qwen2_cfg(), qwen3_cfg(), mixtral_cfg(), qwen3_moe_cfg()}) {
+       {gpt2_cfg(), llama_cfg(), qwen2_cfg(), qwen3_cfg(), mixtral_cfg(), qwen3_moe_cfg(), yarn_cfg(),
+        linear_cfg()}) {
     std::string path = config_with(cfg, "", nullptr);
     CHECK_NOTHROW(check_hf_config(path, cfg));
   }
@@ -132,6 +145,19 @@ TEST_CASE("hf config: each family's own config.json passes its check", "[cpu][ch
   CHECK(j.at("rope_scaling").at("factor").as_number() == 32.0);
   CHECK(j.at("rope_scaling").at("original_max_position_embeddings").as_int() == 8192);
   CHECK(parse_json(hf_config_json(llama_cfg()), "c").find("rope_scaling") == nullptr);
+  // YaRN: max_position_embeddings = factor x original, which transformers 4 reads as the factor.
+  Json yarn = parse_json(hf_config_json(yarn_cfg()), "config.json");
+  CHECK(yarn.at("rope_scaling").at("rope_type").as_string() == "yarn");
+  CHECK(yarn.at("rope_scaling").at("factor").as_number() == 4.0);
+  CHECK(yarn.at("rope_scaling").at("original_max_position_embeddings").as_int() == 256);
+  CHECK(yarn.at("rope_scaling").at("beta_fast").as_number() == 32.0);
+  CHECK(yarn.at("rope_scaling").at("beta_slow").as_number() == 1.0);
+  CHECK(yarn.at("rope_scaling").at("attention_factor").as_number() == Approx(0.1 * std::log(4.0) + 1));
+  CHECK(yarn.at("max_position_embeddings").as_int() == 1024);
+  Json linear = parse_json(hf_config_json(linear_cfg()), "config.json");
+  CHECK(linear.at("rope_scaling").at("rope_type").as_string() == "linear");
+  CHECK(linear.at("rope_scaling").at("factor").as_number() == 2.0);
+  CHECK(linear.at("rope_scaling").find("original_max_position_embeddings") == nullptr);
   fs::remove_all(scratch_dir());
 }
 
@@ -221,9 +247,45 @@ TEST_CASE("hf config: a differing hyper-parameter is named with the job key", "[
   CHECK_NOTHROW(check_hf_config(config_with(scaled, "", nullptr), scaled));  // its own export's
   CHECK_THROWS_WITH(check_hf_config(config_with(llama_cfg(), "", nullptr), scaled),
                     Contains("plain RoPE, but model.rope_scaling is set"));
-  scaling.set("rope_type", Json("yarn"));
+  scaling.set("rope_type", Json("dynamic"));
   CHECK_THROWS_WITH(check_hf_config(config_with(llama_cfg(), "rope_scaling", &scaling), llama_cfg()),
-                    Contains("RoPE scaling \"yarn\": this trainer computes plain RoPE or Llama 3.1's"));
+                    Contains("RoPE scaling \"dynamic\": this trainer computes plain RoPE or the llama3, "
+                             "linear and yarn scalings"));
+  // YaRN and linear: each key against the job's, and what this trainer does not compute.
+  auto yarn_with = [&](const std::string& key, const Json* value) {
+    Json j = parse_json(hf_config_json(yarn_cfg()), "c");
+    Json rs = Json::object();
+    for (const auto& [k, v] : j.at("rope_scaling").members())
+      if (k != key) rs.set(k, v);
+    if (value) rs.set(key, *value);
+    return config_with(yarn_cfg(), "rope_scaling", &rs);
+  };
+  const Json eight(8.0), two(2.0), one(1.0), no(false), sixteen(16.0);
+  CHECK_THROWS_WITH(check_hf_config(yarn_with("factor", &eight), yarn_cfg()),
+                    Contains("max_position_embeddings 1024 / rope_scaling.original_max_position_embeddings "
+                             "256 is not rope_scaling.factor 8"));
+  CHECK_THROWS_WITH(check_hf_config(yarn_with("factor", &eight), yarn_cfg()),
+                    Contains("rope_scaling.factor is 8, but model.rope_scaling.factor is 4"));
+  CHECK_THROWS_WITH(check_hf_config(yarn_with("beta_fast", &sixteen), yarn_cfg()),
+                    Contains("rope_scaling.beta_fast is 16, but model.rope_scaling.beta_fast is 32"));
+  CHECK_NOTHROW(check_hf_config(yarn_with("beta_slow", nullptr), yarn_cfg()));  // default 1
+  CHECK_NOTHROW(check_hf_config(yarn_with("attention_factor", nullptr), yarn_cfg()));  // default 0.1 ln 4 + 1
+  CHECK_THROWS_WITH(check_hf_config(yarn_with("attention_factor", &one), yarn_cfg()),
+                    Contains("rope_scaling.attention_factor is 1, but model.rope_scaling.attention_factor is 1.1386"));
+  CHECK_THROWS_WITH(check_hf_config(yarn_with("mscale", &one), yarn_cfg()), Contains("mscale is 1: this trainer's YaRN"));
+  CHECK_THROWS_WITH(check_hf_config(yarn_with("truncate", &no), yarn_cfg()),
+                    Contains("rope_scaling.truncate is false: this trainer rounds YaRN's ramp ends"));
+  CHECK_THROWS_WITH(check_hf_config(config_with(yarn_cfg(), "", nullptr), scaled),
+                    Contains("rope_scaling.rope_type is yarn, but model.rope_scaling.type is llama3"));
+  CHECK_THROWS_WITH(check_hf_config(config_with(yarn_cfg(), "", nullptr), llama_cfg()),
+                    Contains("rope_scaling is yarn scaling, but the job has no model.rope_scaling"));
+  Json linear2 = Json::object();
+  linear2.set("rope_type", Json("linear"));
+  linear2.set("factor", two);
+  CHECK_NOTHROW(check_hf_config(config_with(linear_cfg(), "rope_scaling", &linear2), linear_cfg()));
+  linear2.set("factor", eight);
+  CHECK_THROWS_WITH(check_hf_config(config_with(linear_cfg(), "rope_scaling", &linear2), linear_cfg()),
+                    Contains("rope_scaling.factor is 8, but model.rope_scaling.factor is 2"));
   // transformers 5 writes the base into rope_parameters.
   Json params = Json::object();
   params.set("rope_type", Json("default"));

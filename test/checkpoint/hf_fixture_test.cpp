@@ -1,12 +1,12 @@
 // model.init_from against an independent implementation of transformers:
 // hf_fixtures/ holds tiny GPT2LMHeadModel, LlamaForCausalLM (plain RoPE and
-// Llama 3.1 rope_scaling), Qwen2ForCausalLM, Qwen3ForCausalLM, MixtralForCausalLM and
+// Llama 3.1 rope_scaling, and YaRN), Qwen2ForCausalLM, Qwen3ForCausalLM, MixtralForCausalLM and
 // Qwen3MoeForCausalLM checkpoints
 // and the logits their transformers forward
 // computes (make_hf_fixtures.js, written from transformers' modeling code
 // without reading this trainer's). Loading each and running this trainer's
 // forward must give those logits: the Conv1D and fused c_attn layouts,
-// rotate-half RoPE and Llama 3.1's scaling of it, GQA grouping, Qwen2's q/k/v
+// rotate-half RoPE and Llama 3.1's and YaRN's scalings of it, GQA grouping, Qwen2's q/k/v
 // biases before RoPE, Qwen3's per-head q/k norms before RoPE, gelu_new,
 // norm epsilons, Mixtral's renormalised top-k routing and Qwen3-MoE's names, dense
 // layers between MoE ones and un-renormalised routing all show in them (the generator shows that each
@@ -54,6 +54,13 @@ JobSpec fixture_job(const std::string& name) {
       s.model.rope_scaling.factor = 8.0;
       s.model.rope_scaling.original_max_position_embeddings = 256;
     }
+  } else if (name == "llama_yarn") {  // YaRN: factor 4 over 256 positions, theta 1e4
+    s.model.n_kv_head = 2, s.model.d_ff = 48;
+    s.model.norm_eps = 1e-6, s.model.rope_theta = 10000.0;
+    s.model.rope_scaling.enabled = true;
+    s.model.rope_scaling.type = RopeType::yarn;
+    s.model.rope_scaling.factor = 4.0;
+    s.model.rope_scaling.original_max_position_embeddings = 256;
   } else if (name == "qwen2") {  // Llama with q/k/v biases, tied embeddings
     s.model.n_kv_head = 2, s.model.d_ff = 48;
     s.model.norm_eps = 1e-6, s.model.rope_theta = 1e6;
@@ -81,9 +88,10 @@ JobSpec fixture_job(const std::string& name) {
 
 }  // namespace
 
-TEST_CASE("hf fixtures: init_from computes transformers' logits (gpt2, llama, llama3, qwen2, qwen3, "
-          "mixtral, qwen3_moe)", "[cpu][checkpoint]") {
-  for (const std::string name : {"gpt2", "llama", "llama3", "qwen2", "qwen3", "mixtral", "qwen3_moe"}) {
+TEST_CASE("hf fixtures: init_from computes transformers' logits (gpt2, llama, llama3, llama_yarn, "
+          "qwen2, qwen3, mixtral, qwen3_moe)", "[cpu][checkpoint]") {
+  for (const std::string name :
+       {"gpt2", "llama", "llama3", "llama_yarn", "qwen2", "qwen3", "mixtral", "qwen3_moe"}) {
     INFO(name);
     const std::string dir = kFixtures + name;
     JobSpec spec = fixture_job(name);

@@ -69,6 +69,17 @@ JobSpec qwen3_spec(const fs::path& dir) {
   return s;
 }
 
+// The llama job with YaRN (factor 4 over 8 positions): its rope_scaling and
+// max_position_embeddings (factor x original) in config.json.
+JobSpec yarn_spec(const fs::path& dir) {
+  JobSpec s = tiny_spec(Family::llama, dir);
+  s.model.rope_scaling.enabled = true;
+  s.model.rope_scaling.type = RopeType::yarn;
+  s.model.rope_scaling.factor = 4.0;
+  s.model.rope_scaling.original_max_position_embeddings = 8;
+  return s;
+}
+
 // The MoE llama job with q/k norms, an MoE in layer 1 only (dense layer 0)
 // and top-k weights not renormalised: Qwen3MoeForCausalLM's model.
 JobSpec qwen3_moe_spec(const fs::path& dir) {
@@ -82,10 +93,11 @@ JobSpec qwen3_moe_spec(const fs::path& dir) {
 // gpt2, llama, Qwen2- and Qwen3-style llama, Mixtral- and Qwen3-MoE-style MoE llama, each with its name.
 std::vector<std::pair<std::string, JobSpec>> hf_jobs(const std::string& prefix) {
   std::vector<std::pair<std::string, JobSpec>> jobs;
-  for (const std::string name : {"gpt2", "llama", "qwen2", "qwen3", "mixtral", "qwen3_moe"}) {
+  for (const std::string name : {"gpt2", "llama", "llama_yarn", "qwen2", "qwen3", "mixtral", "qwen3_moe"}) {
     fs::path dir = fresh_temp_dir(prefix + "_" + name);
     JobSpec s = name == "gpt2"      ? tiny_spec(Family::gpt2, dir)
                 : name == "llama"   ? tiny_spec(Family::llama, dir)
+                : name == "llama_yarn" ? yarn_spec(dir)
                 : name == "qwen2"   ? qwen2_spec(dir)
                 : name == "qwen3"   ? qwen3_spec(dir)
                 : name == "mixtral" ? mixtral_spec(dir)

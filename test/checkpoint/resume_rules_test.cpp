@@ -100,6 +100,24 @@ TEST_CASE("resume: model_differences names MoE structure, not its training setti
   normed.qk_norm = true;
   CHECK(model_differences(a, normed, true) ==
         std::vector<std::string>{"model.qk_norm is false in the checkpoint, true in this job"});
+  // The router's scores and weighting change the function, not a tensor:
+  // refused on resume, not by a new run from the weights (tensors_only).
+  ModelSpec routed = a;
+  routed.moe.score = RouterScore::sigmoid;
+  routed.moe.normalize_topk = false;
+  CHECK(model_differences(a, routed) ==
+        std::vector<std::string>{"model.moe.score is softmax in the checkpoint, sigmoid in this job",
+                                 "model.moe.normalize_topk is true in the checkpoint, false in this job"});
+  CHECK(model_differences(a, routed, true).empty());
+  // A RoPE scaling of another type is named with its own keys.
+  ModelSpec yarn = a;
+  yarn.rope_scaling.enabled = true;
+  yarn.rope_scaling.type = RopeType::yarn;
+  yarn.rope_scaling.factor = 4;
+  CHECK(model_differences(a, yarn) ==
+        std::vector<std::string>{"model.rope_scaling is null in the checkpoint, {type yarn, factor 4, "
+                                 "original_max_position_embeddings 8192, beta_fast 32, beta_slow 1, "
+                                 "attention_factor null} in this job"});
 }
 
 TEST_CASE("resume: the data continues after the samples the checkpoint consumed",

@@ -290,6 +290,23 @@ checkpoint: {resume: "/x/y z"}
     CHECK(back == s);
     CHECK(job_spec_to_yaml(back) == job_spec_to_yaml(s));
   }
+  SECTION("each kind of RoPE scaling with its own keys") {
+    for (const char* rs : {"{type: linear, factor: 4}",
+                           "{type: yarn, factor: 4, original_max_position_embeddings: 32768}",
+                           "{type: yarn, factor: 8, original_max_position_embeddings: 4096, beta_fast: 16, "
+                           "beta_slow: 2, attention_factor: 1.25}"}) {
+      INFO(rs);
+      const JobSpec s = parse(kData + std::string("model: {family: llama, rope_scaling: ") + rs + "}\n");
+      CHECK(s.model.rope_scaling.enabled);
+      CHECK(round_trip(s) == s);
+    }
+    const JobSpec y = parse(kData + std::string("model: {family: llama, rope_scaling: {type: yarn, factor: 8, "
+                                                "beta_fast: 16, beta_slow: 2, attention_factor: 1.25}}\n"));
+    CHECK(y.model.rope_scaling.type == RopeType::yarn);
+    CHECK(y.model.rope_scaling.beta_fast == 16.0);
+    CHECK(y.model.rope_scaling.beta_slow == 2.0);
+    CHECK(y.model.rope_scaling.attention_factor == 1.25);
+  }
   SECTION("a spec built in code") {
     JobSpec s = parse(kData);
     s.optimizer.lr = 0.1 + 0.2;  // not exactly representable in short decimal

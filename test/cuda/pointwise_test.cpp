@@ -132,12 +132,16 @@ TEST_CASE("rope forward/backward match the CPU op", "[cuda][rope]") {
   struct Case {
     int64_t B, T, H, D, pos_offset;
     bool llama3 = false;  // Llama 3.1's scaling (factor 8, original 8192, all three bands at D 128)
+    bool yarn = false;    // YaRN (factor 4, original 4096: kept, ramped and divided pairs; x 1.14)
   };
   for (DType dtype : kDtypes)
   for (const Case c : {Case{1, 1, 1, 2, 0}, Case{2, 17, 3, 8, 5}, Case{1, 4097, 2, 64, 0},
-                       Case{2, 33, 4, 128, 60000}, Case{2, 17, 2, 128, 9000, true}}) {
+                       Case{2, 33, 4, 128, 60000}, Case{2, 17, 2, 128, 9000, true},
+                       Case{2, 17, 2, 128, 9000, false, true}}) {
     const int64_t n = c.B * c.T * c.H * c.D;
-    const Rope theta = c.llama3 ? Rope(500000.0f, RopeScaling{.factor = 8}) : Rope(10000.0f);
+    const Rope theta = c.llama3 ? Rope(500000.0f, RopeScaling{.factor = 8})
+                       : c.yarn ? Rope(10000.0f, yarn_scaling(4, 4096, 32, 1, 0, c.D, 10000.0))
+                                : Rope(10000.0f);
     const auto x = round_to(random_floats(n, 60 + n), dtype);
     HostTensor hx({c.B, c.T, c.H, c.D}, x, dtype),
         hy({c.B, c.T, c.H, c.D}, std::vector<float>(n), dtype),
@@ -160,7 +164,8 @@ TEST_CASE("rope forward/backward match the CPU op", "[cuda][rope]") {
     // (2e-5 absolute), far below a 16-bit ulp.
     const Tolerance tol = narrow_tolerance(dtype, Tolerance{2e-5, 1e-4, 2e-5}, false);
     const std::string tag = fmt::format("rope {} B={} T={} H={} D={} pos={}{}", dtype_name(dtype),
-                                        c.B, c.T, c.H, c.D, c.pos_offset, c.llama3 ? " llama3" : "");
+                                        c.B, c.T, c.H, c.D, c.pos_offset,
+                                        c.llama3 ? " llama3" : c.yarn ? " yarn" : "");
     expect_close(tag + " out", y1, hy.values(), tol);
     expect_close(tag + " dinp", dx1, hdx.values(), tol);
     expect_same_bits(tag + " rerun", y1, y2);

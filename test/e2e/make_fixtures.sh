@@ -84,6 +84,10 @@ sed 's/n_kv_head: 2/n_kv_head: 2, qkv_bias: true, tie_embeddings: true/' mesh_ll
 # k's), heads of 16 over the width of 32.
 sed 's/n_kv_head: 2/n_kv_head: 1, head_dim: 16, qk_norm: true, tie_embeddings: true/' mesh_llama_clip.yaml >mesh_qwen3.yaml
 sed 's/d_model: 32, n_head: 4, n_kv_head: 2/d_model: 48, n_head: 6, n_kv_head: 3/' mesh_llama.yaml >mesh_llama_kv3.yaml
+# YaRN over an original context of 8: pair 0 kept, the rest divided by 4, cos/sin x 1.14.
+sed 's/max_seq_len: 16}/max_seq_len: 16,\n        rope_scaling: {type: yarn, factor: 4, original_max_position_embeddings: 8}}/' \
+  mesh_llama_clip.yaml >mesh_llama_yarn.yaml
+grep -q 'type: yarn' mesh_llama_yarn.yaml
 # Four layers, so pp 4 has one per stage (and pp 2 two).
 for family in gpt2 llama; do sed 's/n_layer: 2/n_layer: 4/' mesh_$family.yaml >mesh_${family}_l4.yaml; done
 # Mixed precision on meshes (the single-rank reference in the same precision).

@@ -43,11 +43,30 @@ std::vector<double> llama3_freqs(double theta, int64_t D, const RopeScaling& s) 
   return f;
 }
 
+// YaRN's frequencies and attention factor as transformers'
+// _compute_yarn_parameters writes them (truncate true, no mscale).
+std::pair<std::vector<double>, double> yarn_freqs(double theta, int64_t D, double factor, double original,
+                                                  double beta_fast, double beta_slow) {
+  auto dim_of = [&](double rotations) { return D * std::log(original / (rotations * 2 * M_PI)) / (2 * std::log(theta)); };
+  const double low = std::max(std::floor(dim_of(beta_fast)), 0.0);
+  double high = std::min(std::ceil(dim_of(beta_slow)), double(D - 1));
+  if (low == high) high += 0.001;
+  std::vector<double> f(static_cast<size_t>(D / 2));
+  for (int64_t i = 0; i < D / 2; ++i) {
+    const double extrapolation = std::pow(theta, -2.0 * i / D), interpolation = extrapolation / factor;
+    const double ramp = std::clamp((i - low) / (high - low), 0.0, 1.0), keep = 1 - ramp;
+    f[static_cast<size_t>(i)] = interpolation * (1 - keep) + extrapolation * keep;
+  }
+  return {f, 0.1 * std::log(factor) + 1.0};
+}
+
 std::vector<double> ref_rope(const std::vector<double>& x, int64_t B, int64_t T, int64_t H,
-                             int64_t D, double theta, int64_t pos_offset, const RopeScaling* s = nullptr) {
+                             int64_t D, double theta, int64_t pos_offset, const RopeScaling* s = nullptr,
+                             const std::vector<double>* given = nullptr, double magnitude = 1.0) {
   std::vector<double> freqs(static_cast<size_t>(D / 2));
   for (int64_t i = 0; i < D / 2; ++i) freqs[static_cast<size_t>(i)] = std::pow(theta, -2.0 * i / D);
   if (s) freqs = llama3_freqs(theta, D, *s);
+  if (given) freqs = *given;
   std::vector<double> y(x.size());
   for (int64_t b = 0; b < B; ++b)
     for (int64_t t = 0; t < T; ++t)
@@ -56,8 +75,8 @@ std::vector<double> ref_rope(const std::vector<double>& x, int64_t B, int64_t T,
           const double a = (pos_offset + t) * freqs[static_cast<size_t>(i)];
           const int64_t o = ((b * T + t) * H + h) * D;
           const double x1 = x[o + i], x2 = x[o + i + D / 2];
-          y[o + i] = x1 * std::cos(a) - x2 * std::sin(a);
-          y[o + i + D / 2] = x2 * std::cos(a) + x1 * std::sin(a);
+          y[o + i] = magnitude * (x1 * std::cos(a) - x2 * std::sin(a));
+          y[o + i + D / 2] = magnitude * (x2 * std::cos(a) + x1 * std::sin(a));
         }
   return y;
 }
@@ -200,6 +219,36 @@ TEST_CASE("rope with Llama 3.1 scaling: transformers' three bands, backward its 
                     return dot(dyd, ref_rope(v, B, T, H, D, theta, pos_offset, &s));
                   }, xd), 1e-4, 1e-5, "rope llama3 dinp");
   }
+}
+
+TEST_CASE("rope with YaRN and linear scaling: transformers' frequencies and attention factor, "
+          "backward its transpose", "[cpu][rope]") {
+  Context ctx;
+  // D 32, theta 1e4, original 4096: the ramp runs from pair 5 to pair 12 of
+  // 16, so pairs are kept, blended and divided.
+  const int64_t B = 1, T = 5, H = 2, D = 32;
+  const float theta = 10000.0f;
+  const auto [yarn_f, yarn_m] = yarn_freqs(theta, D, 4.0, 4096.0, 32.0, 1.0);
+  const RopeScaling yarn = yarn_scaling(4.0, 4096.0, 32.0, 1.0, 0.0, D, theta);
+  CHECK(yarn.ramp_low == 5.0);
+  CHECK(yarn.ramp_high == 12.0);
+  CHECK(yarn.attention_factor == Approx(1.1386294361));
+  RopeScaling linear{.factor = 4, .kind = RopeKind::linear};
+  std::vector<double> linear_f(static_cast<size_t>(D / 2));
+  for (int64_t i = 0; i < D / 2; ++i) linear_f[static_cast<size_t>(i)] = std::pow(double(theta), -2.0 * i / D) / 4;
+  auto x = random_floats(B * T * H * D, 65), dy = random_floats(B * T * H * D, 66);
+  const auto xd = to_double(x), dyd = to_double(dy);
+  for (const auto& [name, s, f, m] : {std::tuple{"yarn", yarn, yarn_f, yarn_m}, std::tuple{"linear", linear, linear_f, 1.0}})
+    for (int64_t pos_offset : {0, 5000}) {
+      INFO(name << " pos_offset " << pos_offset);
+      std::vector<float> y(x.size()), dx(x.size());
+      cpu::rope_forward(ctx, view(y, {B, T, H, D}), view(x, {B, T, H, D}), Rope(theta, s), pos_offset);
+      require_close(y, ref_rope(xd, B, T, H, D, theta, pos_offset, nullptr, &f, m), 1e-5, 1e-6, "rope out");
+      cpu::rope_backward(ctx, view(dx, {B, T, H, D}), view(dy, {B, T, H, D}), Rope(theta, s), pos_offset);
+      require_close(dx, finite_diff([&](const std::vector<double>& v) {
+                      return dot(dyd, ref_rope(v, B, T, H, D, theta, pos_offset, nullptr, &f, m));
+                    }, xd), 1e-4, 1e-5, "rope dinp");
+    }
 }
 
 TEST_CASE("elementwise add, accumulate, scale, fill, copy", "[cpu][elementwise]") {

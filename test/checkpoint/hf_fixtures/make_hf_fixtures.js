@@ -286,21 +286,59 @@ function llama3InvFreq(inv0, rs, variant = 'llama3') {
   });
   return { inv: rows.map((r) => r.inv), rows, lowW, highW };
 }
+// YaRN (transformers' _compute_yarn_parameters, 4.5x/5: truncate true, no
+// mscale): pair j's frequency is divided by factor as a ramp over j goes from
+// 0 at floor(d(beta_fast)) to 1 at ceil(d(beta_slow)) (clamped to [0, hd-1]),
+// d(r) = hd ln(original / (2 pi r)) / (2 ln theta), the pair turning r times
+// over the original context; cos and sin are multiplied by attention_factor
+// (default 0.1 ln(factor) + 1).
+// variant (mutations only): 'yarn' (correct) | 'linear' (no ramp: every
+//   frequency / factor) | 'max_positions' (the ramp from max_position_embeddings,
+//   transformers 4.4x's reading) | 'no_truncate' (ramp ends not rounded)
+function yarnInvFreq(inv0, cfg, variant = 'yarn') {
+  const rs = cfg.rope_scaling, hd = 2 * inv0.length, theta = configValue(cfg, 'rope_theta');
+  const factor = configValue(rs, 'factor');
+  const original = variant === 'max_positions' ? cfg.max_position_embeddings : rs.original_max_position_embeddings;
+  const bf = rs.beta_fast === undefined ? 32 : configValue(rs, 'beta_fast');
+  const bs = rs.beta_slow === undefined ? 1 : configValue(rs, 'beta_slow');
+  const d = (r) => hd * Math.log(original / (r * 2 * Math.PI)) / (2 * Math.log(theta));
+  const trunc = variant !== 'no_truncate';
+  let low = Math.max(trunc ? Math.floor(d(bf)) : d(bf), 0), high = Math.min(trunc ? Math.ceil(d(bs)) : d(bs), hd - 1);
+  if (low === high) high += 0.001;
+  const inv = inv0.map((f, j) => {
+    if (variant === 'linear') return f / factor;
+    const ramp = Math.min(Math.max((j - low) / (high - low), 0), 1);
+    return (f / factor) * ramp + f * (1 - ramp);
+  });
+  return { inv, low, high };
+}
+function yarnAttentionFactor(rs) {
+  if (rs.attention_factor !== undefined) return configValue(rs, 'attention_factor');
+  const factor = configValue(rs, 'factor');
+  return factor <= 1 ? 1 : 0.1 * Math.log(factor) + 1;
+}
 // Inverse frequencies for a Llama-family config. ropeScaling: 'config' (what
-// the config says) | 'none' (ignore rope_scaling) | a llama3InvFreq variant.
+// the config says) | 'none' (ignore rope_scaling) | a llama3InvFreq or yarnInvFreq variant.
 function ropeInvFreq(cfg, ropeScaling = 'config') {
   const inv0 = defaultInvFreq(configValue(cfg, 'rope_theta'), headDim(cfg));
   const rs = cfg.rope_scaling;
   if (ropeScaling === 'none' || rs === null || rs === undefined) return inv0;
+  if (rs.rope_type === 'yarn') return yarnInvFreq(inv0, cfg, ropeScaling === 'config' ? 'yarn' : ropeScaling).inv;
   if (rs.rope_type !== 'llama3') throw new Error('unsupported rope_type ' + rs.rope_type);
   return llama3InvFreq(inv0, rs, ropeScaling === 'config' ? 'llama3' : ropeScaling).inv;
+}
+// What multiplies cos and sin (YaRN's attention factor; 1 otherwise).
+function ropeMagnitude(cfg, opts) {
+  const rs = cfg.rope_scaling;
+  if (opts.ropeScaling === 'none' || opts.noAttentionFactor || !rs || rs.rope_type !== 'yarn') return 1;
+  return yarnAttentionFactor(rs);
 }
 
 // Rotary embedding on T x (nheads*hd), in place copy; inv = hd/2 inverse frequencies.
 // mode 'half'      : HF rotate_half: x*cos + cat(-x2, x1)*sin, cos = cat(c, c)
 // mode 'half_neg'  : wrong sign (rotate_half = cat(x2, -x1)), i.e. rotation by -angle
 // mode 'interleave': GPT-J / Meta-original pairing (2j, 2j+1) with angle j
-function applyRope(x, nheads, hd, inv, mode) {
+function applyRope(x, nheads, hd, inv, mode, mag = 1) {
   const half = hd / 2;
   if (inv.length !== half) throw new Error('inv_freq length');
   return x.map((row, pos) => {
@@ -308,7 +346,7 @@ function applyRope(x, nheads, hd, inv, mode) {
     for (let h = 0; h < nheads; h++) {
       const b = h * hd;
       for (let j = 0; j < half; j++) {
-        const a = pos * inv[j], c = Math.cos(a), s = Math.sin(a);
+        const a = pos * inv[j], c = mag * Math.cos(a), s = mag * Math.sin(a);
         if (mode === 'interleave') {
           const x1 = row[b + 2 * j], x2 = row[b + 2 * j + 1];
           o[b + 2 * j] = x1 * c - x2 * s; o[b + 2 * j + 1] = x2 * c + x1 * s;
@@ -399,6 +437,16 @@ const LLAMA_CFG = {
 const LLAMA3_CFG = {
   ...LLAMA_CFG,
   rope_scaling: { factor: F(8.0), high_freq_factor: F(4.0), low_freq_factor: F(1.0), original_max_position_embeddings: 256, rope_type: 'llama3' },
+};
+// YaRN (rope_type "yarn"): factor 4 over an original context of 256, as
+// Qwen3's long-context setting writes it (max_position_embeddings = factor x
+// original, so transformers 4 and 5 read the same factor), rope_theta 1e4
+// (with 5e5 the ramp over 4 pairs would not tell 256 from 1024). Otherwise LLAMA_CFG.
+const LLAMA_YARN_CFG = {
+  ...LLAMA_CFG,
+  max_position_embeddings: 1024,
+  rope_theta: F(10000.0),
+  rope_scaling: { factor: F(4.0), original_max_position_embeddings: 256, rope_type: 'yarn' },
 };
 // Qwen2 (transformers' modeling_qwen2.py): Llama's decoder with biases on
 // q_proj, k_proj and v_proj (added before RoPE), none on o_proj; keys as
@@ -527,6 +575,7 @@ function headDim(cfg) { return cfg.head_dim || cfg.hidden_size / cfg.num_attenti
 function decoderForward(cfg, S, moe, opts = {}) {
   const D = cfg.hidden_size, I = cfg.intermediate_size, H = cfg.num_attention_heads, KV = cfg.num_key_value_heads, hd = headDim(cfg);
   const eps = configValue(cfg, 'rms_norm_eps'), inv = ropeInvFreq(cfg, opts.ropeScaling || 'config');
+  const mag = ropeMagnitude(cfg, opts);
   const ropeMode = opts.rope || 'half', grp = H / KV;
   const kvOf = opts.gqa === 'mod' ? (h) => h % KV : (h) => Math.floor(h / grp);
   const emb = S.get('model.embed_tokens.weight');
@@ -556,8 +605,8 @@ function decoderForward(cfg, S, moe, opts = {}) {
     };
     const qp = qkNorm(linear(x, g('self_attn.q_proj.weight'), pre('self_attn.q_proj.bias'), D, H * hd), 'self_attn.q_norm.weight', 'before');
     const kp = qkNorm(linear(x, g('self_attn.k_proj.weight'), pre('self_attn.k_proj.bias'), D, KV * hd), 'self_attn.k_norm.weight', 'before');
-    const q = qkNorm(post(applyRope(qp, H, hd, inv, ropeMode), 'self_attn.q_proj.bias'), 'self_attn.q_norm.weight', 'after_rope');
-    const k = qkNorm(post(applyRope(kp, KV, hd, inv, ropeMode), 'self_attn.k_proj.bias'), 'self_attn.k_norm.weight', 'after_rope');
+    const q = qkNorm(post(applyRope(qp, H, hd, inv, ropeMode, mag), 'self_attn.q_proj.bias'), 'self_attn.q_norm.weight', 'after_rope');
+    const k = qkNorm(post(applyRope(kp, KV, hd, inv, ropeMode, mag), 'self_attn.k_proj.bias'), 'self_attn.k_norm.weight', 'after_rope');
     const v = linear(x, g('self_attn.v_proj.weight'), bias('self_attn.v_proj.bias'), D, KV * hd);
     const att = causalAttention(q, k, v, H, hd, kvOf, Math.pow(hd, -0.5));
     h = add(h, linear(att, g('self_attn.o_proj.weight'), null, H * hd, D));
@@ -711,6 +760,26 @@ function main() {
     ]);
     writeModel(outDir, 'llama3', cfg, S, real,
       `LlamaForCausalLM forward (eager, fp32 weights, computed in float64 by an independent JS implementation), batch 1, positions 0..${T - 1}, no padding; rotate_half RoPE with rope_scaling rope_type llama3 (factor 8, low_freq_factor 1, high_freq_factor 4, original_max_position_embeddings 256; inv_freq per transformers _compute_llama3_parameters: [${l3.rows.map((r) => r.branch).join(', ')}] for j=0..3, attention_factor 1), GQA 4q/2kv, untied lm_head; weights seed ${hex(seed)} (mulberry32 + Box-Muller), q_proj/k_proj std ${QK_STD}`);
+  }
+
+  // Llama with YaRN rope_scaling
+  {
+    const seed = 0x11A3A501, QK_STD = 0.5;
+    const cfg = LLAMA_YARN_CFG;
+    const S = decoderWeights(cfg, seed, false, QK_STD);
+    const y = yarnInvFreq(defaultInvFreq(configValue(cfg, 'rope_theta'), cfg.head_dim), cfg);
+    console.log(`llama_yarn (LlamaForCausalLM, rope_scaling yarn), seed ${hex(seed)}, q_proj/k_proj std ${QK_STD}`);
+    console.log(`  ramp from pair ${y.low} to ${y.high}; inv_freq [${y.inv.map((v) => v.toPrecision(6)).join(', ')}]; attention factor ${yarnAttentionFactor(cfg.rope_scaling)}`);
+    const real = decoderForward(cfg, S, false).logits;
+    report('llama_yarn', real, [
+      ['(y1) attention factor left out (cos/sin unscaled)', decoderForward(cfg, S, false, { noAttentionFactor: true }).logits, true],
+      ['(y2) every frequency / factor (no ramp)', decoderForward(cfg, S, false, { ropeScaling: 'linear' }).logits, true, 1e-3],
+      ['(y3) plain RoPE frequencies (attention factor kept)', decoderForward(cfg, S, false, { ropeScaling: 'none' }).logits, true],
+      ['(y4) ramp from max_position_embeddings, not the original', decoderForward(cfg, S, false, { ropeScaling: 'max_positions' }).logits, true, 1e-3],
+      ['(y5) ramp ends not rounded (truncate false)', decoderForward(cfg, S, false, { ropeScaling: 'no_truncate' }).logits, false, 1e-3],
+    ]);
+    writeModel(outDir, 'llama_yarn', cfg, S, real,
+      `LlamaForCausalLM forward (eager, fp32 weights, computed in float64 by an independent JS implementation), batch 1, positions 0..${T - 1}, no padding; rotate_half RoPE with rope_scaling rope_type yarn (factor 4, original_max_position_embeddings 256, beta_fast 32, beta_slow 1: ramp from pair ${y.low} to ${y.high}; cos/sin x attention factor 0.1 ln 4 + 1), GQA 4q/2kv, untied lm_head; weights seed ${hex(seed)} (mulberry32 + Box-Muller), q_proj/k_proj std ${QK_STD}`);
   }
 
   // Qwen2: Llama with q/k/v biases, tied embeddings
