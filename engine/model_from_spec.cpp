@@ -31,6 +31,11 @@ std::string attention_options(const ModelSpec& m) {
   if (m.head_size > 0) s += fmt::format(" of {}", m.head_size);  // "16 heads (8 kv) of 128"
   if (m.family == Family::llama && m.qkv_bias) s += ", q/k/v biases";
   if (m.qk_norm) s += ", q/k norms";
+  if (const RopeScalingSpec& r = m.rope_scaling; r.enabled)  // ", yarn RoPE x4 over 32768 positions"
+    s += r.type == RopeType::linear
+             ? fmt::format(", linear RoPE x{}", r.factor)
+             : fmt::format(", {} RoPE x{} over {} positions", to_string(r.type), r.factor,
+                           r.original_max_position_embeddings);
   return s;
 }
 
@@ -39,7 +44,9 @@ std::string moe_options(const MoESpec& e) {
   if (e.n_shared_experts > 0) s += fmt::format(" (+{} shared)", e.n_shared_experts);
   s += fmt::format(", top-{} by {}{}", e.top_k, e.score == RouterScore::sigmoid ? "sigmoid" : "softmax",
                    e.normalize_topk ? ", renormalised" : ", not renormalised");
+  if (e.topk_scaling_factor != 1.0) s += fmt::format(" x{}", e.topk_scaling_factor);
   s += e.every == 1 ? std::string(", in every layer") : fmt::format(", in every {} layers", e.every);
+  if (e.first_dense > 0) s += fmt::format(" after {} dense", e.first_dense);
   return s;
 }
 
@@ -90,6 +97,7 @@ model::ModelConfig model_config(const JobSpec& spec) {
   const MoESpec& e = m.moe;
   c.moe_enabled = e.enabled;
   c.moe_every = e.every;
+  c.moe_first_dense = e.first_dense;
   c.moe.n_experts = e.n_experts;
   c.moe.top_k = e.top_k;
   c.moe.n_shared_experts = e.n_shared_experts;
@@ -99,6 +107,7 @@ model::ModelConfig model_config(const JobSpec& spec) {
                                                    : model::MoeBalance::none;
   c.moe.sigmoid = e.score == RouterScore::sigmoid;
   c.moe.normalize_topk = e.normalize_topk;
+  c.moe.topk_scaling = static_cast<float>(e.topk_scaling_factor);
   c.moe.aux_loss_coeff = static_cast<float>(e.aux_loss_coeff);
   c.moe.z_loss_coeff = static_cast<float>(e.z_loss_coeff);
   c.moe.capacity_factor = e.capacity_factor ? static_cast<float>(*e.capacity_factor) : 0.0f;

@@ -12,7 +12,7 @@ model::ModelConfig model_config(const JobSpec& spec);
 // The attention's options beyond the family's own, for one-line summaries
 // (`trainer plan`, `trainer inspect`), to follow "16 heads (8 kv)": " of 128,
 // q/k norms", ", q/k/v biases" or "".
-std::string attention_options(const ModelSpec& m);
+std::string attention_options(const ModelSpec& m);  // heads' size, biases, norms, RoPE scaling
 // The MoE layers' shape and routing as `trainer plan` and `inspect` print
 // them: "128 experts of 768, top-8 by softmax, renormalised, in every layer".
 std::string moe_options(const MoESpec& e);

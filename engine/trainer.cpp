@@ -102,8 +102,7 @@ void Trainer::setup() {
     const int64_t tokens = int64_t(B) * T, q = int64_t(cfg.n_head) * cfg.head_dim(),
                   kv = int64_t(cfg.n_kv_head) * cfg.head_dim();
     // d_ff only where some layer keeps its dense MLP.
-    const bool dense_mlp = !cfg.moe_enabled || cfg.moe_every > 1;
-    const int64_t d_ff = dense_mlp ? cfg.d_ff : 0;
+    const int64_t d_ff = cfg.has_dense_mlp() ? cfg.d_ff : 0;
     bool ok = true;
     for (int64_t d : {tokens, int64_t(cfg.d_model), q, kv, d_ff}) ok = ok && d % 16 == 0;
     TRAINER_INPUT_CHECK(ok,

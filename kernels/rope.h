@@ -1,5 +1,5 @@
 // Rotary position embedding in Hugging Face's rotate-half layout: dim i pairs with
-// i + D/2, angle = (pos_offset + t) * theta^(-2i/D) (scaled when rope.llama3 is
+// i + D/2, angle = (pos_offset + t) * theta^(-2i/D) (scaled when rope.scaling is
 // active: Llama 3.1's, linear or YaRN, kernels/rope_scaling.h; YaRN also
 // multiplies the rotation by its attention factor). Backward is the transpose:
 // the inverse rotation, times the same factor.

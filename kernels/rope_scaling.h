@@ -36,10 +36,10 @@ struct RopeScaling {
 // The rotation's parameters, as a RoPE op takes them (a plain float theta converts).
 struct Rope {
   float theta = 10000.0f;
-  RopeScaling llama3;  // any kind of scaling (the name is the first kind's)
+  RopeScaling scaling;
   Rope() = default;
   Rope(float base) : theta(base) {}  // NOLINT: plain RoPE wherever a theta is passed
-  Rope(float base, const RopeScaling& scaling) : theta(base), llama3(scaling) {}
+  Rope(float base, const RopeScaling& s) : theta(base), scaling(s) {}
 };
 
 // inv_freq (theta^(-2i/D), pair i) after the scaling (unchanged without it).

@@ -123,11 +123,16 @@ struct ModelConfig {
     return fp8 && !(fp8_first_last_bf16 && (layer == 0 || layer == n_layer - 1));
   }
 
-  // Mixture of experts: the MLP of every `moe_every`-th layer (1-based) is an MoE.
+  // Mixture of experts: the MLP of every `moe_every`-th layer (1-based) from
+  // layer `moe_first_dense` on is an MoE.
   bool moe_enabled = false;
   int moe_every = 1;
+  int moe_first_dense = 0;
   MoeConfig moe;
-  bool is_moe_layer(int layer) const { return moe_enabled && (layer + 1) % moe_every == 0; }
+  bool is_moe_layer(int layer) const {
+    return moe_enabled && layer >= moe_first_dense && (layer + 1) % moe_every == 0;
+  }
+  bool has_dense_mlp() const { return !moe_enabled || moe_every > 1 || moe_first_dense > 0; }
 
   // 0: d_model / n_head. Llama's heads may be of their own size (Qwen3 0.6B:
   // 16 of 128 over a width of 1024): q/k/v project to heads x head_dim, o_proj back.

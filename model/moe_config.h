@@ -17,6 +17,7 @@ struct MoeConfig {
   float capacity_factor = 0.0f;   // <= 0: dropless; else capacity = ceil(cf * N * K / E)
   bool sigmoid = false;           // DeepSeek-V3 scores; softmax otherwise
   bool normalize_topk = true;     // combine weights = chosen scores / their sum
+  float topk_scaling = 1.0f;      // then times this (DeepSeek-V3's routed_scaling_factor)
 
   // Expert parallelism: the routed experts are spread over `ep` ranks, rank
   // `ep_rank` holding experts [ep_rank * E/ep, (ep_rank + 1) * E/ep) (router,

@@ -331,6 +331,7 @@ void Moe::forward(const LayerEnv& env, Tensor out, Tensor in) const {
   linear_forward(ctx, logits, router_in, b.param(router_), {});
   Tensor bias = bias_.index >= 0 ? b.param(bias_) : Tensor{};
   moe_route_forward(ctx, probs, idx, w, logits, bias, moe_.sigmoid, moe_.normalize_topk);
+  if (moe_.topk_scaling != 1.0f) scale(ctx, w, moe_.topk_scaling);
   Tensor load = counts.slice(0, 1).view({E_}), kept = counts.slice(1, 2).view({E_});
   moe_plan(ctx, b.get(slot_src_), b.get(assign_slot_), load, kept, idx, capacity_,
            capacity_taken(env, idx));
@@ -467,6 +468,8 @@ void Moe::backward(const LayerEnv& env, Tensor dinp, Tensor dout, Tensor in, flo
     copy_from_host(dprob, g.data());
   }
   const float z_grad = dloss * moe_.z_loss_coeff / static_cast<float>(Ng_);
+  // The combine weights were scaled after routing: the router's gradient is too.
+  if (moe_.topk_scaling != 1.0f) scale(ctx, dtopk, moe_.topk_scaling);
   moe_route_backward(ctx, b.get(dlogits_), dtopk, b.get(logits_), b.get(probs_),
                      b.get(topk_idx_), dprob, z_grad, moe_.sigmoid, moe_.normalize_topk);
   if (router_in_ >= 0) {

@@ -180,9 +180,16 @@ void check_moe(const ConfigCheck& c, const model::ModelConfig& cfg, const std::s
                const LlamaLikeDefaults& d) {
   c.require(cfg.moe.n_shared_experts == 0, "a {} model has no shared experts, but "
             "model.moe.n_shared_experts is {}", type, cfg.moe.n_shared_experts);
+  c.require(!cfg.moe.sigmoid, "a {} model routes by softmax, but model.moe.score is sigmoid", type);
+  c.require(cfg.moe.topk_scaling == 1.0f, "a {} model combines the experts by their routing "
+            "weights alone, but model.moe.topk_scaling_factor is {}", type, cfg.moe.topk_scaling);
   if (type == "mixtral") {
     c.require(cfg.moe_every == 1, "a Mixtral model has an MoE in every layer, but model.moe.every is {}",
               cfg.moe_every);
+    c.require(cfg.moe_first_dense == 0, "a Mixtral model has an MoE in every layer, but "
+              "model.moe.first_dense is {}", cfg.moe_first_dense);
+    c.require(cfg.moe.normalize_topk, "a Mixtral model renormalises its top-k weights, but "
+              "model.moe.normalize_topk is false");
     c.same_int("intermediate_size", d.intermediate, cfg.moe.d_ff_expert, "model.moe.d_ff_expert");
     c.same_int("num_local_experts", 8, cfg.moe.n_experts, "model.moe.n_experts");
     c.same_int("num_experts_per_tok", 2, cfg.moe.top_k, "model.moe.top_k");
@@ -197,12 +204,26 @@ void check_moe(const ConfigCheck& c, const model::ModelConfig& cfg, const std::s
   c.same_int("num_experts_per_tok", 8, cfg.moe.top_k, "model.moe.top_k");
   c.same_flag("norm_topk_prob", false, cfg.moe.normalize_topk, "model.moe.normalize_topk");
   c.same_int("decoder_sparse_step", 1, cfg.moe_every, "model.moe.every");
+  // mlp_only_layers: the first model.moe.first_dense layers, or none.
   const Json* only = c.get("mlp_only_layers");
-  c.require(!only || (only->is_array() && only->items().empty()),
-            "mlp_only_layers is {}: this trainer's dense layers are those model.moe.every skips",
-            only ? only->dump() : "");
-  if (cfg.moe_every > 1)  // the dense layers' MLP
+  bool prefix = !only || only->is_array();
+  int64_t n = 0;
+  for (size_t i = 0; prefix && only && i < only->items().size(); ++i, ++n) {
+    const Json& l = only->items()[i];
+    prefix = l.is_number() && l.as_number() == static_cast<double>(i);
+  }
+  c.require(prefix, "mlp_only_layers is {}: this trainer's dense layers are the first "
+            "model.moe.first_dense ones and those model.moe.every skips", only ? only->dump() : "");
+  if (prefix)
+    c.require(n == cfg.moe_first_dense, "mlp_only_layers holds the first {} layers, but "
+              "model.moe.first_dense is {}", n, cfg.moe_first_dense);
+  if (cfg.has_dense_mlp())  // the dense layers' MLP
     c.same_int("intermediate_size", d.intermediate, cfg.d_ff, "model.d_ff");
+}
+
+// Hugging Face's rope_type of a scaling.
+const char* rope_type_name(RopeKind kind) {
+  return kind == RopeKind::linear ? "linear" : kind == RopeKind::yarn ? "yarn" : "llama3";
 }
 
 // transformers' YaRN attention factor when the config gives none.
@@ -213,10 +234,7 @@ double yarn_default_attention(double factor) { return factor <= 1 ? 1.0 : 0.1 * 
 void check_rope_scaling(const ConfigCheck& c, const model::ModelConfig& cfg, const std::string& rope_type,
                         const std::string& key) {
   const RopeScaling& ours = cfg.rope_scaling;
-  const char* our_type = !ours.active()                    ? "default"
-                         : ours.kind == RopeKind::linear ? "linear"
-                         : ours.kind == RopeKind::yarn   ? "yarn"
-                                                         : "llama3";
+  const std::string our_type = ours.active() ? rope_type_name(ours.kind) : "default";
   if (rope_type != "default" && rope_type != "llama3" && rope_type != "linear" && rope_type != "yarn") {
     c.require(false, "RoPE scaling \"{}\": this trainer computes plain RoPE or the llama3, linear and "
               "yarn scalings", rope_type);
@@ -320,9 +338,10 @@ void check_llama_like(const ConfigCheck& c, const model::ModelConfig& cfg, const
     c.same_int("intermediate_size", d.intermediate, cfg.d_ff, "model.d_ff");
 }
 
+// config.json's rope_scaling for an active scaling.
 Json rope_scaling_json(const RopeScaling& rs) {
   Json scaling = Json::object();
-  scaling.set("rope_type", Json(rs.kind == RopeKind::linear ? "linear" : rs.kind == RopeKind::yarn ? "yarn" : "llama3"));
+  scaling.set("rope_type", Json(rope_type_name(rs.kind)));
   scaling.set("factor", Json(rs.factor));
   if (rs.kind == RopeKind::llama3) {
     scaling.set("low_freq_factor", Json(rs.low_freq_factor));
@@ -353,6 +372,10 @@ std::string hf_architecture(const model::ModelConfig& cfg) {
   // Qwen3-MoE's decoder_sparse_step is model.moe.every (dense MLPs between).
   TRAINER_INPUT_CHECK(cfg.moe_every == 1 || cfg.qk_norm, "model.moe.every is {}: MixtralForCausalLM "
                       "has an MoE in every layer (every: 1)", cfg.moe_every);
+  TRAINER_INPUT_CHECK(cfg.moe_first_dense == 0 || cfg.qk_norm, "model.moe.first_dense is {}: "
+                      "MixtralForCausalLM has an MoE in every layer", cfg.moe_first_dense);
+  TRAINER_INPUT_CHECK(cfg.moe.topk_scaling == 1.0f, "model.moe.topk_scaling_factor is {}: {} "
+                      "combines the experts by their routing weights alone", cfg.moe.topk_scaling, cls);
   TRAINER_INPUT_CHECK(cfg.moe.n_shared_experts == 0, "model.moe.n_shared_experts is {}: {} has no "
                       "shared experts", cfg.moe.n_shared_experts, cls);
   TRAINER_INPUT_CHECK(cfg.moe.balance != model::MoeBalance::aux_free,
@@ -429,7 +452,9 @@ std::string hf_config_json(const model::ModelConfig& cfg, const HfConfigExtras& 
         j.set("moe_intermediate_size", Json(cfg.moe.d_ff_expert));
         j.set("norm_topk_prob", Json(cfg.moe.normalize_topk));
         j.set("decoder_sparse_step", Json(cfg.moe_every));
-        j.set("mlp_only_layers", Json::array());
+        Json dense = Json::array();
+        for (int l = 0; l < cfg.moe_first_dense; ++l) dense.push(Json(l));
+        j.set("mlp_only_layers", std::move(dense));
       }
     } else {
       j.set("attention_bias", Json(false));

@@ -41,9 +41,11 @@ struct MoESpec {
   int n_shared_experts = 0;       // >= 0
   int d_ff_expert = 512;          // >= 1
   int every = 1;                  // MoE in layers where (layer + 1) % every == 0
+  int first_dense = 0;            // >= 0: the first layers keep a dense MLP (DeepSeek's first_k_dense_replace)
   Balance balance = Balance::aux_loss;
   RouterScore score = RouterScore::softmax;  // the router's expert scores
   bool normalize_topk = true;     // combine weights = the chosen scores / their sum
+  double topk_scaling_factor = 1.0;  // > 0: the combine weights are multiplied by it (DeepSeek-V3: 2.5)
   double aux_loss_coeff = 0.01;   // >= 0
   double z_loss_coeff = 0.0;      // >= 0: router z-loss weight (0 = off)
   double bias_update_rate = 1e-3; // >= 0: aux_free expert-bias step per optimizer step

@@ -44,6 +44,13 @@ void check_model(const ModelSpec& m, const SpecReader& r) {
   if (m.moe.every > m.n_layer)
     r.fail("model.moe.every", fmt::format("must be <= model.n_layer ({}), got {} (no layer would "
                                           "be a MoE layer)", m.n_layer, m.moe.every));
+  // The last layer l with (l + 1) % every == 0 must come after the dense ones.
+  const int last_moe = m.n_layer / m.moe.every * m.moe.every - 1;
+  if (m.moe.every <= m.n_layer && m.moe.first_dense > last_moe)
+    r.fail("model.moe.first_dense",
+           fmt::format("must be <= {} (the last layer model.moe.every {} makes an MoE layer, of "
+                       "model.n_layer {}), got {} (no layer would be a MoE layer)",
+                       last_moe, m.moe.every, m.n_layer, m.moe.first_dense));
 }
 
 void check_training(const JobSpec& s, const SpecReader& r) {

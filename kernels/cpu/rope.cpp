@@ -31,7 +31,7 @@ void rope_apply(const char* op, Tensor out, Tensor inp, const Rope& rope, int64_
   float* o = st.out(out, "out");
   const float* x = st.in(inp, "inp");
   const int64_t half = D / 2;
-  const double magnitude = rope_magnitude(rope.llama3);
+  const double magnitude = rope_magnitude(rope.scaling);
   // Without positions every sequence shares row t's angles: one table per t.
   const int64_t rows = pos ? B * T : T, per_row = pos ? 1 : B;
 #pragma omp parallel
@@ -43,7 +43,7 @@ void rope_apply(const char* op, Tensor out, Tensor inp, const Rope& rope, int64_
       const double at = static_cast<double>(pos ? pos[r] : pos_offset + r);
       for (int64_t i = 0; i < half; ++i) {
         const double angle =
-            at * scaled_inv_freq(std::pow(static_cast<double>(theta), -2.0 * i / D), i, rope.llama3);
+            at * scaled_inv_freq(std::pow(static_cast<double>(theta), -2.0 * i / D), i, rope.scaling);
         // YaRN's magnitude m: backward is the transpose of m R, i.e. m R^-1.
         cs[i] = static_cast<float>(magnitude * std::cos(angle));
         sn[i] = sign * static_cast<float>(magnitude * std::sin(angle));

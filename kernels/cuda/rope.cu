@@ -63,7 +63,7 @@ void launch(Context& ctx, Tensor out, Tensor inp, const Rope& rope, int64_t pos_
   TRAINER_FLOAT_DISPATCH(inp.dtype, op, {
     rope_kernel<T><<<grid_for(num_pairs, kThreads), kThreads, 0, st.stream>>>(
         static_cast<T*>(out.data), static_cast<const T*>(inp.data), inp.shape[1], inp.shape[2], D,
-        log_theta, rope.llama3, pos_offset, static_cast<const int32_t*>(positions.data), sign,
+        log_theta, rope.scaling, pos_offset, static_cast<const int32_t*>(positions.data), sign,
         num_pairs);
   });
   CUDA_LAUNCH_CHECK();

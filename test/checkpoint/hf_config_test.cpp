@@ -138,6 +138,16 @@ TEST_CASE("hf config: each family's own config.json passes its check", "[cpu][ch
   CHECK(!qwen3_moe.at("norm_topk_prob").as_bool());
   CHECK(!qwen3_moe.at("use_sliding_window").as_bool());
   CHECK(qwen3_moe.find("num_local_experts") == nullptr);
+  // DeepSeek's first dense layers are Qwen3-MoE's mlp_only_layers.
+  model::ModelConfig dense_first = qwen3_moe_cfg();
+  dense_first.n_layer = 4, dense_first.moe_first_dense = 2;
+  Json df = parse_json(hf_config_json(dense_first), "config.json");
+  REQUIRE(df.at("mlp_only_layers").items().size() == 2);
+  CHECK(df.at("mlp_only_layers").items()[1].as_int() == 1);
+  CHECK_NOTHROW(check_hf_config(config_with(dense_first, "", nullptr), dense_first));
+  CHECK_THROWS_WITH(check_hf_config(config_with(dense_first, "", nullptr), qwen3_moe_cfg()),
+                    Contains("num_hidden_layers is 4, but model.n_layer is 2") &&
+                        Contains("mlp_only_layers holds the first 2 layers, but model.moe.first_dense is 0"));
   model::ModelConfig scaled = llama_cfg();
   scaled.rope_scaling = {.factor = 32, .low_freq_factor = 1, .high_freq_factor = 4, .original_max_positions = 8192};
   Json j = parse_json(hf_config_json(scaled), "config.json");
@@ -203,7 +213,8 @@ TEST_CASE("hf config: a differing hyper-parameter is named with the job key", "[
       {qwen3_moe_cfg(), "num_key_value_heads", Json(), "num_key_value_heads is 4, but model.n_kv_head is 2"},
       {qwen3_moe_cfg(), "hidden_size", Json(), "hidden_size is 2048, but model.d_model is 32"},
       {qwen3_moe_cfg(), "mlp_only_layers", parse_json("[1]", "mlp_only_layers"),
-       "mlp_only_layers is [1]: this trainer's dense layers are those model.moe.every skips"},
+       "mlp_only_layers is [1]: this trainer's dense layers are the first model.moe.first_dense ones "
+       "and those model.moe.every skips"},
       {qwen3_moe_cfg(), "model_type", Json("qwen2_moe"),
        "model_type is \"qwen2_moe\", but the job's model is qwen3_moe (model.family llama with model.moe and "
        "model.qk_norm): Qwen2-MoE's gated shared expert is not computed by this trainer"},
@@ -351,6 +362,13 @@ TEST_CASE("hf config: a model no transformers class computes is refused by its k
     sigmoid.moe.sigmoid = true;
     CHECK_THROWS_WITH(hf_architecture(sigmoid), Contains("model.moe.score is sigmoid: "));
   }
+  model::ModelConfig dense_mixtral = mixtral_cfg();
+  dense_mixtral.moe_first_dense = 1;
+  CHECK_THROWS_WITH(hf_architecture(dense_mixtral), Contains("model.moe.first_dense is 1: MixtralForCausalLM"));
+  model::ModelConfig scaled_moe = qwen3_moe_cfg();
+  scaled_moe.moe.topk_scaling = 2.5f;
+  CHECK_THROWS_WITH(hf_architecture(scaled_moe), Contains("model.moe.topk_scaling_factor is 2.5: "
+                                                          "Qwen3MoeForCausalLM combines"));
   model::ModelConfig shared_qwen = qwen3_moe_cfg();
   shared_qwen.moe.n_shared_experts = 2;
   CHECK_THROWS_WITH(hf_architecture(shared_qwen),

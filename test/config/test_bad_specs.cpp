@@ -134,6 +134,11 @@ const std::vector<Bad>& bad_specs() {
        "job.yaml:5: train.max_minutes: expected a number, got 'soon'"},
       {"capacity factor 0", kData + "model:\n  moe:\n    capacity_factor: 0\n", {},
        "job.yaml:6: model.moe.capacity_factor: must be > 0, got 0"},
+      {"every layer dense", kData + "model:\n  n_layer: 4\n  moe:\n    every: 2\n    first_dense: 4\n", {},
+       "job.yaml:8: model.moe.first_dense: must be <= 3 (the last layer model.moe.every 2 makes an MoE "
+       "layer, of model.n_layer 4), got 4 (no layer would be a MoE layer)"},
+      {"topk scaling 0", kData + "model:\n  moe:\n    topk_scaling_factor: 0\n", {},
+       "job.yaml:6: model.moe.topk_scaling_factor: must be > 0, got 0"},
       {"router score", kData + "model:\n  moe:\n    score: tanh\n", {},
        "job.yaml:6: model.moe.score: expected one of softmax, sigmoid, got 'tanh'"},
       {"normalize_topk not a bool", kData + "model:\n  moe:\n    normalize_topk: 2\n", {},

@@ -8,7 +8,7 @@ set -euo pipefail
 fx=$1 trainer=$2 mpiexec=$3
 cd "$fx"
 dir=runs/inspect
-rm -rf "$dir" "$dir-qwen3"
+rm -rf "$dir" "$dir-qwen3" "$dir-yarn"
 OMP_NUM_THREADS=1 "$mpiexec" --allow-run-as-root --oversubscribe -np 4 "$trainer" train mesh_llama.yaml \
   --set run.dir="$dir" --set parallel.tp=2 --set train.steps=10 --set checkpoint.every=5 >/dev/null
 status=0
@@ -50,5 +50,10 @@ OMP_NUM_THREADS=1 "$trainer" train mesh_qwen3.yaml --set run.dir="$dir-qwen3" --
   --set checkpoint.every=1 >/dev/null
 out=$("$trainer" inspect "$dir-qwen3")
 expect qwen3 "model: llama, 2 layers, d_model 32, 4 heads (1 kv) of 16, q/k norms, d_ff 64, vocab 1000;"
+# And a RoPE scaling: YaRN's factor and the context it scales.
+OMP_NUM_THREADS=1 "$trainer" train mesh_llama_yarn.yaml --set run.dir="$dir-yarn" --set train.steps=1 \
+  --set checkpoint.every=1 >/dev/null
+out=$("$trainer" inspect "$dir-yarn")
+expect yarn "model: llama, 2 layers, d_model 32, 4 heads (2 kv), yarn RoPE x4 over 8 positions, d_ff 64,"
 [ "$status" = 0 ] && echo "inspect: listings, summary and refusals as expected"
 exit $status

@@ -151,6 +151,11 @@ sed 's/balance: aux_free/balance: aux_free, score: sigmoid/' mesh_moe_llama.yaml
 grep -q 'score: sigmoid' mesh_moe_llama_sigmoid.yaml
 # Four layers (MoE in layers 1 and 3): an interleaved pipeline pp 2 x v2 with ep.
 sed 's/n_layer: 2/n_layer: 4/' mesh_moe_llama.yaml >mesh_moe_llama_l4.yaml
+# DeepSeek-V3's router: the first two layers dense (MoE in layer 3 only),
+# sigmoid scores, combine weights x 2.5.
+sed 's/every: 2,/every: 2, first_dense: 2, score: sigmoid, topk_scaling_factor: 2.5,/' \
+  mesh_moe_llama_l4.yaml >mesh_moe_llama_dense_first.yaml
+grep -q 'first_dense: 2' mesh_moe_llama_dense_first.yaml
 sed 's/^optimizer:/precision: {compute: bf16}\noptimizer:/' mesh_moe_llama.yaml >mesh_moe_llama_bf16.yaml
 sed 's/^optimizer:/precision: {compute: fp16}\noptimizer:/' mesh_moe_llama.yaml >mesh_moe_llama_fp16.yaml
 # A loss scale fp16 cannot hold: every step overflows and must be skipped on every rank.

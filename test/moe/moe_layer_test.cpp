@@ -118,6 +118,14 @@ TEST_CASE("moe layer gradient: GELU experts, sigmoid, capacity dropping", "[cpu]
   SECTION("aux losses only") { gradcheck(Family::gpt2, mc, true); }
 }
 
+// DeepSeek-V3's routed_scaling_factor: the combine weights (and so the
+// router's gradient) times 2.5, with sigmoid scores and aux_free's bias.
+TEST_CASE("moe layer gradient: sigmoid top-2 renormalised, weights scaled by 2.5", "[cpu][moe]") {
+  MoeConfig mc{.n_experts = 4, .top_k = 2, .d_ff_expert = 6, .balance = MoeBalance::aux_free,
+               .sigmoid = true, .topk_scaling = 2.5f};
+  gradcheck(Family::llama, mc, false);
+}
+
 // Qwen3-MoE's norm_topk_prob: false (Megatron's pre-softmax router).
 TEST_CASE("moe layer gradient: SwiGLU experts, softmax top-2 not renormalised", "[cpu][moe]") {
   MoeConfig mc{.n_experts = 4, .top_k = 2, .d_ff_expert = 6, .balance = MoeBalance::aux_loss,
