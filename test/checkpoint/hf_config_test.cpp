@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <functional>
 #include <string>
 
 #include "engine/checkpoint/files.h"
@@ -333,49 +334,44 @@ TEST_CASE("hf config: a differing hyper-parameter is named with the job key", "[
 
 TEST_CASE("hf config: a model no transformers class computes is refused by its key",
           "[cpu][checkpoint]") {
-  model::ModelConfig gpt2_moe = gpt2_cfg();
-  gpt2_moe.moe_enabled = true;
-  CHECK_THROWS_WITH(hf_architecture(gpt2_moe), Contains("model.moe: GPT-2 blocks with MoE layers"));
-  model::ModelConfig every2 = mixtral_cfg();
-  every2.moe_every = 2;
-  CHECK_THROWS_WITH(hf_architecture(every2), Contains("model.moe.every is 2"));
-  model::ModelConfig shared = mixtral_cfg();
-  shared.moe.n_shared_experts = 1;
-  CHECK_THROWS_WITH(hf_architecture(shared), Contains("model.moe.n_shared_experts is 1"));
-  model::ModelConfig aux_free = mixtral_cfg();
-  aux_free.moe.balance = model::MoeBalance::aux_free;
-  CHECK_THROWS_WITH(hf_architecture(aux_free), Contains("model.moe.balance is aux_free"));
-  CHECK_THROWS_AS(hf_config_json(aux_free), InputError);
-  model::ModelConfig biased_moe = mixtral_cfg();
-  biased_moe.qkv_bias = true;
-  CHECK_THROWS_WITH(hf_architecture(biased_moe), Contains("model.qkv_bias: MixtralForCausalLM and "
-                                                          "Qwen3MoeForCausalLM have no attention biases"));
-  model::ModelConfig normed_moe = mixtral_cfg();  // Qwen3-MoE: any every, either top-k weighting
+  using Change = std::function<void(model::ModelConfig&)>;
+  struct Refusal {
+    model::ModelConfig base;
+    Change change;
+    std::string message;
+  };
+  const Refusal refusals[] = {
+      {gpt2_cfg(), [](auto& c) { c.moe_enabled = true; }, "model.moe: GPT-2 blocks with MoE layers"},
+      {mixtral_cfg(), [](auto& c) { c.moe_every = 2; }, "model.moe.every is 2"},
+      {mixtral_cfg(), [](auto& c) { c.moe.n_shared_experts = 1; }, "model.moe.n_shared_experts is 1"},
+      {mixtral_cfg(), [](auto& c) { c.moe.balance = model::MoeBalance::aux_free; },
+       "model.moe.balance is aux_free"},
+      {mixtral_cfg(), [](auto& c) { c.qkv_bias = true; },
+       "model.qkv_bias: MixtralForCausalLM and Qwen3MoeForCausalLM have no attention biases"},
+      {mixtral_cfg(), [](auto& c) { c.moe.normalize_topk = false; },
+       "model.moe.normalize_topk is false: MixtralForCausalLM renormalises"},
+      {mixtral_cfg(), [](auto& c) { c.moe.sigmoid = true; }, "model.moe.score is sigmoid: "},
+      {qwen3_moe_cfg(), [](auto& c) { c.moe.sigmoid = true; }, "model.moe.score is sigmoid: "},
+      {mixtral_cfg(), [](auto& c) { c.moe_first_dense = 1; }, "model.moe.first_dense is 1: MixtralForCausalLM"},
+      {qwen3_moe_cfg(), [](auto& c) { c.moe.topk_scaling = 2.5f; },
+       "model.moe.topk_scaling_factor is 2.5: Qwen3MoeForCausalLM combines"},
+      {qwen3_moe_cfg(), [](auto& c) { c.moe.n_shared_experts = 2; },
+       "model.moe.n_shared_experts is 2: Qwen3MoeForCausalLM has no shared experts"},
+      {qwen3_cfg(), [](auto& c) { c.qkv_bias = true; },
+       "model.qk_norm with model.qkv_bias: no Hugging Face class"},
+  };
+  for (const Refusal& r : refusals) {
+    INFO(r.message);
+    model::ModelConfig cfg = r.base;
+    r.change(cfg);
+    CHECK_THROWS_WITH(hf_architecture(cfg), Contains(r.message));
+    CHECK_THROWS_AS(hf_config_json(cfg), InputError);
+  }
+  // Qwen3-MoE: an MoE with q/k norms, in any every-th layer, either top-k weighting.
+  model::ModelConfig normed_moe = mixtral_cfg();
   normed_moe.qk_norm = true;
   CHECK(hf_architecture(normed_moe) == "Qwen3MoeForCausalLM");
   CHECK(hf_architecture(qwen3_moe_cfg()) == "Qwen3MoeForCausalLM");
-  model::ModelConfig unnormalised = mixtral_cfg();
-  unnormalised.moe.normalize_topk = false;
-  CHECK_THROWS_WITH(hf_architecture(unnormalised),
-                    Contains("model.moe.normalize_topk is false: MixtralForCausalLM renormalises"));
-  for (model::ModelConfig sigmoid : {mixtral_cfg(), qwen3_moe_cfg()}) {
-    sigmoid.moe.sigmoid = true;
-    CHECK_THROWS_WITH(hf_architecture(sigmoid), Contains("model.moe.score is sigmoid: "));
-  }
-  model::ModelConfig dense_mixtral = mixtral_cfg();
-  dense_mixtral.moe_first_dense = 1;
-  CHECK_THROWS_WITH(hf_architecture(dense_mixtral), Contains("model.moe.first_dense is 1: MixtralForCausalLM"));
-  model::ModelConfig scaled_moe = qwen3_moe_cfg();
-  scaled_moe.moe.topk_scaling = 2.5f;
-  CHECK_THROWS_WITH(hf_architecture(scaled_moe), Contains("model.moe.topk_scaling_factor is 2.5: "
-                                                          "Qwen3MoeForCausalLM combines"));
-  model::ModelConfig shared_qwen = qwen3_moe_cfg();
-  shared_qwen.moe.n_shared_experts = 2;
-  CHECK_THROWS_WITH(hf_architecture(shared_qwen),
-                    Contains("model.moe.n_shared_experts is 2: Qwen3MoeForCausalLM has no shared experts"));
-  model::ModelConfig both = qwen3_cfg();
-  both.qkv_bias = true;
-  CHECK_THROWS_WITH(hf_architecture(both), Contains("model.qk_norm with model.qkv_bias: no Hugging Face class"));
 }
 
 TEST_CASE("hf config: configs/llama-1b.yaml is Llama 3.2 1B, configs/llama-8b.yaml Llama 3 8B, "
