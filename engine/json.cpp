@@ -350,7 +350,7 @@ void Json::dump_to(std::string& out, int indent, int depth) const {
       TRAINER_CHECK(std::isfinite(num_), "JSON cannot hold {}", num_);
       // Integers print exactly; other numbers with the shortest text that reads back equal.
       if (num_ == std::floor(num_) && std::fabs(num_) < kMaxExactInt)
-        out += fmt::format("{}", static_cast<int64_t>(num_));
+        out += fmt::format("{}{}", static_cast<int64_t>(num_), real_ ? ".0" : "");
       else
         out += fmt::format("{}", num_);
       break;

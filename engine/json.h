@@ -26,6 +26,10 @@ class Json {
   Json(const char* s) : kind_(Kind::string), str_(s) {}
   Json(std::string s) : kind_(Kind::string), str_(std::move(s)) {}
   static Json array() { Json j; j.kind_ = Kind::array; return j; }
+  // A number written with a fraction even when whole ("4.0", not "4"):
+  // Python reads it as a float, which transformers 5's strict configs want
+  // of a float-typed key.
+  static Json real(double v) { Json j(v); j.real_ = true; return j; }
   static Json object() { Json j; j.kind_ = Kind::object; return j; }
 
   Kind kind() const { return kind_; }
@@ -61,6 +65,7 @@ class Json {
   Kind kind_ = Kind::null;
   bool bool_ = false;
   double num_ = 0;
+  bool real_ = false;  // real(): a whole number keeps its ".0"
   std::string str_;
   std::vector<Json> items_;
   std::vector<std::pair<std::string, Json>> members_;

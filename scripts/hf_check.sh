@@ -2,7 +2,8 @@
 # hf_check.sh [TRAINER] [OUT]: trains the tiny GPT-2, Llama, Qwen2-shaped (tiny-llama
 # with q/k/v biases and a tied head), Qwen3-shaped (tiny-llama with q/k norms and
 # a tied head), Mixtral-shaped MoE (moe-tiny) and Qwen3-MoE-shaped (moe-tiny with
-# q/k norms, a dense layer 0 and top-k weights not renormalised) jobs a few steps
+# q/k norms, a dense layer 0 and top-k weights not renormalised) jobs and tiny-llama
+# with YaRN RoPE scaling a few steps
 # on the CPU (data/brown), exports each with `trainer export --format hf
 # --reference-logits 64`, and checks with scripts/hf_check.py that Hugging
 # Face transformers loads the export as it is and computes the trainer's
@@ -32,13 +33,16 @@ if [[ -f $GPT2/encoder.json && -f $GPT2/vocab.bpe ]]; then
     echo "hf_check: trainer tokenize failed:"; tail -3 "$OUT/tokenize.log"; status=1; tok_args=()
   fi
 fi
-for job in tiny-gpt2 tiny-llama tiny-qwen2 tiny-qwen3 moe-tiny tiny-qwen3-moe; do
+for job in tiny-gpt2 tiny-llama tiny-qwen2 tiny-qwen3 moe-tiny tiny-qwen3-moe tiny-llama-yarn; do
   run=$OUT/$job/run hf=$OUT/$job/hf
   rm -rf "$OUT/$job"
   config=configs/$job.yaml shape=()
   case $job in
     tiny-qwen2) config=configs/tiny-llama.yaml shape=(--set model.qkv_bias=true --set model.tie_embeddings=true) ;;
     tiny-qwen3) config=configs/tiny-llama.yaml shape=(--set model.qk_norm=true --set model.tie_embeddings=true) ;;
+    tiny-llama-yarn) config=configs/tiny-llama.yaml
+      shape=(--set model.rope_scaling.type=yarn --set model.rope_scaling.factor=4
+             --set model.rope_scaling.original_max_position_embeddings=32) ;;
     tiny-qwen3-moe) config=configs/moe-tiny.yaml
       shape=(--set model.qk_norm=true --set model.moe.every=2 --set model.moe.normalize_topk=false) ;;
   esac

@@ -342,17 +342,17 @@ void check_llama_like(const ConfigCheck& c, const model::ModelConfig& cfg, const
 Json rope_scaling_json(const RopeScaling& rs) {
   Json scaling = Json::object();
   scaling.set("rope_type", Json(rope_type_name(rs.kind)));
-  scaling.set("factor", Json(rs.factor));
+  scaling.set("factor", Json::real(rs.factor));
   if (rs.kind == RopeKind::llama3) {
-    scaling.set("low_freq_factor", Json(rs.low_freq_factor));
-    scaling.set("high_freq_factor", Json(rs.high_freq_factor));
+    scaling.set("low_freq_factor", Json::real(rs.low_freq_factor));
+    scaling.set("high_freq_factor", Json::real(rs.high_freq_factor));
   }
   if (rs.kind != RopeKind::linear)
     scaling.set("original_max_position_embeddings", Json(static_cast<int64_t>(rs.original_max_positions)));
   if (rs.kind == RopeKind::yarn) {
-    scaling.set("beta_fast", Json(rs.beta_fast));
-    scaling.set("beta_slow", Json(rs.beta_slow));
-    scaling.set("attention_factor", Json(rs.attention_factor));
+    scaling.set("beta_fast", Json::real(rs.beta_fast));
+    scaling.set("beta_slow", Json::real(rs.beta_slow));
+    scaling.set("attention_factor", Json::real(rs.attention_factor));
   }
   return scaling;
 }
@@ -360,6 +360,14 @@ Json rope_scaling_json(const RopeScaling& rs) {
 }  // namespace
 
 std::string hf_architecture(const model::ModelConfig& cfg) {
+  // YaRN's max_position_embeddings (factor x original) is a count of positions.
+  if (const RopeScaling& r = cfg.rope_scaling; r.active() && r.kind == RopeKind::yarn) {
+    const double positions = r.factor * r.original_max_positions;
+    TRAINER_INPUT_CHECK(positions == std::floor(positions), "model.rope_scaling: factor {} x "
+                        "original_max_position_embeddings {} = {} is not a whole number of positions "
+                        "(config.json's max_position_embeddings, which transformers 4 divides by the "
+                        "original to get the factor)", r.factor, r.original_max_positions, positions);
+  }
   if (!cfg.moe_enabled) return hf_kind(cfg).cls;
   TRAINER_INPUT_CHECK(cfg.is_llama(), "model.moe: GPT-2 blocks with MoE layers are no Hugging Face "
                       "architecture (MoE exports as MixtralForCausalLM or Qwen3MoeForCausalLM, from "
@@ -426,21 +434,22 @@ std::string hf_config_json(const model::ModelConfig& cfg, const HfConfigExtras& 
     const RopeScaling& rope = cfg.rope_scaling;
     const bool yarn = rope.active() && rope.kind == RopeKind::yarn;
     j.set("max_position_embeddings",
-          yarn ? Json(rope.factor * rope.original_max_positions) : Json(cfg.max_seq_len));
-    j.set("rms_norm_eps", Json(tidy(cfg.norm_eps)));
-    j.set("rope_theta", Json(tidy(cfg.rope_theta)));
+          yarn ? Json(static_cast<int64_t>(std::llround(rope.factor * rope.original_max_positions)))
+               : Json(cfg.max_seq_len));
+    j.set("rms_norm_eps", Json::real(tidy(cfg.norm_eps)));
+    j.set("rope_theta", Json::real(tidy(cfg.rope_theta)));
     if (const RopeScaling& rs = cfg.rope_scaling; rs.active()) j.set("rope_scaling", rope_scaling_json(rs));
     if (cfg.moe_enabled) {
       j.set("num_experts_per_tok", Json(cfg.moe.top_k));
       j.set("output_router_logits", Json(false));
-      j.set("router_aux_loss_coef", Json(cfg.moe.balance == model::MoeBalance::aux_loss
+      j.set("router_aux_loss_coef", Json::real(cfg.moe.balance == model::MoeBalance::aux_loss
                                              ? tidy(cfg.moe.aux_loss_coeff)
                                              : 0.0));
     }
     if (mixtral) {
       j.set("sliding_window", Json());
       j.set("num_local_experts", Json(cfg.moe.n_experts));
-      j.set("router_jitter_noise", Json(0.0));
+      j.set("router_jitter_noise", Json::real(0.0));
     } else if (type == "qwen2" || type == "qwen3" || type == "qwen3_moe") {
       // Full attention in every layer, in every transformers version's reading.
       j.set("use_sliding_window", Json(false));
@@ -470,16 +479,16 @@ std::string hf_config_json(const model::ModelConfig& cfg, const HfConfigExtras& 
     j.set("n_head", Json(cfg.n_head));
     j.set("n_inner", Json(cfg.d_ff));
     j.set("activation_function", Json("gelu_new"));  // the tanh approximation kernels/gelu.h uses
-    j.set("layer_norm_epsilon", Json(tidy(cfg.norm_eps)));
-    j.set("resid_pdrop", Json(0.0));
-    j.set("embd_pdrop", Json(0.0));
-    j.set("attn_pdrop", Json(0.0));
+    j.set("layer_norm_epsilon", Json::real(tidy(cfg.norm_eps)));
+    j.set("resid_pdrop", Json::real(0.0));
+    j.set("embd_pdrop", Json::real(0.0));
+    j.set("attn_pdrop", Json::real(0.0));
     j.set("scale_attn_weights", Json(true));
   }
   if (extras.bos_id >= 0) j.set("bos_token_id", Json(extras.bos_id));
   if (extras.eos_id >= 0) j.set("eos_token_id", Json(extras.eos_id));
   j.set("tie_word_embeddings", Json(cfg.tie_embeddings));
-  j.set("initializer_range", Json(tidy(cfg.init_std)));
+  j.set("initializer_range", Json::real(tidy(cfg.init_std)));
   j.set("torch_dtype", Json(extras.torch_dtype));
   return j.dump(2) + "\n";
 }

@@ -156,6 +156,18 @@ TEST_CASE("hf config: each family's own config.json passes its check", "[cpu][ch
   CHECK(j.at("rope_scaling").at("factor").as_number() == 32.0);
   CHECK(j.at("rope_scaling").at("original_max_position_embeddings").as_int() == 8192);
   CHECK(parse_json(hf_config_json(llama_cfg()), "c").find("rope_scaling") == nullptr);
+  // Float-typed keys are written as floats even when whole: transformers 5's
+  // strict configs refuse an int there (router_jitter_noise 0, rope_theta 500000).
+  const std::string llama_text = hf_config_json(llama_cfg()), gpt2_text = hf_config_json(gpt2_cfg());
+  CHECK_THAT(llama_text, Contains("\"rope_theta\": 500000.0") && Contains("\"initializer_range\": 0.02"));
+  CHECK_THAT(gpt2_text, Contains("\"resid_pdrop\": 0.0") && Contains("\"attn_pdrop\": 0.0"));
+  CHECK_THAT(hf_config_json(mixtral_cfg()), Contains("\"router_jitter_noise\": 0.0"));
+  CHECK_THAT(hf_config_json(yarn_cfg()), Contains("\"factor\": 4.0") && Contains("\"beta_slow\": 1.0") &&
+                                             Contains("\"max_position_embeddings\": 1024,"));
+  model::ModelConfig odd = yarn_cfg();
+  odd.rope_scaling = yarn_scaling(2.5, 333.0, 32.0, 1.0, 0.0, odd.head_dim(), odd.rope_theta);
+  CHECK_THROWS_WITH(hf_architecture(odd), Contains("model.rope_scaling: factor 2.5 x "
+                                                   "original_max_position_embeddings 333 = 832.5 is not a whole number"));
   // YaRN: max_position_embeddings = factor x original, which transformers 4 reads as the factor.
   Json yarn = parse_json(hf_config_json(yarn_cfg()), "config.json");
   CHECK(yarn.at("rope_scaling").at("rope_type").as_string() == "yarn");

@@ -131,6 +131,12 @@ TEST_CASE("json: strict parse, escapes and errors with offsets", "[cpu][checkpoi
   CHECK(j.at("s").as_string() == "x\"\xc3\xa9\xf0\x9f\x98\x80\n");
   CHECK(parse_json(j.dump(), "t").dump() == j.dump());
   CHECK(parse_json(j.dump(2), "t").dump() == j.dump());
+  // Whole numbers print as integers, unless written as reals (Python floats).
+  CHECK(Json(4.0).dump() == "4");
+  CHECK(Json::real(4.0).dump() == "4.0");
+  CHECK(Json::real(-0.0).dump() == "0.0");
+  CHECK(Json::real(2.5).dump() == "2.5");
+  CHECK(parse_json(Json::real(500000.0).dump(), "t").as_number() == 500000.0);
   for (const char* bad : {"{", "{\"a\":1,}", "[1 2]", "01", "\"\\x\"", "{\"a\":1}x", "{\"a\":1,\"a\":2}",
                           "tru", "\"\\ud800\"", "1."}) {
     INFO(bad);
