@@ -37,7 +37,8 @@ DeviceContext::DeviceContext(Device device, int local_rank) {
 #ifdef TRAINER_CUDA
   if (device == Device::cuda) {
     ctx_.cuda = create_cuda_state(local_rank);
-    // Every engine caller builds doc_start and positions with document_layout.
+    // Every engine caller builds doc_start and positions with document_layout,
+    // and moe_plan's experts come from the router's top-k.
     ctx_.cuda->check_index_operands = false;
   }
 #endif

@@ -41,10 +41,12 @@ std::string attention_options(const ModelSpec& m) {
 
 std::string moe_options(const MoESpec& e) {
   std::string s = fmt::format("{} experts of {}", e.n_experts, e.d_ff_expert);
-  if (e.n_shared_experts > 0) s += fmt::format(" (+{} shared)", e.n_shared_experts);
+  if (e.n_shared_experts > 0)
+    s += fmt::format(" (+{} shared{})", e.n_shared_experts, e.shared_expert_gate ? ", gated" : "");
   s += fmt::format(", top-{} by {}{}", e.top_k, e.score == RouterScore::sigmoid ? "sigmoid" : "softmax",
                    e.normalize_topk ? ", renormalised" : ", not renormalised");
   if (e.topk_scaling_factor != 1.0) s += fmt::format(" x{}", e.topk_scaling_factor);
+  if (e.n_groups > 1) s += fmt::format(" within the best {} of {} groups", e.top_groups, e.n_groups);
   s += e.every == 1 ? std::string(", in every layer") : fmt::format(", in every {} layers", e.every);
   if (e.first_dense > 0) s += fmt::format(" after {} dense", e.first_dense);
   return s;
@@ -101,6 +103,7 @@ model::ModelConfig model_config(const JobSpec& spec) {
   c.moe.n_experts = e.n_experts;
   c.moe.top_k = e.top_k;
   c.moe.n_shared_experts = e.n_shared_experts;
+  c.moe.shared_gate = e.shared_expert_gate;
   c.moe.d_ff_expert = e.d_ff_expert;
   c.moe.balance = e.balance == Balance::aux_free   ? model::MoeBalance::aux_free
                   : e.balance == Balance::aux_loss ? model::MoeBalance::aux_loss
@@ -108,6 +111,8 @@ model::ModelConfig model_config(const JobSpec& spec) {
   c.moe.sigmoid = e.score == RouterScore::sigmoid;
   c.moe.normalize_topk = e.normalize_topk;
   c.moe.topk_scaling = static_cast<float>(e.topk_scaling_factor);
+  c.moe.n_groups = e.n_groups;
+  c.moe.top_groups = e.top_groups;
   c.moe.aux_loss_coeff = static_cast<float>(e.aux_loss_coeff);
   c.moe.z_loss_coeff = static_cast<float>(e.z_loss_coeff);
   c.moe.capacity_factor = e.capacity_factor ? static_cast<float>(*e.capacity_factor) : 0.0f;

@@ -513,7 +513,7 @@ StepRecord Trainer::train_step(int step) {
   model_->zero_grads(ctx_);
   if (sharded_) sharded_->zero_grads();
   model_->reset_moe_stats(ctx_);
-  double loss_sum = 0, aux_sum = 0;
+  double loss_sum = 0;
   timers.mark(StepPhase::forward_backward);
   // Gradients are averaged over the gradient group (dp, or dp x cp), so each
   // rank's backward is scaled up by its size: the average is then the sum over
@@ -545,7 +545,6 @@ StepRecord Trainer::train_step(int step) {
       load(m, 0);
       model_->forward(ctx_);
       add_micro_batch_loss();
-      aux_sum += model_->aux_loss();
       // The reducer's tensors are the parameters in reverse (backward) order.
       if (reduce_in_backward_ && m == accum_steps_ - 1)
         model_->set_grad_ready([this, P](int p) { reducer_->mark_ready(P - 1 - p); });
@@ -562,7 +561,7 @@ StepRecord Trainer::train_step(int step) {
   r.step = step;
   r.loss = parallel::group_sum(grad_comm(), loss_sum) / counted;  // every token once
   if (pipeline_) r.loss = parallel::group_sum(mesh_->comm(parallel::Axis::pp), r.loss);
-  finish_moe_step(r, aux_sum);
+  finish_moe_step(r);
   MixedPrecision::finish_fp8_step(model_->buffers(), *mesh_);
   timers.mark(StepPhase::grad_sync);
   r.lr = learning_rate(spec_.optimizer, spec_.train.steps, step);
@@ -607,16 +606,14 @@ StepRecord Trainer::train_step(int step) {
   return r;
 }
 
-void Trainer::finish_moe_step(StepRecord& r, double aux_sum) {
+void Trainer::finish_moe_step(StepRecord& r) {
   // Every pipeline stage takes part (one may hold no MoE layer).
   if (!model_->config().moe_enabled) return;
   std::vector<const model::Moe*> layers = model_->moe_layers();
   parallel::Communicator& dp = mesh_->comm(parallel::Axis::dp);
-  // A pipeline runner does not return each micro-batch's aux loss: the layers summed it.
-  if (pipeline_) {
-    aux_sum = 0;
-    for (const model::Moe* m : layers) aux_sum += m->step_aux_loss(model_->buffers());
-  }
+  // Each layer sums its aux loss over the step's forwards on the device: read once here.
+  double aux_sum = 0;
+  for (const model::Moe* m : layers) aux_sum += m->step_aux_loss(model_->buffers());
   double imbalance = 0, dropped = 0;
   const std::vector<int> units = model_->moe_layer_units();
   for (size_t i = 0; i < layers.size(); ++i) {

@@ -101,7 +101,7 @@ class Trainer {
  private:
   void setup();
   void synchronize_gradients();
-  void finish_moe_step(StepRecord& r, double aux_sum);
+  void finish_moe_step(StepRecord& r);
   void sync_tied_table();
   double evaluate_pipeline();
   // Every dp rank must run each evaluation forward (collectives inside it).

@@ -14,14 +14,24 @@
 
 namespace trainer {
 
+// Group-limited routing (DeepSeek-V3's n_group / topk_group): the E experts
+// form `groups` equal groups of consecutive indices; a token first picks the
+// `top` groups whose two best keys (prob + select_bias) sum highest (ties to the
+// lower group), then its top_k among their experts only. groups 1 = off.
+struct RouteGroups {
+  int64_t groups = 1, top = 1;
+};
+
 #define TRAINER_OPS(NS)                                                                      \
   namespace NS {                                                                             \
   /* probs (N, E) = softmax or sigmoid of logits (N, E), written. topk_idx (N, K) written: */ \
   /* the K largest probs + select_bias (E; may be empty), ties to the lower index, best    */ \
   /* first. topk_weight (N, K) written: the chosen probs, divided by their sum when        */ \
-  /* normalize (the bias only selects; it never enters a weight).                         */ \
+  /* normalize (the bias only selects; it never enters a weight). With route groups the   */ \
+  /* top-k is taken among the chosen groups' experts.                                      */ \
   void moe_route_forward(Context& ctx, Tensor probs, Tensor topk_idx, Tensor topk_weight,    \
-                         Tensor logits, Tensor select_bias, bool sigmoid, bool normalize);   \
+                         Tensor logits, Tensor select_bias, bool sigmoid, bool normalize,    \
+                         RouteGroups groups = {});                                           \
   /* dlogits (N, E) written from dtopk_weight (N, K), plus per_expert_dprob (E; may be     */ \
   /* empty) added to d probs[n, e] of every token (the balance loss), plus the gradient of */ \
   /* z_grad * sum_n logsumexp(logits[n])^2 (the router z-loss; 0 = none).                  */ \
@@ -56,9 +66,20 @@ TRAINER_OPS(cuda)
 #undef TRAINER_OPS
 
 inline void moe_route_forward(Context& ctx, Tensor probs, Tensor topk_idx, Tensor topk_weight,
-                              Tensor logits, Tensor select_bias, bool sigmoid, bool normalize) {
+                              Tensor logits, Tensor select_bias, bool sigmoid, bool normalize,
+                              RouteGroups groups = {}) {
   TRAINER_DISPATCH(ctx, moe_route_forward, probs, topk_idx, topk_weight, logits, select_bias,
-                   sigmoid, normalize);
+                   sigmoid, normalize, groups);
+}
+// The refusal both backends give for route groups that do not fit (E, K).
+inline void check_route_groups(const RouteGroups& g, int64_t E, int64_t K, const char* op) {
+  if (g.groups == 1 && g.top == 1) return;
+  TRAINER_CHECK(g.groups >= 1 && E % g.groups == 0 && E / g.groups >= 2,
+                "{}: {} route groups must split the {} experts into equal groups of 2 or more", op,
+                g.groups, E);
+  TRAINER_CHECK(g.top >= 1 && g.top <= g.groups && K <= g.top * (E / g.groups),
+                "{}: top {} of {} route groups must be at least 1, at most the groups, and hold "
+                "top_k {} experts", op, g.top, g.groups, K);
 }
 inline void moe_route_backward(Context& ctx, Tensor dlogits, Tensor dtopk_weight, Tensor logits,
                                Tensor probs, Tensor topk_idx, Tensor per_expert_dprob,

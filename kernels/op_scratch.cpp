@@ -124,4 +124,10 @@ size_t moe_plan_scratch_bytes(int64_t assignments, int64_t E) {
          radix_sort_scratch_bound(assignments);
 }
 
+// 32 rows a chunk (a warp per row for the z-loss), at most 1024 chunks.
+int64_t moe_router_sum_chunks(int64_t N) { return std::clamp<int64_t>((N + 31) / 32, 1, 1024); }
+size_t moe_router_sums_scratch_bytes(int64_t N, int64_t E) {
+  return static_cast<size_t>(moe_router_sum_chunks(N) * (E + 1)) * sizeof(double);
+}
+
 }  // namespace trainer

@@ -385,12 +385,6 @@ std::vector<int> Model::moe_layer_units() const {
   return out;
 }
 
-double Model::aux_loss() const {
-  double sum = 0;
-  for (const Moe* m : moe_layers()) sum += m->aux_loss(buf_);
-  return sum;
-}
-
 void Model::reset_moe_stats(Context& ctx) {
   for (const Moe* m : moe_layers()) m->reset_step_stats(ctx, buf_);
 }

@@ -132,8 +132,6 @@ class Model {
   std::vector<const Moe*> moe_layers() const;
   // Their blocks' parameter units (into buffers().param_units()), in the same order.
   std::vector<int> moe_layer_units() const;
-  // Sum of the MoE layers' auxiliary losses of the last forward.
-  double aux_loss() const;
   void reset_moe_stats(Context& ctx);
 
   // Model FLOPs per token for forward + backward (GEMMs and attention, as in

@@ -10,6 +10,7 @@ struct MoeConfig {
   int n_experts = 8;
   int top_k = 2;
   int n_shared_experts = 0;
+  bool shared_gate = false;       // shared experts' output x sigmoid(a per-token logit) (Qwen2-MoE)
   int d_ff_expert = 512;
   MoeBalance balance = MoeBalance::aux_loss;
   float aux_loss_coeff = 0.01f;   // used when balance == aux_loss
@@ -18,6 +19,10 @@ struct MoeConfig {
   bool sigmoid = false;           // DeepSeek-V3 scores; softmax otherwise
   bool normalize_topk = true;     // combine weights = chosen scores / their sum
   float topk_scaling = 1.0f;      // then times this (DeepSeek-V3's routed_scaling_factor)
+  // Group-limited routing (DeepSeek-V3's n_group, topk_group): each token's
+  // experts come from its top_groups best groups of n_experts / n_groups.
+  int n_groups = 1;
+  int top_groups = 1;
 
   // Expert parallelism: the routed experts are spread over `ep` ranks, rank
   // `ep_rank` holding experts [ep_rank * E/ep, (ep_rank + 1) * E/ep) (router,

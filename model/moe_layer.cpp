@@ -8,7 +8,9 @@
 #include "kernels/linear.h"
 #include "kernels/memory.h"
 #include "kernels/moe_routing.h"
+#include "kernels/moe_stats.h"
 #include "kernels/op_scratch.h"
+#include "kernels/sigmoid_gate.h"
 #include "kernels/swiglu.h"
 #include "model/fp8_gemm.h"
 #include "model/moe_capacity.h"
@@ -84,6 +86,13 @@ void Moe::declare(Buffers& buf, const std::string& prefix, const ModelConfig& cf
     bias_ = buf.add_param({.name = p + "gate.e_score_correction_bias", .global_shape = {E_},
                            .init = Init::zeros, .weight_decay = false, .sp_partial = sp_},
                           {E_});
+  TRAINER_CHECK(!moe.shared_gate || moe.n_shared_experts > 0,
+                "{}: a shared expert gate without shared experts", prefix);
+  if (moe.shared_gate)
+    // One logit per token from the router's fp32 input (Qwen2-MoE's shared_expert_gate).
+    shared_gate_ = buf.add_param({.name = p + "shared_expert_gate.weight", .global_shape = {1, C_},
+                                  .std = cfg.init_std, .sp_partial = sp_},
+                                 {1, C_});
   // In an fp8 layer every expert GEMM is an fp8 GEMM with its own delayed
   // scaling (as Transformer Engine's grouped linear); the router stays fp32
   // (router_in_ below), as in Megatron-Core.
@@ -137,14 +146,17 @@ void Moe::declare(Buffers& buf, const std::string& prefix, const ModelConfig& cf
   h1_ = buf.add(A, p + "w1_out", {R_, F_}, buf.act_dtype());
   if (swiglu_) h3_ = buf.add(A, p + "w3_out", {R_, F_}, buf.act_dtype());
   act_ = buf.add(A, p + "activation", {R_, F_}, buf.act_dtype());
-  // Read right after each forward (Model::aux_loss), never by backward: one
-  // copy per layer in scratch, outside the region full recomputation shares.
+  // Written by each forward, read by the host only on request (aux_loss(),
+  // tests): one copy per layer in scratch, outside the region full
+  // recomputation shares.
   losses_ = buf.add(G, p + "aux_losses", {2});
+  // The router statistics (kernels/moe_stats.h), summed over every rank that
+  // routes part of the micro-batch, and the load per expert the balance loss's
+  // backward reads.
+  sums_ = buf.add(G, p + "router_sums", {3 * E_ + 1}, DType::f64);
+  buf.declare_op_scratch(moe_router_sums_scratch_bytes(N_, E_));
+  load_ = buf.add(A, p + "router_load", {E_});
   if (shared_stats()) {
-    // The micro-batch's load per expert (all tp blocks and cp chunks), for the balance
-    // loss's backward; the reduction's staging, and the blocks' loads.
-    global_load_ = buf.add(A, p + "sp_global_load", {E_});
-    sp_sums_ = buf.add(G, p + "sp_sums", {3 * E_ + 1}, DType::f64);
     if (capacity_ > 0) {
       // Every token-sharing rank's runs (fixed by the layout), rows [cp rank][tp
       // rank], and room for each one's per-run loads.
@@ -202,6 +214,13 @@ void Moe::declare(Buffers& buf, const std::string& prefix, const ModelConfig& cf
     sh1_ = buf.add(A, p + "shared_w1_out", {N_, Fs_}, buf.act_dtype());
     if (swiglu_) sh3_ = buf.add(A, p + "shared_w3_out", {N_, Fs_}, buf.act_dtype());
     sact_ = buf.add(A, p + "shared_activation", {N_, Fs_}, buf.act_dtype());
+    if (moe.shared_gate) {
+      shared_out_ = buf.add(A, p + "shared_out", {N_, C_}, buf.act_dtype());
+      gate_logit_ = buf.add(A, p + "shared_gate_logit", {N_, 1}, DType::f32);
+      dshared_out_ = temp("d_shared_out", {N_, C_}, act);
+      dgate_logit_ = temp("d_shared_gate_logit", {N_, 1}, DType::f32);
+      gate_din_ = temp("d_shared_gate_input_f32", {N_, C_}, DType::f32);
+    }
     dsh1_ = temp("d_shared_w1_out", {N_, Fs_}, act);
     if (swiglu_) dsh3_ = temp("d_shared_w3_out", {N_, Fs_}, act);
     if (swiglu_) dsact_ = temp("d_shared_activation", {N_, Fs_}, act);
@@ -237,13 +256,8 @@ void Moe::mlp_backward(const LayerEnv& env, const Mlp3& w, Tensor dx, Tensor dy,
   gemm_backward(env, w.fp8_w1, dx, b.grad(w.w1), {}, d.h1, x, b.weight(w.w1));
 }
 
-std::vector<int32_t> Moe::kept_counts(const Buffers& b) const {
-  std::vector<int32_t> counts(2 * E_);
-  copy_to_host(counts.data(), b.get(counts_));
-  return std::vector<int32_t>(counts.begin() + E_, counts.end());
-}
-
-std::vector<Moe::RowBlock> Moe::row_blocks(const Buffers& b) const {
+std::vector<Moe::RowBlock> Moe::row_blocks(const Buffers& b,
+                                           const parallel::EpRoute& route) const {
   std::vector<RowBlock> blocks;
   int64_t s0 = 0;
   auto add = [&](int64_t expert, int64_t n) {
@@ -251,18 +265,26 @@ std::vector<Moe::RowBlock> Moe::row_blocks(const Buffers& b) const {
     s0 += n;
   };
   if (ep_ == 1) {
-    const std::vector<int32_t> kept = kept_counts(b);
-    for (int64_t e = 0; e < E_; ++e) add(e, kept[e]);
+    std::vector<int32_t> counts(2 * E_);  // (2, E): load, kept
+    copy_to_host(counts.data(), b.get(counts_));
+    for (int64_t e = 0; e < E_; ++e) add(e, counts[E_ + e]);
   } else {
-    // Received rows come grouped by source peer, then by local expert:
-    // peer q's count for expert first + l is all_counts[q][first + l].
-    std::vector<int32_t> all(ep_ * E_);
-    copy_to_host(all.data(), b.get(all_counts_));
+    // Received rows come grouped by source peer, then by local expert.
     for (int64_t q = 0; q < ep_; ++q)
-      for (int64_t l = 0; l < El_; ++l) add(l, all[q * E_ + moe_.first_expert() + l]);
+      for (int64_t l = 0; l < El_; ++l) add(l, route.recv_expert_rows[q * El_ + l]);
   }
   TRAINER_CHECK(s0 <= R_, "MoE: {} expert rows exceed the {} planned", s0, R_);
   return blocks;
+}
+
+const Moe::HostRouting& Moe::host_routing(const Buffers& b) const {
+  auto it = routing_.find(b.get(counts_).data);
+  if (it != routing_.end()) return it->second;
+  // Never seen by a forward of this layer object: rebuilt from the device.
+  HostRouting& host = routing_[b.get(counts_).data];
+  if (ep_ > 1) host.route = parallel::ep_route(static_cast<int>(ep_), moe_.ep_rank, b.get(all_counts_));
+  host.blocks = row_blocks(b, host.route);
+  return host;
 }
 
 Tensor Moe::capacity_taken(const LayerEnv& env, Tensor topk_idx) const {
@@ -329,8 +351,12 @@ void Moe::forward(const LayerEnv& env, Tensor out, Tensor in) const {
     copy(ctx, router_in, in);
   }
   linear_forward(ctx, logits, router_in, b.param(router_), {});
+  // The shared experts' gate logit, from the same fp32 input as the router's.
+  if (shared_gate_.index >= 0)
+    linear_forward(ctx, b.get(gate_logit_), router_in, b.param(shared_gate_), {});
   Tensor bias = bias_.index >= 0 ? b.param(bias_) : Tensor{};
-  moe_route_forward(ctx, probs, idx, w, logits, bias, moe_.sigmoid, moe_.normalize_topk);
+  moe_route_forward(ctx, probs, idx, w, logits, bias, moe_.sigmoid, moe_.normalize_topk,
+                    {moe_.n_groups, moe_.top_groups});
   if (moe_.topk_scaling != 1.0f) scale(ctx, w, moe_.topk_scaling);
   Tensor load = counts.slice(0, 1).view({E_}), kept = counts.slice(1, 2).view({E_});
   moe_plan(ctx, b.get(slot_src_), b.get(assign_slot_), load, kept, idx, capacity_,
@@ -339,7 +365,8 @@ void Moe::forward(const LayerEnv& env, Tensor out, Tensor in) const {
   moe_gather(ctx, xs, in, b.get(slot_src_), K_);
   // The experts run on xs/ys, or with ep on the rows received from the group.
   Tensor xe = xs, ye = ys;
-  parallel::EpRoute route;
+  HostRouting& host = routing_[counts.data];
+  parallel::EpRoute& route = host.route;
   if (ep_ > 1) {
     parallel::Communicator& ep = ep_group(env);
     route = parallel::ep_exchange_counts(ep, counts.slice(1, 2).view({E_}), b.get(all_counts_));
@@ -352,67 +379,41 @@ void Moe::forward(const LayerEnv& env, Tensor out, Tensor in) const {
     xe = b.get(xr_), ye = b.get(yr_);
     parallel::ep_dispatch(ep, route, xs, xe);
   }
+  host.blocks = row_blocks(b, route);
   Tensor h1 = b.get(h1_), h3 = swiglu_ ? b.get(h3_) : Tensor{}, act = b.get(act_);
-  for (const RowBlock& r : row_blocks(b)) {
+  for (const RowBlock& r : host.blocks) {
     const int64_t s0 = r.begin, s1 = r.end;
     mlp_forward(env, experts_[r.expert], ye.slice(s0, s1), xe.slice(s0, s1),
                 {rows(h1, s0, s1), rows(h3, s0, s1), rows(act, s0, s1)});
   }
   if (ep_ > 1) parallel::ep_combine(ep_group(env), route, ye, ys);
-  if (Fs_ > 0)
-    mlp_forward(env, shared_, out, in,
+  if (Fs_ > 0) {
+    const bool gated = shared_gate_.index >= 0;
+    Tensor shared_out = gated ? b.get(shared_out_) : out;
+    mlp_forward(env, shared_, shared_out, in,
                 {b.get(sh1_), swiglu_ ? b.get(sh3_) : Tensor{}, b.get(sact_)});
-  else
+    if (gated) sigmoid_gate_forward(ctx, out, shared_out, b.get(gate_logit_));
+  } else {
     fill(ctx, out, 0.0f);
+  }
   moe_combine(ctx, out, ys, b.get(assign_slot_), w);
 
-  // Balance loss E/(N K) sum_e load_e P_e (1 when balanced), z-loss, step
-  // counters: E- and N-sized reductions done on the host. sums = (load (E),
-  // kept (E), P (E), sum of lse^2), over the whole micro-batch.
-  std::vector<int32_t> cnt(2 * E_);
-  copy_to_host(cnt.data(), counts);
-  std::vector<float> pr(N_ * E_), lg(N_ * E_);
-  copy_to_host(pr.data(), probs);
-  copy_to_host(lg.data(), logits);
-  std::vector<double> sums(3 * E_ + 1, 0.0);
-  for (int64_t i = 0; i < 2 * E_; ++i) sums[i] = cnt[i];
-  for (int64_t e = 0; e < E_; ++e)
-    for (int64_t n = 0; n < N_; ++n) sums[2 * E_ + e] += pr[n * E_ + e];
-  for (int64_t n = 0; n < N_; ++n) {
-    const float* l = lg.data() + n * E_;
-    const double m = *std::max_element(l, l + E_);
-    double sum = 0;
-    for (int64_t e = 0; e < E_; ++e) sum += std::exp(l[e] - m);
-    const double lse = m + std::log(sum);
-    sums[3 * E_] += lse * lse;
+  // Balance loss, z-loss and the step counters, on the device: the host reads
+  // nothing here (kernels/moe_stats.h).
+  Tensor sums = b.get(sums_);
+  moe_router_sums(ctx, sums, counts, probs, logits);
+  if (sp_) env.tp.all_reduce(sums, parallel::ReduceOp::sum);
+  if (cp_ > 1) {
+    TRAINER_CHECK(env.cp != nullptr && env.cp->size() == cp_,
+                  "{}: MoE layer planned for cp {} without a cp group of that size", name_, cp_);
+    env.cp->all_reduce(sums, parallel::ReduceOp::sum);
   }
-  if (shared_stats()) {
-    Tensor staged = b.get(sp_sums_);
-    copy_from_host(staged, sums.data());
-    if (sp_) env.tp.all_reduce(staged, parallel::ReduceOp::sum);
-    if (cp_ > 1) {
-      TRAINER_CHECK(env.cp != nullptr && env.cp->size() == cp_,
-                    "{}: MoE layer planned for cp {} without a cp group of that size", name_, cp_);
-      env.cp->all_reduce(staged, parallel::ReduceOp::sum);
-    }
-    copy_to_host(sums.data(), staged);
-    std::vector<float> global_load(sums.begin(), sums.begin() + E_);
-    copy_from_host(b.get(global_load_), global_load.data());
-  }
-  double balance = 0;
-  for (int64_t e = 0; e < E_; ++e) balance += sums[e] * (sums[2 * E_ + e] / Ng_);
-  balance *= double(E_) / double(Ng_ * K_);
-  const float losses[2] = {static_cast<float>(balance), static_cast<float>(sums[3 * E_] / Ng_)};
-  copy_from_host(b.get(losses_), losses);
-  if (env.recompute) return;  // the step counters already hold this micro-batch
-  std::vector<float> step(2 * E_);
-  copy_to_host(step.data(), b.get(step_));
-  for (int64_t i = 0; i < 2 * E_; ++i) step[i] += static_cast<float>(sums[i]);
-  copy_from_host(b.get(step_), step.data());
-  float step_aux = 0;
-  copy_to_host(&step_aux, b.get(step_aux_));
-  step_aux += aux_loss(b);
-  copy_from_host(b.get(step_aux_), &step_aux);
+  const float balance_coeff = moe_.balance == MoeBalance::aux_loss ? moe_.aux_loss_coeff : 0.0f;
+  // A recomputed forward is not counted again: the step counters hold it.
+  const bool count = !env.recompute;
+  moe_router_losses(ctx, b.get(losses_), b.get(load_), count ? b.get(step_) : Tensor{},
+                    count ? b.get(step_aux_) : Tensor{}, sums, Ng_, K_, balance_coeff,
+                    moe_.z_loss_coeff);
 }
 
 void Moe::backward(const LayerEnv& env, Tensor dinp, Tensor dout, Tensor in, float dloss) const {
@@ -423,16 +424,16 @@ void Moe::backward(const LayerEnv& env, Tensor dinp, Tensor dout, Tensor in, flo
   moe_combine_backward(ctx, dys, dtopk, dout, ys, b.get(assign_slot_), b.get(slot_src_),
                        b.get(topk_w_));
   Tensor xe = xs, dye = dys, dxe = dxs;
-  parallel::EpRoute route;
+  const HostRouting& host = host_routing(b);
+  const parallel::EpRoute& route = host.route;
   if (ep_ > 1) {
-    route = parallel::ep_route(static_cast<int>(ep_), moe_.ep_rank, b.get(all_counts_));
     xe = b.get(xr_), dye = b.get(dyr_), dxe = b.get(dxr_);
     parallel::ep_combine_backward(ep_group(env), route, dys, dye);
   }
   Tensor h1 = b.get(h1_), h3 = swiglu_ ? b.get(h3_) : Tensor{}, act = b.get(act_);
   Tensor dh1 = b.get(dh1_), dh3 = swiglu_ ? b.get(dh3_) : Tensor{};
   Tensor dact = swiglu_ ? b.get(dact_) : Tensor{};
-  for (const RowBlock& r : row_blocks(b)) {
+  for (const RowBlock& r : host.blocks) {
     const int64_t s0 = r.begin, s1 = r.end;
     Tensor dy = dye.slice(s0, s1);
     mlp_backward(env, experts_[r.expert], dxe.slice(s0, s1), dy, xe.slice(s0, s1),
@@ -440,45 +441,53 @@ void Moe::backward(const LayerEnv& env, Tensor dinp, Tensor dout, Tensor in, flo
                  {rows(dh1, s0, s1), rows(dh3, s0, s1), rows(dact, s0, s1)}, dy);
   }
   if (ep_ > 1) parallel::ep_dispatch_backward(ep_group(env), route, dxe, dxs);
-  if (Fs_ > 0)
-    mlp_backward(env, shared_, dinp, dout, in,
+  if (Fs_ > 0) {
+    Tensor dshared = dout;
+    if (shared_gate_.index >= 0) {
+      dshared = b.get(dshared_out_);
+      sigmoid_gate_backward(ctx, dshared, b.get(dgate_logit_), dout, b.get(shared_out_),
+                            b.get(gate_logit_));
+    }
+    mlp_backward(env, shared_, dinp, dshared, in,
                  {b.get(sh1_), swiglu_ ? b.get(sh3_) : Tensor{}, b.get(sact_)},
                  {b.get(dsh1_), swiglu_ ? b.get(dsh3_) : Tensor{}, swiglu_ ? b.get(dsact_) : Tensor{}}, dtmp);
-  else
+  } else {
     fill(ctx, dinp, 0.0f);
+  }
   moe_gather_backward(ctx, dinp, dxs, b.get(assign_slot_));
 
   // Router: combine weights, balance loss (d/dprobs[n, e] = coeff E load_e / (N K N)), z-loss.
   Tensor dprob;
   if (moe_.balance == MoeBalance::aux_loss && moe_.aux_loss_coeff != 0.0f) {
-    // The load is the whole micro-batch's (under sequence parallelism, the
-    // sum over tp and cp saved by forward).
-    std::vector<float> load(E_);
-    if (shared_stats()) {
-      copy_to_host(load.data(), b.get(global_load_));
-    } else {
-      std::vector<int32_t> cnt(2 * E_);
-      copy_to_host(cnt.data(), b.get(counts_));
-      for (int64_t e = 0; e < E_; ++e) load[e] = static_cast<float>(cnt[e]);
-    }
-    std::vector<float> g(E_);
+    // The load is the whole micro-batch's (under sequence parallelism or cp,
+    // summed over the ranks sharing it), as forward saved it.
     const double f = double(dloss) * moe_.aux_loss_coeff * E_ / (double(Ng_) * K_ * Ng_);
-    for (int64_t e = 0; e < E_; ++e) g[e] = static_cast<float>(f * load[e]);
     dprob = b.get(dprob_);
-    copy_from_host(dprob, g.data());
+    copy(ctx, dprob, b.get(load_));
+    scale(ctx, dprob, static_cast<float>(f));
   }
   const float z_grad = dloss * moe_.z_loss_coeff / static_cast<float>(Ng_);
   // The combine weights were scaled after routing: the router's gradient is too.
   if (moe_.topk_scaling != 1.0f) scale(ctx, dtopk, moe_.topk_scaling);
   moe_route_backward(ctx, b.get(dlogits_), dtopk, b.get(logits_), b.get(probs_),
                      b.get(topk_idx_), dprob, z_grad, moe_.sigmoid, moe_.normalize_topk);
+  // The shared expert gate reads the router's input: its input gradient joins the router's.
+  auto gate_backward = [&](Tensor x, Tensor dx) {
+    if (shared_gate_.index < 0) return;
+    Tensor gate_din = b.get(gate_din_);
+    linear_backward(ctx, gate_din, b.grad(shared_gate_), {}, b.get(dgate_logit_), x,
+                    b.param(shared_gate_));
+    accumulate(ctx, dx, gate_din);
+  };
   if (router_in_ >= 0) {
     Tensor router_in = b.get(router_in_), router_din = b.get(router_din_);
     copy(ctx, router_in, in);
     linear_backward(ctx, router_din, b.grad(router_), {}, b.get(dlogits_), router_in, b.param(router_));
+    gate_backward(router_in, router_din);
     copy(ctx, dtmp, router_din);  // one rounding into the activation dtype
   } else {
     linear_backward(ctx, dtmp, b.grad(router_), {}, b.get(dlogits_), in, b.param(router_));
+    gate_backward(in, dtmp);
   }
   accumulate(ctx, dinp, dtmp);
 }

@@ -36,11 +36,13 @@
 #pragma once
 
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "model/layer_env.h"
 #include "model/moe_config.h"
 #include "model/moe_capacity.h"
+#include "parallel/expert_dispatch.h"
 
 namespace trainer::model {
 
@@ -77,14 +79,14 @@ class Moe {
   void backward(const LayerEnv& env, Tensor dinp, Tensor dout, Tensor in, float dloss) const;
 
   // The last forward's auxiliary loss: aux_loss_coeff * balance (aux_loss
-  // only) + z_loss_coeff * z. Add it to the reported loss.
+  // only) + z_loss_coeff * z. Reading it waits for the device.
   float aux_loss(const Buffers& buf) const;
   // The step counters: (2, E) f32, row 0 the load before dropping, row 1 after.
   // Sum it over the data-parallel group before stats() / update_bias().
   Tensor step_counts(const Buffers& buf) const { return buf.get(step_); }
   void reset_step_stats(Context& ctx, const Buffers& buf) const;
-  // Sum of aux_loss() over the forwards since reset_step_stats (what a
-  // pipeline, whose runner does not see each micro-batch's, reports).
+  // Sum of aux_loss() over the forwards since reset_step_stats, kept on the
+  // device: what the trainer reports, read once per step.
   double step_aux_loss(const Buffers& buf) const;
   MoeStats stats(const Buffers& buf) const;
   // aux_free only (no-op otherwise): bias_e += rate * sign(mean load - load_e),
@@ -105,13 +107,24 @@ class Moe {
   void mlp_forward(const LayerEnv& env, const Mlp3& w, Tensor out, Tensor x, const Acts& a) const;
   void mlp_backward(const LayerEnv& env, const Mlp3& w, Tensor dx, Tensor dy, Tensor x,
                     const Acts& a, const Acts& d, Tensor tmp) const;
-  std::vector<int32_t> kept_counts(const Buffers& b) const;
   // The routed experts' row blocks in the buffer they run on: {local expert,
   // first row, end row}, in buffer order.
   struct RowBlock {
     int64_t expert, begin, end;
   };
-  std::vector<RowBlock> row_blocks(const Buffers& b) const;
+  // From the kept counts (read from the device) or, with ep, the route.
+  std::vector<RowBlock> row_blocks(const Buffers& b, const parallel::EpRoute& route) const;
+  // A micro-batch's routing as the host knows it after forward (its expert
+  // GEMMs' row blocks; with ep, the exchange sizes), kept under the address of
+  // the counts buffer it was read from (an activation: one per micro-batch a
+  // pipeline keeps in flight), so that backward runs without reading the
+  // counts back again. Forward (first or recomputed) rewrites it.
+  struct HostRouting {
+    std::vector<RowBlock> blocks;
+    parallel::EpRoute route;
+  };
+  const HostRouting& host_routing(const Buffers& b) const;
+  mutable std::unordered_map<const void*, HostRouting> routing_;
   parallel::Communicator& ep_group(const LayerEnv& env) const;
   // Capacity shared over the SP blocks and cp chunks of the micro-batch:
   // moe_plan's `taken` making this rank keep what one rank would
@@ -140,9 +153,13 @@ class Moe {
   BufferId xs_ = -1, ys_ = -1, h1_ = -1, h3_ = -1, act_ = -1;         // (S, C) (R, Fe)
   BufferId xr_ = -1, yr_ = -1, all_counts_ = -1;  // ep > 1: (R, C) received rows, (ep, E) i32
   BufferId sh1_ = -1, sh3_ = -1, sact_ = -1;                          // (N, Fs)
-  BufferId losses_ = -1;                  // scratch (2): raw balance, z of the last forward
-  BufferId global_load_ = -1;             // sp: (E) f32 load summed over tp
-  BufferId sp_sums_ = -1;                 // sp scratch: (3E+1) f64 staging of the tp sums
+  // Gated shared experts: their output before the gate (N, C), the gate's logit (N, 1) f32.
+  ParamId shared_gate_;
+  BufferId shared_out_ = -1, gate_logit_ = -1;
+  BufferId dshared_out_ = -1, dgate_logit_ = -1, gate_din_ = -1;      // scratch (N, C) (N, 1) (N, C) f32
+  BufferId losses_ = -1;  // scratch (2): raw balance, z of the last forward
+  BufferId sums_ = -1;    // scratch (3E+1) f64: the router statistics (kernels/moe_stats.h)
+  BufferId load_ = -1;    // (E) f32: the micro-batch's load per expert (over every rank routing it)
   // Shared capacity scratch (i32): this rank's per-run loads (runs_max, E),
   // gathered over SP's tp, then over cp; the resulting `taken` (E).
   BufferId run_loads_ = -1, tp_run_loads_ = -1, all_run_loads_ = -1, taken_ = -1;

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # hf_check.sh [TRAINER] [OUT]: trains the tiny GPT-2, Llama, Qwen2-shaped (tiny-llama
 # with q/k/v biases and a tied head), Qwen3-shaped (tiny-llama with q/k norms and
-# a tied head), Mixtral-shaped MoE (moe-tiny) and Qwen3-MoE-shaped (moe-tiny with
-# q/k norms, a dense layer 0 and top-k weights not renormalised) jobs and tiny-llama
+# a tied head), Mixtral-shaped MoE (moe-tiny), Qwen3-MoE-shaped (moe-tiny with
+# q/k norms, a dense layer 0 and top-k weights not renormalised) and Qwen2-MoE-shaped
+# (moe-tiny with q/k/v biases, a dense layer 0 and a gated shared expert) jobs and tiny-llama
 # with YaRN RoPE scaling a few steps
 # on the CPU (data/brown), exports each with `trainer export --format hf
 # --reference-logits 64`, and checks with scripts/hf_check.py that Hugging
@@ -33,7 +34,7 @@ if [[ -f $GPT2/encoder.json && -f $GPT2/vocab.bpe ]]; then
     echo "hf_check: trainer tokenize failed:"; tail -3 "$OUT/tokenize.log"; status=1; tok_args=()
   fi
 fi
-for job in tiny-gpt2 tiny-llama tiny-qwen2 tiny-qwen3 moe-tiny tiny-qwen3-moe tiny-llama-yarn; do
+for job in tiny-gpt2 tiny-llama tiny-qwen2 tiny-qwen3 moe-tiny tiny-qwen3-moe tiny-qwen2-moe tiny-llama-yarn; do
   run=$OUT/$job/run hf=$OUT/$job/hf
   rm -rf "$OUT/$job"
   config=configs/$job.yaml shape=()
@@ -45,6 +46,9 @@ for job in tiny-gpt2 tiny-llama tiny-qwen2 tiny-qwen3 moe-tiny tiny-qwen3-moe ti
              --set model.rope_scaling.original_max_position_embeddings=32) ;;
     tiny-qwen3-moe) config=configs/moe-tiny.yaml
       shape=(--set model.qk_norm=true --set model.moe.every=2 --set model.moe.normalize_topk=false) ;;
+    tiny-qwen2-moe) config=configs/moe-tiny.yaml
+      shape=(--set model.qkv_bias=true --set model.moe.first_dense=1 --set model.moe.normalize_topk=false
+             --set model.moe.n_shared_experts=2 --set model.moe.shared_expert_gate=true) ;;
   esac
   if ! OMP_NUM_THREADS=${OMP_NUM_THREADS:-4} "$TRAINER" train "$config" "${shape[@]}" --set run.device=cpu \
       --set train.steps=5 --set train.eval_every=0 --set run.dir="$run" >"$OUT/$job.train.log" 2>&1; then

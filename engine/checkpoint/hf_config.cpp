@@ -1,5 +1,5 @@
 // See hf_config.h. Defaults are transformers' (GPT2Config, LlamaConfig,
-// Qwen2Config, Qwen3Config, MixtralConfig, Qwen3MoeConfig) for keys a
+// Qwen2Config, Qwen3Config, MixtralConfig, Qwen3MoeConfig, Qwen2MoeConfig) for keys a
 // config.json leaves out.
 #include "engine/checkpoint/hf_config.h"
 
@@ -28,7 +28,8 @@ double tidy(float f) { return std::stod(fmt::format("{}", f)); }
 // The transformers class and model_type whose names and layout the job's
 // model takes, and the job keys that make it so: Qwen2 is Llama with biases
 // on q, k and v, Qwen3 with q/k norms instead (each with its own defaults);
-// an MoE is Mixtral, or Qwen3-MoE with q/k norms.
+// an MoE is Mixtral, Qwen3-MoE with q/k norms, or Qwen2-MoE with the biases
+// (and its gated shared expert).
 struct HfKind {
   const char* cls;
   const char* type;
@@ -38,6 +39,8 @@ HfKind hf_kind(const model::ModelConfig& cfg) {
   if (!cfg.is_llama()) return {"GPT2LMHeadModel", "gpt2", "model.family gpt2"};
   if (cfg.moe_enabled && cfg.qk_norm)
     return {"Qwen3MoeForCausalLM", "qwen3_moe", "model.family llama with model.moe and model.qk_norm"};
+  if (cfg.moe_enabled && cfg.qkv_bias)
+    return {"Qwen2MoeForCausalLM", "qwen2_moe", "model.family llama with model.moe and model.qkv_bias"};
   if (cfg.moe_enabled) return {"MixtralForCausalLM", "mixtral", "model.family llama with model.moe"};
   TRAINER_INPUT_CHECK(!(cfg.qk_norm && cfg.qkv_bias), "model.qk_norm with model.qkv_bias: no Hugging "
                       "Face class has both (Qwen2 has the biases, Qwen3 the norms)");
@@ -53,7 +56,9 @@ std::string hint_for(const std::string& type) {
   if (type == "llama") return ": Llama is model.family llama without model.qkv_bias or model.qk_norm";
   if (type == "mixtral") return ": Mixtral is model.family llama with model.moe";
   if (type == "qwen3_moe") return ": Qwen3-MoE is model.family llama with model.moe and model.qk_norm: true";
-  if (type == "qwen2_moe") return ": Qwen2-MoE's gated shared expert is not computed by this trainer";
+  if (type == "qwen2_moe")
+    return ": Qwen2-MoE is model.family llama with model.qkv_bias: true and model.moe with shared "
+           "experts and shared_expert_gate: true";
   if (type == "gpt2") return ": GPT-2 is model.family gpt2";
   return "";
 }
@@ -171,18 +176,36 @@ LlamaLikeDefaults llama_like_defaults(const std::string& type) {
   if (type == "qwen2") return {151936, 22016, 1e-6, 1e4, 0};
   if (type == "qwen3") return {151936, 22016, 1e-6, 1e4, 128};
   if (type == "qwen3_moe") return {151936, 6144, 1e-6, 1e4, 0, 2048, 24, 32, 4};
+  if (type == "qwen2_moe") return {151936, 5632, 1e-6, 1e4, 0, 2048, 24, 16, 16};
   return {32000, 11008, 1e-6, 1e4, 0};
 }
 
-// The MoE keys: Mixtral's (an MoE in every layer) or Qwen3-MoE's (every
-// decoder_sparse_step-th layer, the others dense; top-k renormalised or not).
+// The MoE keys: Mixtral's (an MoE in every layer) or Qwen3-MoE's and
+// Qwen2-MoE's (every decoder_sparse_step-th layer, the others dense; top-k
+// renormalised or not; Qwen2-MoE's gated shared expert).
 void check_moe(const ConfigCheck& c, const model::ModelConfig& cfg, const std::string& type,
                const LlamaLikeDefaults& d) {
-  c.require(cfg.moe.n_shared_experts == 0, "a {} model has no shared experts, but "
-            "model.moe.n_shared_experts is {}", type, cfg.moe.n_shared_experts);
+  const bool qwen2 = type == "qwen2_moe";
+  if (qwen2) {
+    // One shared expert of shared_expert_intermediate_size: this trainer's
+    // n_shared_experts x d_ff_expert wide MLP, gated.
+    c.require(cfg.moe.n_shared_experts > 0 && cfg.moe.shared_gate,
+              "a Qwen2-MoE model has a shared expert gated by shared_expert_gate, but "
+              "model.moe.n_shared_experts is {} and model.moe.shared_expert_gate {}",
+              cfg.moe.n_shared_experts, cfg.moe.shared_gate);
+    c.same_int("shared_expert_intermediate_size", 5632,
+               int64_t{cfg.moe.n_shared_experts} * cfg.moe.d_ff_expert,
+               "model.moe.n_shared_experts x model.moe.d_ff_expert");
+    c.require(c.flag("qkv_bias", true), "qkv_bias is false: this trainer's Qwen2-MoE has q/k/v biases");
+  } else {
+    c.require(cfg.moe.n_shared_experts == 0, "a {} model has no shared experts, but "
+              "model.moe.n_shared_experts is {}", type, cfg.moe.n_shared_experts);
+  }
   c.require(!cfg.moe.sigmoid, "a {} model routes by softmax, but model.moe.score is sigmoid", type);
   c.require(cfg.moe.topk_scaling == 1.0f, "a {} model combines the experts by their routing "
             "weights alone, but model.moe.topk_scaling_factor is {}", type, cfg.moe.topk_scaling);
+  c.require(cfg.moe.n_groups == 1, "a {} model routes over all its experts, but model.moe.n_groups "
+            "is {}", type, cfg.moe.n_groups);
   if (type == "mixtral") {
     c.require(cfg.moe_every == 1, "a Mixtral model has an MoE in every layer, but model.moe.every is {}",
               cfg.moe_every);
@@ -199,9 +222,9 @@ void check_moe(const ConfigCheck& c, const model::ModelConfig& cfg, const std::s
               window, cfg.max_seq_len);
     return;
   }
-  c.same_int("moe_intermediate_size", 768, cfg.moe.d_ff_expert, "model.moe.d_ff_expert");
-  c.same_int("num_experts", 128, cfg.moe.n_experts, "model.moe.n_experts");
-  c.same_int("num_experts_per_tok", 8, cfg.moe.top_k, "model.moe.top_k");
+  c.same_int("moe_intermediate_size", qwen2 ? 1408 : 768, cfg.moe.d_ff_expert, "model.moe.d_ff_expert");
+  c.same_int("num_experts", qwen2 ? 60 : 128, cfg.moe.n_experts, "model.moe.n_experts");
+  c.same_int("num_experts_per_tok", qwen2 ? 4 : 8, cfg.moe.top_k, "model.moe.top_k");
   c.same_flag("norm_topk_prob", false, cfg.moe.normalize_topk, "model.moe.normalize_topk");
   c.same_int("decoder_sparse_step", 1, cfg.moe_every, "model.moe.every");
   // mlp_only_layers: the first model.moe.first_dense layers, or none.
@@ -290,7 +313,7 @@ void check_rope_scaling(const ConfigCheck& c, const model::ModelConfig& cfg, con
 }
 
 void check_llama_like(const ConfigCheck& c, const model::ModelConfig& cfg, const std::string& type) {
-  const bool moe = type == "mixtral" || type == "qwen3_moe";
+  const bool moe = type == "mixtral" || type == "qwen3_moe" || type == "qwen2_moe";
   const LlamaLikeDefaults d = llama_like_defaults(type);
   c.same_int("hidden_size", d.hidden, cfg.d_model, "model.d_model");
   c.same_int("num_hidden_layers", d.layers, cfg.n_layer, "model.n_layer");
@@ -324,7 +347,8 @@ void check_llama_like(const ConfigCheck& c, const model::ModelConfig& cfg, const
   c.off("attention_bias", "this trainer's llama attention has no o_proj bias (Qwen2's q, k and v "
                           "biases alone are model.qkv_bias)");
   c.off("mlp_bias", "this trainer's llama MLP has no biases");
-  if ((type == "qwen2" || type == "qwen3" || type == "qwen3_moe") && c.flag("use_sliding_window", false)) {
+  if ((type == "qwen2" || type == "qwen3" || type == "qwen3_moe" || type == "qwen2_moe") &&
+      c.flag("use_sliding_window", false)) {
     // Layers from max_window_layers on see only the last sliding_window keys:
     // the same as full causal attention while no sequence is longer.
     double window = c.number("sliding_window", 4096);
@@ -370,28 +394,38 @@ std::string hf_architecture(const model::ModelConfig& cfg) {
   }
   if (!cfg.moe_enabled) return hf_kind(cfg).cls;
   TRAINER_INPUT_CHECK(cfg.is_llama(), "model.moe: GPT-2 blocks with MoE layers are no Hugging Face "
-                      "architecture (MoE exports as MixtralForCausalLM or Qwen3MoeForCausalLM, from "
-                      "family llama)");
-  // Qwen2-MoE has the biases, but also a gated shared expert and its own router.
-  TRAINER_INPUT_CHECK(!cfg.qkv_bias, "model.qkv_bias: MixtralForCausalLM and Qwen3MoeForCausalLM have "
-                      "no attention biases, and Qwen2MoeForCausalLM's gated shared expert is not "
-                      "computed here");
+                      "architecture (MoE exports as MixtralForCausalLM, Qwen3MoeForCausalLM or "
+                      "Qwen2MoeForCausalLM, from family llama)");
+  TRAINER_INPUT_CHECK(!(cfg.qk_norm && cfg.qkv_bias), "model.qk_norm with model.qkv_bias: no Hugging "
+                      "Face MoE class has both (Qwen2-MoE has the biases, Qwen3-MoE the norms)");
   const std::string cls = hf_kind(cfg).cls;
-  // Qwen3-MoE's decoder_sparse_step is model.moe.every (dense MLPs between).
-  TRAINER_INPUT_CHECK(cfg.moe_every == 1 || cfg.qk_norm, "model.moe.every is {}: MixtralForCausalLM "
+  const bool qwen = cfg.qk_norm || cfg.qkv_bias;  // Qwen3-MoE or Qwen2-MoE
+  // Qwen's decoder_sparse_step is model.moe.every (dense MLPs between).
+  TRAINER_INPUT_CHECK(cfg.moe_every == 1 || qwen, "model.moe.every is {}: MixtralForCausalLM "
                       "has an MoE in every layer (every: 1)", cfg.moe_every);
-  TRAINER_INPUT_CHECK(cfg.moe_first_dense == 0 || cfg.qk_norm, "model.moe.first_dense is {}: "
+  TRAINER_INPUT_CHECK(cfg.moe_first_dense == 0 || qwen, "model.moe.first_dense is {}: "
                       "MixtralForCausalLM has an MoE in every layer", cfg.moe_first_dense);
   TRAINER_INPUT_CHECK(cfg.moe.topk_scaling == 1.0f, "model.moe.topk_scaling_factor is {}: {} "
                       "combines the experts by their routing weights alone", cfg.moe.topk_scaling, cls);
-  TRAINER_INPUT_CHECK(cfg.moe.n_shared_experts == 0, "model.moe.n_shared_experts is {}: {} has no "
-                      "shared experts", cfg.moe.n_shared_experts, cls);
+  if (cfg.qkv_bias) {
+    TRAINER_INPUT_CHECK(cfg.moe.n_shared_experts > 0 && cfg.moe.shared_gate,
+                        "model.moe.n_shared_experts {} and shared_expert_gate {}: an MoE with "
+                        "model.qkv_bias exports as Qwen2MoeForCausalLM, whose shared expert is "
+                        "gated (shared experts and shared_expert_gate: true)",
+                        cfg.moe.n_shared_experts, cfg.moe.shared_gate);
+  } else {
+    TRAINER_INPUT_CHECK(cfg.moe.n_shared_experts == 0, "model.moe.n_shared_experts is {}: {} has no "
+                        "shared experts (a gated one exports as Qwen2MoeForCausalLM, with "
+                        "model.qkv_bias)", cfg.moe.n_shared_experts, cls);
+  }
   TRAINER_INPUT_CHECK(cfg.moe.balance != model::MoeBalance::aux_free,
                       "model.moe.balance is aux_free: its learned expert bias chooses experts, and {} "
                       "routes by the router's scores alone", cls);
   TRAINER_INPUT_CHECK(!cfg.moe.sigmoid, "model.moe.score is sigmoid: {} routes by softmax top-k", cls);
+  TRAINER_INPUT_CHECK(cfg.moe.n_groups == 1, "model.moe.n_groups is {}: {} routes over all its "
+                      "experts (no group-limited routing)", cfg.moe.n_groups, cls);
   // Qwen3-MoE renormalises or not (norm_topk_prob); Mixtral always does.
-  TRAINER_INPUT_CHECK(cfg.moe.normalize_topk || cfg.qk_norm,
+  TRAINER_INPUT_CHECK(cfg.moe.normalize_topk || qwen,
                       "model.moe.normalize_topk is false: MixtralForCausalLM renormalises its top-k "
                       "weights");
   return cls;
@@ -402,12 +436,16 @@ std::string hf_class(const model::ModelConfig& cfg) { return hf_kind(cfg).cls; }
 std::string hf_tensor_name(const model::ModelConfig& cfg, const std::string& ours) {
   const std::string moe = ".block_sparse_moe.";
   const size_t at = ours.find(moe);
-  if (at == std::string::npos || std::string(hf_kind(cfg).type) != "qwen3_moe") return ours;
+  const std::string type = hf_kind(cfg).type;
+  if (at == std::string::npos || (type != "qwen3_moe" && type != "qwen2_moe")) return ours;
   std::string rest = ours.substr(at + moe.size());
+  // Qwen2-MoE's one shared expert: shared_expert.{gate,up,down}_proj.
+  if (rest.rfind("shared_experts.", 0) == 0) rest = "shared_expert." + rest.substr(15);
   for (const auto& [mixtral, qwen] : {std::pair<std::string, std::string>{".w1.weight", ".gate_proj.weight"},
                                       {".w2.weight", ".down_proj.weight"},
                                       {".w3.weight", ".up_proj.weight"}})
-    if (rest.rfind("experts.", 0) == 0 && ends_with(rest, mixtral))
+    if ((rest.rfind("experts.", 0) == 0 || rest.rfind("shared_expert.", 0) == 0) &&
+        ends_with(rest, mixtral))
       rest = rest.substr(0, rest.size() - mixtral.size()) + qwen;
   return ours.substr(0, at) + ".mlp." + rest;
 }
@@ -450,13 +488,18 @@ std::string hf_config_json(const model::ModelConfig& cfg, const HfConfigExtras& 
       j.set("sliding_window", Json());
       j.set("num_local_experts", Json(cfg.moe.n_experts));
       j.set("router_jitter_noise", Json::real(0.0));
-    } else if (type == "qwen2" || type == "qwen3" || type == "qwen3_moe") {
+    } else if (type == "qwen2" || type == "qwen3" || type == "qwen3_moe" || type == "qwen2_moe") {
       // Full attention in every layer, in every transformers version's reading.
       j.set("use_sliding_window", Json(false));
       j.set("sliding_window", Json());
       j.set("max_window_layers", Json(cfg.n_layer));
-      if (type != "qwen2") j.set("attention_bias", Json(false));
-      if (type == "qwen3_moe") {
+      if (type == "qwen3" || type == "qwen3_moe") j.set("attention_bias", Json(false));
+      if (type == "qwen2_moe") {
+        j.set("qkv_bias", Json(true));  // transformers 5's key; 4.x's attention always has them
+        j.set("shared_expert_intermediate_size",
+              Json(int64_t{cfg.moe.n_shared_experts} * cfg.moe.d_ff_expert));
+      }
+      if (type == "qwen3_moe" || type == "qwen2_moe") {
         j.set("num_experts", Json(cfg.moe.n_experts));
         j.set("moe_intermediate_size", Json(cfg.moe.d_ff_expert));
         j.set("norm_topk_prob", Json(cfg.moe.normalize_topk));

@@ -69,8 +69,11 @@ std::vector<std::string> model_differences(const ModelSpec& saved, const ModelSp
     differ(out, "model.moe.score", std::string(to_string(a.score)), std::string(to_string(b.score)));
     differ(out, "model.moe.normalize_topk", a.normalize_topk, b.normalize_topk);
     differ(out, "model.moe.topk_scaling_factor", a.topk_scaling_factor, b.topk_scaling_factor);
+    differ(out, "model.moe.n_groups", a.n_groups, b.n_groups);
+    differ(out, "model.moe.top_groups", a.top_groups, b.top_groups);
   }
   differ(out, "model.moe.n_shared_experts", a.n_shared_experts, b.n_shared_experts);
+  differ(out, "model.moe.shared_expert_gate", a.shared_expert_gate, b.shared_expert_gate);
   differ(out, "model.moe.d_ff_expert", a.d_ff_expert, b.d_ff_expert);
   differ(out, "model.moe.every", a.every, b.every);
   differ(out, "model.moe.first_dense", a.first_dense, b.first_dense);

@@ -39,6 +39,7 @@ struct MoESpec {
   int n_experts = 8;              // >= 2
   int top_k = 2;                  // 1..n_experts
   int n_shared_experts = 0;       // >= 0
+  bool shared_expert_gate = false;  // the shared experts' output gated per token (Qwen2-MoE's shared_expert_gate)
   int d_ff_expert = 512;          // >= 1
   int every = 1;                  // MoE in layers where (layer + 1) % every == 0
   int first_dense = 0;            // >= 0: the first layers keep a dense MLP (DeepSeek's first_k_dense_replace)
@@ -46,6 +47,8 @@ struct MoESpec {
   RouterScore score = RouterScore::softmax;  // the router's expert scores
   bool normalize_topk = true;     // combine weights = the chosen scores / their sum
   double topk_scaling_factor = 1.0;  // > 0: the combine weights are multiplied by it (DeepSeek-V3: 2.5)
+  int n_groups = 1;               // divides n_experts: group-limited routing (DeepSeek-V3's n_group); 1 = off
+  int top_groups = 1;             // 1..n_groups: the groups a token's experts come from (topk_group)
   double aux_loss_coeff = 0.01;   // >= 0
   double z_loss_coeff = 0.0;      // >= 0: router z-loss weight (0 = off)
   double bias_update_rate = 1e-3; // >= 0: aux_free expert-bias step per optimizer step

@@ -41,6 +41,25 @@ void check_model(const ModelSpec& m, const SpecReader& r) {
   if (m.moe.top_k > m.moe.n_experts)
     r.fail("model.moe.top_k", fmt::format("must be <= model.moe.n_experts ({}), got {}",
                                           m.moe.n_experts, m.moe.top_k));
+  if (m.moe.shared_expert_gate && m.moe.n_shared_experts == 0)
+    r.fail("model.moe.shared_expert_gate",
+           "gates the shared experts' output, but model.moe.n_shared_experts is 0");
+  if (m.moe.n_groups > 1 || m.moe.top_groups > 1) {
+    const int G = m.moe.n_groups;
+    if (m.moe.n_experts % G != 0 || m.moe.n_experts / G < 2)
+      r.fail("model.moe.n_groups",
+             fmt::format("must split model.moe.n_experts ({}) into equal groups of 2 or more "
+                         "experts (a group is scored by its two best), got {}",
+                         m.moe.n_experts, G));
+    else if (m.moe.top_groups > G)
+      r.fail("model.moe.top_groups",
+             fmt::format("must be <= model.moe.n_groups ({}), got {}", G, m.moe.top_groups));
+    else if (m.moe.top_k > m.moe.top_groups * (m.moe.n_experts / G))
+      r.fail("model.moe.top_k",
+             fmt::format("must be <= the {} experts in model.moe.top_groups ({}) groups of {}, got {}",
+                         m.moe.top_groups * (m.moe.n_experts / G), m.moe.top_groups,
+                         m.moe.n_experts / G, m.moe.top_k));
+  }
   if (m.moe.every > m.n_layer)
     r.fail("model.moe.every", fmt::format("must be <= model.n_layer ({}), got {} (no layer would "
                                           "be a MoE layer)", m.n_layer, m.moe.every));

@@ -117,6 +117,7 @@ void read_moe(Section s, MoESpec& moe) {
   s.read("n_experts", moe.n_experts, 2, 1 << 16);
   s.read("top_k", moe.top_k, 1);
   s.read("n_shared_experts", moe.n_shared_experts, 0, 1 << 16);
+  s.read("shared_expert_gate", moe.shared_expert_gate);
   s.read("d_ff_expert", moe.d_ff_expert, 1, 1 << 24);
   s.read("every", moe.every, 1);
   s.read("first_dense", moe.first_dense, 0, 16384);
@@ -125,6 +126,8 @@ void read_moe(Section s, MoESpec& moe) {
   s.read("normalize_topk", moe.normalize_topk);
   s.read("topk_scaling_factor", moe.topk_scaling_factor);
   s.reader().check_min(s.path("topk_scaling_factor"), moe.topk_scaling_factor, 0, /*strict=*/true);
+  s.read("n_groups", moe.n_groups, 1, 1 << 16);
+  s.read("top_groups", moe.top_groups, 1, 1 << 16);
   s.read("aux_loss_coeff", moe.aux_loss_coeff);
   s.reader().check_min(s.path("aux_loss_coeff"), moe.aux_loss_coeff, 0);
   s.read("z_loss_coeff", moe.z_loss_coeff);

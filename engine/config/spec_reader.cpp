@@ -34,8 +34,10 @@ KeyNode build_key_tree() {
                                                    "high_freq_factor",
                                                    "original_max_position_embeddings", "beta_fast",
                                                    "beta_slow", "attention_factor"}));
-  model.children.push_back(leaves("moe", {"n_experts", "top_k", "n_shared_experts", "d_ff_expert",
-                                          "every", "first_dense", "balance", "score", "normalize_topk", "topk_scaling_factor", "aux_loss_coeff", "z_loss_coeff",
+  model.children.push_back(leaves("moe", {"n_experts", "top_k", "n_shared_experts",
+                                          "shared_expert_gate", "d_ff_expert",
+                                          "every", "first_dense", "balance", "score", "normalize_topk", "topk_scaling_factor",
+                                          "n_groups", "top_groups", "aux_loss_coeff", "z_loss_coeff",
                                           "bias_update_rate", "capacity_factor"}));
   return KeyNode{
       "",

@@ -4,6 +4,7 @@
 #include "kernels/moe_routing.h"
 
 #include <cmath>
+#include <vector>
 
 #include "kernels/cpu/cpu_common.h"
 #include "kernels/cpu/staging.h"
@@ -30,10 +31,37 @@ void scores_row(float* p, const float* l, int64_t E, bool sigmoid) {
   for (int64_t e = 0; e < E; ++e) p[e] *= inv;
 }
 
+// Group-limited routing: allowed[g] = 1 for the g.top groups of the best
+// two-key sums (ties to the lower group), 0 for the rest. NaN keys never count.
+void allowed_groups(char* allowed, float* score, const float* key, const RouteGroups& g, int64_t E) {
+  const int64_t size = E / g.groups;
+  for (int64_t q = 0; q < g.groups; ++q) {
+    float t1 = -INFINITY, t2 = -INFINITY;
+    for (int64_t e = q * size; e < (q + 1) * size; ++e) {
+      const float v = key[e];
+      if (v > t1) {
+        t2 = t1;
+        t1 = v;
+      } else if (v > t2) {
+        t2 = v;
+      }
+    }
+    score[q] = t1 + t2;
+    allowed[q] = 0;
+  }
+  for (int64_t j = 0; j < g.top; ++j) {
+    int64_t best = -1;
+    for (int64_t q = 0; q < g.groups; ++q)
+      if (!allowed[q] && (best < 0 || score[q] > score[best])) best = q;
+    allowed[best] = 1;
+  }
+}
+
 }  // namespace
 
 void moe_route_forward(Context&, Tensor probs, Tensor topk_idx, Tensor topk_weight,
-                       Tensor logits, Tensor select_bias, bool sigmoid, bool normalize) {
+                       Tensor logits, Tensor select_bias, bool sigmoid, bool normalize,
+                       RouteGroups groups) {
   const char* op = "moe_route_forward";
   const int64_t N = logits.size(0), E = logits.size(-1), K = topk_idx.size(-1);
   check_shape(logits, {N, E}, "moe_route_forward logits");
@@ -41,6 +69,9 @@ void moe_route_forward(Context&, Tensor probs, Tensor topk_idx, Tensor topk_weig
   check_shape(topk_idx, {N, K}, "moe_route_forward topk_idx");
   check_shape(topk_weight, {N, K}, "moe_route_forward topk_weight");
   TRAINER_CHECK(K >= 1 && K <= E, "{}: top_k {} must be in 1..{}", op, K, E);
+  check_route_groups(groups, E, K, op);
+  const bool grouped = groups.groups > 1;
+  const int64_t group_size = E / groups.groups;
   Staging st(op);
   const float* l = st.in(logits, "logits");
   float* p = st.out(probs, "probs");
@@ -51,17 +82,27 @@ void moe_route_forward(Context&, Tensor probs, Tensor topk_idx, Tensor topk_weig
     check_shape(select_bias, {E}, "moe_route_forward select_bias");
     bias = st.in(select_bias, "select_bias");
   }
-#pragma omp parallel for schedule(static)
+#pragma omp parallel
+  {
+  // Per thread: the row's keys, group scores and allowed groups (grouped only).
+  std::vector<float> key(grouped ? E : 0), score(groups.groups);
+  std::vector<char> allowed(groups.groups, 1);
+#pragma omp for schedule(static)
   for (int64_t n = 0; n < N; ++n) {
     float* pn = p + n * E;
     scores_row(pn, l + n * E, E, sigmoid);
     int32_t* in = idx + n * K;
     float* wn = w + n * K;
+    if (grouped) {
+      for (int64_t e = 0; e < E; ++e) key[e] = pn[e] + (bias ? bias[e] : 0.0f);
+      allowed_groups(allowed.data(), score.data(), key.data(), groups, E);
+    }
     double sum = 0;
     for (int64_t k = 0; k < K; ++k) {
       int64_t best = -1;
       float best_v = 0;
       for (int64_t e = 0; e < E; ++e) {
+        if (!allowed[e / group_size]) continue;
         bool taken = false;
         for (int64_t j = 0; j < k; ++j) taken |= in[j] == e;
         if (taken) continue;
@@ -76,6 +117,7 @@ void moe_route_forward(Context&, Tensor probs, Tensor topk_idx, Tensor topk_weig
       const float inv = static_cast<float>(1.0 / sum);
       for (int64_t k = 0; k < K; ++k) wn[k] *= inv;
     }
+  }
   }
   st.commit();
 }

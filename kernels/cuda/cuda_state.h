@@ -48,10 +48,11 @@ struct CudaState {
   // kStagingBlockBytes); the tests lower it so those GEMMs run in several blocks.
   size_t staging_block_bytes = kStagingBlockBytes;
   // true: ops check the integer operands the CPU ops refuse out of range
-  // (attention's doc_start, the embedding's learned positions) with a kernel and
-  // a stream sync per call (index_check.h). The engine turns it off: its
-  // operands come from document_layout (engine/documents.h), in range by
-  // construction, and a sync per layer would stall the launch queue.
+  // (attention's doc_start, the embedding's learned positions, moe_plan's
+  // experts) with a kernel and a stream sync per call (index_check.h). The
+  // engine turns it off: its operands come from document_layout
+  // (engine/documents.h) and the router, in range by construction, and a sync
+  // per layer would stall the launch queue.
   bool check_index_operands = true;
   GemmAlgoCache* gemm_cache = nullptr;
 };

@@ -196,8 +196,10 @@ void moe_plan(Context& ctx, Tensor slot_src, Tensor assign_slot, Tensor load, Te
   CUDA_LAUNCH_CHECK();
 
   // The CPU op refuses an expert outside [0, E); so does this one, which costs a
-  // stream sync (8 bytes back). The MoE layer reads the counts back right after
-  // the plan anyway, so training loses no overlap to it.
+  // stream sync (8 bytes back). The engine turns it off (check_index_operands):
+  // its top-k comes from moe_route_forward, in range by construction, and with
+  // a bad expert the kernels above still stay in bounds.
+  if (!st.check_index_operands) return;
   unsigned long long first_bad = kNoBadExpert;
   CUDA_CHECK(cudaMemcpyAsync(&first_bad, bad, sizeof(first_bad), cudaMemcpyDeviceToHost,
                              st.stream));

@@ -37,16 +37,55 @@ __device__ __forceinline__ bool before(float v, int e, float bv, int be) {
   return e < be;
 }
 
+// Group-limited routing (RouteGroups): the lanes score the groups (the sum of
+// each group's two best keys, NaN never counting, as the CPU's loop), lane 0
+// picks the top ones in the CPU's order (strictly larger wins, ties to the lower
+// group), then the experts of the other groups are ruled out (rank -1).
+__device__ void exclude_groups(const float* key, int* rank, float* score, int* allowed, int E,
+                               int groups, int top, int lane) {
+  const int size = E / groups;
+  for (int q = lane; q < groups; q += 32) {
+    float t1 = -INFINITY, t2 = -INFINITY;
+    for (int e = q * size; e < (q + 1) * size; ++e) {
+      const float v = key[e];
+      if (v > t1) {
+        t2 = t1;
+        t1 = v;
+      } else if (v > t2) {
+        t2 = v;
+      }
+    }
+    score[q] = __fadd_rn(t1, t2);
+    allowed[q] = 0;
+  }
+  __syncwarp();
+  if (lane == 0)
+    for (int j = 0; j < top; ++j) {
+      int best = -1;
+      for (int q = 0; q < groups; ++q)
+        if (!allowed[q] && (best < 0 || score[q] > score[best])) best = q;
+      allowed[best] = 1;
+    }
+  __syncwarp();
+  for (int e = lane; e < E; e += 32)
+    if (!allowed[e / size]) rank[e] = -1;
+  __syncwarp();
+}
+
 // Shared memory per warp: p[E] (fp32 scores), key[E] (p + bias), rank[E] (k + 1
-// once chosen, else 0).
+// once chosen, -1 when its group is ruled out, else 0); with route groups
+// score[G] and allowed[G].
 __global__ void route_forward_kernel(AnyFloat probs, int32_t* topk_idx, AnyFloat weight,
                                      AnyFloat logits, AnyFloat bias, int64_t N, int E, int K,
-                                     bool sigmoid, bool normalize) {
+                                     bool sigmoid, bool normalize, int groups, int top_groups) {
   extern __shared__ float route_smem[];
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
-  float* p = route_smem + static_cast<size_t>(warp) * 3 * E;
+  const int G = groups > 1 ? groups : 0;
+  float* p = route_smem + static_cast<size_t>(warp) * (3 * E + 2 * G);
   float* key = p + E;
   int* rank = reinterpret_cast<int*>(key + E);
+  float* group_score = reinterpret_cast<float*>(rank + E);
+  int* group_allowed = reinterpret_cast<int*>(group_score + G);
   for (int64_t n = static_cast<int64_t>(blockIdx.x) * warps + warp; n < N;
        n += static_cast<int64_t>(gridDim.x) * warps) {
     const int64_t row = n * E;
@@ -71,6 +110,7 @@ __global__ void route_forward_kernel(AnyFloat probs, int32_t* topk_idx, AnyFloat
       rank[e] = 0;
     }
     __syncwarp();
+    if (G > 0) exclude_groups(key, rank, group_score, group_allowed, E, G, top_groups, lane);
     double chosen_sum = 0.0;
     for (int k = 0; k < K; ++k) {
       float bv = 0.0f;
@@ -95,7 +135,7 @@ __global__ void route_forward_kernel(AnyFloat probs, int32_t* topk_idx, AnyFloat
     const float inv = static_cast<float>(1.0 / chosen_sum);
     for (int e = lane; e < E; e += 32) {
       const int r = rank[e];
-      if (r == 0) continue;
+      if (r <= 0) continue;
       topk_idx[n * K + r - 1] = e;
       weight.store(n * K + r - 1, normalize ? p[e] * inv : p[e]);
     }
@@ -188,7 +228,8 @@ void check_experts(int64_t E, const char* op) {
 }  // namespace
 
 void moe_route_forward(Context& ctx, Tensor probs, Tensor topk_idx, Tensor topk_weight,
-                       Tensor logits, Tensor select_bias, bool sigmoid, bool normalize) {
+                       Tensor logits, Tensor select_bias, bool sigmoid, bool normalize,
+                       RouteGroups groups) {
   const char* op = "moe_route_forward";
   CudaState& st = state_of(ctx);
   TRAINER_CHECK(logits.ndim == 2 && topk_idx.ndim == 2, "{}: logits {} and topk_idx {} must be 2-D",
@@ -199,6 +240,8 @@ void moe_route_forward(Context& ctx, Tensor probs, Tensor topk_idx, Tensor topk_
   check_shape(topk_weight, {N, K}, "moe_route_forward topk_weight");
   TRAINER_CHECK(K >= 1 && K <= E, "{}: top_k {} must be in 1..{}", op, K, E);
   check_experts(E, op);
+  check_route_groups(groups, E, K, op);
+  const int64_t G = groups.groups > 1 ? groups.groups : 0;
   moe::check_float_arg(logits, op, "logits");
   moe::check_float_arg(probs, op, "probs");
   moe::check_float_arg(topk_weight, op, "topk_weight");
@@ -208,12 +251,16 @@ void moe_route_forward(Context& ctx, Tensor probs, Tensor topk_idx, Tensor topk_
     moe::check_float_arg(select_bias, op, "select_bias");
   }
   if (N == 0) return;
-  const RowLaunch l = row_launch(N, 3 * sizeof(float) * static_cast<size_t>(E));
+  const size_t per_warp = sizeof(float) * static_cast<size_t>(3 * E + 2 * G);
+  TRAINER_CHECK(per_warp <= kSharedLimit, "{}: {} experts in {} route groups need {} bytes of "
+                "shared memory per warp, over the {}", op, E, G, per_warp, kSharedLimit);
+  const RowLaunch l = row_launch(N, per_warp);
   route_forward_kernel<<<l.blocks, l.warps * 32, l.smem, st.stream>>>(
       moe::any_float(probs, op, "probs"), static_cast<int32_t*>(topk_idx.data),
       moe::any_float(topk_weight, op, "topk_weight"), moe::any_float(logits, op, "logits"),
       moe::any_float(select_bias, op, "select_bias"), N, static_cast<int>(E),
-      static_cast<int>(K), sigmoid, normalize);
+      static_cast<int>(K), sigmoid, normalize, static_cast<int>(G),
+      static_cast<int>(groups.top));
   CUDA_LAUNCH_CHECK();
 }
 

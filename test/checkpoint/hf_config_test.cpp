@@ -59,6 +59,15 @@ model::ModelConfig qwen3_moe_cfg() {
   return c;
 }
 
+// Qwen2-MoE: q/k/v biases, a dense first layer, top-k not renormalised, a
+// gated shared expert of 2 x d_ff_expert.
+model::ModelConfig qwen2_moe_cfg() {
+  model::ModelConfig c = mixtral_cfg();
+  c.qkv_bias = true, c.moe_first_dense = 1, c.moe.normalize_topk = false;
+  c.moe.n_shared_experts = 2, c.moe.shared_gate = true;
+  return c;
+}
+
 // Llama with YaRN (factor 4 over 256 positions) or linear scaling.
 model::ModelConfig yarn_cfg() {
   model::ModelConfig c = llama_cfg();
@@ -101,8 +110,8 @@ std::string config_with(const model::ModelConfig& cfg, const std::string& key, c
 
 TEST_CASE("hf config: each family's own config.json passes its check", "[cpu][checkpoint]") {
   for (const model::ModelConfig& cfg :
-       {gpt2_cfg(), llama_cfg(), qwen2_cfg(), qwen3_cfg(), mixtral_cfg(), qwen3_moe_cfg(), yarn_cfg(),
-        linear_cfg()}) {
+       {gpt2_cfg(), llama_cfg(), qwen2_cfg(), qwen3_cfg(), mixtral_cfg(), qwen3_moe_cfg(), qwen2_moe_cfg(),
+        yarn_cfg(), linear_cfg()}) {
     std::string path = config_with(cfg, "", nullptr);
     CHECK_NOTHROW(check_hf_config(path, cfg));
   }
@@ -127,6 +136,14 @@ TEST_CASE("hf config: each family's own config.json passes its check", "[cpu][ch
   CHECK(mixtral.at("num_local_experts").as_int() == 4);
   CHECK(mixtral.at("num_experts_per_tok").as_int() == 2);
   CHECK(mixtral.at("sliding_window").kind() == Json::Kind::null);
+  CHECK(hf_architecture(qwen2_moe_cfg()) == "Qwen2MoeForCausalLM");
+  Json qwen2_moe = parse_json(hf_config_json(qwen2_moe_cfg()), "config.json");
+  CHECK(qwen2_moe.at("model_type").as_string() == "qwen2_moe");
+  CHECK(qwen2_moe.at("shared_expert_intermediate_size").as_int() == 48);
+  CHECK(qwen2_moe.at("moe_intermediate_size").as_int() == 24);
+  CHECK(qwen2_moe.at("mlp_only_layers").items().size() == 1);
+  CHECK(qwen2_moe.at("qkv_bias").as_bool());
+  CHECK(qwen2_moe.find("attention_bias") == nullptr);
   CHECK(hf_architecture(qwen3_moe_cfg()) == "Qwen3MoeForCausalLM");
   Json qwen3_moe = parse_json(hf_config_json(qwen3_moe_cfg()), "config.json");
   CHECK(qwen3_moe.at("model_type").as_string() == "qwen3_moe");
@@ -230,7 +247,12 @@ TEST_CASE("hf config: a differing hyper-parameter is named with the job key", "[
        "and those model.moe.every skips"},
       {qwen3_moe_cfg(), "model_type", Json("qwen2_moe"),
        "model_type is \"qwen2_moe\", but the job's model is qwen3_moe (model.family llama with model.moe and "
-       "model.qk_norm): Qwen2-MoE's gated shared expert is not computed by this trainer"},
+       "model.qk_norm): Qwen2-MoE is model.family llama with model.qkv_bias: true and model.moe with "
+       "shared experts and shared_expert_gate: true"},
+      {qwen2_moe_cfg(), "shared_expert_intermediate_size", Json(), "shared_expert_intermediate_size is "
+       "5632, but model.moe.n_shared_experts x model.moe.d_ff_expert is 48"},
+      {qwen2_moe_cfg(), "num_experts", Json(), "num_experts is 60, but model.moe.n_experts is 4"},
+      {qwen2_moe_cfg(), "qkv_bias", Json(false), "qkv_bias is false: this trainer's Qwen2-MoE has q/k/v biases"},
       {llama_cfg(), "model_type", Json("qwen2"),
        "model_type is \"qwen2\", but the job's model is llama (model.family llama): Qwen2 is model.family "
        "llama with model.qkv_bias: true"},
@@ -359,7 +381,8 @@ TEST_CASE("hf config: a model no transformers class computes is refused by its k
       {mixtral_cfg(), [](auto& c) { c.moe.balance = model::MoeBalance::aux_free; },
        "model.moe.balance is aux_free"},
       {mixtral_cfg(), [](auto& c) { c.qkv_bias = true; },
-       "model.qkv_bias: MixtralForCausalLM and Qwen3MoeForCausalLM have no attention biases"},
+       "model.moe.n_shared_experts 0 and shared_expert_gate false: an MoE with model.qkv_bias exports "
+       "as Qwen2MoeForCausalLM"},
       {mixtral_cfg(), [](auto& c) { c.moe.normalize_topk = false; },
        "model.moe.normalize_topk is false: MixtralForCausalLM renormalises"},
       {mixtral_cfg(), [](auto& c) { c.moe.sigmoid = true; }, "model.moe.score is sigmoid: "},
@@ -367,6 +390,12 @@ TEST_CASE("hf config: a model no transformers class computes is refused by its k
       {mixtral_cfg(), [](auto& c) { c.moe_first_dense = 1; }, "model.moe.first_dense is 1: MixtralForCausalLM"},
       {qwen3_moe_cfg(), [](auto& c) { c.moe.topk_scaling = 2.5f; },
        "model.moe.topk_scaling_factor is 2.5: Qwen3MoeForCausalLM combines"},
+      {qwen2_moe_cfg(), [](auto& c) { c.moe.shared_gate = false; },
+       "an MoE with model.qkv_bias exports as Qwen2MoeForCausalLM, whose shared expert is gated"},
+      {qwen2_moe_cfg(), [](auto& c) { c.qk_norm = true; }, "model.qk_norm with model.qkv_bias: no Hugging "
+       "Face MoE class has both"},
+      {qwen3_moe_cfg(), [](auto& c) { c.moe.n_groups = 4; },
+       "model.moe.n_groups is 4: Qwen3MoeForCausalLM routes over all its experts"},
       {qwen3_moe_cfg(), [](auto& c) { c.moe.n_shared_experts = 2; },
        "model.moe.n_shared_experts is 2: Qwen3MoeForCausalLM has no shared experts"},
       {qwen3_cfg(), [](auto& c) { c.qkv_bias = true; },

@@ -74,6 +74,15 @@ JobSpec fixture_job(const std::string& name) {
     s.model.norm_eps = 1e-5, s.model.rope_theta = 1e6;
     s.model.moe.enabled = true;
     s.model.moe.n_experts = 4, s.model.moe.top_k = 2, s.model.moe.d_ff_expert = 24;
+  } else if (name == "qwen2_moe") {  // Qwen2's attention; layer 0 dense (mlp_only_layers
+                                     // [0]), layer 1 top-2 not renormalised + a gated shared expert
+    s.model.n_kv_head = 2, s.model.d_ff = 48;
+    s.model.norm_eps = 1e-6, s.model.rope_theta = 1e6;
+    s.model.qkv_bias = true;
+    s.model.moe.enabled = true;
+    s.model.moe.n_experts = 4, s.model.moe.top_k = 2, s.model.moe.d_ff_expert = 24;
+    s.model.moe.n_shared_experts = 2, s.model.moe.shared_expert_gate = true;
+    s.model.moe.first_dense = 1, s.model.moe.normalize_topk = false;
   } else {  // qwen3_moe: Qwen3's attention, a dense layer 0, an MoE in layer 1 not renormalised
     s.model.n_kv_head = 2, s.model.d_ff = 48, s.model.head_size = 16;
     s.model.norm_eps = 1e-6, s.model.rope_theta = 1e6;
@@ -89,9 +98,9 @@ JobSpec fixture_job(const std::string& name) {
 }  // namespace
 
 TEST_CASE("hf fixtures: init_from computes transformers' logits (gpt2, llama, llama3, llama_yarn, "
-          "qwen2, qwen3, mixtral, qwen3_moe)", "[cpu][checkpoint]") {
-  for (const std::string name :
-       {"gpt2", "llama", "llama3", "llama_yarn", "qwen2", "qwen3", "mixtral", "qwen3_moe"}) {
+          "qwen2, qwen3, mixtral, qwen3_moe, qwen2_moe)", "[cpu][checkpoint]") {
+  for (const std::string name : {"gpt2", "llama", "llama3", "llama_yarn", "qwen2", "qwen3", "mixtral",
+                                 "qwen3_moe", "qwen2_moe"}) {
     INFO(name);
     const std::string dir = kFixtures + name;
     JobSpec spec = fixture_job(name);

@@ -90,10 +90,23 @@ JobSpec qwen3_moe_spec(const fs::path& dir) {
   return s;
 }
 
-// gpt2, llama, Qwen2- and Qwen3-style llama, Mixtral- and Qwen3-MoE-style MoE llama, each with its name.
+// The MoE llama job with q/k/v biases, a dense layer 0 and a gated shared
+// expert, top-k weights not renormalised: Qwen2MoeForCausalLM's model.
+JobSpec qwen2_moe_spec(const fs::path& dir) {
+  JobSpec s = mixtral_spec(dir);
+  s.model.qkv_bias = true;
+  s.model.moe.first_dense = 1;
+  s.model.moe.normalize_topk = false;
+  s.model.moe.n_shared_experts = 2;
+  s.model.moe.shared_expert_gate = true;
+  return s;
+}
+
+// gpt2, llama, Qwen2- and Qwen3-style llama, Mixtral-, Qwen3-MoE- and Qwen2-MoE-style MoE llama, each with its name.
 std::vector<std::pair<std::string, JobSpec>> hf_jobs(const std::string& prefix) {
   std::vector<std::pair<std::string, JobSpec>> jobs;
-  for (const std::string name : {"gpt2", "llama", "llama_yarn", "qwen2", "qwen3", "mixtral", "qwen3_moe"}) {
+  for (const std::string name :
+       {"gpt2", "llama", "llama_yarn", "qwen2", "qwen3", "mixtral", "qwen3_moe", "qwen2_moe"}) {
     fs::path dir = fresh_temp_dir(prefix + "_" + name);
     JobSpec s = name == "gpt2"      ? tiny_spec(Family::gpt2, dir)
                 : name == "llama"   ? tiny_spec(Family::llama, dir)
@@ -101,6 +114,7 @@ std::vector<std::pair<std::string, JobSpec>> hf_jobs(const std::string& prefix) 
                 : name == "qwen2"   ? qwen2_spec(dir)
                 : name == "qwen3"   ? qwen3_spec(dir)
                 : name == "mixtral" ? mixtral_spec(dir)
+                : name == "qwen2_moe" ? qwen2_moe_spec(dir)
                                     : qwen3_moe_spec(dir);
     jobs.emplace_back(name, s);
   }

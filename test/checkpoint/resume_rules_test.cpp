@@ -105,9 +105,11 @@ TEST_CASE("resume: model_differences names MoE structure, not its training setti
   ModelSpec routed = a;
   routed.moe.score = RouterScore::sigmoid;
   routed.moe.normalize_topk = false;
+  routed.moe.n_groups = 2;
   CHECK(model_differences(a, routed) ==
         std::vector<std::string>{"model.moe.score is softmax in the checkpoint, sigmoid in this job",
-                                 "model.moe.normalize_topk is true in the checkpoint, false in this job"});
+                                 "model.moe.normalize_topk is true in the checkpoint, false in this job",
+                                 "model.moe.n_groups is 1 in the checkpoint, 2 in this job"});
   CHECK(model_differences(a, routed, true).empty());
   // A RoPE scaling of another type is named with its own keys.
   ModelSpec yarn = a;

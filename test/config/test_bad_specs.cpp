@@ -139,6 +139,17 @@ const std::vector<Bad>& bad_specs() {
        "layer, of model.n_layer 4), got 4 (no layer would be a MoE layer)"},
       {"topk scaling 0", kData + "model:\n  moe:\n    topk_scaling_factor: 0\n", {},
        "job.yaml:6: model.moe.topk_scaling_factor: must be > 0, got 0"},
+      {"route groups uneven", kData + "model:\n  moe:\n    n_experts: 8\n    n_groups: 3\n", {},
+       "job.yaml:7: model.moe.n_groups: must split model.moe.n_experts (8) into equal groups of 2 or "
+       "more experts (a group is scored by its two best), got 3"},
+      {"route groups of one", kData + "model:\n  moe:\n    n_experts: 8\n    n_groups: 8\n", {},
+       "job.yaml:7: model.moe.n_groups: must split model.moe.n_experts (8) into equal groups of 2 or "
+       "more experts (a group is scored by its two best), got 8"},
+      {"top groups over groups", kData + "model:\n  moe:\n    n_experts: 8\n    n_groups: 2\n    top_groups: 3\n", {},
+       "job.yaml:8: model.moe.top_groups: must be <= model.moe.n_groups (2), got 3"},
+      {"top_k over the groups' experts",
+       kData + "model:\n  moe:\n    n_experts: 8\n    top_k: 3\n    n_groups: 4\n    top_groups: 1\n", {},
+       "job.yaml:7: model.moe.top_k: must be <= the 2 experts in model.moe.top_groups (1) groups of 2, got 3"},
       {"router score", kData + "model:\n  moe:\n    score: tanh\n", {},
        "job.yaml:6: model.moe.score: expected one of softmax, sigmoid, got 'tanh'"},
       {"normalize_topk not a bool", kData + "model:\n  moe:\n    normalize_topk: 2\n", {},

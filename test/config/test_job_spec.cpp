@@ -118,6 +118,7 @@ model:
   init_from: hf/model.safetensors
   moe: {n_experts: 16, top_k: 4, n_shared_experts: 1, d_ff_expert: 64, every: 2,
         first_dense: 1, balance: aux_free, score: sigmoid, normalize_topk: false, topk_scaling_factor: 2.5,
+        n_groups: 4, top_groups: 2,
         aux_loss_coeff: 0.001, z_loss_coeff: 0.002, bias_update_rate: 0.005,
         capacity_factor: 1.25}
 data: {train: a.bin, val: [b.bin, c.bin], format: megatron, shuffle: false}
@@ -169,6 +170,8 @@ log: {metrics: none, timers: true}
   CHECK(!s.model.moe.normalize_topk);
   CHECK(s.model.moe.first_dense == 1);
   CHECK(s.model.moe.topk_scaling_factor == 2.5);
+  CHECK(s.model.moe.n_groups == 4);
+  CHECK(s.model.moe.top_groups == 2);
   CHECK(s.model.moe.aux_loss_coeff == 0.001);
   CHECK(s.model.moe.z_loss_coeff == 0.002);
   CHECK(s.model.moe.bias_update_rate == 0.005);

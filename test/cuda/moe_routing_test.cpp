@@ -8,6 +8,7 @@
 // op run twice on poisoned outputs.
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 #include <random>
 #include <tuple>
 
@@ -229,6 +230,58 @@ TEST_CASE("moe_route_forward/backward match the CPU op", "[cuda][moe]") {
         }
 }
 
+TEST_CASE("moe_route_forward with route groups matches the CPU op", "[cuda][moe]") {
+  struct Case {
+    int64_t E, G, top, K;
+  };
+  for (DType dtype : {DType::f32, DType::bf16})
+    for (int64_t N : kTokens)
+      for (const Case c : {Case{8, 4, 2, 3}, Case{64, 8, 4, 8}, Case{256, 8, 4, 8}, Case{80, 40, 3, 6}})
+        for (int variant = 0; variant < 4; ++variant) {
+          if (emulated() && N > 1000 && !(c.E == 256 && variant == 3)) continue;
+          const bool sigmoid = variant & 1, with_bias = variant & 2;
+          const std::string tag = fmt::format("moe_route groups {} N={} E={} G={} top={} K={} {}{}",
+                                              dtype_name(dtype), N, c.E, c.G, c.top, c.K,
+                                              sigmoid ? "sigmoid" : "softmax", with_bias ? " bias" : "");
+          const int64_t E = c.E, K = c.K;
+          const uint64_t seed = 7000 + 1000 * N + 10 * E + variant;
+          FloatArg logits({N, E}, dtype, router_logits(N, E, seed));
+          FloatArg bias({E}, dtype, [&] {
+            auto b = random_floats(E, seed + 1, -0.25f, 0.25f);
+            for (float& x : b) x = std::round(x * 32.0f) / 32.0f;
+            return b;
+          }());
+          FloatArg probs({N, E}, dtype, std::vector<float>(N * E));
+          FloatArg weight({N, K}, dtype, std::vector<float>(N * K));
+          IntArg idx({N, K}, std::vector<int32_t>(N * K));
+          const RouteGroups groups{c.G, c.top};
+          cpu::moe_route_forward(cpu(), probs.cpu(), idx.cpu(), weight.cpu(), logits.cpu(),
+                                 with_bias ? bias.cpu() : Tensor{}, sigmoid, true, groups);
+          auto run = [&] {
+            probs.poison();
+            weight.poison();
+            idx.poison();
+            cuda::moe_route_forward(gpu(), probs.gpu(), idx.gpu(), weight.gpu(), logits.gpu(),
+                                    with_bias ? bias.gpu() : Tensor{}, sigmoid, true, groups);
+            return std::tuple{weight.gpu_values(), idx.gpu_values()};
+          };
+          const auto [w1, i1] = run();
+          const auto [w2, i2] = run();
+          expect_equal_ints(tag + " topk_idx", i1, idx.cpu_values());
+          expect_close(tag + " topk_weight", w1, weight.cpu_values(), pointwise(dtype));
+          expect_equal_ints(tag + " topk_idx rerun", i1, i2);
+          expect_same_bits(tag + " topk_weight rerun", w1, w2);
+        }
+  // Groups that do not fit are refused as on the CPU.
+  FloatArg logits({2, 8}, DType::f32, random_floats(16, 5)), probs({2, 8}, DType::f32, std::vector<float>(16));
+  FloatArg weight({2, 3}, DType::f32, std::vector<float>(6));
+  IntArg idx({2, 3}, std::vector<int32_t>(6));
+  for (const RouteGroups g : {RouteGroups{3, 1}, RouteGroups{8, 2}, RouteGroups{4, 1}, RouteGroups{2, 3}})
+    CHECK_THROWS_AS(cuda::moe_route_forward(gpu(), probs.gpu(), idx.gpu(), weight.gpu(),
+                                            logits.gpu(), {}, false, true, g),
+                    Error);
+}
+
 TEST_CASE("moe_route_forward breaks exact ties towards the lower expert", "[cuda][moe]") {
   // Every logit equal: softmax probabilities all 1/E, so the top k are 0..K-1 in
   // order; with a bias favouring expert 3 it comes first, then the rest in order.
@@ -344,6 +397,20 @@ TEST_CASE("moe_plan refuses an expert out of range and recovers", "[cuda][moe]")
       CHECK(what.find(fmt::format("expert {} out of range", bad)) != std::string::npos);
       CHECK(what.find("assignment 21") != std::string::npos);  // the first one
     }
+  }
+  {  // Unchecked (the engine's setting): no refusal, nothing written out of bounds
+     // (the emulator's ASan build would report it), the good experts' loads counted.
+    std::vector<int32_t> choices = skewed_choices(M, E, 97);
+    choices[5] = E;
+    IntArg idx({N, K}, choices);
+    IntArg slot_src({M}, std::vector<int32_t>(M)), assign_slot({M}, std::vector<int32_t>(M));
+    IntArg load({E}, std::vector<int32_t>(E)), kept({E}, std::vector<int32_t>(E));
+    gpu().cuda->check_index_operands = false;
+    CHECK_NOTHROW(cuda::moe_plan(gpu(), slot_src.gpu(), assign_slot.gpu(), load.gpu(), kept.gpu(),
+                                 idx.gpu(), 0, {}));
+    gpu().cuda->check_index_operands = true;
+    const std::vector<int32_t> l = load.gpu_values();
+    CHECK(std::accumulate(l.begin(), l.end(), 0) == M - 1);
   }
   // The GPU is still usable: a good plan right after.
   IntArg idx({N, K}, skewed_choices(M, E, 98));

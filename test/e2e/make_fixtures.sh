@@ -149,6 +149,11 @@ grep -q 'qk_norm: true' mesh_qwen3_moe.yaml && grep -q 'normalize_topk: false' m
 # DeepSeek-V3's router: sigmoid scores (with the aux_free bias).
 sed 's/balance: aux_free/balance: aux_free, score: sigmoid/' mesh_moe_llama.yaml >mesh_moe_llama_sigmoid.yaml
 grep -q 'score: sigmoid' mesh_moe_llama_sigmoid.yaml
+# ...and its group-limited routing: 8 experts in 4 groups of 2, each token's
+# two from its best 2 groups (with ep 4, a group per rank: node-limited).
+sed 's/n_experts: 4, top_k: 2,/n_experts: 8, top_k: 2, n_groups: 4, top_groups: 2,/' \
+  mesh_moe_llama_sigmoid.yaml >mesh_moe_llama_grouped.yaml
+grep -q 'n_groups: 4' mesh_moe_llama_grouped.yaml
 # Four layers (MoE in layers 1 and 3): an interleaved pipeline pp 2 x v2 with ep.
 sed 's/n_layer: 2/n_layer: 4/' mesh_moe_llama.yaml >mesh_moe_llama_l4.yaml
 # DeepSeek-V3's router: the first two layers dense (MoE in layer 3 only),
@@ -157,6 +162,12 @@ sed 's/every: 2,/every: 2, first_dense: 2, score: sigmoid, topk_scaling_factor: 
   mesh_moe_llama_l4.yaml >mesh_moe_llama_dense_first.yaml
 grep -q 'first_dense: 2' mesh_moe_llama_dense_first.yaml
 sed 's/^optimizer:/precision: {compute: bf16}\noptimizer:/' mesh_moe_llama.yaml >mesh_moe_llama_bf16.yaml
+# Qwen2-MoE's gated shared expert (its gate in fp32 beside the router), also in bf16.
+sed 's/n_shared_experts: 1,/n_shared_experts: 1, shared_expert_gate: true,/' mesh_moe_llama.yaml \
+  >mesh_moe_llama_gated.yaml
+grep -q 'shared_expert_gate: true' mesh_moe_llama_gated.yaml
+sed 's/^optimizer:/precision: {compute: bf16}\noptimizer:/' mesh_moe_llama_gated.yaml \
+  >mesh_moe_llama_gated_bf16.yaml
 sed 's/^optimizer:/precision: {compute: fp16}\noptimizer:/' mesh_moe_llama.yaml >mesh_moe_llama_fp16.yaml
 # A loss scale fp16 cannot hold: every step overflows and must be skipped on every rank.
 sed 's/^optimizer:/precision: {compute: fp16, loss_scale: 1e30}\noptimizer:/' mesh_moe_llama.yaml >mesh_moe_llama_fp16_overflow.yaml

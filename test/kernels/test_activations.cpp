@@ -1,7 +1,8 @@
-// gelu, swiglu, rope and the elementwise ops against double references.
+// gelu, swiglu, the sigmoid gate, rope and the elementwise ops against double references.
 #include "kernels/elementwise.h"
 #include "kernels/gelu.h"
 #include "kernels/rope.h"
+#include "kernels/sigmoid_gate.h"
 #include "kernels/swiglu.h"
 
 #include "test/kernels/kernel_test_util.h"
@@ -119,6 +120,34 @@ TEST_CASE("swiglu matches the double reference and finite differences", "[cpu][s
                 1e-4, 1e-5, "swiglu dgate");
   require_close(du, finite_diff([&](const std::vector<double>& v) { return dot(dyd, ref_swiglu(gd, v)); }, ud),
                 1e-4, 1e-5, "swiglu dup");
+}
+
+TEST_CASE("sigmoid gate matches the double reference and finite differences", "[cpu][moe]") {
+  Context ctx;
+  const int64_t N = 6, C = 11;
+  auto y = random_floats(N * C, 61), g = random_floats(N, 62, -7.0f, 7.0f),
+       dout = random_floats(N * C, 63);
+  g[0] = -30.0f;  // saturated: the branch closed
+  auto ref = [&](const std::vector<double>& yv, const std::vector<double>& gv) {
+    std::vector<double> o(yv.size());
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t c = 0; c < C; ++c) o[n * C + c] = yv[n * C + c] / (1.0 + std::exp(-gv[n]));
+    return o;
+  };
+  std::vector<float> out(N * C), dy(N * C, 5.0f), dg(N, 5.0f);
+  cpu::sigmoid_gate_forward(ctx, view(out, {N, C}), view(y, {N, C}), view(g, {N, 1}));
+  const auto yd = to_double(y), gd = to_double(g), dd = to_double(dout);
+  require_close(out, ref(yd, gd), 1e-6, 1e-6, "sigmoid gate out");
+  cpu::sigmoid_gate_backward(ctx, view(dy, {N, C}), view(dg, {N, 1}), view(dout, {N, C}),
+                             view(y, {N, C}), view(g, {N, 1}));
+  require_close(dy, finite_diff([&](const std::vector<double>& v) { return dot(dd, ref(v, gd)); }, yd),
+                1e-5, 1e-6, "sigmoid gate dy");
+  require_close(dg, finite_diff([&](const std::vector<double>& v) { return dot(dd, ref(yd, v)); }, gd),
+                1e-5, 1e-6, "sigmoid gate dgate");
+  std::vector<float> short_gate(N - 1);
+  CHECK_THROWS_AS(cpu::sigmoid_gate_forward(ctx, view(out, {N, C}), view(y, {N, C}),
+                                            view(short_gate, {N - 1, 1})),
+                  Error);
 }
 
 TEST_CASE("rope rotates pairs (i, i + D/2) and backward is its transpose", "[cpu][rope]") {

@@ -134,6 +134,15 @@ TEST_CASE("moe layer gradient: SwiGLU experts, softmax top-2 not renormalised", 
   SECTION("aux losses only") { gradcheck(Family::llama, mc, true); }
 }
 
+// Qwen2-MoE's gated shared expert: its output x sigmoid(x . w), w read in fp32
+// with the router's input (whose gradient it joins).
+TEST_CASE("moe layer gradient: SwiGLU experts, gated shared expert", "[cpu][moe]") {
+  MoeConfig mc{.n_experts = 4, .top_k = 2, .n_shared_experts = 1, .shared_gate = true,
+               .d_ff_expert = 6, .balance = MoeBalance::aux_loss, .aux_loss_coeff = 0.5f,
+               .normalize_topk = false};
+  gradcheck(Family::llama, mc, false);
+}
+
 TEST_CASE("moe layer gradient: GELU experts, aux-free bias, two shared experts, top-1",
           "[cpu][moe]") {
   MoeConfig mc{.n_experts = 3, .top_k = 1, .n_shared_experts = 2, .d_ff_expert = 5,

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <numeric>
 #include <random>
 #include <vector>
@@ -189,4 +190,73 @@ TEST_CASE("moe routing: capacity over token blocks with `taken` keeps what the w
   for (int64_t e = 0; e < E; ++e) whole_dropped += whole.load[e] - whole.kept[e];
   REQUIRE(whole_dropped > 0);
   CHECK(dropped == whole_dropped);
+}
+
+TEST_CASE("moe routing: group-limited top-k takes the best groups' experts only", "[cpu][moe]") {
+  Context ctx;
+  {  // Keys [0.3, 0.3, 0.5, 0.0] in groups {0, 1} {2, 3}: group 0 sums 0.6 to group
+     // 1's 0.5, so the top-1 expert is 0 (tied with 1: the lower), not the best key 2.
+    std::vector<float> logits(4, 0.0f), probs(4), w(1), bias = {0.05f, 0.05f, 0.25f, -0.25f};
+    std::vector<int32_t> idx(1);
+    moe_route_forward(ctx, Tensor(probs.data(), {1, 4}), Tensor(idx.data(), {1, 1}, DType::i32),
+                      Tensor(w.data(), {1, 1}), Tensor(logits.data(), {1, 4}),
+                      Tensor(bias.data(), {4}), false, true, {2, 1});
+    CHECK(idx[0] == 0);
+    CHECK(w[0] == 1.0f);
+    moe_route_forward(ctx, Tensor(probs.data(), {1, 4}), Tensor(idx.data(), {1, 1}, DType::i32),
+                      Tensor(w.data(), {1, 1}), Tensor(logits.data(), {1, 4}),
+                      Tensor(bias.data(), {4}), false, true);
+    CHECK(idx[0] == 2);  // ungrouped
+  }
+  // Against a reference written with sorts: groups by their two best keys, then
+  // the top-k keys among their experts (stable: ties to the lower index).
+  struct Case {
+    int64_t E, G, top, K;
+  };
+  for (const Case c : {Case{8, 4, 2, 3}, Case{16, 4, 1, 4}, Case{12, 3, 2, 2}, Case{64, 8, 4, 8}})
+    for (bool sigmoid : {false, true})
+      for (bool with_bias : {false, true}) {
+        INFO("E=" << c.E << " G=" << c.G << " top=" << c.top << " K=" << c.K << " sigmoid=" << sigmoid
+                  << " bias=" << with_bias);
+        const int64_t N = 97, E = c.E, K = c.K, size = E / c.G;
+        std::mt19937 rng(static_cast<uint32_t>(E * 10 + c.G + sigmoid * 3 + with_bias));
+        std::normal_distribution<float> nd(0.0f, 2.0f);
+        std::vector<float> logits(N * E), probs(N * E), w(N * K), bias(E);
+        for (float& x : logits) x = std::round(nd(rng) * 4.0f) / 4.0f;  // ties too
+        for (float& x : bias) x = std::round(nd(rng) * 8.0f) / 64.0f;
+        std::vector<int32_t> idx(N * K);
+        moe_route_forward(ctx, Tensor(probs.data(), {N, E}), Tensor(idx.data(), {N, K}, DType::i32),
+                          Tensor(w.data(), {N, K}), Tensor(logits.data(), {N, E}),
+                          with_bias ? Tensor(bias.data(), {E}) : Tensor{}, sigmoid, true,
+                          {c.G, c.top});
+        int bad = 0;
+        for (int64_t n = 0; n < N; ++n) {
+          std::vector<float> key(E);
+          for (int64_t e = 0; e < E; ++e) key[e] = probs[n * E + e] + (with_bias ? bias[e] : 0.0f);
+          std::vector<float> gscore(c.G);
+          for (int64_t g = 0; g < c.G; ++g) {
+            std::vector<float> v(key.begin() + g * size, key.begin() + (g + 1) * size);
+            std::sort(v.begin(), v.end(), std::greater<>());
+            gscore[g] = v[0] + v[1];
+          }
+          std::vector<int64_t> gorder(c.G);
+          std::iota(gorder.begin(), gorder.end(), 0);
+          std::stable_sort(gorder.begin(), gorder.end(),
+                           [&](int64_t a, int64_t b) { return gscore[a] > gscore[b]; });
+          std::vector<int64_t> allowed;
+          for (int64_t j = 0; j < c.top; ++j)
+            for (int64_t e = gorder[j] * size; e < (gorder[j] + 1) * size; ++e) allowed.push_back(e);
+          std::sort(allowed.begin(), allowed.end());
+          std::stable_sort(allowed.begin(), allowed.end(),
+                           [&](int64_t a, int64_t b) { return key[a] > key[b]; });
+          for (int64_t k = 0; k < K; ++k) bad += idx[n * K + k] != allowed[k];
+        }
+        CHECK(bad == 0);
+      }
+  std::vector<float> logits(8), probs(8), w(3);
+  std::vector<int32_t> idx(3);
+  CHECK_THROWS_AS(moe_route_forward(ctx, Tensor(probs.data(), {1, 8}),
+                                    Tensor(idx.data(), {1, 3}, DType::i32), Tensor(w.data(), {1, 3}),
+                                    Tensor(logits.data(), {1, 8}), {}, false, true, {4, 1}),
+                  Error);  // 3 experts from one group of 2
 }

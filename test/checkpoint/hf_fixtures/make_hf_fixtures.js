@@ -498,14 +498,36 @@ const QWEN3_MOE_CFG = {
   tie_word_embeddings: false, torch_dtype: 'float32', use_cache: true, use_sliding_window: false,
   vocab_size: V,
 };
-// The MoE block's shape and tensor names in Mixtral and Qwen3-MoE, and
-// whether layer l has one.
+// Qwen2-MoE (modeling_qwen2_moe.py): Qwen2's attention (q/k/v biases, no
+// head_dim key: hidden_size / heads); the MLP of layer l is
+// Qwen2MoeSparseMoeBlock unless l is in mlp_only_layers or (l + 1) %
+// decoder_sparse_step != 0. The block: softmax over all experts, top-k,
+// renormalised only with norm_topk_prob (default false), plus
+// sigmoid(shared_expert_gate(x)) * shared_expert(x), one SwiGLU MLP of
+// shared_expert_intermediate_size; names mlp.gate, mlp.experts.{e}.*,
+// mlp.shared_expert.gate_proj/up_proj/down_proj, mlp.shared_expert_gate.
+const QWEN2_MOE_CFG = {
+  architectures: ['Qwen2MoeForCausalLM'], attention_dropout: F(0.0), bos_token_id: 151643,
+  decoder_sparse_step: 1, eos_token_id: 151643, hidden_act: 'silu', hidden_size: 32,
+  initializer_range: F(0.02), intermediate_size: 48, max_position_embeddings: 64, max_window_layers: 2,
+  mlp_only_layers: [0], model_type: 'qwen2_moe', moe_intermediate_size: 24, norm_topk_prob: false,
+  num_attention_heads: 4, num_experts: 4, num_experts_per_tok: 2, num_hidden_layers: 2,
+  num_key_value_heads: 2, output_router_logits: false, rms_norm_eps: F(1e-6), rope_scaling: null,
+  rope_theta: F(1000000.0), router_aux_loss_coef: F(0.001), shared_expert_intermediate_size: 48,
+  sliding_window: null, tie_word_embeddings: false, torch_dtype: 'float32', use_cache: true,
+  use_sliding_window: false, vocab_size: V,
+};
+// The MoE block's shape and tensor names in Mixtral, Qwen3-MoE and Qwen2-MoE,
+// and whether layer l has one.
 function moeSpec(cfg) {
-  if (cfg.model_type === 'qwen3_moe') {
+  if (cfg.model_type === 'qwen3_moe' || cfg.model_type === 'qwen2_moe') {
     return {
       E: cfg.num_experts, I: cfg.moe_intermediate_size, renorm: cfg.norm_topk_prob, gate: 'mlp.gate.weight',
       expert: (e) => `mlp.experts.${e}.`, w1: 'gate_proj.weight', w3: 'up_proj.weight', w2: 'down_proj.weight',
       has: (l) => !cfg.mlp_only_layers.includes(l) && (l + 1) % cfg.decoder_sparse_step === 0,
+      shared: cfg.model_type === 'qwen2_moe'
+        ? { I: cfg.shared_expert_intermediate_size, prefix: 'mlp.shared_expert.', gate: 'mlp.shared_expert_gate.weight' }
+        : null,
     };
   }
   return {
@@ -521,7 +543,7 @@ function moeSpec(cfg) {
 // tie_word_embeddings, stores no lm_head.weight.
 function decoderWeights(cfg, seed, moe, qkStd = SCALE.lin, qkvBiasStd = SCALE.bias, qkNormStd = SCALE.normW) {
   const D = cfg.hidden_size, I = cfg.intermediate_size, H = cfg.num_attention_heads, KV = cfg.num_key_value_heads, hd = headDim(cfg);
-  const qwen2 = cfg.model_type === 'qwen2';
+  const qwen2 = cfg.model_type === 'qwen2' || cfg.model_type === 'qwen2_moe';
   const S = new Store(seed);
   S.randn('model.embed_tokens.weight', [V, D], SCALE.emb);
   for (let l = 0; l < cfg.num_hidden_layers; l++) {
@@ -554,6 +576,13 @@ function decoderWeights(cfg, seed, moe, qkStd = SCALE.lin, qkvBiasStd = SCALE.bi
         S.randn(q + ms.w2, [D, ms.I], SCALE.lin);
         S.randn(q + ms.w3, [ms.I, D], SCALE.lin);
       }
+      if (ms.shared) {
+        const q = p + ms.shared.prefix, Is = ms.shared.I;
+        S.randn(q + 'gate_proj.weight', [Is, D], SCALE.lin);
+        S.randn(q + 'up_proj.weight', [Is, D], SCALE.lin);
+        S.randn(q + 'down_proj.weight', [D, Is], SCALE.lin);
+        S.randn(p + ms.shared.gate, [1, D], SCALE.gate);
+      }
     }
   }
   S.randn('model.norm.weight', [D], SCALE.normW, 1);
@@ -567,6 +596,8 @@ function headDim(cfg) { return cfg.head_dim || cfg.hidden_size / cfg.num_attenti
 // opts.gqa : 'floor' (correct: kv = floor(h / (H/KV))) | 'mod' (kv = h % KV)
 // opts.moeRenorm: renormalise the top-k weights or not, whatever the model does
 // opts.swapW13: swap w1 and w3 (Mixtral) / gate and up (Llama)
+// opts.sharedGate (Qwen2-MoE): 'sigmoid' (correct) | 'none' (the shared expert
+//   ungated) | 'softmax_joint' (its logit joins the router's softmax)
 // opts.qkvBias (Qwen2): 'before_rope' (correct) | 'none' (biases ignored) |
 //   'after_rope' (added to q and k after the rotation)
 // opts.qkNorm (Qwen3): 'head' (correct: each head over head_dim, before RoPE) |
@@ -638,6 +669,19 @@ function decoderForward(cfg, S, moe, opts = {}) {
           const a1 = linear(yt, S.get(q2 + n1), null, D, Ie)[0], a3 = linear(yt, S.get(q2 + n3), null, D, Ie)[0];
           const o = linear([a1.map((vv, i) => silu(vv) * a3[i])], S.get(q2 + ms.w2), null, Ie, D)[0];
           for (let i = 0; i < D; i++) m[t][i] += w * o[i];
+        }
+      }
+      if (ms.shared) {
+        const q = p + ms.shared.prefix, Is = ms.shared.I, mode = opts.sharedGate || 'sigmoid';
+        const a1 = linear(y, S.get(q + 'gate_proj.weight'), null, D, Is);
+        const a3 = linear(y, S.get(q + 'up_proj.weight'), null, D, Is);
+        const so = linear(a1.map((r, t) => r.map((vv, i) => silu(vv) * a3[t][i])), S.get(q + 'down_proj.weight'), null, Is, D);
+        const gl = linear(y, g(ms.shared.gate), null, D, 1);
+        for (let t = 0; t < T; t++) {
+          let s = 1;
+          if (mode === 'sigmoid') s = 1 / (1 + Math.exp(-gl[t][0]));
+          if (mode === 'softmax_joint') s = softmax([...Array.from(rl[t]), gl[t][0]])[E];
+          for (let i = 0; i < D; i++) m[t][i] += s * so[t][i];
         }
       }
       routing.push(layerRoute);
@@ -853,18 +897,38 @@ function main() {
     writeModel(outDir, 'qwen3_moe', cfg, S, real,
       `Qwen3MoeForCausalLM forward (eager, fp32 weights, computed in float64 by an independent JS implementation), batch 1, positions 0..${T - 1}, no padding; Qwen3 attention (per-head q/k RMSNorm before rotate_half RoPE, GQA 4q/2kv of head_dim 16); layer 0 a dense MLP (intermediate 48), layer 1 (decoder_sparse_step 2) a sparse MoE block: top-2 of 4 experts (moe_intermediate 24) by softmax over all experts, not renormalised (norm_topk_prob false); every token has p(2nd)-p(3rd) > 1e-3 (min ${minGap.toExponential(3)}) and every expert is used; untied lm_head; weights seed ${hex(seed)} (mulberry32 + Box-Muller), q_proj/k_proj std ${QK_STD}, q/k norm weights 1 + ${NORM_STD} N(0,1)`);
   }
+  // Qwen2-MoE: Qwen2's attention (q/k/v biases), a dense MLP in layer 0
+  // (mlp_only_layers [0]), in layer 1 top-2 of 4 not renormalised plus the
+  // sigmoid-gated shared expert, untied head
+  {
+    const QK_STD = 0.5, BIAS_STD = 0.5, cfg = QWEN2_MOE_CFG;
+    const { seed, S, res, tries } = moeSeed('qwen2_moe', cfg, 0x0A3E2E01, QK_STD, SCALE.normW, BIAS_STD);
+    const real = res.logits;
+    console.log(`qwen2_moe (Qwen2MoeForCausalLM), seed ${hex(seed)} (accepted after ${tries} tr${tries === 1 ? 'y' : 'ies'}), q_proj/k_proj std ${QK_STD}, q/k/v bias std ${BIAS_STD}`);
+    printRouting(cfg, res);
+    report('qwen2_moe', real, [
+      ['(s1) shared expert ungated', decoderForward(cfg, S, true, { sharedGate: 'none' }).logits, true],
+      ['(s2) shared gate logit inside the router softmax', decoderForward(cfg, S, true, { sharedGate: 'softmax_joint' }).logits, true],
+      ['(m1) top-2 weights renormalised (norm_topk_prob ignored)', decoderForward(cfg, S, true, { moeRenorm: true }).logits, true],
+      ['(q1) q/k/v biases ignored', decoderForward(cfg, S, true, { qkvBias: 'none' }).logits, true],
+      ['(m2) gate_proj/up_proj swapped in the experts', decoderForward(cfg, S, true, { swapW13: true }).logits, true],
+    ]);
+    const minGap = Math.min(...res.routing.flat().map((r) => r.gap));
+    writeModel(outDir, 'qwen2_moe', cfg, S, real,
+      `Qwen2MoeForCausalLM forward (eager, fp32 weights, computed in float64 by an independent JS implementation), batch 1, positions 0..${T - 1}, no padding; Qwen2 attention (q/k/v biases before rotate_half RoPE, GQA 4q/2kv, head_dim 8 = hidden_size / heads); layer 0 a dense MLP (mlp_only_layers [0], intermediate 48), layer 1 a sparse MoE block: top-2 of 4 experts (moe_intermediate 24) by softmax over all experts, not renormalised, plus sigmoid(shared_expert_gate(x)) x shared_expert(x) (shared_expert_intermediate 48); every token has p(2nd)-p(3rd) > 1e-3 (min ${minGap.toExponential(3)}) and every expert is used; untied lm_head; weights seed ${hex(seed)} (mulberry32 + Box-Muller), q_proj/k_proj std ${QK_STD}, q/k/v bias std ${BIAS_STD}`);
+  }
   console.log('done');
 }
 
 // The first seed from seed0 on whose routing is robust (in every MoE layer,
 // for every token, p(k-th) - p(k+1-th) > 1e-3, so fp32 rounding cannot
 // change the experts picked) and covers every expert.
-function moeSeed(name, cfg, seed0, qkStd = SCALE.lin, qkNormStd = SCALE.normW) {
+function moeSeed(name, cfg, seed0, qkStd = SCALE.lin, qkNormStd = SCALE.normW, qkvBiasStd = SCALE.bias) {
   const GAP = 1e-3, E = moeSpec(cfg).E;
   let seed = seed0, tries = 0;
   for (;;) {
     tries++;
-    const S = decoderWeights(cfg, seed, true, qkStd, SCALE.bias, qkNormStd);
+    const S = decoderWeights(cfg, seed, true, qkStd, qkvBiasStd, qkNormStd);
     const res = decoderForward(cfg, S, true);
     const minGap = Math.min(...res.routing.flat().map((r) => r.gap));
     const covered = res.routing.every((L) => new Set(L.flatMap((r) => r.experts)).size === E);

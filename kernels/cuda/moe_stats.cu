@@ -1,0 +1,161 @@
+// Router statistics on the device (kernels/moe_stats.h). moe_router_sums: each
+// block of 32 token rows writes E + 1 double partials (its column sums of probs,
+// one thread per column so the loads coalesce; its z-loss sum, a warp per row),
+// then one pass adds the partials in block order: no atomics, the same bits on
+// every run. moe_router_losses is E-sized work for one block, its balance sum
+// on one thread in the CPU op's order and rounding (no fused multiply-adds).
+#include <algorithm>
+
+#include "kernels/cuda/moe_common.cuh"
+#include "kernels/moe_stats.h"
+
+namespace trainer::cuda {
+namespace {
+
+using moe::AnyFloat;
+
+constexpr int kThreads = 256;
+
+__global__ void router_partials_kernel(AnyFloat probs, AnyFloat logits, int64_t N, int E,
+                                       int64_t rows_per_chunk, double* partial) {
+  __shared__ double warp_z[kThreads / 32];
+  const int64_t begin = static_cast<int64_t>(blockIdx.x) * rows_per_chunk;
+  const int64_t end = min(N, begin + rows_per_chunk);
+  double* out = partial + static_cast<int64_t>(blockIdx.x) * (E + 1);
+  for (int e = threadIdx.x; e < E; e += blockDim.x) {
+    double s = 0.0;
+    for (int64_t n = begin; n < end; ++n) s += probs.load(n * E + e);
+    out[e] = s;
+  }
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+  double z = 0.0;
+  for (int64_t n = begin + warp; n < end; n += warps) {
+    const int64_t row = n * E;
+    float m = -INFINITY;
+    for (int e = lane; e < E; e += 32) m = fmaxf(m, logits.load(row + e));
+    m = warp_max(m);
+    double sum = 0.0;
+    for (int e = lane; e < E; e += 32)
+      sum += exp(static_cast<double>(logits.load(row + e)) - static_cast<double>(m));
+    sum = moe::warp_sum_double(sum);
+    const double lse = static_cast<double>(m) + log(sum);
+    z = __dadd_rn(z, __dmul_rn(lse, lse));
+  }
+  if (lane == 0) warp_z[warp] = z;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    double t = 0.0;
+    for (int w = 0; w < warps; ++w) t += warp_z[w];
+    out[E] = t;
+  }
+}
+
+__global__ void router_finish_kernel(double* sums, const int32_t* counts, const double* partial,
+                                     int64_t chunks, int E) {
+  const int64_t total = 3 * static_cast<int64_t>(E) + 1;
+  for (int64_t j = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; j < total;
+       j += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    if (j < 2 * E) {
+      sums[j] = counts[j];
+      continue;
+    }
+    const int64_t c = j - 2 * E;
+    double s = 0.0;
+    for (int64_t k = 0; k < chunks; ++k) s += partial[k * (E + 1) + c];
+    sums[j] = s;
+  }
+}
+
+__global__ void router_losses_kernel(AnyFloat losses, AnyFloat load, AnyFloat step,
+                                     AnyFloat step_aux, const double* sums, int E, double tokens,
+                                     double top_k, float balance_coeff, float z_coeff) {
+  if (threadIdx.x == 0) {
+    double balance = 0.0;
+    for (int e = 0; e < E; ++e) balance = __dadd_rn(balance, __dmul_rn(sums[e], sums[2 * E + e] / tokens));
+    balance = __dmul_rn(balance, static_cast<double>(E) / (tokens * top_k));
+    const float b = static_cast<float>(balance), z = static_cast<float>(sums[3 * E] / tokens);
+    losses.store(0, b);
+    losses.store(1, z);
+    if (step.data)
+      step_aux.store(0, __fadd_rn(step_aux.load(0),
+                                  __fadd_rn(__fmul_rn(balance_coeff, b), __fmul_rn(z_coeff, z))));
+  }
+  for (int i = threadIdx.x; i < 2 * E; i += blockDim.x) {
+    const float v = static_cast<float>(sums[i]);
+    if (load.data && i < E) load.store(i, v);
+    if (step.data) step.store(i, __fadd_rn(step.load(i), v));
+  }
+}
+
+void check_f64(const Tensor& t, int64_t n, const char* op, const char* name) {
+  check_cuda(t, op, name);
+  check_dtype(t, DType::f64, op, name);
+  TRAINER_CHECK(t.numel() == n, "{}: {} {} must hold {} values", op, name, t.str(), n);
+}
+
+void check_experts(int64_t E, const char* op) {
+  TRAINER_CHECK(E >= 1 && E <= moe::kMaxExperts, "{}: {} experts; the CUDA router takes 1..{}",
+                op, E, moe::kMaxExperts);
+}
+
+}  // namespace
+
+void moe_router_sums(Context& ctx, Tensor sums, Tensor counts, Tensor probs, Tensor logits) {
+  const char* op = "moe_router_sums";
+  CudaState& st = state_of(ctx);
+  TRAINER_CHECK(probs.ndim == 2, "{}: probs {} must be 2-D", op, probs.str());
+  const int64_t N = probs.size(0), E = probs.size(-1);
+  check_shape(logits, {N, E}, "moe_router_sums logits");
+  check_shape(counts, {2, E}, "moe_router_sums counts");
+  check_experts(E, op);
+  check_f64(sums, 3 * E + 1, op, "sums");
+  moe::check_i32_arg(counts, op, "counts");
+  moe::check_float_arg(probs, op, "probs");
+  moe::check_float_arg(logits, op, "logits");
+  const int64_t chunks = moe_router_sum_chunks(N);
+  const int64_t rows_per_chunk = std::max<int64_t>(1, (N + chunks - 1) / chunks);
+  double* partial = static_cast<double*>(scratch(st, moe_router_sums_scratch_bytes(N, E), op));
+  router_partials_kernel<<<static_cast<unsigned>(chunks), kThreads, 0, st.stream>>>(
+      moe::any_float(probs, op, "probs"), moe::any_float(logits, op, "logits"), N,
+      static_cast<int>(E), rows_per_chunk, partial);
+  CUDA_LAUNCH_CHECK();
+  router_finish_kernel<<<grid_for(3 * E + 1, kThreads), kThreads, 0, st.stream>>>(
+      static_cast<double*>(sums.data), static_cast<const int32_t*>(counts.data), partial, chunks,
+      static_cast<int>(E));
+  CUDA_LAUNCH_CHECK();
+}
+
+void moe_router_losses(Context& ctx, Tensor losses, Tensor load, Tensor step, Tensor step_aux,
+                       Tensor sums, int64_t tokens, int64_t top_k, float balance_coeff,
+                       float z_coeff) {
+  const char* op = "moe_router_losses";
+  CudaState& st = state_of(ctx);
+  TRAINER_CHECK(sums.numel() >= 4 && (sums.numel() - 1) % 3 == 0,
+                "{}: sums {} must hold 3E + 1 values", op, sums.str());
+  const int64_t E = (sums.numel() - 1) / 3;
+  check_experts(E, op);
+  check_f64(sums, 3 * E + 1, op, "sums");
+  TRAINER_CHECK(tokens > 0 && top_k > 0, "{}: tokens {} and top_k {} must be positive", op, tokens,
+                top_k);
+  TRAINER_CHECK(step.empty() == step_aux.empty(), "{}: step and step_aux go together", op);
+  check_shape(losses, {2}, "moe_router_losses losses");
+  moe::check_float_arg(losses, op, "losses");
+  if (!load.empty()) {
+    check_shape(load, {E}, "moe_router_losses load");
+    moe::check_float_arg(load, op, "load");
+  }
+  if (!step.empty()) {
+    check_shape(step, {2, E}, "moe_router_losses step");
+    check_shape(step_aux, {1}, "moe_router_losses step_aux");
+    moe::check_float_arg(step, op, "step");
+    moe::check_float_arg(step_aux, op, "step_aux");
+  }
+  router_losses_kernel<<<1, kThreads, 0, st.stream>>>(
+      moe::any_float(losses, op, "losses"), moe::any_float(load, op, "load"),
+      moe::any_float(step, op, "step"), moe::any_float(step_aux, op, "step_aux"),
+      static_cast<const double*>(sums.data), static_cast<int>(E), static_cast<double>(tokens),
+      static_cast<double>(top_k), balance_coeff, z_coeff);
+  CUDA_LAUNCH_CHECK();
+}
+
+}  // namespace trainer::cuda
