@@ -16,7 +16,8 @@
 #                        vLLM) with the trainer's logits, where Python has them
 #   nccl_smoke, nccl_streams  the [nccl] tests on a world of one NCCL rank
 #   multi_gpu            with >= 2 GPUs: dp2 and tp2 (launch.sh) against one GPU
-#   train_moe, train_moe_fp8, train_qwen_bf16, train_recompute_full   more GPU-vs-CPU pairs
+#   train_moe, train_moe_fp8, train_qwen_bf16, train_moe_qwen2_bf16, train_recompute_full
+#                        more GPU-vs-CPU pairs
 #   sanitizer            compute-sanitizer memcheck on small ops
 #   op_bench             cuda_ops_test "[.bench]" at GPT-2 124M shapes
 #   bench_gpt2-124m_fp32, bench_llama-1b_fp32

@@ -9,7 +9,7 @@
 GPU_STAGES=(cuda_suite train_compare train_bf16 train_fp16 train_fp8 train_fp16_overflow
             bench_gpt2-124m_bf16 bench_llama-1b_bf16 bench_gpt2-124m_fp8 bench_llama-1b_fp8
             bench_llama-1b_bf16_unfused hf_load nccl_smoke nccl_streams multi_gpu train_moe train_moe_fp8
-            train_qwen_bf16 train_recompute_full sanitizer op_bench bench_gpt2-124m_fp32 bench_llama-1b_fp32)
+            train_qwen_bf16 train_moe_qwen2_bf16 train_recompute_full sanitizer op_bench bench_gpt2-124m_fp32 bench_llama-1b_fp32)
 
 # Training pairs, NAME|CONFIG|PRECISION|STEPS|EXTRA (--set flags, split on spaces).
 # fp8 pairs quantise every block GEMM (the tiny models' first and last too).
@@ -22,6 +22,7 @@ GPU_PAIRS=(
   "train_moe|configs/moe-tiny.yaml|fp32|20|"
   "train_moe_fp8|configs/moe-tiny.yaml|fp8|20|--set precision.fp8_first_last_bf16=false"
   "train_qwen_bf16|configs/tiny-llama.yaml|bf16|20|--set model.qkv_bias=true --set model.qk_norm=true --set model.head_dim=32"
+  "train_moe_qwen2_bf16|configs/moe-tiny.yaml|bf16|20|--set model.qkv_bias=true --set model.moe.n_shared_experts=2 --set model.moe.shared_expert_gate=true --set model.moe.n_groups=4 --set model.moe.top_groups=2"
   "train_recompute_full|configs/tiny-gpt2.yaml|fp32|20|--set parallel.recompute=full"
 )
 
