@@ -10,7 +10,10 @@
 // Float tensors: f32, bf16 or f16 on the CPU backend, each independently; fp32 math.
 #pragma once
 
+#include <cmath>
+
 #include "kernels/dispatch.h"
+#include "kernels/numeric.h"
 
 namespace trainer {
 
@@ -21,6 +24,35 @@ namespace trainer {
 struct RouteGroups {
   int64_t groups = 1, top = 1;
 };
+
+// A group's score: the sum of its `size` keys' two best (a NaN never counts).
+// Both backends call these two, so they rank the groups alike.
+TRAINER_HOST_DEVICE inline float route_group_score(const float* key, int64_t size) {
+  float t1 = -INFINITY, t2 = -INFINITY;
+  for (int64_t e = 0; e < size; ++e) {
+    const float v = key[e];
+    if (v > t1) {
+      t2 = t1;
+      t1 = v;
+    } else if (v > t2) {
+      t2 = v;
+    }
+  }
+  return t1 + t2;
+}
+// allowed[q] = 1 for the `top` best-scored of `groups` groups (a strictly
+// larger score wins, ties to the lower group), 0 for the others.
+template <class Flag>
+TRAINER_HOST_DEVICE inline void route_pick_groups(Flag* allowed, const float* score, int64_t groups,
+                                                  int64_t top) {
+  for (int64_t q = 0; q < groups; ++q) allowed[q] = 0;
+  for (int64_t j = 0; j < top; ++j) {
+    int64_t best = -1;
+    for (int64_t q = 0; q < groups; ++q)
+      if (!allowed[q] && (best < 0 || score[q] > score[best])) best = q;
+    allowed[best] = 1;
+  }
+}
 
 #define TRAINER_OPS(NS)                                                                      \
   namespace NS {                                                                             \

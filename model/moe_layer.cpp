@@ -279,12 +279,9 @@ std::vector<Moe::RowBlock> Moe::row_blocks(const Buffers& b,
 
 const Moe::HostRouting& Moe::host_routing(const Buffers& b) const {
   auto it = routing_.find(b.get(counts_).data);
-  if (it != routing_.end()) return it->second;
-  // Never seen by a forward of this layer object: rebuilt from the device.
-  HostRouting& host = routing_[b.get(counts_).data];
-  if (ep_ > 1) host.route = parallel::ep_route(static_cast<int>(ep_), moe_.ep_rank, b.get(all_counts_));
-  host.blocks = row_blocks(b, host.route);
-  return host;
+  TRAINER_CHECK(it != routing_.end(), "{}: MoE backward without its forward (no routing for this "
+                "activation slot)", name_);
+  return it->second;
 }
 
 Tensor Moe::capacity_taken(const LayerEnv& env, Tensor topk_idx) const {

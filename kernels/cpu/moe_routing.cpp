@@ -31,32 +31,6 @@ void scores_row(float* p, const float* l, int64_t E, bool sigmoid) {
   for (int64_t e = 0; e < E; ++e) p[e] *= inv;
 }
 
-// Group-limited routing: allowed[g] = 1 for the g.top groups of the best
-// two-key sums (ties to the lower group), 0 for the rest. NaN keys never count.
-void allowed_groups(char* allowed, float* score, const float* key, const RouteGroups& g, int64_t E) {
-  const int64_t size = E / g.groups;
-  for (int64_t q = 0; q < g.groups; ++q) {
-    float t1 = -INFINITY, t2 = -INFINITY;
-    for (int64_t e = q * size; e < (q + 1) * size; ++e) {
-      const float v = key[e];
-      if (v > t1) {
-        t2 = t1;
-        t1 = v;
-      } else if (v > t2) {
-        t2 = v;
-      }
-    }
-    score[q] = t1 + t2;
-    allowed[q] = 0;
-  }
-  for (int64_t j = 0; j < g.top; ++j) {
-    int64_t best = -1;
-    for (int64_t q = 0; q < g.groups; ++q)
-      if (!allowed[q] && (best < 0 || score[q] > score[best])) best = q;
-    allowed[best] = 1;
-  }
-}
-
 }  // namespace
 
 void moe_route_forward(Context&, Tensor probs, Tensor topk_idx, Tensor topk_weight,
@@ -95,7 +69,9 @@ void moe_route_forward(Context&, Tensor probs, Tensor topk_idx, Tensor topk_weig
     float* wn = w + n * K;
     if (grouped) {
       for (int64_t e = 0; e < E; ++e) key[e] = pn[e] + (bias ? bias[e] : 0.0f);
-      allowed_groups(allowed.data(), score.data(), key.data(), groups, E);
+      for (int64_t q = 0; q < groups.groups; ++q)
+        score[q] = route_group_score(key.data() + q * group_size, group_size);
+      route_pick_groups(allowed.data(), score.data(), groups.groups, groups.top);
     }
     double sum = 0;
     for (int64_t k = 0; k < K; ++k) {

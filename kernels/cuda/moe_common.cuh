@@ -31,6 +31,12 @@ inline int float_code(const Tensor& t, const char* op, const char* name) {
   return kF32;
 }
 
+// The router ops' expert count: 1..kMaxExperts.
+inline void check_experts(int64_t E, const char* op) {
+  TRAINER_CHECK(E >= 1 && E <= kMaxExperts, "{}: {} experts; the CUDA router takes 1..{}", op, E,
+                kMaxExperts);
+}
+
 // A float argument on the GPU, contiguous, fp32/bf16/fp16.
 inline void check_float_arg(const Tensor& t, const char* op, const char* name) {
   check_cuda(t, op, name);

@@ -37,35 +37,15 @@ __device__ __forceinline__ bool before(float v, int e, float bv, int be) {
   return e < be;
 }
 
-// Group-limited routing (RouteGroups): the lanes score the groups (the sum of
-// each group's two best keys, NaN never counting, as the CPU's loop), lane 0
-// picks the top ones in the CPU's order (strictly larger wins, ties to the lower
-// group), then the experts of the other groups are ruled out (rank -1).
+// Group-limited routing (RouteGroups): the lanes score the groups, lane 0
+// picks the best ones, both with the CPU op's functions (kernels/moe_routing.h),
+// then the experts of the other groups are ruled out (rank -1).
 __device__ void exclude_groups(const float* key, int* rank, float* score, int* allowed, int E,
                                int groups, int top, int lane) {
   const int size = E / groups;
-  for (int q = lane; q < groups; q += 32) {
-    float t1 = -INFINITY, t2 = -INFINITY;
-    for (int e = q * size; e < (q + 1) * size; ++e) {
-      const float v = key[e];
-      if (v > t1) {
-        t2 = t1;
-        t1 = v;
-      } else if (v > t2) {
-        t2 = v;
-      }
-    }
-    score[q] = __fadd_rn(t1, t2);
-    allowed[q] = 0;
-  }
+  for (int q = lane; q < groups; q += 32) score[q] = route_group_score(key + q * size, size);
   __syncwarp();
-  if (lane == 0)
-    for (int j = 0; j < top; ++j) {
-      int best = -1;
-      for (int q = 0; q < groups; ++q)
-        if (!allowed[q] && (best < 0 || score[q] > score[best])) best = q;
-      allowed[best] = 1;
-    }
+  if (lane == 0) route_pick_groups(allowed, score, groups, top);
   __syncwarp();
   for (int e = lane; e < E; e += 32)
     if (!allowed[e / size]) rank[e] = -1;
@@ -220,11 +200,6 @@ RowLaunch row_launch(int64_t N, size_t bytes_per_warp) {
           static_cast<size_t>(warps) * bytes_per_warp};
 }
 
-void check_experts(int64_t E, const char* op) {
-  TRAINER_CHECK(E >= 1 && E <= moe::kMaxExperts, "{}: {} experts; the CUDA router takes 1..{}",
-                op, E, moe::kMaxExperts);
-}
-
 }  // namespace
 
 void moe_route_forward(Context& ctx, Tensor probs, Tensor topk_idx, Tensor topk_weight,
@@ -239,7 +214,7 @@ void moe_route_forward(Context& ctx, Tensor probs, Tensor topk_idx, Tensor topk_
   check_shape(topk_idx, {N, K}, "moe_route_forward topk_idx");
   check_shape(topk_weight, {N, K}, "moe_route_forward topk_weight");
   TRAINER_CHECK(K >= 1 && K <= E, "{}: top_k {} must be in 1..{}", op, K, E);
-  check_experts(E, op);
+  moe::check_experts(E, op);
   check_route_groups(groups, E, K, op);
   const int64_t G = groups.groups > 1 ? groups.groups : 0;
   moe::check_float_arg(logits, op, "logits");
@@ -276,7 +251,7 @@ void moe_route_backward(Context& ctx, Tensor dlogits, Tensor dtopk_weight, Tenso
   check_shape(dlogits, {N, E}, "moe_route_backward dlogits");
   check_shape(topk_idx, {N, K}, "moe_route_backward topk_idx");
   check_shape(dtopk_weight, {N, K}, "moe_route_backward dtopk_weight");
-  check_experts(E, op);
+  moe::check_experts(E, op);
   TRAINER_CHECK(K <= std::numeric_limits<int>::max(), "{}: top_k {} too large", op, K);
   moe::check_float_arg(dlogits, op, "dlogits");
   moe::check_float_arg(dtopk_weight, op, "dtopk_weight");

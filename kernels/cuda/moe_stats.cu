@@ -93,11 +93,6 @@ void check_f64(const Tensor& t, int64_t n, const char* op, const char* name) {
   TRAINER_CHECK(t.numel() == n, "{}: {} {} must hold {} values", op, name, t.str(), n);
 }
 
-void check_experts(int64_t E, const char* op) {
-  TRAINER_CHECK(E >= 1 && E <= moe::kMaxExperts, "{}: {} experts; the CUDA router takes 1..{}",
-                op, E, moe::kMaxExperts);
-}
-
 }  // namespace
 
 void moe_router_sums(Context& ctx, Tensor sums, Tensor counts, Tensor probs, Tensor logits) {
@@ -107,7 +102,7 @@ void moe_router_sums(Context& ctx, Tensor sums, Tensor counts, Tensor probs, Ten
   const int64_t N = probs.size(0), E = probs.size(-1);
   check_shape(logits, {N, E}, "moe_router_sums logits");
   check_shape(counts, {2, E}, "moe_router_sums counts");
-  check_experts(E, op);
+  moe::check_experts(E, op);
   check_f64(sums, 3 * E + 1, op, "sums");
   moe::check_i32_arg(counts, op, "counts");
   moe::check_float_arg(probs, op, "probs");
@@ -133,7 +128,7 @@ void moe_router_losses(Context& ctx, Tensor losses, Tensor load, Tensor step, Te
   TRAINER_CHECK(sums.numel() >= 4 && (sums.numel() - 1) % 3 == 0,
                 "{}: sums {} must hold 3E + 1 values", op, sums.str());
   const int64_t E = (sums.numel() - 1) / 3;
-  check_experts(E, op);
+  moe::check_experts(E, op);
   check_f64(sums, 3 * E + 1, op, "sums");
   TRAINER_CHECK(tokens > 0 && top_k > 0, "{}: tokens {} and top_k {} must be positive", op, tokens,
                 top_k);
