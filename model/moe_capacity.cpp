@@ -29,30 +29,39 @@ std::vector<TokenRun> token_runs(const parallel::CpLayout& cp, int64_t sequences
   return runs;
 }
 
-std::vector<int32_t> shared_capacity_taken(const std::vector<RankRuns>& ranks, int self,
-                                           int64_t experts, int64_t capacity) {
+std::vector<int32_t> run_table(const std::vector<TokenRun>& runs, int64_t runs_max) {
+  TRAINER_CHECK(static_cast<int64_t>(runs.size()) <= runs_max, "run_table: {} runs over room for {}",
+                runs.size(), runs_max);
+  std::vector<int32_t> table(2 * runs_max, 0);
+  for (size_t r = 0; r < runs.size(); ++r) {
+    table[2 * r] = static_cast<int32_t>(runs[r].local_begin);
+    table[2 * r + 1] = static_cast<int32_t>(runs[r].length);
+  }
+  return table;
+}
+
+std::vector<int32_t> capacity_order(const std::vector<std::vector<TokenRun>>& ranks, int self,
+                                    int64_t runs_max) {
   struct Ref {
     int64_t global_begin;
-    int rank;
-    size_t run;
+    int64_t row;
+    int mine;
   };
   std::vector<Ref> order;
-  for (int r = 0; r < static_cast<int>(ranks.size()); ++r)
-    for (size_t i = 0; i < ranks[r].runs.size(); ++i) order.push_back({ranks[r].runs[i].global_begin, r, i});
+  for (int r = 0; r < static_cast<int>(ranks.size()); ++r) {
+    TRAINER_CHECK(static_cast<int64_t>(ranks[r].size()) <= runs_max,
+                  "capacity_order: rank {} has {} runs over room for {}", r, ranks[r].size(), runs_max);
+    for (size_t i = 0; i < ranks[r].size(); ++i)
+      order.push_back({ranks[r][i].global_begin, r * runs_max + static_cast<int64_t>(i), r == self});
+  }
   std::sort(order.begin(), order.end(),
             [](const Ref& a, const Ref& b) { return a.global_begin < b.global_begin; });
-  std::vector<int64_t> before(experts, 0), kept(experts, 0);
+  std::vector<int32_t> table;
   for (const Ref& ref : order) {
-    const int32_t* load = ranks[ref.rank].loads + ref.run * experts;
-    for (int64_t e = 0; e < experts; ++e) {
-      // The run's assignments to e hold places before[e] .. before[e] + load - 1.
-      if (ref.rank == self) kept[e] += std::clamp<int64_t>(capacity - before[e], 0, load[e]);
-      before[e] += load[e];
-    }
+    table.push_back(static_cast<int32_t>(ref.row));
+    table.push_back(ref.mine);
   }
-  std::vector<int32_t> taken(experts);
-  for (int64_t e = 0; e < experts; ++e) taken[e] = static_cast<int32_t>(capacity - kept[e]);
-  return taken;
+  return table;
 }
 
 }  // namespace trainer::model

@@ -8,7 +8,9 @@
 // into tp blocks), and its own rows are in token order among themselves. So
 // the assignments an expert keeps on a rank are a prefix of the rank's, and
 // moe_plan's single `taken` vector expresses them: the ranks exchange only
-// per-run loads (runs x E counts), never tokens.
+// per-run loads (runs x E counts), never tokens. The counting and the walk in
+// token order are device ops (kernels/moe_capacity.h); this file builds their
+// tables, which the layout fixes.
 #pragma once
 
 #include <cstdint>
@@ -30,16 +32,14 @@ struct TokenRun {
 std::vector<TokenRun> token_runs(const parallel::CpLayout& cp, int64_t sequences, int64_t tp,
                                  int64_t tp_rank);
 
-// One rank's runs with their loads (E assignments per run, before dropping).
-struct RankRuns {
-  std::vector<TokenRun> runs;
-  const int32_t* loads = nullptr;  // runs.size() x E
-};
+// moe_run_loads' runs table (kernels/moe_capacity.h), (runs_max, 2) row-major:
+// (first local row, length) per run, zero-length rows after the rank's runs.
+std::vector<int32_t> run_table(const std::vector<TokenRun>& runs, int64_t runs_max);
 
-// moe_plan's `taken` (E) for rank `self` of `ranks`: capacity minus what the
-// rank keeps per expert, the assignments whose place among the expert's in
-// token order (every rank's runs merged) is below `capacity`.
-std::vector<int32_t> shared_capacity_taken(const std::vector<RankRuns>& ranks, int self,
-                                           int64_t experts, int64_t capacity);
+// moe_capacity_taken's order table for rank `self` of `ranks` (each padded to
+// runs_max rows of gathered loads): every run in token order (global_begin),
+// (rank * runs_max + run, 1 if rank == self else 0).
+std::vector<int32_t> capacity_order(const std::vector<std::vector<TokenRun>>& ranks, int self,
+                                    int64_t runs_max);
 
 }  // namespace trainer::model

@@ -7,6 +7,7 @@
 #include "kernels/elementwise.h"
 #include "kernels/linear.h"
 #include "kernels/memory.h"
+#include "kernels/moe_capacity.h"
 #include "kernels/moe_routing.h"
 #include "kernels/moe_stats.h"
 #include "kernels/op_scratch.h"
@@ -176,6 +177,10 @@ void Moe::declare(Buffers& buf, const std::string& prefix, const ModelConfig& cf
       all_run_loads_ =
           buf.add(G, p + "capacity_all_run_loads", {cp_ * tp_share * runs_max_, E_}, DType::i32);
       taken_ = buf.add(G, p + "capacity_taken", {E_}, DType::i32);
+      run_table_ = buf.add(G, p + "capacity_run_table", {runs_max_, 2}, DType::i32);
+      int64_t all_runs = 0;
+      for (const std::vector<TokenRun>& r : share_runs_) all_runs += static_cast<int64_t>(r.size());
+      order_table_ = buf.add(G, p + "capacity_order", {all_runs, 2}, DType::i32);
     }
   }
   // The step counters sum over every micro-batch of a step, so they live in
@@ -292,33 +297,26 @@ Tensor Moe::capacity_taken(const LayerEnv& env, Tensor topk_idx) const {
   if (cp_ > 1)
     TRAINER_CHECK(env.cp != nullptr && env.cp->size() == cp_,
                   "{}: MoE layer planned for cp {} without a cp group of that size", name_, cp_);
-  // This rank's loads per run, from its top-k choices.
-  std::vector<int32_t> idx(N_ * K_), mine(runs_max_ * E_, 0);
-  copy_to_host(idx.data(), topk_idx);
-  const std::vector<TokenRun>& runs = share_runs_[share_self_];
-  for (size_t r = 0; r < runs.size(); ++r)
-    for (int64_t n = runs[r].local_begin; n < runs[r].local_begin + runs[r].length; ++n)
-      for (int64_t k = 0; k < K_; ++k) {
-        const int32_t e = idx[n * K_ + k];
-        TRAINER_CHECK(e >= 0 && e < E_, "{}: routed to expert {} of {}", name_, e, E_);
-        ++mine[r * E_ + e];
-      }
-  // Gathered over tp (SP blocks), then over cp: rows [cp rank][tp rank][run].
   const Buffers& b = env.buf;
+  Tensor runs = b.get(run_table_), order = b.get(order_table_);
+  // The tables are fixed by the layout: uploaded once per place they live.
+  if (tables_at_ != runs.data) {
+    const std::vector<int32_t> run_rows = run_table(share_runs_[share_self_], runs_max_);
+    const std::vector<int32_t> walk = capacity_order(share_runs_, share_self_, runs_max_);
+    copy_from_host(runs, run_rows.data());
+    copy_from_host(order, walk.data());
+    tables_at_ = runs.data;
+  }
+  // This rank's loads per run, gathered over tp (SP blocks), then over cp:
+  // rows [cp rank][tp rank][run].
   Tensor own = b.get(run_loads_), over_tp = b.get(tp_run_loads_), all = b.get(all_run_loads_);
-  copy_from_host(own, mine.data());
+  moe_run_loads(env.ctx, own, topk_idx, runs);
   if (sp_) env.tp.all_gather(own, over_tp);
   else over_tp = own;
   if (cp_ > 1) env.cp->all_gather(over_tp, all);
   else all = over_tp;
-  std::vector<int32_t> loads(share_runs_.size() * runs_max_ * E_);
-  copy_to_host(loads.data(), all);
-  std::vector<RankRuns> ranks;
-  for (size_t q = 0; q < share_runs_.size(); ++q)
-    ranks.push_back({share_runs_[q], loads.data() + q * runs_max_ * E_});
-  std::vector<int32_t> taken = shared_capacity_taken(ranks, share_self_, E_, capacity_);
   Tensor out = b.get(taken_);
-  copy_from_host(out, taken.data());
+  moe_capacity_taken(env.ctx, out, all, order, capacity_);
   return out;
 }
 

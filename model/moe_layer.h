@@ -163,6 +163,8 @@ class Moe {
   // Shared capacity scratch (i32): this rank's per-run loads (runs_max, E),
   // gathered over SP's tp, then over cp; the resulting `taken` (E).
   BufferId run_loads_ = -1, tp_run_loads_ = -1, all_run_loads_ = -1, taken_ = -1;
+  BufferId run_table_ = -1, order_table_ = -1;  // kernels/moe_capacity.h's tables
+  mutable const void* tables_at_ = nullptr;     // where they were last uploaded
   std::vector<std::vector<TokenRun>> share_runs_;  // [cp rank * tp share + tp rank]
   int share_self_ = 0;                             // this rank's row there
   int64_t runs_max_ = 0;

@@ -4,8 +4,8 @@
 // outputs must be equal and the copies and k-ordered sums bit-identical; float
 // outputs with a different summation order within the suite's tolerances. Sizes
 // ragged (1, 17, 4097 tokens and a half-million-assignment plan), E in {4, 8, 64,
-// 256}, K in {1, 2, 8}, with and without capacity, `taken`, select_bias; every
-// op run twice on poisoned outputs.
+// 256}, K in {1, 2, 8}, with and without capacity, `taken`, select_bias; the
+// shared capacity's run loads and `taken`; every op run twice on poisoned outputs.
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -14,6 +14,7 @@
 
 #include "kernels/elementwise.h"
 #include "kernels/error.h"
+#include "kernels/moe_capacity.h"
 #include "kernels/moe_routing.h"
 #include "kernels/numeric.h"
 #include "test/cuda/harness.h"
@@ -422,7 +423,7 @@ TEST_CASE("moe_plan refuses an expert out of range and recovers", "[cuda][moe]")
   expect_equal_ints("plan after a refusal", assign_slot.gpu_values(), assign_slot.cpu_values());
 }
 
-TEST_CASE("moe gather/combine and backwards match the CPU op", "[cuda][moe]") {
+TEST_CASE("moe gather/combine and backwards match the CPU op", "[cuda][moe][combine]") {
   struct Dtypes {
     // gather: out, inp; gather backward: dinp, dout; combine: out, expert_out;
     // combine backward: dexpert_out, dout, expert_out; combine weights.
@@ -551,6 +552,71 @@ TEST_CASE("CUDA MoE ops reject bad arguments with trainer::Error", "[cuda][moe]"
 }
 
 // More than 2^31 elements in the slot-major tensors: an int32 row offset would wrap.
+// Shared capacity (kernels/moe_capacity.h): run loads from ragged runs (a
+// padding run of length 0, top-k entries outside [0, E) that are not counted),
+// then `taken` from gathered loads walked in a shuffled order with some runs
+// this rank's; integer for integer with the CPU op, run twice on poisoned outputs.
+TEST_CASE("moe_run_loads and moe_capacity_taken match the CPU op", "[cuda][moe]") {
+  struct Case {
+    int64_t N, K, E;
+  };
+  uint64_t seed = 900;
+  for (const Case& c : {Case{1, 1, 4}, Case{17, 2, 8}, Case{4097, 8, 64}, Case{300, 2, 256}}) {
+    std::vector<int32_t> choices = skewed_choices(c.N * c.K, c.E, seed++);
+    for (size_t a = 0; a < choices.size(); a += 13) choices[a] = a % 2 ? -1 : static_cast<int32_t>(c.E + a % 5);
+    // Runs: consecutive pieces of the rows in a shuffled order, then padding.
+    std::vector<int32_t> runs;
+    std::mt19937_64 rng(seed++);
+    for (int64_t first = 0; first < c.N;) {
+      const int64_t length = std::min<int64_t>(c.N - first, 1 + static_cast<int64_t>(rng() % (c.N / 3 + 1)));
+      runs.insert(runs.end(), {static_cast<int32_t>(first), static_cast<int32_t>(length)});
+      first += length;
+    }
+    for (size_t r = runs.size() / 2; r > 1; --r) {
+      const size_t o = rng() % r;
+      std::swap(runs[2 * (r - 1)], runs[2 * o]);
+      std::swap(runs[2 * (r - 1) + 1], runs[2 * o + 1]);
+    }
+    runs.insert(runs.end(), {0, 0});
+    const int64_t R = static_cast<int64_t>(runs.size()) / 2;
+    const std::string tag = fmt::format("N={} K={} E={} runs={}", c.N, c.K, c.E, R);
+    IntArg idx({c.N, c.K}, choices), table({R, 2}, runs), loads({R, c.E}, std::vector<int32_t>(R * c.E));
+    cpu::moe_run_loads(cpu(), loads.cpu(), idx.cpu(), table.cpu());
+    std::vector<int32_t> first_run;
+    for (int rerun = 0; rerun < 2; ++rerun) {
+      loads.poison();
+      cuda::moe_run_loads(gpu(), loads.gpu(), idx.gpu(), table.gpu());
+      const std::vector<int32_t> got = loads.gpu_values();
+      expect_equal_ints(tag + " run loads", got, loads.cpu_values());
+      if (rerun == 1) expect_equal_ints(tag + " run loads rerun", got, first_run);
+      first_run = got;
+    }
+    // Three ranks' loads gathered: this rank's, then two others' (random).
+    std::vector<int32_t> all = loads.cpu_values(), others = random_ints(2 * R * c.E, seed++, 0, 40);
+    all.insert(all.end(), others.begin(), others.end());
+    std::vector<int32_t> order;
+    for (int64_t q = 0; q < 3 * R; ++q)
+      if (rng() % 4 != 0) order.insert(order.end(), {static_cast<int32_t>(q), q < R ? 1 : 0});
+    for (size_t q = order.size() / 2; q > 1; --q) {
+      const size_t o = rng() % q;
+      std::swap(order[2 * (q - 1)], order[2 * o]);
+      std::swap(order[2 * (q - 1) + 1], order[2 * o + 1]);
+    }
+    const int64_t Q = static_cast<int64_t>(order.size()) / 2;
+    IntArg all_loads({3 * R, c.E}, all), walk({Q, 2}, order);
+    for (int64_t capacity : {int64_t{1}, int64_t{7}, int64_t{1000}}) {
+      IntArg taken({c.E}, std::vector<int32_t>(c.E));
+      cpu::moe_capacity_taken(cpu(), taken.cpu(), all_loads.cpu(), walk.cpu(), capacity);
+      for (int rerun = 0; rerun < 2; ++rerun) {
+        taken.poison();
+        cuda::moe_capacity_taken(gpu(), taken.gpu(), all_loads.gpu(), walk.gpu(), capacity);
+        expect_equal_ints(tag + fmt::format(" taken, capacity {}", capacity), taken.gpu_values(),
+                          taken.cpu_values());
+      }
+    }
+  }
+}
+
 TEST_CASE("moe gather/combine index tensors beyond 2^31 elements", "[cuda][large]") {
   const int64_t S = (int64_t{1} << 19) + 1, C = 4096, Nsrc = 1024;  // S * C = 2^31 + 4096
   // Rows of distinct bf16 values per source row.

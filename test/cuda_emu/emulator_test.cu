@@ -507,6 +507,68 @@ TEST_CASE("cuBLASLt's column-major matmul, transposes and epilogues", "[emulator
   cudaStreamDestroy(s);
 }
 
+// The emulator's promise (cublaslt.cpp): each output is the double sum of its
+// products rounded once, whatever blocks it computes in. Random values, where
+// an fp32 sum gives other bits; m and n not multiples of the blocks, both
+// transposes of B.
+TEST_CASE("cuBLASLt sums each output in double and rounds once", "[emulator]") {
+  Lt lt;
+  const int m = 37, n = 11, k = 300;
+  uint64_t state = 12345;
+  auto next = [&] {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    return static_cast<float>(static_cast<int64_t>(state >> 40) - (1 << 23)) / 3e6f;
+  };
+  for (bool tb : {false, true}) {
+    float* A = device_array<float>(static_cast<size_t>(m) * k);
+    float* B = device_array<float>(static_cast<size_t>(k) * n);
+    float* D = device_array<float>(static_cast<size_t>(m) * n);
+    for (int i = 0; i < m * k; ++i) A[i] = next();
+    for (int i = 0; i < k * n; ++i) B[i] = next();
+    cublasLtMatmulDesc_t desc;
+    REQUIRE(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F) == CUBLAS_STATUS_SUCCESS);
+    const int32_t opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+    cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb);
+    cublasLtMatrixLayout_t la, lb, ld;
+    cublasLtMatrixLayoutCreate(&la, CUDA_R_32F, m, k, m);
+    cublasLtMatrixLayoutCreate(&lb, CUDA_R_32F, tb ? n : k, tb ? k : n, tb ? n : k);
+    cublasLtMatrixLayoutCreate(&ld, CUDA_R_32F, m, n, m);
+    cublasLtMatmulPreference_t pref;
+    cublasLtMatmulPreferenceCreate(&pref);
+    const uint32_t align = 4;  // odd leading dims
+    for (auto attr : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
+      cublasLtMatmulPreferenceSetAttribute(pref, attr, &align, sizeof align);
+    cublasLtMatmulHeuristicResult_t res;
+    int got = 0;
+    REQUIRE(cublasLtMatmulAlgoGetHeuristic(lt.h, desc, la, lb, ld, ld, pref, 1, &res, &got) ==
+            CUBLAS_STATUS_SUCCESS);
+    const float alpha = 1.0f, beta = 0.0f;
+    REQUIRE(cublasLtMatmul(lt.h, desc, &alpha, A, la, B, lb, &beta, D, ld, D, ld, &res.algo, nullptr,
+                           0, nullptr) == CUBLAS_STATUS_SUCCESS);
+    int float_order_differs = 0;
+    for (int i = 0; i < m; ++i)
+      for (int j = 0; j < n; ++j) {
+        double s = 0.0;
+        float f = 0.0f;
+        for (int p = 0; p < k; ++p) {
+          const float bv = tb ? B[j + p * n] : B[p + j * k];
+          s += static_cast<double>(A[i + p * m]) * bv;
+          f += A[i + p * m] * bv;
+        }
+        REQUIRE(D[i + j * m] == static_cast<float>(s));
+        float_order_differs += D[i + j * m] != f;
+      }
+    CHECK(float_order_differs > 0);  // an fp32 sum would have been told apart
+    cublasLtMatrixLayoutDestroy(la);
+    cublasLtMatrixLayoutDestroy(lb);
+    cublasLtMatrixLayoutDestroy(ld);
+    cublasLtMatmulPreferenceDestroy(pref);
+    cublasLtMatmulDescDestroy(desc);
+    for (void* p : {(void*)A, (void*)B, (void*)D}) cudaFree(p);
+  }
+}
+
 TEST_CASE("cuBLASLt refuses FP8 layouts Hopper refuses", "[emulator]") {
   Lt lt;
   cublasLtMatmulDesc_t desc;
