@@ -611,27 +611,35 @@ void Trainer::finish_moe_step(StepRecord& r) {
   if (!model_->config().moe_enabled) return;
   std::vector<const model::Moe*> layers = model_->moe_layers();
   parallel::Communicator& dp = mesh_->comm(parallel::Axis::dp);
-  // Each layer sums its aux loss over the step's forwards on the device: read once here.
-  double aux_sum = 0;
-  for (const model::Moe* m : layers) aux_sum += m->step_aux_loss(model_->buffers());
-  double imbalance = 0, dropped = 0;
-  const std::vector<int> units = model_->moe_layer_units();
-  for (size_t i = 0; i < layers.size(); ++i) {
-    const model::Moe* m = layers[i];
-    // Expert loads summed over dp, so every replica sees (and biases by) the same numbers.
-    Tensor counts = m->step_counts(model_->buffers());
+  // Every layer's step counters and aux-loss sum, gathered on the device: one
+  // all-reduce and one read here, not one of each per layer.
+  double aux_sum = 0, imbalance = 0, dropped = 0;
+  const int64_t L = static_cast<int64_t>(layers.size()), E = model_->config().moe.n_experts;
+  Tensor summary = model_->gather_moe_step(ctx_);
+  if (L > 0) {
+    // Expert loads summed over dp, so every replica sees (and biases by) the
+    // same numbers. The aux-loss sums stay per rank (summed over dp below).
+    Tensor counts = summary.slice(0, L * 2 * E);
     if (dp.size() > 1) dp.all_reduce(counts, parallel::ReduceOp::sum);
-    model::MoeStats st = m->stats(model_->buffers());
-    imbalance = std::max(imbalance, st.imbalance);
-    dropped += static_cast<double>(st.dropped);
-    auto update = [&] {
-      m->update_bias(ctx_, model_->buffers(), static_cast<float>(spec_.model.moe.bias_update_rate));
-    };
-    // aux_free's bias is a parameter: under zero 3 it lives in the shards.
-    if (sharded_ && m->selection_bias().index >= 0)
-      sharded_->update_outside_optimizer(units[i], update);
-    else
-      update();
+    std::vector<float> host(static_cast<size_t>(summary.numel()));
+    copy_to_host(host.data(), summary);
+    for (int64_t i = 0; i < L; ++i) aux_sum += host[L * 2 * E + i];
+    const std::vector<int> units = model_->moe_layer_units();
+    for (int64_t i = 0; i < L; ++i) {
+      const model::Moe* m = layers[i];
+      model::MoeStats st = model::Moe::stats_of(host.data() + i * 2 * E, E);
+      imbalance = std::max(imbalance, st.imbalance);
+      dropped += static_cast<double>(st.dropped);
+      auto update = [&] {
+        m->update_bias(ctx_, model_->buffers(), static_cast<float>(spec_.model.moe.bias_update_rate),
+                       counts.slice(i * 2 * E, i * 2 * E + E));
+      };
+      // aux_free's bias is a parameter: under zero 3 it lives in the shards.
+      if (sharded_ && m->selection_bias().index >= 0)
+        sharded_->update_outside_optimizer(units[i], update);
+      else
+        update();
+    }
   }
   if (pipeline_) {  // the logging rank holds the first stage's layers only
     parallel::Communicator& pp = mesh_->comm(parallel::Axis::pp);

@@ -28,6 +28,10 @@ namespace trainer {
   void moe_router_losses(Context& ctx, Tensor losses, Tensor load, Tensor step,                \
                          Tensor step_aux, Tensor sums, int64_t tokens, int64_t top_k,          \
                          float balance_coeff, float z_coeff);                                  \
+  /* DeepSeek-V3's aux-loss-free balancing, once per step: bias (E) f32 += rate *             */ \
+  /* sign(mean_e load - load_e), load (E) f32 the step's assignments per expert (summed over */ \
+  /* dp), the mean in double in expert order.                                                */ \
+  void moe_bias_update(Context& ctx, Tensor bias, Tensor load, float rate);                    \
   }
 TRAINER_OPS(cpu)
 TRAINER_OPS(cuda)
@@ -42,6 +46,10 @@ inline void moe_router_losses(Context& ctx, Tensor losses, Tensor load, Tensor s
                               float balance_coeff, float z_coeff) {
   TRAINER_DISPATCH(ctx, moe_router_losses, losses, load, step, step_aux, sums, tokens, top_k,
                    balance_coeff, z_coeff);
+}
+
+inline void moe_bias_update(Context& ctx, Tensor bias, Tensor load, float rate) {
+  TRAINER_DISPATCH(ctx, moe_bias_update, bias, load, rate);
 }
 
 }  // namespace trainer

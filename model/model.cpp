@@ -112,6 +112,13 @@ Model::Model(const ModelConfig& cfg, const BatchShape& batch) : cfg_(cfg), batch
   }
   buf_.end_param_units();
   scratch_.declare(buf_, cfg_, batch_);
+  const int64_t n_moe = static_cast<int64_t>(moe_layers().size());
+  if (n_moe > 0) {
+    // The step counters of every MoE layer of this stage, then their aux-loss
+    // sums: one reduction and one read per step (gather_moe_step).
+    const int64_t E = cfg_.moe.n_experts;
+    moe_summary_ = buf_.add(Category::scratch, "moe.step_summary", {n_moe * (2 * E + 1)});
+  }
 }
 
 void Model::declare_fp8_workspace() {
@@ -387,6 +394,18 @@ std::vector<int> Model::moe_layer_units() const {
 
 void Model::reset_moe_stats(Context& ctx) {
   for (const Moe* m : moe_layers()) m->reset_step_stats(ctx, buf_);
+}
+
+Tensor Model::gather_moe_step(Context& ctx) const {
+  const std::vector<const Moe*> layers = moe_layers();
+  if (layers.empty()) return {};
+  const int64_t L = static_cast<int64_t>(layers.size()), E = cfg_.moe.n_experts;
+  Tensor all = buf_.get(moe_summary_);
+  for (int64_t i = 0; i < L; ++i) {
+    copy(ctx, all.slice(i * 2 * E, (i + 1) * 2 * E), layers[i]->step_counts(buf_).view({2 * E}));
+    copy(ctx, all.slice(L * 2 * E + i, L * 2 * E + i + 1), layers[i]->step_aux(buf_));
+  }
+  return all;
 }
 
 double Model::flops_per_token() const {

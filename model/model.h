@@ -133,6 +133,9 @@ class Model {
   // Their blocks' parameter units (into buffers().param_units()), in the same order.
   std::vector<int> moe_layer_units() const;
   void reset_moe_stats(Context& ctx);
+  // Every MoE layer's step counters side by side, then their aux-loss sums:
+  // (L (2E) + L) f32, copied on the device (empty without MoE layers).
+  Tensor gather_moe_step(Context& ctx) const;
 
   // Model FLOPs per token for forward + backward (GEMMs and attention, as in
   // the PaLM/Megatron MFU convention, causal attention counted in full).
@@ -147,6 +150,7 @@ class Model {
   std::vector<Block> blocks_;
   LmHead head_;
   BufferId ids_ = -1, targets_ = -1;
+  BufferId moe_summary_ = -1;
   struct Chunk {
     int block_begin = 0, block_end = 0;       // into blocks_
     BufferId stage_in = -1, stage_dout = -1;  // pipeline I/O (no embedding / no head)

@@ -499,41 +499,29 @@ void Moe::reset_step_stats(Context& ctx, const Buffers& buf) const {
   fill(ctx, buf.get(step_aux_), 0.0f);
 }
 
-double Moe::step_aux_loss(const Buffers& buf) const {
-  float v = 0;
-  copy_to_host(&v, buf.get(step_aux_));
-  return v;
-}
-
 MoeStats Moe::stats(const Buffers& buf) const {
   std::vector<float> step(2 * E_);
   copy_to_host(step.data(), buf.get(step_));
+  return stats_of(step.data(), E_);
+}
+
+MoeStats Moe::stats_of(const float* step, int64_t experts) {
   MoeStats s;
   int64_t max_load = 0;
-  for (int64_t e = 0; e < E_; ++e) {
-    const auto load = static_cast<int64_t>(step[e]), kept = static_cast<int64_t>(step[E_ + e]);
+  for (int64_t e = 0; e < experts; ++e) {
+    const auto load = static_cast<int64_t>(step[e]), kept = static_cast<int64_t>(step[experts + e]);
     s.load.push_back(load);
     s.assignments += load;
     s.dropped += load - kept;
     max_load = std::max(max_load, load);
   }
-  s.imbalance = s.assignments > 0 ? double(max_load) * E_ / double(s.assignments) : 0.0;
+  s.imbalance = s.assignments > 0 ? double(max_load) * experts / double(s.assignments) : 0.0;
   return s;
 }
 
-void Moe::update_bias(Context&, const Buffers& buf, float rate) const {
+void Moe::update_bias(Context& ctx, const Buffers& buf, float rate, Tensor load) const {
   if (bias_.index < 0) return;
-  std::vector<float> step(2 * E_), bias(E_);
-  copy_to_host(step.data(), buf.get(step_));
-  copy_to_host(bias.data(), buf.param(bias_));
-  double mean = 0;
-  for (int64_t e = 0; e < E_; ++e) mean += step[e];
-  mean /= double(E_);
-  for (int64_t e = 0; e < E_; ++e) {
-    const double err = mean - step[e];
-    bias[e] += rate * static_cast<float>((err > 0) - (err < 0));
-  }
-  copy_from_host(buf.param(bias_), bias.data());
+  moe_bias_update(ctx, buf.param(bias_), load, rate);
 }
 
 }  // namespace trainer::model

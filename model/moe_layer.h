@@ -85,13 +85,17 @@ class Moe {
   // Sum it over the data-parallel group before stats() / update_bias().
   Tensor step_counts(const Buffers& buf) const { return buf.get(step_); }
   void reset_step_stats(Context& ctx, const Buffers& buf) const;
-  // Sum of aux_loss() over the forwards since reset_step_stats, kept on the
-  // device: what the trainer reports, read once per step.
-  double step_aux_loss(const Buffers& buf) const;
+  // Sum of aux_loss() over the forwards since reset_step_stats, (1) f32 kept
+  // on the device: what the trainer reports (Model::gather_moe_step).
+  Tensor step_aux(const Buffers& buf) const { return buf.get(step_aux_); }
   MoeStats stats(const Buffers& buf) const;
-  // aux_free only (no-op otherwise): bias_e += rate * sign(mean load - load_e),
-  // from the step counters. Call once per optimizer step, after the backward.
-  void update_bias(Context& ctx, const Buffers& buf, float rate) const;
+  // The stats of step counters already read: `step` (2E) as step_counts holds them.
+  static MoeStats stats_of(const float* step, int64_t experts);
+  // aux_free only (no-op otherwise): bias_e += rate * sign(mean load - load_e)
+  // on the device (kernels/moe_stats.h), `load` (E) f32 the step's loads summed
+  // over dp (row 0 of the step counters). Call once per optimizer step, after
+  // the backward.
+  void update_bias(Context& ctx, const Buffers& buf, float rate, Tensor load) const;
 
   const MoeConfig& config() const { return moe_; }
   ParamId selection_bias() const { return bias_; }

@@ -98,4 +98,20 @@ void moe_router_losses(Context&, Tensor losses, Tensor load, Tensor step, Tensor
   st.commit();
 }
 
+void moe_bias_update(Context&, Tensor bias, Tensor load, float rate) {
+  const char* op = "moe_bias_update";
+  TRAINER_CHECK(bias.ndim == 1 && bias.numel() >= 1, "{}: bias {} must be (E)", op, bias.str());
+  const int64_t E = bias.numel();
+  check_shape(load, {E}, "moe_bias_update load");
+  float* b = f32(bias, op, "bias");
+  const float* l = f32(load, op, "load");
+  double mean = 0;
+  for (int64_t e = 0; e < E; ++e) mean += l[e];
+  mean /= double(E);
+  for (int64_t e = 0; e < E; ++e) {
+    const double err = mean - l[e];
+    b[e] += rate * static_cast<float>((err > 0) - (err < 0));
+  }
+}
+
 }  // namespace trainer::cpu

@@ -93,6 +93,23 @@ void check_f64(const Tensor& t, int64_t n, const char* op, const char* name) {
   TRAINER_CHECK(t.numel() == n, "{}: {} {} must hold {} values", op, name, t.str(), n);
 }
 
+// One block: thread 0 takes the mean in the CPU's order, then every thread
+// moves its experts' biases by +-rate (rate * sign is exact, so the sum rounds
+// once as on the CPU).
+__global__ void bias_update_kernel(float* bias, const float* load, int E, float rate) {
+  __shared__ double mean;
+  if (threadIdx.x == 0) {
+    double m = 0;
+    for (int e = 0; e < E; ++e) m += load[e];
+    mean = m / double(E);
+  }
+  __syncthreads();
+  for (int e = threadIdx.x; e < E; e += blockDim.x) {
+    const double err = mean - load[e];
+    bias[e] = __fadd_rn(bias[e], __fmul_rn(rate, static_cast<float>((err > 0) - (err < 0))));
+  }
+}
+
 }  // namespace
 
 void moe_router_sums(Context& ctx, Tensor sums, Tensor counts, Tensor probs, Tensor logits) {
@@ -150,6 +167,23 @@ void moe_router_losses(Context& ctx, Tensor losses, Tensor load, Tensor step, Te
       moe::any_float(step, op, "step"), moe::any_float(step_aux, op, "step_aux"),
       static_cast<const double*>(sums.data), static_cast<int>(E), static_cast<double>(tokens),
       static_cast<double>(top_k), balance_coeff, z_coeff);
+  CUDA_LAUNCH_CHECK();
+}
+
+void moe_bias_update(Context& ctx, Tensor bias, Tensor load, float rate) {
+  const char* op = "moe_bias_update";
+  CudaState& st = state_of(ctx);
+  TRAINER_CHECK(bias.ndim == 1, "{}: bias {} must be (E)", op, bias.str());
+  const int64_t E = bias.numel();
+  moe::check_experts(E, op);
+  check_shape(load, {E}, "moe_bias_update load");
+  check_cuda(bias, op, "bias");
+  check_dtype(bias, DType::f32, op, "bias");
+  check_cuda(load, op, "load");
+  check_dtype(load, DType::f32, op, "load");
+  bias_update_kernel<<<1, kThreads, 0, st.stream>>>(static_cast<float*>(bias.data),
+                                                    static_cast<const float*>(load.data),
+                                                    static_cast<int>(E), rate);
   CUDA_LAUNCH_CHECK();
 }
 

@@ -1,5 +1,6 @@
 // [cuda] The router statistics (kernels/moe_stats.h) and the shared expert's
-// sigmoid gate (kernels/sigmoid_gate.h) against the CPU op. Statistics: the
+// sigmoid gate (kernels/sigmoid_gate.h) against the CPU op; the aux-loss-free
+// bias update bit for bit. Statistics: the
 // (3E + 1) double sums from the same counts, probs and logits (fp32 and bf16),
 // then the losses, the load and the step counters from the same sums. Ragged
 // token counts cross the 32-row chunks and the 1024-chunk cap; every run twice
@@ -138,6 +139,25 @@ TEST_CASE("moe_router_losses matches the CPU op", "[cuda][moe]") {
         expect_same_bits(tag + " step", s1, step.values());
         expect_same_bits(tag + " step_aux", a1, aux.values());
       }
+}
+
+TEST_CASE("moe_bias_update matches the CPU op", "[cuda][moe]") {
+  // Loads with ties at the mean (integers, as counts are), E across the block's
+  // 256 threads; biases random, the rate not a power of two (one rounding).
+  for (int64_t E : {int64_t{1}, int64_t{8}, int64_t{257}, int64_t{4096}}) {
+    std::vector<float> load(E), bias = random_floats(E, 700 + E, -0.5f, 0.5f);
+    std::vector<int32_t> ints = random_ints(E, 800 + E, 0, 6);
+    for (int64_t e = 0; e < E; ++e) load[e] = static_cast<float>(ints[e]);
+    std::vector<float> ref = bias;
+    cpu::moe_bias_update(cpu(), Tensor(ref.data(), {E}), Tensor(load.data(), {E}), 0.003f);
+    DeviceTensor gb({E}), gl({E});
+    gl.upload(load);
+    for (int rerun = 0; rerun < 2; ++rerun) {  // each run against the CPU's bits
+      gb.upload(bias);
+      cuda::moe_bias_update(gpu(), gb, gl, 0.003f);
+      expect_same_bits(fmt::format("moe_bias_update E={} run {}", E, rerun), gb.download(), ref);
+    }
+  }
 }
 
 TEST_CASE("CUDA router statistics reject bad arguments with trainer::Error", "[cuda][moe]") {

@@ -399,6 +399,24 @@ struct Lt {
   cublasLtHandle_t h;
   Lt() { REQUIRE(cublasLtCreate(&h) == CUBLAS_STATUS_SUCCESS); }
   ~Lt() { cublasLtDestroy(h); }
+  // The heuristic's algorithm for operands aligned only to their 4-byte
+  // elements (odd leading dimensions).
+  cublasLtMatmulAlgo_t element_aligned_algo(cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t la,
+                                            cublasLtMatrixLayout_t lb, cublasLtMatrixLayout_t ld) {
+    cublasLtMatmulPreference_t pref;
+    cublasLtMatmulPreferenceCreate(&pref);
+    const uint32_t align = 4;
+    for (auto attr : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
+      cublasLtMatmulPreferenceSetAttribute(pref, attr, &align, sizeof align);
+    cublasLtMatmulHeuristicResult_t res;
+    int got = 0;
+    REQUIRE(cublasLtMatmulAlgoGetHeuristic(h, desc, la, lb, ld, ld, pref, 1, &res, &got) ==
+            CUBLAS_STATUS_SUCCESS);
+    REQUIRE(got == 1);
+    cublasLtMatmulPreferenceDestroy(pref);
+    return res.algo;
+  }
 };
 
 // D = op(A) op(B) (+ bias) in cuBLASLt's column-major terms on small matrices.
@@ -440,24 +458,13 @@ void check_matmul(bool ta, bool tb, int m, int n, int k, uint32_t epilogue,
   cublasLtMatrixLayoutCreate(&la, CUDA_R_32F, ta ? k : m, ta ? m : k, lda);
   cublasLtMatrixLayoutCreate(&lb, CUDA_R_32F, tb ? n : k, tb ? k : n, ldb);
   cublasLtMatrixLayoutCreate(&ld, CUDA_R_32F, m, n, ldd);
-  cublasLtMatmulPreference_t pref;
-  cublasLtMatmulPreferenceCreate(&pref);
-  const uint32_t align = 4;  // odd leading dims: only element alignment
-  for (auto attr : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-                    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
-    cublasLtMatmulPreferenceSetAttribute(pref, attr, &align, sizeof align);
-  cublasLtMatmulHeuristicResult_t res;
-  int got = 0;
-  REQUIRE(cublasLtMatmulAlgoGetHeuristic(lt.h, desc, la, lb, ld, ld, pref, 1, &res, &got) ==
-          CUBLAS_STATUS_SUCCESS);
-  REQUIRE(got == 1);
+  const cublasLtMatmulAlgo_t algo = lt.element_aligned_algo(desc, la, lb, ld);  // odd leading dims
   const float alpha = 1.0f, beta = 0.0f;  // D starts as NaN: beta 0 must not read it
-  REQUIRE(cublasLtMatmul(lt.h, desc, &alpha, A, la, B, lb, &beta, D, ld, D, ld, &res.algo, nullptr,
+  REQUIRE(cublasLtMatmul(lt.h, desc, &alpha, A, la, B, lb, &beta, D, ld, D, ld, &algo, nullptr,
                          0, stream) == CUBLAS_STATUS_SUCCESS);
   cublasLtMatrixLayoutDestroy(la);
   cublasLtMatrixLayoutDestroy(lb);
   cublasLtMatrixLayoutDestroy(ld);
-  cublasLtMatmulPreferenceDestroy(pref);
   cublasLtMatmulDescDestroy(desc);
   if (stream) {
     CHECK(std::isnan(D[0]));
@@ -533,18 +540,9 @@ TEST_CASE("cuBLASLt sums each output in double and rounds once", "[emulator]") {
     cublasLtMatrixLayoutCreate(&la, CUDA_R_32F, m, k, m);
     cublasLtMatrixLayoutCreate(&lb, CUDA_R_32F, tb ? n : k, tb ? k : n, tb ? n : k);
     cublasLtMatrixLayoutCreate(&ld, CUDA_R_32F, m, n, m);
-    cublasLtMatmulPreference_t pref;
-    cublasLtMatmulPreferenceCreate(&pref);
-    const uint32_t align = 4;  // odd leading dims
-    for (auto attr : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-                      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
-      cublasLtMatmulPreferenceSetAttribute(pref, attr, &align, sizeof align);
-    cublasLtMatmulHeuristicResult_t res;
-    int got = 0;
-    REQUIRE(cublasLtMatmulAlgoGetHeuristic(lt.h, desc, la, lb, ld, ld, pref, 1, &res, &got) ==
-            CUBLAS_STATUS_SUCCESS);
+    const cublasLtMatmulAlgo_t algo = lt.element_aligned_algo(desc, la, lb, ld);
     const float alpha = 1.0f, beta = 0.0f;
-    REQUIRE(cublasLtMatmul(lt.h, desc, &alpha, A, la, B, lb, &beta, D, ld, D, ld, &res.algo, nullptr,
+    REQUIRE(cublasLtMatmul(lt.h, desc, &alpha, A, la, B, lb, &beta, D, ld, D, ld, &algo, nullptr,
                            0, nullptr) == CUBLAS_STATUS_SUCCESS);
     int float_order_differs = 0;
     for (int i = 0; i < m; ++i)
@@ -563,7 +561,6 @@ TEST_CASE("cuBLASLt sums each output in double and rounds once", "[emulator]") {
     cublasLtMatrixLayoutDestroy(la);
     cublasLtMatrixLayoutDestroy(lb);
     cublasLtMatrixLayoutDestroy(ld);
-    cublasLtMatmulPreferenceDestroy(pref);
     cublasLtMatmulDescDestroy(desc);
     for (void* p : {(void*)A, (void*)B, (void*)D}) cudaFree(p);
   }

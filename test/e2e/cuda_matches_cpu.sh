@@ -53,7 +53,9 @@ status=0
 # moe_fp8: configs/moe-tiny.yaml in fp8, every expert GEMM in fp8 on its
 # ragged row block (zero-padded to 16 rows on the GPU).
 # moe_gelu_bf16: the same MoE as GPT-2 layers in bf16, each expert's GELU fused
-# into its GEMMs (kernels/linear_gelu.h) on ragged row blocks.
+# into its GEMMs (kernels/linear_gelu.h) on ragged row blocks, balanced
+# aux-loss-free (the bias moved on the device after each step, from the step
+# counters gathered there; a rate high enough to move routing within 3 steps).
 # bf16_unfused: run.attention unfused, the batched-GEMM attention instead of
 # the fused kernels bf16 takes by default (the CPU has one attention).
 # docs_*: document masking with "." (13) as the end-of-document id, so Brown's
@@ -77,7 +79,8 @@ for prec in "${cases[@]}"; do
   dtype=${dtype%_unfused} dtype=${dtype#gelu_} dtype=${dtype#docs_} dtype=${dtype#llama_} dtype=${dtype#qwen_}
   dtype=${dtype#qwen2_}
   [[ $prec == *fp8 ]] && extra=(--set precision.fp8_first_last_bf16=false)
-  [[ $prec == moe_gelu_* ]] && extra=(--set model.family=gpt2 --set model.n_kv_head=4)
+  [[ $prec == moe_gelu_* ]] && extra=(--set model.family=gpt2 --set model.n_kv_head=4
+                                      --set model.moe.balance=aux_free --set model.moe.bias_update_rate=0.02)
   [[ $prec == *_unfused ]] && extra=(--set run.attention=unfused)
   [[ $prec == moe_* ]] && job=configs/moe-tiny.yaml
   [[ $prec == docs_llama_* || $prec == qwen_* ]] && job=configs/tiny-llama.yaml

@@ -214,7 +214,7 @@ TEST_CASE("moe layer: aux-free bias updates lower the imbalance of a skewed inpu
     h.moe.reset_step_stats(h.ctx, h.buf);
     h.forward();
     imbalance.push_back(h.moe.stats(h.buf).imbalance);
-    h.moe.update_bias(h.ctx, h.buf, 0.01f);
+    h.moe.update_bias(h.ctx, h.buf, 0.01f, Tensor(h.moe.step_counts(h.buf).data, {8}));
   }
   for (double x : imbalance) UNSCOPED_INFO(x);
   // A fixed-rate sign update ends oscillating around balance (near-identical

@@ -84,3 +84,17 @@ TEST_CASE("moe router stats: a balanced router's balance loss is 1", "[cpu][moe]
   CHECK(losses[0] == Approx(1.0));
   CHECK(losses[1] == Approx(std::log(4.0) * std::log(4.0)));  // lse of E zeros is log E
 }
+
+TEST_CASE("moe_bias_update moves each bias by the rate towards the mean load", "[cpu][moe]") {
+  // Loads 0, 5, 2, 5 (mean 3): experts below it gain, above it lose, and one
+  // exactly at the mean stays (loads 3, 3 of a two-expert case).
+  Context ctx;
+  std::vector<float> bias = {0.5f, -0.25f, 0.0f, 1.0f}, load = {0, 5, 2, 5};
+  moe_bias_update(ctx, Tensor(bias.data(), {4}), Tensor(load.data(), {4}), 0.125f);
+  CHECK(bias == std::vector<float>{0.625f, -0.375f, 0.125f, 0.875f});
+  std::vector<float> even_bias = {0.1f, 0.2f}, even = {3, 3};
+  moe_bias_update(ctx, Tensor(even_bias.data(), {2}), Tensor(even.data(), {2}), 0.125f);
+  CHECK(even_bias == std::vector<float>{0.1f, 0.2f});
+  CHECK_THROWS_AS(moe_bias_update(ctx, Tensor(bias.data(), {4}), Tensor(load.data(), {3}), 0.1f),
+                  Error);
+}
