@@ -286,10 +286,14 @@ void Buffers::fp8_amax_to_host() const {
 void Buffers::fp8_state_to_device() const {
   invalidate_fp8_weights();  // the scales the cached codes were cast with may have changed
   if (!fp8_device_ || fp8_->size() == 0) return;
+  // The device holds amax, scale and scale_inv side by side: one upload (one
+  // device wait per step) instead of three.
   const int64_t n = fp8_->size();
-  copy_from_host(Tensor(fp8_device_, {n}, DType::f32, device_), fp8_->current_amax());
-  copy_from_host(Tensor(fp8_device_ + n, {n}, DType::f32, device_), fp8_->scales());
-  copy_from_host(Tensor(fp8_device_ + 2 * n, {n}, DType::f32, device_), fp8_->scale_invs());
+  std::vector<float> all(3 * n);
+  std::copy_n(fp8_->current_amax(), n, all.begin());
+  std::copy_n(fp8_->scales(), n, all.begin() + n);
+  std::copy_n(fp8_->scale_invs(), n, all.begin() + 2 * n);
+  copy_from_host(Tensor(fp8_device_, {3 * n}, DType::f32, device_), all.data());
 }
 
 size_t Buffers::total_bytes() const {
