@@ -12,6 +12,7 @@
 #pragma once
 
 #include "kernels/dispatch.h"
+#include "kernels/tensor.h"
 
 namespace trainer {
 
@@ -30,6 +31,34 @@ namespace trainer {
 TRAINER_OPS(cpu)
 TRAINER_OPS(cuda)
 #undef TRAINER_OPS
+
+// The arguments' shapes, checked alike by both backends.
+struct RunLoadsShape {
+  int64_t N, K, R, E;
+};
+inline RunLoadsShape check_run_loads_shapes(const Tensor& loads, const Tensor& topk_idx,
+                                            const Tensor& runs) {
+  TRAINER_CHECK(topk_idx.ndim == 2 && loads.ndim == 2 && runs.ndim == 2,
+                "moe_run_loads: topk_idx {}, loads {} and runs {} must be 2-D", topk_idx.str(),
+                loads.str(), runs.str());
+  const RunLoadsShape s{topk_idx.size(0), topk_idx.size(1), loads.size(0), loads.size(1)};
+  check_shape(runs, {s.R, 2}, "moe_run_loads runs");
+  return s;
+}
+struct CapacityTakenShape {
+  int64_t P, E, Q;
+};
+inline CapacityTakenShape check_capacity_taken_shapes(const Tensor& taken, const Tensor& all_loads,
+                                                      const Tensor& order, int64_t capacity) {
+  TRAINER_CHECK(all_loads.ndim == 2 && order.ndim == 2,
+                "moe_capacity_taken: all_loads {} and order {} must be 2-D", all_loads.str(),
+                order.str());
+  const CapacityTakenShape s{all_loads.size(0), all_loads.size(1), order.size(0)};
+  check_shape(taken, {s.E}, "moe_capacity_taken taken");
+  check_shape(order, {s.Q, 2}, "moe_capacity_taken order");
+  TRAINER_CHECK(capacity > 0, "moe_capacity_taken: capacity {} must be positive", capacity);
+  return s;
+}
 
 inline void moe_run_loads(Context& ctx, Tensor loads, Tensor topk_idx, Tensor runs) {
   TRAINER_DISPATCH(ctx, moe_run_loads, loads, topk_idx, runs);

@@ -11,11 +11,7 @@ namespace trainer::cpu {
 
 void moe_run_loads(Context&, Tensor loads, Tensor topk_idx, Tensor runs) {
   const char* op = "moe_run_loads";
-  TRAINER_CHECK(topk_idx.ndim == 2 && loads.ndim == 2 && runs.ndim == 2,
-                "{}: topk_idx {}, loads {} and runs {} must be 2-D", op, topk_idx.str(),
-                loads.str(), runs.str());
-  const int64_t N = topk_idx.size(0), K = topk_idx.size(1), R = loads.size(0), E = loads.size(1);
-  check_shape(runs, {R, 2}, "moe_run_loads runs");
+  const auto [N, K, R, E] = check_run_loads_shapes(loads, topk_idx, runs);
   const int32_t* idx = i32(topk_idx, op, "topk_idx");
   const int32_t* run = i32(runs, op, "runs");
   int32_t* out = const_cast<int32_t*>(i32(loads, op, "loads"));
@@ -32,12 +28,7 @@ void moe_run_loads(Context&, Tensor loads, Tensor topk_idx, Tensor runs) {
 
 void moe_capacity_taken(Context&, Tensor taken, Tensor all_loads, Tensor order, int64_t capacity) {
   const char* op = "moe_capacity_taken";
-  TRAINER_CHECK(all_loads.ndim == 2 && order.ndim == 2, "{}: all_loads {} and order {} must be 2-D",
-                op, all_loads.str(), order.str());
-  const int64_t P = all_loads.size(0), E = all_loads.size(1), Q = order.size(0);
-  check_shape(taken, {E}, "moe_capacity_taken taken");
-  check_shape(order, {Q, 2}, "moe_capacity_taken order");
-  TRAINER_CHECK(capacity > 0, "{}: capacity {} must be positive", op, capacity);
+  const auto [P, E, Q] = check_capacity_taken_shapes(taken, all_loads, order, capacity);
   const int32_t* loads = i32(all_loads, op, "all_loads");
   const int32_t* ord = i32(order, op, "order");
   int32_t* out = const_cast<int32_t*>(i32(taken, op, "taken"));

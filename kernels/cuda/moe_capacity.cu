@@ -53,11 +53,7 @@ __global__ void capacity_taken_kernel(const int32_t* loads, int64_t P, int E, co
 void moe_run_loads(Context& ctx, Tensor loads, Tensor topk_idx, Tensor runs) {
   const char* op = "moe_run_loads";
   CudaState& st = state_of(ctx);
-  TRAINER_CHECK(topk_idx.ndim == 2 && loads.ndim == 2 && runs.ndim == 2,
-                "{}: topk_idx {}, loads {} and runs {} must be 2-D", op, topk_idx.str(),
-                loads.str(), runs.str());
-  const int64_t N = topk_idx.size(0), K = topk_idx.size(1), R = loads.size(0), E = loads.size(1);
-  check_shape(runs, {R, 2}, "moe_run_loads runs");
+  const auto [N, K, R, E] = check_run_loads_shapes(loads, topk_idx, runs);
   moe::check_experts(E, op);
   moe::check_i32_arg(loads, op, "loads");
   moe::check_i32_arg(topk_idx, op, "topk_idx");
@@ -74,12 +70,7 @@ void moe_capacity_taken(Context& ctx, Tensor taken, Tensor all_loads, Tensor ord
                         int64_t capacity) {
   const char* op = "moe_capacity_taken";
   CudaState& st = state_of(ctx);
-  TRAINER_CHECK(all_loads.ndim == 2 && order.ndim == 2, "{}: all_loads {} and order {} must be 2-D",
-                op, all_loads.str(), order.str());
-  const int64_t P = all_loads.size(0), E = all_loads.size(1), Q = order.size(0);
-  check_shape(taken, {E}, "moe_capacity_taken taken");
-  check_shape(order, {Q, 2}, "moe_capacity_taken order");
-  TRAINER_CHECK(capacity > 0, "{}: capacity {} must be positive", op, capacity);
+  const auto [P, E, Q] = check_capacity_taken_shapes(taken, all_loads, order, capacity);
   moe::check_experts(E, op);
   moe::check_i32_arg(taken, op, "taken");
   moe::check_i32_arg(all_loads, op, "all_loads");
