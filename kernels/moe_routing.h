@@ -50,6 +50,7 @@ TRAINER_HOST_DEVICE inline void route_pick_groups(Flag* allowed, const float* sc
     int64_t best = -1;
     for (int64_t q = 0; q < groups; ++q)
       if (!allowed[q] && (best < 0 || score[q] > score[best])) best = q;
+    if (best < 0) return;  // top > groups: refused by check_route_groups; stay in bounds
     allowed[best] = 1;
   }
 }

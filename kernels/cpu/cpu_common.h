@@ -46,6 +46,10 @@ inline const int32_t* i32(const Tensor& t, const char* op, const char* name) {
   TRAINER_CHECK(t.contiguous(), "{}: {} {} must be contiguous", op, name, t.str());
   return static_cast<const int32_t*>(t.data);
 }
+// An int32 output: i32's checks, writable.
+inline int32_t* i32w(const Tensor& t, const char* op, const char* name) {
+  return const_cast<int32_t*>(i32(t, op, name));
+}
 
 // exp(x) in fp32 with about 1 ulp error, branch-free so loops calling it
 // vectorise (libm's expf does not without -ffast-math). Cephes' polynomial on

@@ -14,7 +14,7 @@ void moe_run_loads(Context&, Tensor loads, Tensor topk_idx, Tensor runs) {
   const auto [N, K, R, E] = check_run_loads_shapes(loads, topk_idx, runs);
   const int32_t* idx = i32(topk_idx, op, "topk_idx");
   const int32_t* run = i32(runs, op, "runs");
-  int32_t* out = const_cast<int32_t*>(i32(loads, op, "loads"));
+  int32_t* out = i32w(loads, op, "loads");
   for (int64_t r = 0; r < R; ++r) {
     const int64_t first = run[2 * r], length = run[2 * r + 1];
     TRAINER_CHECK(first >= 0 && length >= 0 && first + length <= N,
@@ -31,7 +31,7 @@ void moe_capacity_taken(Context&, Tensor taken, Tensor all_loads, Tensor order, 
   const auto [P, E, Q] = check_capacity_taken_shapes(taken, all_loads, order, capacity);
   const int32_t* loads = i32(all_loads, op, "all_loads");
   const int32_t* ord = i32(order, op, "order");
-  int32_t* out = const_cast<int32_t*>(i32(taken, op, "taken"));
+  int32_t* out = i32w(taken, op, "taken");
   for (int64_t q = 0; q < Q; ++q)
     TRAINER_CHECK(ord[2 * q] >= 0 && ord[2 * q] < P && (ord[2 * q + 1] == 0 || ord[2 * q + 1] == 1),
                   "{}: order[{}] = ({}, {}) is not (a row of the {} loads, 0 or 1)", op, q,

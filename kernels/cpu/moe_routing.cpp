@@ -13,10 +13,6 @@ namespace trainer::cpu {
 
 namespace {
 
-int32_t* i32w(const Tensor& t, const char* op, const char* name) {
-  return const_cast<int32_t*>(i32(t, op, name));
-}
-
 // Softmax or sigmoid of one row of logits.
 void scores_row(float* p, const float* l, int64_t E, bool sigmoid) {
   if (sigmoid) {
