@@ -19,7 +19,8 @@ namespace trainer::engine {
 using model::Category;
 
 size_t MemoryPlan::total() const {
-  size_t t = optimizer + param_shards + grad_shards + shard_staging + op_scratch + gemm_workspace;
+  size_t t = optimizer + param_shards + grad_shards + shard_staging + fp8_state + op_scratch +
+             gemm_workspace;
   for (size_t b : category) t += b;
   return t;
 }
@@ -63,6 +64,7 @@ std::string MemoryPlan::describe() const {
     line("grad shard", grad_shards);
     line("rs staging", shard_staging);
   }
+  if (fp8_state > 0) line("fp8 scaling", fp8_state);
   if (cuda) {
     line("op scratch", op_scratch);
     line("cuBLASLt ws", gemm_workspace);
@@ -82,6 +84,9 @@ std::string MemoryPlan::describe() const {
   if (two)
     s += "  two block regions (dp-only mesh): on GPUs a block's reduce-scatter (zero 3: and the\n"
          "  next block's all-gather) runs on the communication stream while the next computes\n";
+  if (fp8_state > 0)
+    s += "  fp8 scaling: each fp8 GEMM operand's amax history (precision.fp8_amax_history), scale\n"
+         "  and inverse, updated where the GEMMs run\n";
   if (cuda)
     s += "  op scratch and cuBLASLt ws are the CUDA backend's: the largest temporary of any op\n"
          "  (reserved at start) and the GEMM workspace; not counted: the CUDA context, NCCL's and\n"
@@ -134,6 +139,7 @@ MemoryPlan plan_memory(const model::Buffers& buffers, const AdamW& optimizer,
     plan.shard_staging = static_cast<size_t>(optimizer.layout().staging_elems()) * sizeof(float);
   }
   plan.num_params = buffers.num_param_elements();
+  plan.fp8_state = buffers.fp8_state_bytes();
   if (device == Device::cuda) {
     plan.cuda = true;
     // The layers' ops, and the trainer's own: the gradient norm's sums of
@@ -162,6 +168,8 @@ Arenas::Arenas(const MemoryPlan& plan, model::Buffers& buffers, AdamW& optimizer
   blocks_[k + 2] = take(plan.grad_shards, ctx);
   blocks_[k + 3] = take(plan.shard_staging, ctx);
   optimizer.bind_shards(blocks_[k + 1], blocks_[k + 2], device_);
+  blocks_[k + 4] = take(plan.fp8_state, ctx);
+  if (plan.fp8_state > 0) buffers.bind_fp8_state(blocks_[k + 4], device_);
 #ifdef TRAINER_CUDA
   if (device_ == Device::cuda && plan.cuda) {
     // The workspace came with the CudaState; the scratch is reserved now, so

@@ -24,6 +24,8 @@ struct MemoryPlan {
   // one block's collectives overlap the next block's compute.
   int shared_regions = 1;
   int64_t num_params = 0;                                // elements held by this rank
+  // fp8: the delayed-scaling state the ops read and write (Buffers::fp8_state_bytes).
+  size_t fp8_state = 0;
   // The CUDA backend's own device memory (planned when the job runs on cuda):
   // the largest temporary any op takes from CudaState scratch (kernels/op_scratch.h,
   // declared by the layers), reserved at start and never grown, and cuBLASLt's
@@ -74,8 +76,9 @@ class Arenas {
   Device device_;
   size_t slot_bytes_ = 0;
   MemoryPlan plan_;
-  // The categories, then the optimizer state, the ZeRO-3 shards and staging.
-  std::array<void*, model::kNumCategories + 4> blocks_{};
+  // The categories, then the optimizer state, the ZeRO-3 shards and staging,
+  // and the fp8 scaling state.
+  std::array<void*, model::kNumCategories + 5> blocks_{};
   size_t allocated_ = 0;
 };
 

@@ -1,8 +1,6 @@
 // Loss scaling and fp8 scale updates around the training step.
 #include "engine/mixed_precision.h"
 
-#include <vector>
-
 #include "kernels/cast.h"
 #include "kernels/elementwise.h"
 #include "kernels/memory.h"
@@ -27,22 +25,9 @@ bool MixedPrecision::overflowed(Context& ctx, Tensor flag, std::span<const Tenso
   return scaler_->update(any);
 }
 
-void MixedPrecision::finish_fp8_step(model::Buffers& buffers, parallel::Mesh& mesh) {
+void MixedPrecision::finish_fp8_step(Context& ctx, model::Buffers& buffers, parallel::Mesh& mesh) {
   Fp8Scaling* f = buffers.fp8();
   if (!f || f->size() == 0) return;
-  buffers.fp8_amax_to_host();  // the GPU recorded them in the state's device copy
-  float* current = f->current_amax();
-  Tensor amax(current, {int64_t(f->size())}, DType::f32, Device::cpu);
-  // With ep > 1 a routed expert's operands are reduced apart: the same index
-  // holds another expert on another ep rank. Their group is the ranks holding
-  // the same experts (tp x edp: every token the expert saw); with ep 1 that
-  // is the dense operands' group, and one reduction serves both.
-  std::vector<int> experts;
-  if (mesh.shape().ep > 1)
-    for (int i = 0; i < f->size(); ++i)
-      if (buffers.fp8_expert(i)) experts.push_back(i);
-  std::vector<float> expert_amax(experts.size());
-  for (size_t k = 0; k < experts.size(); ++k) expert_amax[k] = current[experts[k]];
   auto reduce = [&](Tensor t, std::initializer_list<parallel::Axis> axes) {
     for (parallel::Axis axis : axes) {
       parallel::Communicator& c = mesh.comm(axis);
@@ -50,14 +35,18 @@ void MixedPrecision::finish_fp8_step(model::Buffers& buffers, parallel::Mesh& me
     }
   };
   // Every replica must take the same scales: cp ranks saw other tokens too.
-  reduce(amax, {parallel::Axis::tp, parallel::Axis::cp, parallel::Axis::dp});
-  if (!experts.empty()) {
-    reduce(Tensor(expert_amax.data(), {int64_t(experts.size())}, DType::f32, Device::cpu),
-           {parallel::Axis::tp, parallel::Axis::edp});
-    for (size_t k = 0; k < experts.size(); ++k) current[experts[k]] = expert_amax[k];
-  }
-  f->update();
-  buffers.fp8_state_to_device();
+  // With ep > 1 a routed expert's operands are reduced apart: the same index
+  // holds another expert on another ep rank. Their group is the ranks holding
+  // the same experts (tp x edp: every token the expert saw); with ep 1 that
+  // is the dense operands' group, and one reduction serves both. The bound
+  // state keeps the experts' amaxes after the dense ones, so each group's are
+  // one contiguous range.
+  using Ops = model::Buffers::Fp8Operands;
+  const bool apart = mesh.shape().ep > 1;
+  reduce(buffers.fp8_amaxes(apart ? Ops::dense : Ops::all),
+         {parallel::Axis::tp, parallel::Axis::cp, parallel::Axis::dp});
+  if (apart) reduce(buffers.fp8_amaxes(Ops::experts), {parallel::Axis::tp, parallel::Axis::edp});
+  buffers.fp8_update(ctx);
 }
 
 void MixedPrecision::save(std::map<std::string, double>& scalars) const {

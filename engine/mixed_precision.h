@@ -34,10 +34,12 @@ class MixedPrecision {
   int64_t skipped_steps() const { return scaler_ ? scaler_->skipped_steps() : 0; }
 
   // fp8, after the step's last backward: max-reduces this step's amax of
-  // every fp8 operand over tp and dp (a tensor is split over tp or sees other
-  // tokens on other dp ranks; the scale must be one number everywhere, and
-  // the same as one rank would compute), then advances the scales.
-  static void finish_fp8_step(model::Buffers& buffers, parallel::Mesh& mesh);
+  // every fp8 operand over tp, cp and dp (a tensor is split over tp or sees
+  // other tokens on other ranks; the scale must be one number everywhere, and
+  // the same as one rank would compute; with ep > 1 routed experts' over tp
+  // and edp), then advances the scales: all where the GEMMs run (the bound
+  // fp8 state of model::Buffers), nothing read back to the host.
+  static void finish_fp8_step(Context& ctx, model::Buffers& buffers, parallel::Mesh& mesh);
 
   // Loss-scaler state as checkpoint scalars (empty without loss scaling).
   void save(std::map<std::string, double>& scalars) const;

@@ -195,12 +195,7 @@ void Trainer::setup() {
     sharded_->gather_whole_step();
   else
     model_->refresh_compute_weights(ctx_);
-  const Fp8Scaling* fp8 = buf.fp8();
-  if (ctx_.device == Device::cuda && fp8 && fp8->size() > 0) {
-    fp8_mem_ = device_alloc(ctx_.device, size_t(3 * fp8->size()) * sizeof(float));
-    buf.bind_fp8_device(static_cast<float*>(fp8_mem_));
-    buf.fp8_state_to_device();  // the initial or resumed scales
-  }
+  buf.fp8_state_upload();  // the initial or resumed scales, into the plan's fp8 state
   norm_mem_ = device_alloc(ctx_.device, kArenaAlignment);
   // Partial norms (tp-split, replicated, a flag, routed experts).
   norm_out_ = Tensor(norm_mem_, {4}, DType::f32, ctx_.device);
@@ -333,7 +328,6 @@ Trainer::~Trainer() {
   if (metrics_) std::fclose(metrics_);
   device_free(ctx_.device, norm_mem_);
   device_free(ctx_.device, tied_zeros_mem_);
-  device_free(ctx_.device, fp8_mem_);
 }
 
 void Trainer::load_micro_batch(const data::SampleSource* source, int64_t first_sample, int chunk) {
@@ -562,7 +556,7 @@ StepRecord Trainer::train_step(int step) {
   r.loss = parallel::group_sum(grad_comm(), loss_sum) / counted;  // every token once
   if (pipeline_) r.loss = parallel::group_sum(mesh_->comm(parallel::Axis::pp), r.loss);
   finish_moe_step(r);
-  MixedPrecision::finish_fp8_step(model_->buffers(), *mesh_);
+  MixedPrecision::finish_fp8_step(ctx_, model_->buffers(), *mesh_);
   timers.mark(StepPhase::grad_sync);
   r.lr = learning_rate(spec_.optimizer, spec_.train.steps, step);
   if (precision_->loss_scaling()) r.loss_scale = loss_scale;
@@ -843,7 +837,7 @@ int Trainer::run() {
     if (save) {
       std::map<std::string, double> scalars;
       precision_->save(scalars);
-      model_->buffers().fp8_amax_to_host();  // evaluation forwards since the step recorded some
+      model_->buffers().fp8_state_to_host();  // as the step left it, and evaluation forwards' amaxes
       // The last save of a run is written in the foreground: the run ends
       // with it, and a Slurm time limit waits for no thread.
       const bool background = spec_.checkpoint.async && !last && !stop;

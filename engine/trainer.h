@@ -175,7 +175,6 @@ class Trainer {
   Tensor norm_out_;  // (4) f32 on the device, for the gradient norm
   Tensor loss_sum_;  // (1) f64 on the device: token losses since take_loss_sum()
   void* norm_mem_ = nullptr;
-  void* fp8_mem_ = nullptr;  // the fp8 scaling state's device copy (GPU with fp8 only)
   double peak_flops_ = 0;
   int peak_remeasures_ = 0;  // refine_cpu_peak's count
   int accum_steps_ = 1;

@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "kernels/error.h"
+#include "kernels/fp8_update.h"
 
 namespace trainer {
 
@@ -105,26 +106,19 @@ Tensor Fp8Scaling::scale_inv_view(int idx) {
   return Tensor(scale_inv_.data() + idx, {1});
 }
 
+float Fp8Scaling::scaled_max(int idx) const {
+  check_index(idx);
+  // Power-of-two factor first, one rounding in the division: TE's scaled_max / amax.
+  return std::ldexp(fp8_max(formats_[idx]), -margin_);
+}
+
 void Fp8Scaling::update() {
-  const int n = size(), len = history_len_;
-  for (int i = 0; i < n; ++i) {
-    const float last = row(0)[i];
-    float amax = 0.0f;
-    // TE reads row r+1 into row r (the last row takes row 0) and zeroes row 0, taking
-    // fmaxf of what it moves; in place this is a forward walk.
-    for (int r = 0; r < len; ++r) {
-      const float a = r < len - 1 ? row(r + 1)[i] : last;
-      amax = std::fmax(amax, a);
-      row(r)[i] = r > 0 ? a : 0.0f;
-    }
-    // Power-of-two factor first, one rounding in the division: TE's scaled_max / amax.
-    const float scaled_max = std::ldexp(fp8_max(formats_[i]), -margin_);
-    float scale = scale_[i];
-    if (std::isfinite(amax) && amax > 0.0f) scale = scaled_max / amax;
-    if (std::isinf(scale)) scale = std::numeric_limits<float>::max();
-    scale_[i] = scale;
-    scale_inv_[i] = 1.0f / scale;
-  }
+  const int64_t n = size();
+  std::vector<float> top(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) top[i] = scaled_max(i);
+  Context host;
+  cpu::fp8_scaling_update(host, Tensor(history_.data(), {history_len_, n}), Tensor(scale_.data(), {n}),
+                          Tensor(scale_inv_.data(), {n}), Tensor(top.data(), {n}));
 }
 
 std::string Fp8Scaling::serialize() const {

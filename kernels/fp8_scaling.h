@@ -50,6 +50,13 @@ class Fp8Scaling {
 
   // Row 0 of the history: this step's amax of every tensor, contiguous (size()).
   float* current_amax() { return history_.data(); }
+  // The whole history (history_len() rows of size()), row 0 first, and the scales and
+  // their inverses: for the copies that move the state to and from the device.
+  float* history_data() { return history_.data(); }
+  float* scale_data() { return scale_.data(); }
+  float* scale_inv_data() { return scale_inv_.data(); }
+  // fp8_max(format(idx)) / 2^margin: the numerator of the scale update.
+  float scaled_max(int idx) const;
   // current_amax()[idx] = fmax(current_amax()[idx], amax).
   void record_amax(int idx, float amax);
   // The amax of history row `row` (0 = current) of tensor idx.
@@ -71,7 +78,8 @@ class Fp8Scaling {
   Tensor scale_view(int idx);
   Tensor scale_inv_view(int idx);
 
-  // TE's amax_and_scale_update for every tensor (see the top of this file).
+  // TE's amax_and_scale_update for every tensor (see the top of this file): the
+  // CPU op of kernels/fp8_update.h on this state.
   void update();
 
   // Checkpointable state (formats, history, scales) as bytes. restore() needs the same

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "kernels/fp8_update.h"
 #include "kernels/memory.h"
 
 namespace trainer::model {
@@ -257,43 +258,101 @@ void Buffers::set_fp8_weight_cached(int idx) const {
   fp8_cached_epoch_[static_cast<size_t>(idx)] = fp8_weight_epoch_;
 }
 
+size_t Buffers::fp8_state_bytes() const {
+  if (!fp8_ || fp8_->size() == 0) return 0;
+  return (size_t(fp8_->history_len()) + 3) * size_t(fp8_->size()) * sizeof(float);
+}
+
+void Buffers::bind_fp8_state(void* mem, Device device) {
+  TRAINER_CHECK(fp8_ != nullptr && fp8_->size() > 0, "fp8 state bound while no fp8 GEMM is declared");
+  fp8_state_ = static_cast<float*>(mem);
+  fp8_state_device_ = device;
+  const int n = fp8_->size();
+  fp8_pos_.assign(n, 0);
+  int next = 0;
+  for (int routed : {0, 1}) {
+    if (routed) fp8_dense_ = next;
+    for (int i = 0; i < n; ++i)
+      if (fp8_expert_[i] == routed) fp8_pos_[i] = next++;
+  }
+}
+
 namespace {
-// Part `part` (0 amax, 1 scale, 2 inverse) of tensor idx in the device copy.
-Tensor fp8_slot(float* device_state, Device device, const Fp8Scaling& f, int part, int idx) {
-  TRAINER_CHECK(idx >= 0 && idx < f.size(), "fp8 tensor {} of {}", idx, f.size());
-  return Tensor(device_state + static_cast<size_t>(part) * f.size() + idx, {1}, DType::f32, device);
+// The bound state's layout: history rows 0..H-1, then scale, scale_inv and
+// scaled_max, each `n` floats in position order.
+enum Fp8Part { kScale = 0, kScaleInv = 1, kScaledMax = 2 };
+size_t part_offset(const Fp8Scaling& f, int part) {
+  return (size_t(f.history_len()) + part) * size_t(f.size());
 }
 }  // namespace
 
 Tensor Buffers::fp8_amax(int idx) const {
   TRAINER_CHECK(fp8_ != nullptr, "fp8 state used while fp8 is off");
-  return fp8_device_ ? fp8_slot(fp8_device_, device_, *fp8_, 0, idx) : fp8_->amax_view(idx);
+  if (!fp8_state_) return fp8_->amax_view(idx);
+  return Tensor(fp8_state_ + fp8_pos_.at(size_t(idx)), {1}, DType::f32, fp8_state_device_);
 }
 Tensor Buffers::fp8_scale(int idx) const {
   TRAINER_CHECK(fp8_ != nullptr, "fp8 state used while fp8 is off");
-  return fp8_device_ ? fp8_slot(fp8_device_, device_, *fp8_, 1, idx) : fp8_->scale_view(idx);
+  if (!fp8_state_) return fp8_->scale_view(idx);
+  return Tensor(fp8_state_ + part_offset(*fp8_, kScale) + fp8_pos_.at(size_t(idx)), {1},
+                DType::f32, fp8_state_device_);
 }
 Tensor Buffers::fp8_scale_inv(int idx) const {
   TRAINER_CHECK(fp8_ != nullptr, "fp8 state used while fp8 is off");
-  return fp8_device_ ? fp8_slot(fp8_device_, device_, *fp8_, 2, idx) : fp8_->scale_inv_view(idx);
+  if (!fp8_state_) return fp8_->scale_inv_view(idx);
+  return Tensor(fp8_state_ + part_offset(*fp8_, kScaleInv) + fp8_pos_.at(size_t(idx)), {1},
+                DType::f32, fp8_state_device_);
 }
 
-void Buffers::fp8_amax_to_host() const {
-  if (!fp8_device_ || fp8_->size() == 0) return;
-  copy_to_host(fp8_->current_amax(), Tensor(fp8_device_, {int64_t(fp8_->size())}, DType::f32, device_));
+Tensor Buffers::fp8_amaxes(Fp8Operands which) const {
+  TRAINER_CHECK(fp8_state_ != nullptr, "fp8 amaxes read before the fp8 state was bound");
+  const int begin = which == Fp8Operands::experts ? fp8_dense_ : 0;
+  const int end = which == Fp8Operands::dense ? fp8_dense_ : fp8_->size();
+  return Tensor(fp8_state_ + begin, {end - begin}, DType::f32, fp8_state_device_);
 }
 
-void Buffers::fp8_state_to_device() const {
+void Buffers::fp8_update(Context& ctx) const {
+  TRAINER_CHECK(fp8_state_ != nullptr, "fp8 scales updated before the fp8 state was bound");
+  TRAINER_CHECK(ctx.device == fp8_state_device_, "fp8 state on {}, updated on {}",
+                device_name(fp8_state_device_), device_name(ctx.device));
+  const int64_t n = fp8_->size(), H = fp8_->history_len();
+  auto part = [&](int p) {
+    return Tensor(fp8_state_ + part_offset(*fp8_, p), {n}, DType::f32, fp8_state_device_);
+  };
+  fp8_scaling_update(ctx, Tensor(fp8_state_, {H, n}, DType::f32, fp8_state_device_), part(kScale),
+                     part(kScaleInv), part(kScaledMax));
   invalidate_fp8_weights();  // the scales the cached codes were cast with may have changed
-  if (!fp8_device_ || fp8_->size() == 0) return;
-  // The device holds amax, scale and scale_inv side by side: one upload (one
-  // device wait per step) instead of three.
-  const int64_t n = fp8_->size();
-  std::vector<float> all(3 * n);
-  std::copy_n(fp8_->current_amax(), n, all.begin());
-  std::copy_n(fp8_->scales(), n, all.begin() + n);
-  std::copy_n(fp8_->scale_invs(), n, all.begin() + 2 * n);
-  copy_from_host(Tensor(fp8_device_, {3 * n}, DType::f32, device_), all.data());
+}
+
+void Buffers::fp8_state_upload() const {
+  invalidate_fp8_weights();
+  if (!fp8_state_) return;
+  // One copy (one device wait) of the whole state, permuted into position order.
+  const int n = fp8_->size(), H = fp8_->history_len();
+  std::vector<float> all((size_t(H) + 3) * n);
+  const float* h = fp8_->history_data();
+  for (int i = 0; i < n; ++i) {
+    const size_t p = size_t(fp8_pos_[i]);
+    for (int r = 0; r < H; ++r) all[size_t(r) * n + p] = h[size_t(r) * n + i];
+    all[part_offset(*fp8_, kScale) + p] = fp8_->scale(i);
+    all[part_offset(*fp8_, kScaleInv) + p] = fp8_->scale_inv(i);
+    all[part_offset(*fp8_, kScaledMax) + p] = fp8_->scaled_max(i);
+  }
+  copy_from_host(Tensor(fp8_state_, {int64_t(all.size())}, DType::f32, fp8_state_device_), all.data());
+}
+
+void Buffers::fp8_state_to_host() const {
+  if (!fp8_state_) return;
+  const int n = fp8_->size(), H = fp8_->history_len();
+  std::vector<float> all((size_t(H) + 3) * n);
+  copy_to_host(all.data(), Tensor(fp8_state_, {int64_t(all.size())}, DType::f32, fp8_state_device_));
+  float* h = fp8_->history_data();
+  for (int i = 0; i < n; ++i) {
+    const size_t p = size_t(fp8_pos_[i]);
+    for (int r = 0; r < H; ++r) h[size_t(r) * n + i] = all[size_t(r) * n + p];
+    fp8_->scale_data()[i] = all[part_offset(*fp8_, kScale) + p];
+    fp8_->scale_inv_data()[i] = all[part_offset(*fp8_, kScaleInv) + p];
+  }
 }
 
 size_t Buffers::total_bytes() const {

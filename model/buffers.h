@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/context.h"
 #include "kernels/fp8_scaling.h"
 #include "kernels/tensor.h"
 
@@ -201,7 +202,7 @@ class Buffers {
   // The weight cache (Fp8Workspace::cache_weights) of weight operand `idx`:
   // its codes and transposed codes (two halves, as the workspace), or -1.
   // Valid from set_fp8_weight_cached until the weights or the scales change
-  // (Model::refresh_compute_weights, fp8_state_to_device: invalidate_fp8_weights).
+  // (Model::refresh_compute_weights, fp8_update, fp8_state_upload: invalidate_fp8_weights).
   BufferId fp8_weight_cache(int idx) const;
   bool fp8_weight_cached(int idx) const;
   void set_fp8_weight_cached(int idx) const;
@@ -211,19 +212,32 @@ class Buffers {
   const Fp8Workspace& fp8_workspace() const { return fp8_ws_; }
   const std::vector<std::string>& fp8_names() const { return fp8_names_; }
 
-  // fp8 on the GPU: its ops read the scales and record the amaxes in device
-  // memory, so the scaling state gets a device copy there (bind_fp8_device:
-  // 3 * fp8()->size() floats on the bound device: this step's amaxes, the scales,
-  // their inverses). The host Fp8Scaling stays the state of record (update,
-  // checkpoints): fp8_amax_to_host() before it is read, fp8_state_to_device()
-  // after it changes. Without a device copy (the CPU) the views are the host
-  // state's own and both copies do nothing.
-  void bind_fp8_device(float* mem) { fp8_device_ = mem; }
+  // fp8 delayed scaling's working state, where the ops read the scales and
+  // record the amaxes (bind_fp8_state: fp8_state_bytes() on the bound device,
+  // the memory plan's "fp8 scaling" line): the amax history (row 0 this step's
+  // amaxes), the scales, their inverses and each tensor's fp8_max / 2^margin,
+  // with the tensors in "position" order: dense operands first, then routed
+  // experts', so each reduction group's amaxes are one contiguous range
+  // (fp8_amaxes) and the step's update is one op (fp8_update), with no copy
+  // to the host. While bound it is the state of record: fp8_state_upload()
+  // copies the host Fp8Scaling in (start, resume), fp8_state_to_host() back
+  // (before a checkpoint or a test reads fp8()). Unbound (the layer tests) the
+  // views are the host state's own and both copies do nothing.
+  size_t fp8_state_bytes() const;
+  void bind_fp8_state(void* mem, Device device);
+  bool fp8_state_bound() const { return fp8_state_ != nullptr; }
   Tensor fp8_amax(int idx) const;
   Tensor fp8_scale(int idx) const;
   Tensor fp8_scale_inv(int idx) const;
-  void fp8_amax_to_host() const;
-  void fp8_state_to_device() const;
+  // This step's amaxes of every operand, of the dense ones or of the routed
+  // experts', in position order; bound state only.
+  enum class Fp8Operands { all, dense, experts };
+  Tensor fp8_amaxes(Fp8Operands which) const;
+  // Advances every scale (kernels/fp8_update.h) after the amaxes were reduced,
+  // and drops the weight codes cast with the old scales; bound state only.
+  void fp8_update(Context& ctx) const;
+  void fp8_state_upload() const;
+  void fp8_state_to_host() const;
 
   struct Param {
     ParamSpec spec;
@@ -279,7 +293,10 @@ class Buffers {
   // when that is the current epoch (mutable: filled by the ops, as the arenas).
   mutable std::vector<uint64_t> fp8_cached_epoch_;
   mutable uint64_t fp8_weight_epoch_ = 1;
-  float* fp8_device_ = nullptr;
+  float* fp8_state_ = nullptr;
+  Device fp8_state_device_ = Device::cpu;
+  std::vector<int> fp8_pos_;  // tensor index -> position in the bound state
+  int fp8_dense_ = 0;         // positions [0, fp8_dense_) are dense operands
 };
 
 }  // namespace trainer::model

@@ -149,14 +149,14 @@ Tensor workspace(const LayerEnv& env, BufferId id, const Tensor& like, DType dty
 // Records amax(t) for tensor idx, quantises t with its scale and returns the
 // dequantised values in f32 workspace `dst`.
 Tensor quantize(const LayerEnv& env, int idx, Tensor t, BufferId dst) {
-  Fp8Scaling& s = *env.buf.fp8();
-  const Buffers::Fp8Workspace& ws = env.buf.fp8_workspace();
+  const Buffers& b = env.buf;
+  const Buffers::Fp8Workspace& ws = b.fp8_workspace();
   Tensor flat = t.view({t.numel() / t.size(-1), t.size(-1)});
-  amax(env.ctx, s.amax_view(idx), flat);
-  Tensor q = workspace(env, ws.q, flat, s.format(idx));
-  cast(env.ctx, q, flat, s.scale_view(idx));
+  amax(env.ctx, b.fp8_amax(idx), flat);
+  Tensor q = workspace(env, ws.q, flat, b.fp8()->format(idx));
+  cast(env.ctx, q, flat, b.fp8_scale(idx));
   Tensor d = workspace(env, dst, flat, DType::f32);
-  cast(env.ctx, d, q, s.scale_inv_view(idx));
+  cast(env.ctx, d, q, b.fp8_scale_inv(idx));
   return d;
 }
 

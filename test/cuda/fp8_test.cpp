@@ -8,6 +8,7 @@
 #include "kernels/cast.h"
 #include "kernels/cast_transpose.h"
 #include "kernels/fp8_linear.h"
+#include "kernels/fp8_update.h"
 #include "test/cuda/harness.h"
 
 namespace trainer::cuda_test {
@@ -186,6 +187,44 @@ TEST_CASE("fp8 linear GEMMs match the CPU op on the same codes", "[cuda][fp8]") 
       }
     }
   }
+}
+
+TEST_CASE("fp8_scaling_update matches the CPU op bit for bit", "[cuda][fp8]") {
+  // Histories with zeros, NaN, inf and amaxes tiny enough that the quotient
+  // overflows (FLT_MAX); both formats' numerators with margins 0 and 3. Each
+  // case runs three updates in a row (the rolled history feeds the next), each
+  // against the CPU op's bits.
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  const float specials[] = {0.0f, nan, inf, 1e-39f, 3e-3f, 448.0f, 7e4f};
+  for (int64_t n : {int64_t{1}, int64_t{17}, int64_t{4097}})
+    for (int64_t H : {int64_t{1}, int64_t{4}, int64_t{1024}}) {
+      if (n * H > 1 << 20) continue;  // the largest history at n 17 and 1 is enough
+      std::vector<float> hist = random_floats(n * H, 900 + n + H, 0.0f, 8.0f);
+      for (int64_t i = 0; i < n * H; ++i)
+        if (i % 13 == 4) hist[i] = specials[(i / 13) % std::size(specials)];
+      std::vector<float> scale = random_floats(n, 950 + n, 0.5f, 4.0f), inv(n), top(n);
+      for (int64_t i = 0; i < n; ++i) {
+        inv[i] = 1.0f / scale[i];
+        top[i] = std::ldexp(i % 2 ? 57344.0f : 448.0f, -static_cast<int>(i % 5 == 3) * 3);
+      }
+      DeviceTensor gh({H, n}), gs({n}), gi({n}), gt({n});
+      gh.upload(hist);
+      gs.upload(scale);
+      gi.upload(inv);
+      gt.upload(top);
+      for (int run = 0; run < 3; ++run) {
+        cpu::fp8_scaling_update(cpu(), Tensor(hist.data(), {H, n}), Tensor(scale.data(), {n}),
+                                Tensor(inv.data(), {n}), Tensor(top.data(), {n}));
+        cuda::fp8_scaling_update(gpu(), gh, gs, gi, gt);
+        const std::string tag = fmt::format("fp8_scaling_update n={} H={} run {}", n, H, run);
+        expect_same_bits(tag + " history", gh.download(), hist);
+        expect_same_bits(tag + " scale", gs.download(), scale);
+        expect_same_bits(tag + " scale_inv", gi.download(), inv);
+      }
+    }
+  DeviceTensor gh({4, 3}), gs({3}), wrong({2}), bytes({3}, DType::bf16);
+  CHECK_THROWS_AS(cuda::fp8_scaling_update(gpu(), gh, gs, gs, wrong), Error);
+  CHECK_THROWS_AS(cuda::fp8_scaling_update(gpu(), gh, gs, bytes, gs), Error);
 }
 
 }  // namespace trainer::cuda_test

@@ -132,6 +132,10 @@ TEST_CASE("fp8: every block GEMM operand gets a scale from its amax", "[cpu][eng
   REQUIRE(f->size() == 2 * 7 * 3);
   for (int i = 0; i < f->size(); ++i) CHECK(f->scale(i) == 1.0f);
   t.train_step(1);
+  // Before the copy back, the host state is still the one uploaded at start:
+  // training reads and writes only the plan's fp8 state.
+  for (int i = 0; i < f->size(); ++i) CHECK(f->scale(i) == 1.0f);
+  t.model().buffers().fp8_state_to_host();
   for (int i = 0; i < f->size(); ++i) {
     // After one step: scale = fp8_max / amax of that step (margin 0).
     float amax = f->history(spec.precision.fp8_amax_history - 1, i);
@@ -169,6 +173,23 @@ TEST_CASE("fp8: every routed and shared expert GEMM has its own scaling", "[cpu]
   CHECK(std::find(b.fp8_names().begin(), b.fp8_names().end(),
                   "model.layers.1.block_sparse_moe.experts.3.w2.grad_output") != b.fp8_names().end());
   t.train_step(1);
+  // The bound state keeps the routed experts' operands after the dense ones,
+  // so each reduction group's amaxes are one range.
+  using Ops = model::Buffers::Fp8Operands;
+  const Tensor dense = b.fp8_amaxes(Ops::dense), routed = b.fp8_amaxes(Ops::experts);
+  CHECK(routed.numel() == experts);
+  CHECK(dense.numel() + routed.numel() == f->size());
+  CHECK(static_cast<float*>(routed.data) == static_cast<float*>(dense.data) + dense.numel());
+  for (int i = 0; i < f->size(); ++i) {
+    const float* slot = static_cast<float*>(b.fp8_amax(i).data);
+    const Tensor& range = b.fp8_expert(i) ? routed : dense;
+    CHECK(slot >= static_cast<float*>(range.data));
+    CHECK(slot < static_cast<float*>(range.data) + range.numel());
+  }
+  CHECK(t.plan().fp8_state ==
+        (size_t(spec.precision.fp8_amax_history) + 3) * size_t(f->size()) * sizeof(float));
+  CHECK(t.allocated_bytes() == t.plan().total());
+  b.fp8_state_to_host();
   // Every expert got tokens in the step's micro-batches: each operand's scale moved.
   for (int i = 0; i < f->size(); ++i) {
     INFO(b.fp8_names()[i]);

@@ -9,6 +9,7 @@
 
 #include "test/precision/cpu_ops.h"
 #include "kernels/fp8_scaling.h"
+#include "kernels/fp8_update.h"
 
 using trainer::DType;
 using trainer::Fp8Scaling;
@@ -263,4 +264,26 @@ TEST_CASE("fp8 scaling: one tensor's state by name, as checkpoints store it", "[
   CHECK_THROWS_WITH(t.set_tensor_state(ta, {0.0f, 1.0f}, "ckpt/rank_00000.safetensors"),
                     Catch::Contains("ckpt/rank_00000.safetensors"));
   CHECK_THROWS_AS(t.set_tensor_state(ta, {1.0f}, "x"), trainer::InputError);
+}
+
+TEST_CASE("fp8 scaling: the update op refuses malformed state", "[cpu][precision]") {
+  using trainer::Error;
+  using trainer::Tensor;
+  namespace cpu = trainer::cpu;
+  trainer::Context ctx;
+  std::vector<float> h(8), s(4), inv(4), top(4), three(3);
+  CHECK_NOTHROW(cpu::fp8_scaling_update(ctx, Tensor(h.data(), {2, 4}), Tensor(s.data(), {4}),
+                                        Tensor(inv.data(), {4}), Tensor(top.data(), {4})));
+  CHECK_THROWS_AS(cpu::fp8_scaling_update(ctx, Tensor(h.data(), {8}), Tensor(s.data(), {4}),
+                                          Tensor(inv.data(), {4}), Tensor(top.data(), {4})),
+                  Error);
+  CHECK_THROWS_AS(cpu::fp8_scaling_update(ctx, Tensor(h.data(), {0, 4}), Tensor(s.data(), {4}),
+                                          Tensor(inv.data(), {4}), Tensor(top.data(), {4})),
+                  Error);
+  CHECK_THROWS_AS(cpu::fp8_scaling_update(ctx, Tensor(h.data(), {2, 4}), Tensor(s.data(), {4}),
+                                          Tensor(inv.data(), {4}), Tensor(three.data(), {3})),
+                  Error);
+  CHECK_THROWS_AS(cpu::fp8_scaling_update(ctx, Tensor(h.data(), {2, 4}), Tensor(s.data(), {4}),
+                                          Tensor(inv.data(), {4}, DType::bf16), Tensor(top.data(), {4})),
+                  Error);
 }
