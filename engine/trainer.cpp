@@ -31,6 +31,7 @@
 #include "kernels/memory.h"
 #include "kernels/norm.h"
 #include "model/rng.h"
+#include "parallel/embedding_group.h"
 #include "parallel/kv_replicas.h"
 
 namespace trainer::engine {
@@ -201,10 +202,9 @@ void Trainer::setup() {
   norm_out_ = Tensor(norm_mem_, {4}, DType::f32, ctx_.device);
   loss_sum_ = Tensor(static_cast<char*>(norm_mem_) + 4 * sizeof(float), {1}, DType::f64, ctx_.device);
   take_loss_sum();  // zeroes it
-  if (shape.pp > 1 && cfg.tie_embeddings && !cfg.first_stage && !cfg.last_stage) {
-    int64_t rows = cfg.local_vocab(), cols = cfg.d_model;
-    tied_zeros_mem_ = device_alloc(ctx_.device, size_t(rows * cols) * sizeof(float));
-    tied_zeros_ = Tensor(tied_zeros_mem_, {rows, cols}, DType::f32, ctx_.device);
+  if (shape.pp > 1 && cfg.tie_embeddings) {
+    embedding_group_ = parallel::make_embedding_group(*mesh_, cfg.first_stage || cfg.last_stage);
+    parallel::bind_compute_stream(*embedding_group_, ctx_);
   }
 
   if (shape.ep > 1 && !sharded_) {
@@ -327,7 +327,6 @@ Trainer::~Trainer() {
   for (parallel::Axis axis : parallel::kAllAxes) parallel::unbind_compute_stream(mesh_->comm(axis));
   if (metrics_) std::fclose(metrics_);
   device_free(ctx_.device, norm_mem_);
-  device_free(ctx_.device, tied_zeros_mem_);
 }
 
 void Trainer::load_micro_batch(const data::SampleSource* source, int64_t first_sample, int chunk) {
@@ -461,14 +460,14 @@ double Trainer::grad_norm() {
 void Trainer::sync_tied_table() {
   // Megatron's embedding group: the first stage's table and the last stage's
   // copy get the sum of both gradients, so both take the same update. Middle
-  // stages add zeros (the all-reduce runs over the whole pp group).
-  if (!pipeline_ || !model_->config().tie_embeddings) return;
+  // stages hold neither and are not in the group.
+  if (!embedding_group_) return;
+  const model::ModelConfig& cfg = model_->config();
+  if (!cfg.first_stage && !cfg.last_stage) return;
   Tensor g = model_->tied_table_grad();
-  if (g.empty()) {
-    fill(ctx_, tied_zeros_, 0.0f);
-    g = tied_zeros_;
-  }
-  mesh_->comm(parallel::Axis::pp).all_reduce(g, parallel::ReduceOp::sum);
+  TRAINER_CHECK(!g.empty(), "pipeline stage {}: tied embeddings without the table's gradient",
+                mesh_->coords().pp);
+  embedding_group_->all_reduce(g, parallel::ReduceOp::sum);
 }
 
 void Trainer::synchronize_gradients() {

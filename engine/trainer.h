@@ -154,12 +154,12 @@ class Trainer {
   int dp_size_ = 1, dp_rank_ = 0;  // the data axis: which samples this rank reads
   std::unique_ptr<PipelineRunner> pipeline_;  // pp > 1 only
   std::unique_ptr<MixedPrecision> precision_;
-  Tensor tied_zeros_;                          // middle stages' share of the tied-table all-reduce
-  void* tied_zeros_mem_ = nullptr;
   std::unique_ptr<DeviceContext> device_;  // declared first: outlives every device buffer
   Context ctx_;
   std::unique_ptr<BatchUploader> uploader_;  // each micro-batch's ids, targets and layout
   std::unique_ptr<model::Model> model_;
+  // pp > 1 with tied embeddings: the first and the last stage (parallel/embedding_group.h).
+  std::unique_ptr<parallel::Communicator> embedding_group_;
   std::unique_ptr<AdamW> optimizer_;
   MemoryPlan plan_;
   std::unique_ptr<Arenas> arenas_;
