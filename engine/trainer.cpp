@@ -90,6 +90,8 @@ void Trainer::setup() {
   // GPU ranks: every collective in stream order with the ops (stream_order.h).
   for (parallel::Axis axis : parallel::kAllAxes) parallel::bind_compute_stream(mesh_->comm(axis), ctx_);
   if (!mesh_->logs()) options_.log = nullptr;
+  profile_ = std::make_unique<ProfileWindow>(spec.log, mesh_->comm(parallel::Axis::world).rank(),
+                                             shape.world, device, options_.log);
   dp_size_ = shape.dp;
   dp_rank_ = mesh_->coords().dp;
   grad_axis_ = shape.cp > 1 ? parallel::Axis::dp_cp : parallel::Axis::dp;
@@ -813,7 +815,13 @@ int Trainer::run() {
   install_stop_handlers();
   int done = start_step_;
   for (int step = start_step_ + 1; step <= spec_.train.steps; ++step) {
-    StepRecord r = train_step(step);
+    profile_->before_step(step);
+    StepRecord r;
+    {
+      cuda::NvtxRange range(fmt::format("step {}", step).c_str());
+      r = train_step(step);
+    }
+    profile_->after_step(step, step == spec_.train.steps);
     log_step(r);  // the diverged step too, so metrics.jsonl shows it
     check_finite(r);
     done = step;

@@ -17,6 +17,7 @@
 #include "engine/mixed_precision.h"
 #include "engine/optimizer.h"
 #include "engine/pipeline_runner.h"
+#include "engine/profile_window.h"
 #include "engine/sharded_params.h"
 #include "engine/step_timers.h"
 #include "kernels/batch_upload.h"
@@ -187,6 +188,7 @@ class Trainer {
   FILE* metrics_ = nullptr;
   std::unique_ptr<TensorBoardMetrics> tensorboard_;  // log.metrics: tensorboard
   std::unique_ptr<StepTimers> timers_;                // log.timers (off: every mark a no-op)
+  std::unique_ptr<ProfileWindow> profile_;            // log.profile_steps (off: does nothing)
 };
 
 }  // namespace trainer::engine

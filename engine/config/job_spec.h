@@ -185,6 +185,10 @@ struct CheckpointSpec {
 struct LogSpec {
   std::string metrics = "jsonl";  // jsonl | tensorboard (metrics.jsonl and an event file) | none
   bool timers = false;            // per-phase step times, min/max over ranks (engine/step_timers.h)
+  // Nsight Systems' capture range (engine/profile_window.h): steps
+  // [profile_first, profile_last] (0 = off) on the world ranks profile_ranks.
+  int profile_first = 0, profile_last = 0;
+  std::vector<int> profile_ranks{0};
   bool operator==(const LogSpec&) const = default;
 };
 

@@ -98,6 +98,9 @@ void check_training(const JobSpec& s, const SpecReader& r) {
   const OptimizerSpec& o = s.optimizer;
   if (o.min_lr > o.lr)
     r.fail("optimizer.min_lr", fmt::format("must be <= optimizer.lr ({}), got {}", o.lr, o.min_lr));
+  if (s.log.profile_first > t.steps)
+    r.fail("log.profile_steps", fmt::format("the first step {} is after train.steps ({}): nothing "
+                                            "would be profiled", s.log.profile_first, t.steps));
   if (o.schedule == Schedule::wsd && o.decay_steps && *o.decay_steps > t.steps)
     r.fail("optimizer.decay_steps", fmt::format("must be <= train.steps ({}), got {}", t.steps,
                                                 *o.decay_steps));

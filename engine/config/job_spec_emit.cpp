@@ -6,6 +6,7 @@
 #include "kernels/error.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <cerrno>
 #include <cstring>
@@ -169,7 +170,11 @@ std::string job_spec_to_yaml(const JobSpec& spec) {
   y += fmt::format("checkpoint:\n  dir: {}\n  every: {}\n  keep: {}\n  resume: {}\n  async: {}\n",
                    ck.dir.empty() ? "null" : str(ck.dir), ck.every, ck.keep, str(ck.resume),
                    yes(ck.async));
-  y += fmt::format("log:\n  metrics: {}\n  timers: {}\n", str(lg.metrics), yes(lg.timers));
+  y += fmt::format("log:\n  metrics: {}\n  timers: {}\n  profile_steps: {}\n  profile_ranks: [{}]\n",
+                   str(lg.metrics), yes(lg.timers),
+                   lg.profile_first ? fmt::format("[{}, {}]", lg.profile_first, lg.profile_last)
+                                    : std::string("null"),
+                   fmt::join(lg.profile_ranks, ", "));
   return y;
 }
 

@@ -10,6 +10,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
@@ -399,8 +400,36 @@ void read_checkpoint(Section s, CheckpointSpec& c, const std::string& run_dir) {
 }
 
 void read_log(Section s, LogSpec& l) {
+  SpecReader& r = s.reader();
   s.read("metrics", l.metrics, spec::kMetricsChoices);
   s.read("timers", l.timers);
+  if (s.has("profile_steps") && !s.is_null("profile_steps")) {
+    const YAML::Node n = s.get("profile_steps");
+    const std::string path = s.path("profile_steps");
+    if (!n.IsSequence() || n.size() != 2)
+      r.fail(path, n.Mark(), "expected null or a list of two steps [first, last], got " +
+                                 spec::describe(n));
+    l.profile_first = static_cast<int>(r.as_int(n[0], path + "[0]", 1, INT32_MAX));
+    l.profile_last = static_cast<int>(r.as_int(n[1], path + "[1]", 1, INT32_MAX));
+    if (l.profile_last < l.profile_first)
+      r.fail(path, n.Mark(), fmt::format("the last step {} is before the first {}", l.profile_last,
+                                         l.profile_first));
+  }
+  if (s.has("profile_ranks")) {
+    const YAML::Node n = s.get("profile_ranks");
+    const std::string path = s.path("profile_ranks");
+    if (!n.IsSequence())
+      r.fail(path, n.Mark(), "expected a list of world ranks such as [0], got " + spec::describe(n));
+    if (n.size() == 0)
+      r.fail(path, n.Mark(), "expected at least one world rank, such as [0], got an empty list");
+    l.profile_ranks.clear();
+    for (size_t i = 0; i < n.size(); ++i) {
+      const int rank = static_cast<int>(r.as_int(n[i], fmt::format("{}[{}]", path, i), 0, INT32_MAX));
+      if (std::find(l.profile_ranks.begin(), l.profile_ranks.end(), rank) != l.profile_ranks.end())
+        r.fail(fmt::format("{}[{}]", path, i), n[i].Mark(), fmt::format("rank {} is listed twice", rank));
+      l.profile_ranks.push_back(rank);
+    }
+  }
 }
 
 }  // namespace

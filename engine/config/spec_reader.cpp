@@ -54,7 +54,7 @@ KeyNode build_key_tree() {
        leaves("parallel", {"tp", "pp", "cp", "ep", "dp", "zero", "zero_overlap", "sequence_parallel",
                            "pp_schedule", "virtual_stages", "recompute", "timeout_s"}),
        leaves("checkpoint", {"dir", "every", "keep", "resume", "async"}),
-       leaves("log", {"metrics", "timers"})}};
+       leaves("log", {"metrics", "timers", "profile_steps", "profile_ranks"})}};
 }
 
 std::string join(const std::string& parent, const std::string& key) {

@@ -130,7 +130,7 @@ precision: {compute: fp16, loss_scale: 1024, fp8_amax_history: 16, fp8_margin: 1
 parallel: {tp: 2, pp: 3, cp: 4, ep: 8, dp: 5, zero: 3, sequence_parallel: true,
            pp_schedule: interleaved, virtual_stages: 1, recompute: selective, timeout_s: 30}
 checkpoint: {dir: ck, every: 5, keep: 1, resume: never}
-log: {metrics: none, timers: true}
+log: {metrics: none, timers: true, profile_steps: [3, 5], profile_ranks: [2, 0]}
 )",
                           {"parallel.virtual_stages=1", "parallel.pp_schedule=1f1b"});
   CHECK(s.run.name == "x");
@@ -220,6 +220,9 @@ log: {metrics: none, timers: true}
   CHECK(s.checkpoint.resume == "never");
   CHECK(s.log.metrics == "none");
   CHECK(s.log.timers);
+  CHECK(s.log.profile_first == 3);
+  CHECK(s.log.profile_last == 5);
+  CHECK(s.log.profile_ranks == std::vector<int>{2, 0});
   CHECK(round_trip(s) == s);
 }
 
@@ -343,7 +346,8 @@ TEST_CASE("job_spec_to_yaml writes every key in the documented order", "[cpu]") 
         "grad_clip:", "precision:", "compute:", "loss_scale:", "fp8_amax_history:", "fp8_margin:",
         "fp8_first_last_bf16:", "fp8_weight_cache:", "parallel:", "tp:", "pp:", "cp:", "ep:", "dp:", "zero:", "sequence_parallel:",
         "pp_schedule:", "virtual_stages:", "recompute:", "timeout_s:", "checkpoint:", "dir:",
-        "every:", "keep:", "resume:", "log:", "metrics:", "timers:"}) {
+        "every:", "keep:", "resume:", "log:", "metrics:", "timers:", "profile_steps:",
+        "profile_ranks:"}) {
     INFO(key);
     const size_t found = y.find(key, at);
     REQUIRE(found != std::string::npos);
@@ -352,6 +356,7 @@ TEST_CASE("job_spec_to_yaml writes every key in the documented order", "[cpu]") 
   CHECK(y.find("  dp: auto\n") != std::string::npos);
   CHECK(y.find("  loss_scale: dynamic\n") != std::string::npos);
   CHECK(y.find("  decay_steps: null\n") != std::string::npos);
+  CHECK(y.find("  profile_steps: null\n  profile_ranks: [0]\n") != std::string::npos);
   CHECK(y.find("  betas: [0.9, 0.95]\n") != std::string::npos);
   CHECK(y.find("  norm_eps: 1.0e-05\n") != std::string::npos);
   CHECK(y.find("  head_dim: null\n") != std::string::npos);  // d_model / n_head

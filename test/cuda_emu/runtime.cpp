@@ -9,6 +9,7 @@
 #include <mutex>
 #include <vector>
 
+#include "cuda_profiler_api.h"
 #include "cuda_runtime.h"
 #include "runtime_state.h"
 
@@ -29,6 +30,8 @@ struct Runtime {
   std::map<uintptr_t, size_t> pinned;  // cudaMallocHost: base -> bytes
   std::map<const void*, int> max_dynamic_smem;
   int device = 0;
+  bool capturing = false;  // between cudaProfilerStart and cudaProfilerStop
+  int profiler_starts = 0;
 };
 
 Runtime& rt() {
@@ -118,6 +121,27 @@ int device_count() {
 }
 bool valid_device(int device) { return device >= 0 && device < device_count(); }
 }  // namespace
+
+cudaError_t cudaProfilerStart() {
+  auto& r = rt();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  if (r.capturing) return fail(cudaErrorInvalidValue);
+  r.capturing = true;
+  ++r.profiler_starts;
+  return cudaSuccess;
+}
+cudaError_t cudaProfilerStop() {
+  auto& r = rt();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  if (!r.capturing) return fail(cudaErrorInvalidValue);
+  r.capturing = false;
+  return cudaSuccess;
+}
+int cuda_emu_profiler_starts() {
+  auto& r = rt();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  return r.profiler_starts;
+}
 
 cudaError_t cudaGetDeviceCount(int* count) {
   *count = device_count();
