@@ -16,6 +16,8 @@ std::vector<tensorboard::Scalar> tensorboard_step_scalars(const StepRecord& r) {
   s.push_back({"tokens-per-sec", f(r.tokens_per_s)});
   s.push_back({"tflops", f(r.tflops)});
   s.push_back({"mfu", f(r.mfu)});
+  // Megatron's --log-memory-to-tensorboard tag, with this rank's memory in use.
+  if (r.memory_bytes > 0) s.push_back({"mem-reserved-bytes", f(r.memory_bytes)});
   if (!std::isnan(r.moe_imbalance)) {
     s.push_back({"load_balancing_loss", f(r.moe_aux_loss)});
     s.push_back({"moe-imbalance", f(r.moe_imbalance)});

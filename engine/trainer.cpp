@@ -597,6 +597,9 @@ StepRecord Trainer::train_step(int step) {
     peak_flops_ = refine_cpu_peak(peak_flops_, flops / mesh_->shape().world, peak_remeasures_,
                                   [this] { return measure_gemm_flops(ctx_, 2048); });
   r.mfu = peak_flops_ > 0 ? flops / (peak_flops_ * mesh_->shape().world) : 0.0;
+  const MemoryInUse mem = memory_in_use(ctx_.device);
+  r.memory_bytes = double(mem.used);
+  r.memory_total = double(mem.total);
   history_.push_back(r);
   return r;
 }
@@ -727,6 +730,14 @@ void Trainer::check_finite(const StepRecord& r) const {
   throw Error(fmt::format("step {}: {}: the run diverged{}", r.step, what, last));
 }
 
+namespace {
+// "2.31 GiB (2.9%)": a rank's memory and its share of the device (or machine).
+std::string memory_text(const StepRecord& r) {
+  if (r.memory_total <= 0) return "?";
+  return fmt::format("{} ({:.1f}%)", format_bytes(r.memory_bytes), 100.0 * r.memory_bytes / r.memory_total);
+}
+}  // namespace
+
 void Trainer::log_step(const StepRecord& r) {
   if (options_.log && (r.step % spec_.train.log_every == 0 || r.step == 1 || r.skipped ||
                        r.step == spec_.train.steps)) {
@@ -740,9 +751,9 @@ void Trainer::log_step(const StepRecord& r) {
                          precision_->loss_scale(), precision_->skipped_steps());
     fmt::print(options_.log,
                "step {:>5}/{} | loss {:.4f} | lr {:.3e} | grad norm {:.4f} | {:.0f} tok/s | "
-               "{:.2f} GFLOP/s | mfu {:.1f}% | {:.0f} ms{}\n",
+               "{:.2f} GFLOP/s | mfu {:.1f}% | {:.0f} ms | mem {}{}\n",
                r.step, spec_.train.steps, r.loss, r.lr, r.grad_norm, r.tokens_per_s,
-               r.tflops * 1e3, r.mfu * 100, r.seconds * 1e3, extra);
+               r.tflops * 1e3, r.mfu * 100, r.seconds * 1e3, memory_text(r), extra);
     if (r.times) {
       std::string line;
       for (int p = 0; p < kStepPhases; ++p) {
@@ -778,10 +789,11 @@ void Trainer::log_step(const StepRecord& r) {
     }
     fmt::print(metrics_,
                "{{\"step\": {}, \"loss\": {}, \"lr\": {}, \"grad_norm\": {}, "
-               "\"tokens_per_s\": {}, \"tflops\": {}, \"mfu\": {}{}}}\n",
+               "\"tokens_per_s\": {}, \"tflops\": {}, \"mfu\": {}, \"memory_bytes\": {}{}}}\n",
                r.step, json_number(r.loss, "{:.9g}"), json_number(r.lr, "{:.9g}"),
                json_number(r.grad_norm, "{:.9g}"), json_number(r.tokens_per_s, "{:.6g}"),
-               json_number(r.tflops, "{:.6g}"), json_number(r.mfu, "{:.6g}"), extra);
+               json_number(r.tflops, "{:.6g}"), json_number(r.mfu, "{:.6g}"),
+               r.memory_bytes > 0 ? fmt::format("{:.0f}", r.memory_bytes) : std::string("null"), extra);
     std::fflush(metrics_);
   }
   if (tensorboard_) tensorboard_->log_step(r);

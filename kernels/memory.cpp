@@ -1,7 +1,10 @@
 // Host side of kernels/memory.h; CUDA builds route Device::cuda to kernels/cuda.
 #include "kernels/memory.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -59,6 +62,27 @@ void synchronize_device(const Context& ctx) {
 #else
   (void)ctx;
 #endif
+}
+
+MemoryInUse memory_in_use(Device device) {
+  MemoryInUse m;
+  if (device == Device::cuda) {
+#ifdef TRAINER_CUDA
+    size_t free = 0;
+    cuda::mem_get_info(&free, &m.total);
+    m.used = m.total - std::min(free, m.total);
+#endif
+    return m;
+  }
+  const long page = sysconf(_SC_PAGESIZE), pages = sysconf(_SC_PHYS_PAGES);
+  if (page > 0 && pages > 0) m.total = size_t(page) * size_t(pages);
+  // statm: size, resident, ... in pages.
+  if (FILE* f = std::fopen("/proc/self/statm", "r")) {
+    unsigned long size = 0, resident = 0;
+    if (std::fscanf(f, "%lu %lu", &size, &resident) == 2 && page > 0) m.used = resident * size_t(page);
+    std::fclose(f);
+  }
+  return m;
 }
 
 HostStaging::~HostStaging() { release(); }

@@ -20,6 +20,16 @@ void copy_from_host(const Tensor& dst, const void* src);
 // whose ops have when they return).
 void synchronize_device(const Context& ctx);
 
+// What a rank holds now, for the step log. On the GPU: device memory in use
+// (cudaMemGetInfo's total - free, as nvidia-smi shows it: the CUDA context,
+// NCCL's buffers and any other process on the device count; it does not wait
+// for the device). On the CPU: this process's resident set (/proc/self/statm)
+// of the machine's physical memory. Zeros where the system will not say.
+struct MemoryInUse {
+  size_t used = 0, total = 0;
+};
+MemoryInUse memory_in_use(Device device);
+
 // Host memory that copies from `device` fill again and again (checkpoint.async's
 // snapshot): page-locked on the CUDA backend (cudaMallocHost), so a
 // device-to-host copy is one DMA instead of passing through the driver's
@@ -52,6 +62,7 @@ void* host_alloc_pinned(size_t bytes);  // cudaMallocHost
 void host_free_pinned(void* ptr);
 bool available();  // a usable GPU is visible
 void synchronize(CudaState& state);  // kernels/cuda/cuda_state.h
+void mem_get_info(size_t* free, size_t* total);  // of the current device
 }  // namespace cuda
 
 }  // namespace trainer

@@ -98,6 +98,8 @@ void synchronize(CudaState& state) {
   CUDA_CHECK(cudaStreamSynchronize(state.comm_stream));
 }
 
+void mem_get_info(size_t* free, size_t* total) { CUDA_CHECK(cudaMemGetInfo(free, total)); }
+
 void* device_alloc(size_t bytes) {
   void* p = nullptr;
   CUDA_CHECK(cudaMalloc(&p, bytes));  // 256-byte aligned by cudaMalloc's contract

@@ -201,6 +201,10 @@ TEST_CASE("step scalars: MoE and loss-scale tags only when the job has them", "[
   CHECK(dense[0].value == 3.25f);
   CHECK(dense[1].value == static_cast<float>(1e-3));
   CHECK(dense[5].value == 0.25f);
+  r.memory_bytes = 3 << 20;  // known: Megatron's memory tag after mfu
+  CHECK(tags(tensorboard_step_scalars(r))[6] == "mem-reserved-bytes");
+  CHECK(tensorboard_step_scalars(r)[6].value == float(3 << 20));
+  r.memory_bytes = 0;
 
   r.grad_norm = std::nan("");  // metrics.jsonl: null
   r.moe_aux_loss = 0.0625;
