@@ -56,9 +56,10 @@ Registrar reg("bench", "benchmark training steps: tokens/s, FLOP/s, MFU", [](CLI
     engine::Trainer& trainer = *trainer_ptr;
     double peak = engine::peak_flops(trainer.context(), spec.precision.compute, 2048);
     trainer.train_step(1);  // warm-up: first touch of every arena page
-    double seconds = 0, tokens = 0, flops = 0;
+    double seconds = 0, tokens = 0, flops = 0, memory = 0;
     for (int s = 2; s <= args->steps + 1; ++s) {
       engine::StepRecord r = trainer.train_step(s);
+      memory = std::max(memory, r.memory_bytes);
       seconds += r.seconds;
       tokens += r.tokens_per_s * r.seconds;
       flops += r.tflops * 1e12 * r.seconds;
@@ -74,6 +75,10 @@ Registrar reg("bench", "benchmark training steps: tokens/s, FLOP/s, MFU", [](CLI
     fmt::print("  throughput            {:10.0f} tokens/s\n", tokens / seconds);
     fmt::print("  achieved              {:10.1f} GFLOP/s\n", achieved / 1e9);
     fmt::print("  of peak (MFU)         {:10.1f} %\n", 100.0 * achieved / peak);
+    // Rank 0's, beside what the plan allocates (on a GPU the difference is the
+    // CUDA context, NCCL's and cuBLASLt's own buffers).
+    fmt::print("  memory in use         {:>10}   (rank 0; the plan allocates {})\n",
+               engine::format_bytes(memory), engine::format_bytes(double(trainer.plan().total())));
     return 0;
   });
 });

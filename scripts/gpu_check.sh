@@ -353,7 +353,7 @@ case "$GPU_NAME" in
   *) PEAK_BF16="" ;;
 esac
 stage_bench() {  # stage_bench bench_CONFIG_PRECISION[_unfused]
-  local name=$1 cfg prec extra t rc tps gflops mfu tf attention=auto
+  local name=$1 cfg prec extra t rc tps gflops mfu tf mem attention=auto
   cfg=${name#bench_}
   # _unfused: the same bench with run.attention unfused, the fused kernels' A/B.
   if [[ $cfg == *_unfused ]]; then attention=unfused; cfg=${cfg%_unfused}; fi
@@ -385,7 +385,8 @@ stage_bench() {  # stage_bench bench_CONFIG_PRECISION[_unfused]
     [[ -n $PEAK_BF16 && -n $gflops && $prec != fp32 ]] &&
       mfu=$(awk -v g="$gflops" -v p="$PEAK_BF16" 'BEGIN { printf "%.1f%%", 100 * g * 1e9 / p }')
     tf=$(awk -v g="${gflops:-0}" 'BEGIN { printf "%.1f", g / 1000 }')
-    record "$name" PASS "${tps:-?} tokens/s, $tf TFLOP/s${mfu:+, MFU $mfu of dense bf16 peak}"
+    mem=$(awk '/memory in use/ {print $4, $5}' "$WORK/$name.log")
+    record "$name" PASS "${tps:-?} tokens/s, $tf TFLOP/s${mfu:+, MFU $mfu of dense bf16 peak}${mem:+, $mem in use}"
   elif budget_cut "$rc" "$t" 120; then
     record "$name" SKIPPED "stopped by the time budget after ${t}s"
   else
