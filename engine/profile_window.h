@@ -10,15 +10,16 @@
 #include <cstdio>
 
 #include "engine/config/job_spec.h"
-#include "kernels/tensor.h"
+#include "kernels/context.h"
 
 namespace trainer::engine {
 
 class ProfileWindow {
  public:
   // InputError naming log.profile_ranks when a listed rank is not in the
-  // world. `out`: where this rank's lines go (null: stderr).
-  ProfileWindow(const LogSpec& log, int world_rank, int world_size, Device device, FILE* out);
+  // world. `out`: where this rank's lines go (null: stderr). `ctx`: the
+  // rank's device, waited for before the range closes.
+  ProfileWindow(const LogSpec& log, int world_rank, int world_size, Context& ctx, FILE* out);
   ~ProfileWindow();  // a range still open (the run stopped early or failed) is closed
   ProfileWindow(const ProfileWindow&) = delete;
   ProfileWindow& operator=(const ProfileWindow&) = delete;
@@ -34,6 +35,8 @@ class ProfileWindow {
   int first_ = 0, last_ = 0, rank_ = 0;
   bool mine_ = false;  // this rank is profiled, on a GPU
   bool capturing_ = false;
+  bool polls_ = false;  // world > 1: wait by polling (a hung collective is the watchdog's)
+  Context* ctx_ = nullptr;
   FILE* out_ = stderr;
 };
 

@@ -91,7 +91,7 @@ void Trainer::setup() {
   for (parallel::Axis axis : parallel::kAllAxes) parallel::bind_compute_stream(mesh_->comm(axis), ctx_);
   if (!mesh_->logs()) options_.log = nullptr;
   profile_ = std::make_unique<ProfileWindow>(spec.log, mesh_->comm(parallel::Axis::world).rank(),
-                                             shape.world, device, options_.log);
+                                             shape.world, ctx_, options_.log);
   dp_size_ = shape.dp;
   dp_rank_ = mesh_->coords().dp;
   grad_axis_ = shape.cp > 1 ? parallel::Axis::dp_cp : parallel::Axis::dp;

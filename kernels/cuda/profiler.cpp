@@ -9,9 +9,6 @@ namespace trainer::cuda {
 
 void profiler_start() { CUDA_CHECK(cudaProfilerStart()); }
 
-void profiler_stop() {
-  CUDA_CHECK(cudaDeviceSynchronize());
-  CUDA_CHECK(cudaProfilerStop());
-}
+void profiler_stop() { CUDA_CHECK(cudaProfilerStop()); }
 
 }  // namespace trainer::cuda

@@ -8,7 +8,8 @@
 namespace trainer::cuda {
 
 void profiler_start();
-// Waits for the device first, so the range holds every kernel queued before it.
+// The caller waits for the device first, if the range is to hold every kernel
+// queued before it (multi-GPU ranks poll: parallel::wait_for_device).
 void profiler_stop();
 
 }  // namespace trainer::cuda

@@ -33,11 +33,10 @@ engine::LogSpec window(int first, int last, std::vector<int> ranks = {0}) {
 }  // namespace
 
 TEST_CASE("the profiler range covers log.profile_steps", "[cuda][state]") {
-  gpu();  // the device is set up
   FILE* out = std::tmpfile();
   const int before = starts();
   SECTION("steps 3 to 5 of an 8-step run") {
-    engine::ProfileWindow w(window(3, 5), 0, 1, Device::cuda, out);
+    engine::ProfileWindow w(window(3, 5), 0, 1, gpu(), out);
     for (int step = 1; step <= 8; ++step) {
       w.before_step(step);
       CHECK(w.capturing() == (step >= 3 && step <= 5));
@@ -49,7 +48,7 @@ TEST_CASE("the profiler range covers log.profile_steps", "[cuda][state]") {
 #endif
   }
   SECTION("a resumed run that starts inside the window opens it at its first step") {
-    engine::ProfileWindow w(window(3, 5), 0, 1, Device::cuda, out);
+    engine::ProfileWindow w(window(3, 5), 0, 1, gpu(), out);
     w.before_step(4);
     CHECK(w.capturing());
     w.after_step(4, false);
@@ -60,21 +59,21 @@ TEST_CASE("the profiler range covers log.profile_steps", "[cuda][state]") {
   }
   SECTION("the run's final step closes it, and so does the destructor") {
     {
-      engine::ProfileWindow w(window(2, 9), 0, 1, Device::cuda, out);
+      engine::ProfileWindow w(window(2, 9), 0, 1, gpu(), out);
       w.before_step(2);
       w.after_step(2, true);  // train.steps 2
       CHECK_FALSE(w.capturing());
       w.before_step(3);  // a later run of the same window reopens
       CHECK(w.capturing());
     }  // closed here: the next start succeeds
-    engine::ProfileWindow again(window(1, 1), 0, 1, Device::cuda, out);
+    engine::ProfileWindow again(window(1, 1), 0, 1, gpu(), out);
     again.before_step(1);
     CHECK(again.capturing());
     again.after_step(1, false);
     CHECK_FALSE(again.capturing());
   }
   SECTION("ranks outside profile_ranks open nothing") {
-    engine::ProfileWindow w(window(1, 3, {1}), 0, 2, Device::cuda, out);
+    engine::ProfileWindow w(window(1, 3, {1}), 0, 2, gpu(), out);
     w.before_step(1);
     CHECK_FALSE(w.capturing());
     CHECK(starts() == before);

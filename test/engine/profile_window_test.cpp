@@ -33,16 +33,17 @@ std::string text_of(FILE* f) {
 }  // namespace
 
 TEST_CASE("log.profile_steps on CPU ranks: a note from the profiled ranks, no range", "[cpu][engine]") {
+  Context cpu;
   FILE* out = std::tmpfile();
   {
-    ProfileWindow w(window(2, 3, {0, 3}), 3, 4, Device::cpu, out);
+    ProfileWindow w(window(2, 3, {0, 3}), 3, 4, cpu, out);
     for (int step = 1; step <= 4; ++step) {
       w.before_step(step);
       CHECK_FALSE(w.capturing());
       w.after_step(step, step == 4);
     }
-    ProfileWindow other(window(2, 3, {0, 3}), 1, 4, Device::cpu, out);
-    ProfileWindow off(LogSpec{}, 0, 4, Device::cpu, out);
+    ProfileWindow other(window(2, 3, {0, 3}), 1, 4, cpu, out);
+    ProfileWindow off(LogSpec{}, 0, 4, cpu, out);
   }
   CHECK(text_of(out) ==
         "log.profile_steps: rank 3 runs on the CPU: no CUDA profiler range is opened (the steps' "
@@ -51,12 +52,13 @@ TEST_CASE("log.profile_steps on CPU ranks: a note from the profiled ranks, no ra
 }
 
 TEST_CASE("log.profile_ranks outside the world are refused", "[cpu][engine]") {
+  Context cpu;
   try {
-    ProfileWindow w(window(1, 2, {0, 4}), 0, 4, Device::cpu, stderr);
+    ProfileWindow w(window(1, 2, {0, 4}), 0, 4, cpu, stderr);
     FAIL("accepted");
   } catch (const InputError& e) {
     CHECK(std::string(e.what()) == "log.profile_ranks: rank 4 is not in this run's world of 4 ranks");
   }
   // Off: the ranks are not looked at.
-  CHECK_NOTHROW(ProfileWindow(window(0, 0, {9}), 0, 1, Device::cpu, stderr));
+  CHECK_NOTHROW(ProfileWindow(window(0, 0, {9}), 0, 1, cpu, stderr));
 }
