@@ -856,6 +856,7 @@ int Trainer::run() {
     if (save) {
       std::map<std::string, double> scalars;
       precision_->save(scalars);
+      await_device();  // multi-GPU ranks poll before a host copy
       model_->buffers().fp8_state_to_host();  // as the step left it, and evaluation forwards' amaxes
       // The last save of a run is written in the foreground: the run ends
       // with it, and a Slurm time limit waits for no thread.
