@@ -2,6 +2,8 @@
 // job's model on synthetic tokens (the step's cost does not depend on token
 // values) and reports tokens/s, achieved FLOP/s and the share of the peak
 // measured in the same process (CPU: best large GEMM through the linear op).
+// Step 1 is the warm-up; --set log.profile_steps=[3,4] puts a CUDA profiler
+// range around timed steps (nsys profile --capture-range=cudaProfilerApi).
 #include <fmt/format.h>
 
 #include <algorithm>

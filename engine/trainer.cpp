@@ -499,6 +499,19 @@ int64_t Trainer::first_sample(int step) const {
 }
 
 StepRecord Trainer::train_step(int step) {
+  // log.profile_steps' range around whole steps (`train` and `bench` alike),
+  // and each step an NVTX range; neither counts in the step's time.
+  profile_->before_step(step);
+  StepRecord r;
+  {
+    cuda::NvtxRange range(fmt::format("step {}", step).c_str());
+    r = run_step(step);
+  }
+  profile_->after_step(step, step == spec_.train.steps);
+  return r;
+}
+
+StepRecord Trainer::run_step(int step) {
   auto t0 = std::chrono::steady_clock::now();
   StepTimers& timers = *timers_;
   timers.begin_step();
@@ -827,13 +840,7 @@ int Trainer::run() {
   install_stop_handlers();
   int done = start_step_;
   for (int step = start_step_ + 1; step <= spec_.train.steps; ++step) {
-    profile_->before_step(step);
-    StepRecord r;
-    {
-      cuda::NvtxRange range(fmt::format("step {}", step).c_str());
-      r = train_step(step);
-    }
-    profile_->after_step(step, step == spec_.train.steps);
+    StepRecord r = train_step(step);
     log_step(r);  // the diverged step too, so metrics.jsonl shows it
     check_finite(r);
     done = step;

@@ -83,7 +83,8 @@ class Trainer {
   // or until a stop signal (then saves a checkpoint); returns the last step run.
   int run();
   int start_step() const { return start_step_; }
-  // One optimizer step (1-based); returns its record.
+  // One optimizer step (1-based); returns its record. Opens and closes
+  // log.profile_steps' profiler range where it begins and ends.
   StepRecord train_step(int step);
   // Mean validation loss over eval_batches micro-batches (the same ones every time).
   double evaluate();
@@ -122,6 +123,7 @@ class Trainer {
   double counted_targets(double all, double masked_here, const std::string& batch);
   double counted_eval_targets();  // the same for one evaluation
   int64_t first_sample(int step) const;  // this rank's first training sample of `step`
+  StepRecord run_step(int step);          // train_step's work
   // The token losses of the micro-batch just run forward, added on the device
   // (no wait); take_loss_sum() reads what was added since it last ran.
   void add_micro_batch_loss();
