@@ -41,6 +41,11 @@ Registrar reg("bench", "benchmark training steps: tokens/s, FLOP/s, MFU", [](CLI
     try {
       spec = engine::load_job_spec(args->job, args->overrides);
       errors.set_watchdog_timeout(spec.parallel.timeout_s);
+      // The spec was checked against its own train.steps; the bench runs its own.
+      TRAINER_INPUT_CHECK(spec.log.profile_first <= args->steps + 1,
+                          "log.profile_steps: the first step {} is after the bench's last, {} (the "
+                          "warm-up step 1, then --steps {})", spec.log.profile_first,
+                          args->steps + 1, args->steps);
       spec.train.steps = args->steps + 1;
       spec.train.eval_every = 0;
       engine::TrainerOptions options;
