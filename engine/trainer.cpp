@@ -610,9 +610,11 @@ StepRecord Trainer::run_step(int step) {
     peak_flops_ = refine_cpu_peak(peak_flops_, flops / mesh_->shape().world, peak_remeasures_,
                                   [this] { return measure_gemm_flops(ctx_, 2048); });
   r.mfu = peak_flops_ > 0 ? flops / (peak_flops_ * mesh_->shape().world) : 0.0;
-  const MemoryInUse mem = memory_in_use(ctx_.device);
-  r.memory_bytes = double(mem.used);
-  r.memory_total = double(mem.total);
+  if (mesh_->logs()) {  // rank 0's is the one logged (and benched); others skip the syscall
+    const MemoryInUse mem = memory_in_use(ctx_.device);
+    r.memory_bytes = double(mem.used);
+    r.memory_total = double(mem.total);
+  }
   history_.push_back(r);
   return r;
 }

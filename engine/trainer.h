@@ -41,8 +41,9 @@ struct StepRecord {
   int step = 0;
   double loss = 0, lr = 0, grad_norm = 0, tokens_per_s = 0, tflops = 0, mfu = 0;
   double seconds = 0;
-  // This rank's memory after the step (kernels/memory.h: the GPU's device
-  // memory in use, or the process's resident set on the CPU), and its total.
+  // Rank 0's memory after the step (kernels/memory.h: the GPU's device memory
+  // in use, or the process's resident set on the CPU), and its total; 0 on
+  // other ranks, which log nothing.
   double memory_bytes = 0, memory_total = 0;
   // MoE only (NaN for a dense model): mean auxiliary loss per micro-batch,
   // the worst layer's load imbalance (max / mean tokens per expert), drops.

@@ -278,30 +278,26 @@ void Buffers::bind_fp8_state(void* mem, Device device) {
 }
 
 namespace {
-// The bound state's layout: history rows 0..H-1, then scale, scale_inv and
+// The bound state's rows after the H rows of amax history: scale, scale_inv and
 // scaled_max, each `n` floats in position order.
-enum Fp8Part { kScale = 0, kScaleInv = 1, kScaledMax = 2 };
-size_t part_offset(const Fp8Scaling& f, int part) {
-  return (size_t(f.history_len()) + part) * size_t(f.size());
-}
+// kAmax: history row 0, this step's amaxes.
+enum Fp8Part { kAmax = -1, kScale = 0, kScaleInv = 1, kScaledMax = 2 };
 }  // namespace
 
-Tensor Buffers::fp8_amax(int idx) const {
-  TRAINER_CHECK(fp8_ != nullptr, "fp8 state used while fp8 is off");
-  if (!fp8_state_) return fp8_->amax_view(idx);
-  return Tensor(fp8_state_ + fp8_pos_.at(size_t(idx)), {1}, DType::f32, fp8_state_device_);
+size_t Buffers::fp8_index(int row, int idx) const {
+  return size_t(row) * size_t(fp8_->size()) + size_t(fp8_pos_.at(size_t(idx)));
 }
-Tensor Buffers::fp8_scale(int idx) const {
+
+Tensor Buffers::fp8_view(int part, int idx, Tensor (Fp8Scaling::*host_view)(int)) const {
   TRAINER_CHECK(fp8_ != nullptr, "fp8 state used while fp8 is off");
-  if (!fp8_state_) return fp8_->scale_view(idx);
-  return Tensor(fp8_state_ + part_offset(*fp8_, kScale) + fp8_pos_.at(size_t(idx)), {1},
-                DType::f32, fp8_state_device_);
+  if (!fp8_state_) return ((*fp8_).*host_view)(idx);
+  const int row = part == kAmax ? 0 : fp8_->history_len() + part;
+  return Tensor(fp8_state_ + fp8_index(row, idx), {1}, DType::f32, fp8_state_device_);
 }
+Tensor Buffers::fp8_amax(int idx) const { return fp8_view(kAmax, idx, &Fp8Scaling::amax_view); }
+Tensor Buffers::fp8_scale(int idx) const { return fp8_view(kScale, idx, &Fp8Scaling::scale_view); }
 Tensor Buffers::fp8_scale_inv(int idx) const {
-  TRAINER_CHECK(fp8_ != nullptr, "fp8 state used while fp8 is off");
-  if (!fp8_state_) return fp8_->scale_inv_view(idx);
-  return Tensor(fp8_state_ + part_offset(*fp8_, kScaleInv) + fp8_pos_.at(size_t(idx)), {1},
-                DType::f32, fp8_state_device_);
+  return fp8_view(kScaleInv, idx, &Fp8Scaling::scale_inv_view);
 }
 
 Tensor Buffers::fp8_amaxes(Fp8Operands which) const {
@@ -317,7 +313,7 @@ void Buffers::fp8_update(Context& ctx) const {
                 device_name(fp8_state_device_), device_name(ctx.device));
   const int64_t n = fp8_->size(), H = fp8_->history_len();
   auto part = [&](int p) {
-    return Tensor(fp8_state_ + part_offset(*fp8_, p), {n}, DType::f32, fp8_state_device_);
+    return Tensor(fp8_state_ + size_t(H + p) * size_t(n), {n}, DType::f32, fp8_state_device_);
   };
   fp8_scaling_update(ctx, Tensor(fp8_state_, {H, n}, DType::f32, fp8_state_device_), part(kScale),
                      part(kScaleInv), part(kScaledMax));
@@ -332,11 +328,10 @@ void Buffers::fp8_state_upload() const {
   std::vector<float> all((size_t(H) + 3) * n);
   const float* h = fp8_->history_data();
   for (int i = 0; i < n; ++i) {
-    const size_t p = size_t(fp8_pos_[i]);
-    for (int r = 0; r < H; ++r) all[size_t(r) * n + p] = h[size_t(r) * n + i];
-    all[part_offset(*fp8_, kScale) + p] = fp8_->scale(i);
-    all[part_offset(*fp8_, kScaleInv) + p] = fp8_->scale_inv(i);
-    all[part_offset(*fp8_, kScaledMax) + p] = fp8_->scaled_max(i);
+    for (int r = 0; r < H; ++r) all[fp8_index(r, i)] = h[size_t(r) * n + i];
+    all[fp8_index(H + kScale, i)] = fp8_->scale(i);
+    all[fp8_index(H + kScaleInv, i)] = fp8_->scale_inv(i);
+    all[fp8_index(H + kScaledMax, i)] = fp8_->scaled_max(i);
   }
   copy_from_host(Tensor(fp8_state_, {int64_t(all.size())}, DType::f32, fp8_state_device_), all.data());
 }
@@ -348,10 +343,9 @@ void Buffers::fp8_state_to_host() const {
   copy_to_host(all.data(), Tensor(fp8_state_, {int64_t(all.size())}, DType::f32, fp8_state_device_));
   float* h = fp8_->history_data();
   for (int i = 0; i < n; ++i) {
-    const size_t p = size_t(fp8_pos_[i]);
-    for (int r = 0; r < H; ++r) h[size_t(r) * n + i] = all[size_t(r) * n + p];
-    fp8_->scale_data()[i] = all[part_offset(*fp8_, kScale) + p];
-    fp8_->scale_inv_data()[i] = all[part_offset(*fp8_, kScaleInv) + p];
+    for (int r = 0; r < H; ++r) h[size_t(r) * n + i] = all[fp8_index(r, i)];
+    fp8_->scale_data()[i] = all[fp8_index(H + kScale, i)];
+    fp8_->scale_inv_data()[i] = all[fp8_index(H + kScaleInv, i)];
   }
 }
 

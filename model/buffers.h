@@ -295,6 +295,12 @@ class Buffers {
   mutable uint64_t fp8_weight_epoch_ = 1;
   float* fp8_state_ = nullptr;
   Device fp8_state_device_ = Device::cpu;
+  // Row `row` of tensor idx in the bound state: history rows 0..H-1, then
+  // scale, scale_inv and scaled_max, each a row of size() floats by position.
+  size_t fp8_index(int row, int idx) const;
+  // Tensor idx's amax (part -1) or its row `part` after the history, as a (1)
+  // tensor; unbound, the host state's own view.
+  Tensor fp8_view(int part, int idx, Tensor (Fp8Scaling::*host_view)(int)) const;
   std::vector<int> fp8_pos_;  // tensor index -> position in the bound state
   int fp8_dense_ = 0;         // positions [0, fp8_dense_) are dense operands
 };
