@@ -15,6 +15,7 @@ namespace trainer::model {
 void Attention::declare(Buffers& buf, const std::string& prefix, const ModelConfig& cfg,
                         const BatchShape& batch) {
   rope_ = cfg.is_llama();
+  window_ = cfg.sliding_window;
   rotary_ = Rope(cfg.rope_theta, cfg.rope_scaling);
   B_ = batch.B;
   T_ = batch.T;
@@ -148,7 +149,7 @@ void Attention::forward(const LayerEnv& env, const Scratch& s, Tensor out, Tenso
   Tensor att = heads(env, att_, H_);
   const Tensor doc_start = docs(env);
   if (cp_.cp == 1) {
-    attention_forward(env.ctx, att, b.get(lse_), q, k, v, 0, doc_start);
+    attention_forward(env.ctx, att, b.get(lse_), q, k, v, 0, doc_start, window_);
   } else {
     const int64_t Tg = cp_.seq;
     Tensor kg = kv_view(b.get(s.cp_k), B_, Tg, Hkv_, D_), vg = kv_view(b.get(s.cp_v), B_, Tg, Hkv_, D_);
@@ -156,7 +157,7 @@ void Attention::forward(const LayerEnv& env, const Scratch& s, Tensor out, Tenso
     for (int j = 0; j < parallel::CpLayout::kLocalChunks; ++j)
       attention_forward(env.ctx, chunk_of(att, j, cp_.chunk()), lse_of(b.get(lse_), j),
                         chunk_of(q, j, cp_.chunk()), kg, vg, cp_.offset(j),
-                        doc_chunk(doc_start, j, cp_.chunk()));
+                        doc_chunk(doc_start, j, cp_.chunk()), window_);
   }
   Tensor partial = io_.partial_out(env, s, out);
   o_proj_.forward(env, partial, b.get(att_));
@@ -176,7 +177,7 @@ void Attention::backward(const LayerEnv& env, const Scratch& s, Tensor dinp, Ten
   const Tensor doc_start = docs(env);
   if (cp_.cp == 1) {
     attention_backward(env.ctx, dq, dk, dv, datt, q, heads(env, k_, Hkv_), heads(env, v_, Hkv_),
-                       att, b.get(lse_), 0, doc_start);
+                       att, b.get(lse_), 0, doc_start, window_);
   } else {
     const int64_t Tg = cp_.seq, c = cp_.chunk();
     auto whole = [&](BufferId id) { return kv_view(b.get(id), B_, Tg, Hkv_, D_); };
@@ -187,7 +188,8 @@ void Attention::backward(const LayerEnv& env, const Scratch& s, Tensor dinp, Ten
     for (int j = 0; j < parallel::CpLayout::kLocalChunks; ++j)
       attention_backward(env.ctx, chunk_of(dq, j, c), whole(dks[j]), whole(dvs[j]),
                          chunk_of(datt, j, c), chunk_of(q, j, c), kg, vg, chunk_of(att, j, c),
-                         lse_of(b.get(lse_), j), cp_.offset(j), doc_chunk(doc_start, j, c));
+                         lse_of(b.get(lse_), j), cp_.offset(j), doc_chunk(doc_start, j, c),
+                         window_);
     accumulate(env.ctx, b.get(s.cp_dk), b.get(s.cp_dk2));
     accumulate(env.ctx, b.get(s.cp_dv), b.get(s.cp_dv2));
     parallel::cp_reduce_scatter_kv(env.ctx, *env.cp, cp_, whole(s.cp_dk), b.get(s.cp_dk2), dk);

@@ -7,7 +7,8 @@
 // attends to the keys up to its own position, and the key/value gradients go
 // back to their owners summed over cp. Documents packed into a sequence:
 // each query sees keys of its own document only, and RoPE may restart its
-// positions at each document (LayerEnv::doc_start, positions). With qk_norm
+// positions at each document (LayerEnv::doc_start, positions). A sliding
+// window (ModelConfig::sliding_window) hides the keys before it. With qk_norm
 // (Qwen3) each q and k head is RMS-normalised before RoPE; the projections'
 // outputs are kept as the norms' inputs.
 #pragma once
@@ -49,6 +50,7 @@ class Attention {
   TpIo io_;
   Linear q_proj_, k_proj_, v_proj_, o_proj_;
   bool qk_norm_ = false;
+  int64_t window_ = 0;  // ModelConfig::sliding_window: the kernels mask it
   Norm q_norm_, k_norm_;
   // q_ and k_: attention's operands (RoPE applied in place); q_in_ and k_in_:
   // the projections' outputs, the same buffers unless qk_norm.

@@ -413,7 +413,10 @@ double Model::flops_per_token() const {
   double H = cfg_.n_head, Hkv = cfg_.n_kv_head, V = cfg_.padded_vocab();
   double mlp = (cfg_.is_llama() ? 3.0 : 2.0) * C * F;
   double attn_proj = C * H * D * 2 + C * Hkv * D * 2;
-  double attn_core = 2.0 * T * H * D;  // QK^T and PV per token
+  // QK^T and PV per token over the keys a query may see: the whole sequence
+  // (PaLM's convention, the causal half not taken off), or its window.
+  const double keys = cfg_.sliding_window > 0 ? std::min<double>(T, cfg_.sliding_window) : T;
+  double attn_core = 2.0 * keys * H * D;
   double per_layer = 2.0 * (mlp + attn_proj) + 2.0 * attn_core;
   // An MoE layer: the router plus top_k routed and the shared experts' GEMMs.
   const MoeConfig& moe = cfg_.moe;

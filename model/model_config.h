@@ -63,6 +63,12 @@ struct ModelConfig {
   // RoPE angles, learned position rows), which the caller fills with the ids.
   bool doc_masking = false;
   bool reset_positions = false;
+  // Sliding-window attention (model.sliding_window, every layer): > 0 makes
+  // each query see only itself and the sliding_window - 1 keys before it, at
+  // global positions (a context-parallel chunk's queries included); with
+  // documents, the later of the two first keys. The attention kernels take
+  // it as an argument, so nothing per token is stored.
+  int64_t sliding_window = 0;
 
   // ZeRO sharding by parameter unit (embedding, block, head): > 0 pads each
   // unit part to a multiple of this many elements (dp shards of 64;

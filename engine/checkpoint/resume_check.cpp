@@ -55,6 +55,8 @@ std::vector<std::string> model_differences(const ModelSpec& saved, const ModelSp
     differ(out, "model.rope_theta", saved.rope_theta, job.rope_theta);
     differ(out, "model.rope_scaling", describe(saved.rope_scaling), describe(job.rope_scaling));
     differ(out, "model.norm_eps", saved.norm_eps, job.norm_eps);
+    auto window = [](int w) { return w > 0 ? std::to_string(w) : std::string("null"); };
+    differ(out, "model.sliding_window", window(saved.sliding_window), window(job.sliding_window));
   }
   const MoESpec &a = saved.moe, &b = job.moe;
   if (a.enabled != b.enabled) {

@@ -84,6 +84,7 @@ struct ModelSpec {
   bool tie_embeddings = true;     // default true for gpt2, false for llama
   bool qkv_bias = false;          // llama: biases on q, k, v (Qwen2); gpt2 has them regardless
   bool qk_norm = false;           // llama: RMSNorm of each q and k head before RoPE (Qwen3)
+  int sliding_window = 0;         // YAML null = 0: full causal; W >= 1: each query sees its last W keys
   double rope_theta = 10000.0;    // > 0
   RopeScalingSpec rope_scaling;   // llama only
   double norm_eps = 1e-5;         // > 0

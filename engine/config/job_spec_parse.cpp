@@ -207,6 +207,14 @@ void read_model(Section s, ModelSpec& m) {
                                "(attention without them needs family: llama)");
   m.qkv_bias = m.family == Family::llama && qkv_bias;
   s.read("qk_norm", m.qk_norm);
+  // Mistral's sliding_window: a query sees itself and the W - 1 keys before
+  // it (Megatron's --window-size L,0 is W = L + 1); null = full causal.
+  if (s.has("sliding_window") && !s.is_null("sliding_window")) {
+    s.read("sliding_window", m.sliding_window);
+    if (m.sliding_window < 1 || m.sliding_window > (1 << 24))
+      r.fail(s.path("sliding_window"), fmt::format("must be in 1..16777216, got {} (null: full causal "
+                                                   "attention)", m.sliding_window));
+  }
   s.read("rope_theta", m.rope_theta);
   r.check_min(s.path("rope_theta"), m.rope_theta, 0, true);
   if (s.has("rope_scaling") && !s.is_null("rope_scaling"))

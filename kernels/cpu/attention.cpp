@@ -1,10 +1,10 @@
 // CPU causal grouped-query attention. One (batch, head) pair is a sequence of
 // 64-query blocks; each block is three or five single-threaded sgemm calls over
 // only the keys it can see (the upper triangle is skipped; with a query offset
-// the block sees the whole prefix before it too; under document masking keys
-// before the block's first document are skipped too), with the softmax between
-// them. Forward keeps only the log-sum-exp; backward recomputes the
-// probabilities. Scratch: two (64, Tk) fp32 buffers per OpenMP thread, kept
+// the block sees the whole prefix before it too; keys before the least first
+// key of its rows, under document masking or a sliding window, are skipped
+// too), with the softmax between them. Forward keeps only the log-sum-exp;
+// backward recomputes the probabilities. Scratch: two (64, Tk) fp32 buffers per OpenMP thread, kept
 // across calls (thread_scratch slots 0 and 1). bf16/fp16 q, k, v, ... are staged
 // into contiguous fp32 copies (staging.h); fp32 views are used with their strides.
 #include "kernels/attention.h"
@@ -93,11 +93,15 @@ TRAINER_CPU_CLONES void softmax_grad_block(float* p, float* dp, int64_t rows, in
   }
 }
 
-// Document masking: the first key each query sees, checked once per call.
+// Document masking and the sliding window: the first key each query sees
+// (doc_start checked once per call).
 struct DocStarts {
   const int32_t* data = nullptr;
   int64_t stride_b = 0;
-  DocStarts(const char* op, const Tensor& t, int64_t B, int64_t T, int64_t q_offset) {
+  int64_t q_offset = 0, window = 0;
+  DocStarts(const char* op, const Tensor& t, int64_t B, int64_t T, int64_t q_off, int64_t w)
+      : q_offset(q_off), window(w) {
+    TRAINER_CHECK(window >= 0, "{}: window must be >= 0 (0: none), got {}", op, window);
     if (t.empty()) return;
     check_shape(t, {B, T}, "attention doc_start");
     TRAINER_CHECK(t.device == Device::cpu && t.dtype == DType::i32 && (T <= 1 || t.stride[1] == 1),
@@ -112,14 +116,19 @@ struct DocStarts {
                       op, b, i, v, q_offset + i, i);
       }
   }
+  bool active() const { return data || window > 0; }
+  // The first key query i of sequence b sees.
+  int64_t first_key(int64_t b, int64_t i) const {
+    const int64_t doc = data ? data[b * stride_b + i] : 0;
+    return window > 0 ? std::max(doc, q_offset + i - window + 1) : doc;
+  }
   // The block of queries [i0, i0 + rows) of sequence b: its rows' first keys
   // relative to the block's first key (returned), which is their least.
   int64_t block(int64_t b, int64_t i0, int64_t rows, int64_t* first) const {
-    if (!data) return 0;
-    const int32_t* d = data + b * stride_b + i0;
-    int64_t k0 = d[0];
-    for (int64_t r = 1; r < rows; ++r) k0 = std::min<int64_t>(k0, d[r]);
-    for (int64_t r = 0; r < rows; ++r) first[r] = d[r] - k0;
+    if (!active()) return 0;
+    int64_t k0 = first_key(b, i0);
+    for (int64_t r = 1; r < rows; ++r) k0 = std::min(k0, first_key(b, i0 + r));
+    for (int64_t r = 0; r < rows; ++r) first[r] = first_key(b, i0 + r) - k0;
     return k0;
   }
 };
@@ -157,11 +166,11 @@ struct Problem {
 }  // namespace
 
 void attention_forward(Context& ctx, Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v,
-                       int64_t q_offset, Tensor doc_start) {
+                       int64_t q_offset, Tensor doc_start, int64_t window) {
   const char* op = "attention_forward";
   Staging st(op);
   const Problem P(op, st, q, k, v, out, lse, q_offset, true);
-  const DocStarts docs(op, doc_start, P.B, P.T, q_offset);
+  const DocStarts docs(op, doc_start, P.B, P.T, q_offset, window);
   const int64_t B = P.B, T = P.T, Tk = P.Tk, H = P.H, D = P.D, group = P.group;
   const Heads &Q = P.Q, &K = P.K, &V = P.V, &O = P.O;
   float* L = P.L;
@@ -187,7 +196,7 @@ void attention_forward(Context& ctx, Tensor out, Tensor lse, Tensor q, Tensor k,
           cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, keys, D, scale,
                       qh + i0 * Q.stride_t, Q.stride_t, kh + k0 * K.stride_t, K.stride_t, 0.0f, s,
                       keys);
-          softmax_block(s, rows, keys, q_offset + i0 - k0, docs.data ? first : nullptr, lh + i0);
+          softmax_block(s, rows, keys, q_offset + i0 - k0, docs.active() ? first : nullptr, lh + i0);
           cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, D, keys, 1.0f, s, keys,
                       vh + k0 * V.stride_t, V.stride_t, 0.0f, oh + i0 * O.stride_t, O.stride_t);
         }
@@ -199,11 +208,11 @@ void attention_forward(Context& ctx, Tensor out, Tensor lse, Tensor q, Tensor k,
 
 void attention_backward(Context& ctx, Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor q,
                         Tensor k, Tensor v, Tensor out, Tensor lse, int64_t q_offset,
-                        Tensor doc_start) {
+                        Tensor doc_start, int64_t window) {
   const char* op = "attention_backward";
   Staging st(op);
   const Problem P(op, st, q, k, v, out, lse, q_offset, false);
-  const DocStarts docs(op, doc_start, P.B, P.T, q_offset);
+  const DocStarts docs(op, doc_start, P.B, P.T, q_offset, window);
   const int64_t B = P.B, T = P.T, Tk = P.Tk, H = P.H, D = P.D, Hkv = P.Hkv, group = P.group;
   const Heads &Q = P.Q, &K = P.K, &V = P.V, &O = P.O;
   const Heads dO = heads(st, dout, B, T, H, D, op, "attention dout", false);
@@ -258,7 +267,7 @@ void attention_backward(Context& ctx, Tensor dq, Tensor dk, Tensor dv, Tensor do
                         Q.stride_t, kb, K.stride_t, 0.0f, p, keys);
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, keys, D, 1.0f, dob,
                         dO.stride_t, vb, V.stride_t, 0.0f, dp, keys);
-            softmax_grad_block(p, dp, rows, keys, q_offset + i0 - k0, docs.data ? first : nullptr,
+            softmax_grad_block(p, dp, rows, keys, q_offset + i0 - k0, docs.active() ? first : nullptr,
                                lh + i0, delta, scale);
             // dv += p^T dout; dq = ds k; dk += ds^T q (ds already carries the scale)
             cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, keys, D, rows, 1.0f, p, keys,

@@ -4,7 +4,8 @@
 // strided-batched GEMMs over the batch around one fused causal softmax kernel.
 // Query head h reads KV head h / (H / Hkv); query t sits at position
 // q_offset + t of the Tk keys (a context-parallel chunk) and, under document
-// masking, sees keys from its document's start on. dK, dV of a KV head are
+// masking, sees keys from its document's start on (and, with a sliding window,
+// none before q_offset + t - window + 1). dK, dV of a KV head are
 // written by its group's first query head (beta = 0) and accumulated by the rest
 // (beta = 1), so no atomics are needed. fp32, bf16 or fp16 inputs; scores,
 // probabilities and their gradients are fp32 (B, Tq, Tk) scratch buffers reused head
@@ -31,13 +32,16 @@ constexpr int kThreads = 128;
 
 // The score rows: B * Tq rows of Tk columns; query t of batch b sees columns
 // [doc_start[b][t], q_offset + t] (doc_start null: from 0; its values were
-// checked before any launch).
+// checked before any launch), and none before q_offset + t - window + 1 when
+// window > 0.
 struct Rows {
   int64_t Tq, Tk, q_offset;
   const int32_t* doc_start;
   int64_t doc_sb;  // doc_start's batch stride
+  int64_t window;
   __device__ int64_t first(int64_t b, int64_t t) const {
-    return doc_start ? doc_start[b * doc_sb + t] : 0;
+    const int64_t doc = doc_start ? doc_start[b * doc_sb + t] : 0;
+    return window > 0 ? max(doc, q_offset + t - window + 1) : doc;
   }
 };
 
@@ -112,9 +116,10 @@ __global__ void softmax_backward_kernel(T* dS, const float* dP, const float* P, 
 struct Shape {
   int64_t B, T, H, Hkv, D;  // T: queries
   int64_t Tk, q_offset;     // keys; the first query's position among them
+  int64_t window;           // 0: none
   Rows rows(const Tensor& doc_start) const {
     return {T, Tk, q_offset, static_cast<const int32_t*>(doc_start.data),
-            doc_start.empty() ? 0 : doc_start.stride[0]};
+            doc_start.empty() ? 0 : doc_start.stride[0], window};
   }
 };
 
@@ -130,12 +135,14 @@ void check_heads(const Tensor& t, const char* op, const char* name) {
 }
 
 Shape check_shapes(const char* op, const Tensor& q, const Tensor& k, const Tensor& v,
-                   int64_t q_offset) {
+                   int64_t q_offset, int64_t window) {
   for (const Tensor* t : {&q, &k, &v}) {
     check_heads(*t, op, "q/k/v");
     TRAINER_CHECK(t->ndim == 4, "{}: {} must be (B, T, heads, D)", op, t->str());
   }
-  const Shape s{q.shape[0], q.shape[1], q.shape[2], k.shape[2], q.shape[3], k.shape[1], q_offset};
+  const Shape s{q.shape[0], q.shape[1], q.shape[2], k.shape[2], q.shape[3], k.shape[1], q_offset,
+                window};
+  TRAINER_CHECK(window >= 0, "{}: window must be >= 0 (0: none), got {}", op, window);
   check_shape(k, {s.B, s.Tk, s.Hkv, s.D}, "attention k");
   TRAINER_CHECK(k.dtype == q.dtype && v.dtype == q.dtype, "{}: q {}, k {}, v {} dtypes differ",
                 op, q.str(), k.str(), v.str());
@@ -213,10 +220,10 @@ void batched(CudaState& st, GemmOperand a, bool trans_a, GemmOperand b, bool tra
 }  // namespace
 
 void attention_forward(Context& ctx, Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v,
-                       int64_t q_offset, Tensor doc_start) {
+                       int64_t q_offset, Tensor doc_start, int64_t window) {
   const char* op = "attention_forward";
   CudaState& st = state_of(ctx);
-  const Shape s = check_shapes(op, q, k, v, q_offset);
+  const Shape s = check_shapes(op, q, k, v, q_offset, window);
   check_doc_start(st, doc_start, s, op);
   check_like(out, q, op, "out");
   check_cuda(lse, op, "lse");
@@ -224,7 +231,7 @@ void attention_forward(Context& ctx, Tensor out, Tensor lse, Tensor q, Tensor k,
   check_shape(lse, {s.B, s.H, s.T}, "attention lse");
   if (s.B * s.T * s.H * s.D == 0) return;
   if (flash_attention_applies(st, q, k, v, lse, {&out})) {
-    flash_attention_forward(st, out, lse, q, k, v, q_offset, doc_start);
+    flash_attention_forward(st, out, lse, q, k, v, q_offset, doc_start, window);
     return;
   }
   const int64_t group = s.H / s.Hkv;
@@ -257,10 +264,10 @@ void attention_forward(Context& ctx, Tensor out, Tensor lse, Tensor q, Tensor k,
 
 void attention_backward(Context& ctx, Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor q,
                         Tensor k, Tensor v, Tensor out, Tensor lse, int64_t q_offset,
-                        Tensor doc_start) {
+                        Tensor doc_start, int64_t window) {
   const char* op = "attention_backward";
   CudaState& st = state_of(ctx);
-  const Shape s = check_shapes(op, q, k, v, q_offset);
+  const Shape s = check_shapes(op, q, k, v, q_offset, window);
   check_doc_start(st, doc_start, s, op);
   check_like(dq, q, op, "dq");
   check_like(dout, q, op, "dout");
@@ -272,7 +279,8 @@ void attention_backward(Context& ctx, Tensor dq, Tensor dk, Tensor dv, Tensor do
   check_shape(lse, {s.B, s.H, s.T}, "attention lse");
   if (s.B * s.T * s.H * s.D == 0) return;
   if (flash_attention_applies(st, q, k, v, lse, {&out, &dout, &dq, &dk, &dv})) {
-    flash_attention_backward(st, dq, dk, dv, dout, q, k, v, out, lse, q_offset, doc_start);
+    flash_attention_backward(st, dq, dk, dv, dout, q, k, v, out, lse, q_offset, doc_start,
+                             window);
     return;
   }
   const int64_t group = s.H / s.Hkv;

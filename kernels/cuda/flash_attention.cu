@@ -69,8 +69,9 @@ bool vector_aligned(const Tensor& t) {
 }
 
 Problem problem_of(const Tensor& q, const Tensor& k, const Tensor& lse, int64_t q_offset,
-                   const Tensor& doc_start) {
+                   const Tensor& doc_start, int64_t window) {
   Problem p;
+  p.window = window;
   p.doc_start = static_cast<const int32_t*>(doc_start.data);
   p.doc_sb = doc_start.empty() ? 0 : doc_start.stride[0];
   p.q = heads_of(q);
@@ -142,8 +143,8 @@ void backward_as(CudaState& st, const Problem& p, int64_t rows) {
 }  // namespace
 
 void flash_attention_forward(CudaState& st, Tensor out, Tensor lse, Tensor q, Tensor k,
-                             Tensor v, int64_t q_offset, Tensor doc_start) {
-  Problem p = problem_of(q, k, lse, q_offset, doc_start);
+                             Tensor v, int64_t q_offset, Tensor doc_start, int64_t window) {
+  Problem p = problem_of(q, k, lse, q_offset, doc_start, window);
   check_offset(p, "flash_attention_forward");
   p.k = heads_of(k), p.v = heads_of(v), p.out = heads_of(out);
   if (q.dtype == DType::bf16) forward_as<__nv_bfloat16>(st, p);
@@ -152,8 +153,8 @@ void flash_attention_forward(CudaState& st, Tensor out, Tensor lse, Tensor q, Te
 
 void flash_attention_backward(CudaState& st, Tensor dq, Tensor dk, Tensor dv, Tensor dout,
                               Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse,
-                              int64_t q_offset, Tensor doc_start) {
-  Problem p = problem_of(q, k, lse, q_offset, doc_start);
+                              int64_t q_offset, Tensor doc_start, int64_t window) {
+  Problem p = problem_of(q, k, lse, q_offset, doc_start, window);
   check_offset(p, "flash_attention_backward");
   p.k = heads_of(k), p.v = heads_of(v), p.out = heads_of(out), p.dout = heads_of(dout);
   p.dq = heads_of(dq), p.dk = heads_of(dk), p.dv = heads_of(dv);

@@ -20,12 +20,13 @@ bool flash_attention_applies(const CudaState& st, const Tensor& q, const Tensor&
 
 // As attention_forward / attention_backward; query row i sits at global position
 // q_offset + i and sees keys [doc_start[b][i], q_offset + i] (0 and Tk == Tq:
-// self-attention; doc_start empty: from key 0). doc_start's values must have
-// been checked (attention.cu does): the kernels trust them.
+// self-attention; doc_start empty: from key 0), and with window > 0 none before
+// q_offset + i - window + 1. doc_start's values must have been checked
+// (attention.cu does): the kernels trust them.
 void flash_attention_forward(CudaState& st, Tensor out, Tensor lse, Tensor q, Tensor k,
-                             Tensor v, int64_t q_offset, Tensor doc_start);
+                             Tensor v, int64_t q_offset, Tensor doc_start, int64_t window);
 void flash_attention_backward(CudaState& st, Tensor dq, Tensor dk, Tensor dv, Tensor dout,
                               Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse,
-                              int64_t q_offset, Tensor doc_start);
+                              int64_t q_offset, Tensor doc_start, int64_t window);
 
 }  // namespace trainer::cuda

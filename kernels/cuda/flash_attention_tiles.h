@@ -21,7 +21,9 @@
 // document start (the tiles before it are all masked), the rest is masked per
 // element, and the dK/dV pass skips query tiles whose every row starts later
 // than its keys. Document starts need not grow along a row, so no upper bound
-// on the query tiles is taken from them.
+// on the query tiles is taken from them. A sliding window (window > 0) is one
+// more lower bound on each row's first key, q_offset + i - window + 1, taken
+// the same way: key tiles wholly before a query tile's window are not visited.
 //
 // The includer defines in namespace trainer::flash, before including: FA_FN (the
 // qualifier of device code), FA_HD (of what the launcher also sizes on the host), namespace wm (the nvcuda::wmma API subset used below),
@@ -57,6 +59,7 @@ struct Problem {
   int64_t q_offset = 0;
   const int32_t* doc_start = nullptr;  // (B, Tq), batch stride doc_sb; null: no documents
   int64_t doc_sb = 0;
+  int64_t window = 0;  // > 0: row i sees no key before q_offset + i - window + 1
   int B = 0, H = 0, Hkv = 0, Tq = 0, Tk = 0, D = 0;
   float scale = 0.0f;
 };
@@ -213,17 +216,25 @@ FA_FN void accumulate_rows(float* c, const T* a, const T* b, int D, int w) {
   }
 }
 
+// The first key row i of batch b sees: its document's start, or its
+// window's when that is later.
+FA_FN int64_t row_first_key(const Problem& P, int b, int64_t i) {
+  const int64_t doc = P.doc_start ? P.doc_start[b * P.doc_sb + i] : 0;
+  const int64_t win = P.window > 0 ? P.q_offset + i - P.window + 1 : 0;
+  return doc > win ? doc : win;
+}
+
 // Where this thread works inside a tile: its row, its half of the columns, and
 // whether the row exists.
 struct RowSlot {
   int w, r, half;
   bool ok;
   int64_t pos;    // global position of the row's query
-  int64_t first;  // the first key it sees (its document's start)
+  int64_t first;  // the first key it sees (row_first_key)
   FA_FN RowSlot(const Thread& th, const Problem& P, int b, int64_t q0, int rows)
       : w(th.tid / 32), r(16 * (th.tid / 32) + th.tid % 32 / 2), half(th.tid % 2),
         ok(r < rows), pos(P.q_offset + q0 + r),
-        first(ok && P.doc_start ? P.doc_start[b * P.doc_sb + q0 + r] : 0) {}
+        first(ok ? row_first_key(P, b, q0 + r) : 0) {}
   FA_FN int c0() const { return half * (kTile / 2); }
   FA_FN bool sees(int64_t key, int Tk) const {
     return ok && key < Tk && key >= first && key <= pos;
@@ -236,13 +247,15 @@ FA_FN int64_t visible_keys(const Problem& P, int64_t q0, int rows) {
   return n < P.Tk ? n : P.Tk;
 }
 
-// The least document start of a query tile's rows: no row sees a key before it.
+// The least first key of a query tile's rows: no row sees a key before it.
 // Every thread reads the same values, so the loops bounded by it stay uniform.
 FA_FN int64_t first_key(const Problem& P, int b, int64_t q0, int rows) {
-  if (!P.doc_start) return 0;
-  const int32_t* d = P.doc_start + b * P.doc_sb + q0;
-  int64_t m = d[0];
-  for (int r = 1; r < rows; ++r) m = d[r] < m ? d[r] : m;
+  if (!P.doc_start && P.window <= 0) return 0;
+  int64_t m = row_first_key(P, b, q0);
+  for (int r = 1; r < rows; ++r) {
+    const int64_t f = row_first_key(P, b, q0 + r);
+    m = f < m ? f : m;
+  }
   return m;
 }
 
@@ -382,7 +395,7 @@ FA_FN void backward_kv_tile(const Problem& P, unsigned char* smem, const Thread&
     for (int qt = qt0; qt < tiles(P.Tq); ++qt) {
       const int64_t q0 = static_cast<int64_t>(qt) * kTile;
       const int rows = tile_len(P.Tq, q0);
-      // Every row's document starts past these keys: P and dS are 0 here.
+      // Every row's first key is past these keys: P and dS are 0 here.
       if (first_key(P, b, q0, rows) >= k0 + krows) continue;
       const RowSlot row(th, P, b, q0, rows);
       sync_block();  // the previous tile's readers of q, dout, p, ds are done

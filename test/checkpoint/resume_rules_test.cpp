@@ -100,6 +100,13 @@ TEST_CASE("resume: model_differences names MoE structure, not its training setti
   normed.qk_norm = true;
   CHECK(model_differences(a, normed, true) ==
         std::vector<std::string>{"model.qk_norm is false in the checkpoint, true in this job"});
+  // A sliding window changes the function, not a tensor: refused on resume,
+  // noted by a new run from the weights.
+  ModelSpec windowed = a;
+  windowed.sliding_window = 4096;
+  CHECK(model_differences(a, windowed) ==
+        std::vector<std::string>{"model.sliding_window is null in the checkpoint, 4096 in this job"});
+  CHECK(model_differences(a, windowed, true).empty());
   // The router's scores and weighting change the function, not a tensor:
   // refused on resume, not by a new run from the weights (tensors_only).
   ModelSpec routed = a;

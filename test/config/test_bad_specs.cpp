@@ -61,6 +61,10 @@ const std::vector<Bad>& bad_specs() {
       {"q/k norms on gpt2", kData + "model:\n  qk_norm: true\n", {},
        "job.yaml:5: model.qk_norm: the q/k norm is an RMSNorm of each head, as llama's norms are "
        "(qk_norm needs family: llama)"},
+      {"sliding window of no keys", kData + "model:\n  sliding_window: 0\n", {},
+       "job.yaml:5: model.sliding_window: must be in 1..16777216, got 0 (null: full causal attention)"},
+      {"sliding window not a number", kData, {"model.sliding_window=wide"},
+       "--set: model.sliding_window: expected an integer, got 'wide'"},
       {"rope scaling on gpt2", kData + "model:\n  rope_scaling: {factor: 8}\n", {},
        "job.yaml:5: model.rope_scaling: gpt2 has learned positions, not rotary embeddings "
        "(rope_scaling needs family: llama)"},

@@ -25,6 +25,7 @@ struct AttnCase {
   // the GPU as a view whose rows are doc_pad elements longer.
   std::vector<int32_t> doc_start = {};
   int64_t doc_pad = 0;
+  int64_t window = 0;  // sliding window (0: none)
   int64_t keys() const { return Tk > 0 ? Tk : T; }
 };
 
@@ -57,8 +58,9 @@ void run_attention(const AttnCase& c, DType dtype, bool flash) {
   const Tensor hv = heads_view(hqkv.data(), Device::cpu, c, c.Hkv, c.H + c.Hkv, Htot, dtype, Tk);
   std::vector<int32_t> hdocs = c.doc_start;
   const Tensor hdoc = hdocs.empty() ? Tensor{} : host_ints(hdocs, {c.B, c.T});
-  cpu::attention_forward(cpu(), hy, hlse, hq, hk, hv, c.q_offset, hdoc);
-  cpu::attention_backward(cpu(), hdq, hdk, hdv, hdy, hq, hk, hv, hy, hlse, c.q_offset, hdoc);
+  cpu::attention_forward(cpu(), hy, hlse, hq, hk, hv, c.q_offset, hdoc, c.window);
+  cpu::attention_backward(cpu(), hdq, hdk, hdv, hdy, hq, hk, hv, hy, hlse, c.q_offset, hdoc,
+                          c.window);
 
   DeviceTensor gqkv({c.B, Tk, Htot, c.D}, dtype);
   gqkv.upload(qkv);
@@ -110,8 +112,9 @@ void run_attention(const AttnCase& c, DType dtype, bool flash) {
   auto run = [&] {
     gpu().cuda->flash_attention = flash;
     for (DeviceTensor* t : {&gy, &glse, &gdq, &gdk, &gdv}) t->poison();
-    cuda::attention_forward(gpu(), gy, glse, gq, gk, gv, c.q_offset, gdoc);
-    cuda::attention_backward(gpu(), gdq, gdk, gdv, gdy, gq, gk, gv, gy, glse, c.q_offset, gdoc);
+    cuda::attention_forward(gpu(), gy, glse, gq, gk, gv, c.q_offset, gdoc, c.window);
+    cuda::attention_backward(gpu(), gdq, gdk, gdv, gdy, gq, gk, gv, gy, glse, c.q_offset, gdoc,
+                             c.window);
     std::vector<std::vector<float>> r;
     for (DeviceTensor* t : {&gy, &glse, &gdq, &gdk, &gdv}) r.push_back(t->download());
     gpu().cuda->flash_attention = true;
@@ -120,9 +123,9 @@ void run_attention(const AttnCase& c, DType dtype, bool flash) {
   const auto r1 = run();
   const auto r2 = run();
   const std::string tag =
-      fmt::format("attention {} B={} T={} H={} Hkv={} D={} fused={} Tk={} q_offset={} flash={}{}",
-                  dtype_name(dtype), c.B, c.T, c.H, c.Hkv, c.D, c.fused, Tk, c.q_offset, flash,
-                  c.doc_start.empty() ? "" : " docs");
+      fmt::format("attention {} B={} T={} H={} Hkv={} D={} fused={} Tk={} q_offset={} flash={}{} "
+                  "window={}", dtype_name(dtype), c.B, c.T, c.H, c.Hkv, c.D, c.fused, Tk,
+                  c.q_offset, flash, c.doc_start.empty() ? "" : " docs", c.window);
   // 16-bit: P and dS are rounded to the dtype before their GEMMs (the CPU keeps
   // them fp32), and dS = P (dP - D) cancels, so the gradients get a looser bound
   // than the output. fp16 rounds 8x finer than bf16 (2^-11 vs 2^-8): its bounds
@@ -212,6 +215,28 @@ std::vector<AttnCase> doc_cases() {
 
 TEST_CASE("attention with document masking matches the CPU op", "[cuda][attention][docmask]") {
   for (const AttnCase& c : doc_cases())
+    for (DType dtype : {DType::f32, DType::bf16, DType::f16})
+      for (bool flash : {true, false}) {
+        if (flash && dtype == DType::f32) continue;
+        run_attention(c, dtype, flash);
+      }
+}
+
+// Sliding windows: narrower than a 64-row tile over three tiles (key tiles
+// before each query tile's window skipped), spanning tiles at a
+// context-parallel chunk's offset, with documents, and on the unfused path
+// (head dim 24) with a window of 2.
+TEST_CASE("attention with a sliding window matches the CPU op", "[cuda][attention][window]") {
+  AttnCase self{2, 150, 4, 2, 32, true};
+  self.window = 40;
+  AttnCase chunk{2, 70, 6, 1, 64, true, 280, 210};
+  chunk.window = 100;
+  AttnCase docs{2, 150, 4, 2, 32, true};
+  docs.doc_start = doc_starts(2, 150, 0, {{40, 64, 100, 129}, {1, 130, 149}});
+  docs.window = 50;
+  AttnCase odd{3, 17, 2, 2, 24, false, 23, 4};
+  odd.window = 2;
+  for (const AttnCase& c : {self, chunk, docs, odd})
     for (DType dtype : {DType::f32, DType::bf16, DType::f16})
       for (bool flash : {true, false}) {
         if (flash && dtype == DType::f32) continue;

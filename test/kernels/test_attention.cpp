@@ -1,6 +1,6 @@
 // Causal GQA attention against a double reference, finite differences, masking
-// and strided (fused QKV) views; query blocks at an offset into longer keys
-// (context parallelism's chunks).
+// (documents, sliding windows) and strided (fused QKV) views; query blocks at
+// an offset into longer keys (context parallelism's chunks).
 #include "kernels/attention.h"
 
 #include "test/kernels/kernel_test_util.h"
@@ -17,8 +17,12 @@ struct Dims {
   int64_t Tk = 0, offset = 0;    // keys (0: T) and the first query's position among them
   // Document masking: (B, T) first key of each query's document; empty = none.
   std::vector<int32_t> doc_start = {};
+  int64_t window = 0;  // sliding window: > 0 hides keys before offset + i - window + 1
   int64_t keys() const { return Tk > 0 ? Tk : T; }
-  int64_t first_key(int64_t b, int64_t i) const { return doc_start.empty() ? 0 : doc_start[b * T + i]; }
+  int64_t first_key(int64_t b, int64_t i) const {
+    const int64_t doc = doc_start.empty() ? 0 : doc_start[b * T + i];
+    return window > 0 ? std::max(doc, offset + i - window + 1) : doc;
+  }
 };
 
 // out (B, T, H, D) and lse (B, H, T) in double, straight from the definition:
@@ -82,10 +86,10 @@ Run run_attention(const Dims& s, uint32_t seed) {
                lse = view(r.lse, {s.B, s.H, s.T});
   std::vector<int32_t> docs = s.doc_start;
   const Tensor doc_start = docs.empty() ? Tensor{} : Tensor(docs.data(), {s.B, s.T}, DType::i32);
-  cpu::attention_forward(ctx, out, lse, q, k, v, s.offset, doc_start);
+  cpu::attention_forward(ctx, out, lse, q, k, v, s.offset, doc_start, s.window);
   cpu::attention_backward(ctx, view(r.dq, {s.B, s.T, s.H, s.D}), view(r.dk, {s.B, Tk, s.Hkv, s.D}),
                           view(r.dv, {s.B, Tk, s.Hkv, s.D}), view(r.dout, {s.B, s.T, s.H, s.D}),
-                          q, k, v, out, lse, s.offset, doc_start);
+                          q, k, v, out, lse, s.offset, doc_start, s.window);
   return r;
 }
 
@@ -93,7 +97,7 @@ Run run_attention(const Dims& s, uint32_t seed) {
 // checks every stride-th coordinate only (for the larger shapes).
 void check_attention(const Dims& s, int64_t stride) {
   INFO("B " << s.B << " T " << s.T << " H " << s.H << " Hkv " << s.Hkv << " D " << s.D << " Tk "
-            << s.keys() << " offset " << s.offset);
+            << s.keys() << " offset " << s.offset << " window " << s.window);
   Run r = run_attention(s, 100 + static_cast<uint32_t>(s.T));
   const auto qd = to_double(r.q), kd = to_double(r.k), vd = to_double(r.v), dyd = to_double(r.dout);
   std::vector<double> lse_ref;
@@ -190,6 +194,53 @@ TEST_CASE("attention with document masking: every document computes as if alone"
     require_close(dk, part_of(whole.dk, D), 1e-6, 1e-6, "dk");
     require_close(dv, part_of(whole.dv, D), 1e-6, 1e-6, "dv");
   }
+}
+
+TEST_CASE("attention with a sliding window matches the double reference and finite differences",
+          "[cpu][attention][window]") {
+  // A window of 1 (each query sees itself), 3 over 9 queries, one spanning a
+  // 64-query block boundary (the block's keys start at its first row's
+  // window), one wider than the sequence (plain causal).
+  check_attention({2, 9, 2, 1, 4, 0, 0, {}, 3}, 1);
+  check_attention({1, 17, 4, 2, 8, 0, 0, {}, 1}, 1);
+  check_attention({1, 150, 2, 1, 8, 0, 0, {}, 70}, 29);
+  check_attention({2, 5, 2, 2, 8, 0, 0, {}, 200}, 1);
+  // A context-parallel chunk: its queries' windows are at their global
+  // positions, reaching back past the chunk's start.
+  check_attention({2, 6, 4, 2, 8, 20, 9, {}, 4}, 1);
+  // With documents: a query's first key is the later of the two.
+  check_attention({2, 9, 2, 1, 4, 0, 0, doc_starts(2, 9, 0, {{3, 4, 8}, {}}), 3}, 1);
+}
+
+TEST_CASE("a sliding window equals the same first keys given as document starts",
+          "[cpu][attention][window]") {
+  // The window is one more lower bound on each query's first key: passing
+  // max(doc_start, offset + i - window + 1) as doc_start gives the same bits.
+  Dims windowed{2, 70, 4, 2, 8, 100, 30, doc_starts(2, 70, 30, {{10, 50, 90}, {45}}), 9};
+  Dims explicit_starts = windowed;
+  explicit_starts.window = 0;
+  for (int64_t b = 0; b < windowed.B; ++b)
+    for (int64_t i = 0; i < windowed.T; ++i)
+      explicit_starts.doc_start[b * windowed.T + i] = static_cast<int32_t>(windowed.first_key(b, i));
+  const Run a = run_attention(windowed, 3), b = run_attention(explicit_starts, 3);
+  CHECK(a.out == b.out);
+  CHECK(a.lse == b.lse);
+  CHECK(a.dq == b.dq);
+  CHECK(a.dk == b.dk);
+  CHECK(a.dv == b.dv);
+  // And the window changes the result.
+  Dims unwindowed = windowed;
+  unwindowed.window = 0;
+  CHECK(run_attention(unwindowed, 3).out != a.out);
+}
+
+TEST_CASE("attention refuses a negative window", "[cpu][attention][window]") {
+  Context ctx;
+  std::vector<float> q(1 * 4 * 2 * 4), out(q.size()), lse(1 * 2 * 4);
+  const Tensor t = view(q, {1, 4, 2, 4});
+  CHECK_THROWS_WITH(cpu::attention_forward(ctx, view(out, {1, 4, 2, 4}), view(lse, {1, 2, 4}), t, t,
+                                           t, 0, Tensor{}, -1),
+                    Catch::Contains("window must be >= 0"));
 }
 
 TEST_CASE("attention refuses a document start outside a query's keys", "[cpu][attention][docmask]") {

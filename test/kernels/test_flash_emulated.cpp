@@ -62,7 +62,7 @@ template <class E>
 Result flash_attention(const Case& c, int64_t Tq, int64_t q_offset, const std::vector<float>& q,
                        const std::vector<float>& k, const std::vector<float>& v,
                        const std::vector<float>& dout,
-                       const std::vector<int32_t>* doc_start = nullptr) {
+                       const std::vector<int32_t>* doc_start = nullptr, int64_t window = 0) {
   const float nan = std::nanf("");
   std::vector<E> eq = encode<E>(q), ek = encode<E>(k), ev = encode<E>(v), edo = encode<E>(dout);
   std::vector<E> out = encode<E>(std::vector<float>(q.size(), nan)), dq = out;
@@ -80,6 +80,7 @@ Result flash_attention(const Case& c, int64_t Tq, int64_t q_offset, const std::v
   p.B = int(c.B), p.H = int(c.H), p.Hkv = int(c.Hkv), p.Tq = int(Tq), p.Tk = int(c.T);
   p.D = int(c.D), p.scale = 1.0f / std::sqrt(float(c.D));
   if (doc_start) p.doc_start = doc_start->data(), p.doc_sb = Tq;
+  p.window = window;
   flash::emulated_forward<E>(p);
   flash::emulated_backward<E>(p);
   return {decode(out), lse, decode(dq), decode(dk), decode(dv)};
@@ -225,27 +226,29 @@ TEST_CASE("fused attention tiles (emulated) take a query block before the last k
 namespace {
 
 // The tiles against the CPU op, both on Tq queries at q_offset into c.T keys
-// with the same document starts.
+// with the same document starts (none when `starts` is empty) and window.
 template <class E>
 void check_documents(const Case& c, int64_t Tq, int64_t q_offset,
-                     const std::vector<std::vector<int32_t>>& starts, const std::string& tag) {
+                     const std::vector<std::vector<int32_t>>& starts, const std::string& tag,
+                     int64_t window = 0) {
   const int64_t nq = c.B * Tq * c.H * c.D, nkv = c.B * c.T * c.Hkv * c.D;
   auto q = rounded<E>(random_floats(nq, 25, -2.0f, 2.0f));
   auto k = rounded<E>(random_floats(nkv, 26, -2.0f, 2.0f));
   auto v = rounded<E>(random_floats(nkv, 27, -2.0f, 2.0f));
   auto dout = rounded<E>(random_floats(nq, 28));
-  std::vector<int32_t> docs = doc_starts(c.B, Tq, q_offset, starts);
+  std::vector<int32_t> docs = starts.empty() ? std::vector<int32_t>{} : doc_starts(c.B, Tq, q_offset, starts);
   Context ctx;
   Result want{std::vector<float>(nq), std::vector<float>(c.B * c.H * Tq), std::vector<float>(nq),
               std::vector<float>(nkv), std::vector<float>(nkv)};
   const auto qs = {c.B, Tq, c.H, c.D}, kvs = {c.B, c.T, c.Hkv, c.D}, ls = {c.B, c.H, Tq};
-  const Tensor d(docs.data(), {c.B, Tq}, DType::i32);
+  const Tensor d = docs.empty() ? Tensor{} : Tensor(docs.data(), {c.B, Tq}, DType::i32);
   cpu::attention_forward(ctx, view(want.out, qs), view(want.lse, ls), view(q, qs), view(k, kvs),
-                         view(v, kvs), q_offset, d);
+                         view(v, kvs), q_offset, d, window);
   cpu::attention_backward(ctx, view(want.dq, qs), view(want.dk, kvs), view(want.dv, kvs),
                           view(dout, qs), view(q, qs), view(k, kvs), view(v, kvs),
-                          view(want.out, qs), view(want.lse, ls), q_offset, d);
-  const Result got = flash_attention<E>(c, Tq, q_offset, q, k, v, dout, &docs);
+                          view(want.out, qs), view(want.lse, ls), q_offset, d, window);
+  const Result got =
+      flash_attention<E>(c, Tq, q_offset, q, k, v, dout, docs.empty() ? nullptr : &docs, window);
   const auto [out_b, grad_b] = bounds<E>();
   expect_close(got.out, want.out, out_b, tag + " out");
   expect_close(got.lse, want.lse, {1e-5, 1e-5, 1e-6}, tag + " lse");
@@ -265,4 +268,16 @@ TEST_CASE("fused attention tiles (emulated) mask documents", "[cpu][attention][f
                                   "bf16 self");
   check_documents<flash::EmuF16>({2, 200, 2, 2, 32}, 130, 70, {{30, 64, 128, 150, 199}, {139}},
                                  "fp16 block");
+}
+
+// Sliding windows: narrower than a tile (whole key tiles before each query
+// tile's window are skipped, forward and by the dK/dV pass), of two keys (one
+// would make dq and dk exact zeros, leaving no relative error to bound),
+// spanning tile boundaries at a context-parallel offset, and with documents.
+TEST_CASE("fused attention tiles (emulated) mask a sliding window", "[cpu][attention][flash][window]") {
+  check_documents<flash::EmuBf16>({2, 200, 2, 1, 16}, 200, 0, {}, "bf16 window 40", 40);
+  check_documents<flash::EmuF16>({1, 70, 2, 2, 32}, 70, 0, {}, "fp16 window 2", 2);
+  check_documents<flash::EmuBf16>({1, 260, 4, 2, 16}, 130, 130, {}, "bf16 block window 70", 70);
+  check_documents<flash::EmuF16>({2, 150, 2, 1, 16}, 150, 0, {{40, 64, 100, 129}, {1, 130, 149}},
+                                 "fp16 window 50 with documents", 50);
 }

@@ -1,0 +1,155 @@
+// Sliding-window attention through the whole model (ModelConfig::sliding_window):
+// a token's losses depend on no token more than n_layer x (window - 1)
+// positions back, a window as long as the sequence is plain causal attention
+// bit for bit, and the gradients match finite differences.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "model/model.h"
+#include "test/common/host_arenas.h"
+
+using namespace trainer;
+using namespace trainer::model;
+
+namespace {
+
+ModelConfig tiny(Family family, int64_t window) {
+  ModelConfig cfg;
+  cfg.family = family;
+  cfg.n_layer = 2;
+  cfg.d_model = 16;
+  cfg.n_head = 4;
+  cfg.n_kv_head = family == Family::llama ? 2 : 4;
+  cfg.d_ff = 24;
+  cfg.vocab_size = 50;
+  cfg.max_seq_len = 24;
+  cfg.tie_embeddings = family == Family::gpt2;
+  cfg.init_std = 0.2f;  // larger weights make every path's gradient visible
+  cfg.sliding_window = window;
+  return cfg;
+}
+
+struct Run {
+  Context ctx;
+  Model model;
+  testing::HostArenas arenas;
+  Run(const ModelConfig& cfg, int64_t B, int64_t T) : model(cfg, BatchShape{B, T}), arenas(model.buffers()) {
+    model.init_parameters(ctx);
+  }
+  void set(const std::vector<int32_t>& ids, const std::vector<int32_t>& targets) {
+    std::copy(ids.begin(), ids.end(), model.input_ids().ptr<int32_t>());
+    std::copy(targets.begin(), targets.end(), model.targets().ptr<int32_t>());
+  }
+  std::vector<float> losses() {
+    model.forward(ctx);
+    Tensor l = model.losses(ctx);
+    return std::vector<float>(l.ptr<float>(), l.ptr<float>() + l.numel());
+  }
+  double loss_sum() {
+    double s = 0;
+    for (float x : losses()) s += x;
+    return s;
+  }
+};
+
+std::vector<int32_t> random_ids(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<int32_t> v(n);
+  for (auto& x : v) x = static_cast<int32_t>(rng() % 50);
+  return v;
+}
+
+}  // namespace
+
+TEST_CASE("a sliding window limits how far back a token's loss reaches", "[cpu][model][window]") {
+  // Two layers with a window of 3: position t reads positions t-2..t in each
+  // layer, so its loss depends on tokens t-4..t and on no earlier one.
+  for (Family family : {Family::gpt2, Family::llama}) {
+    INFO((family == Family::gpt2 ? "gpt2" : "llama"));
+    const int64_t T = 16, W = 3, reach = 2 * (W - 1);
+    Run run(tiny(family, W), 1, T);
+    const std::vector<int32_t> ids = random_ids(T, 1), targets = random_ids(T, 2);
+    run.set(ids, targets);
+    const std::vector<float> base = run.losses();
+    const int64_t changed = 5;
+    std::vector<int32_t> other = ids;
+    other[changed] = (other[changed] + 17) % 50;
+    run.set(other, targets);
+    const std::vector<float> after = run.losses();
+    for (int64_t t = 0; t < T; ++t) {
+      INFO("position " << t);
+      if (t < changed || t > changed + reach) CHECK(after[t] == base[t]);
+      else if (t == changed + reach) CHECK(after[t] != base[t]);  // the window's far end still sees it
+    }
+  }
+}
+
+TEST_CASE("a sliding window as long as the sequence is plain causal attention",
+          "[cpu][model][window]") {
+  for (Family family : {Family::gpt2, Family::llama}) {
+    const int64_t B = 2, T = 12;
+    const std::vector<int32_t> ids = random_ids(B * T, 3), targets = random_ids(B * T, 4);
+    Run full(tiny(family, 0), B, T), wide(tiny(family, T), B, T), narrow(tiny(family, T - 1), B, T);
+    full.set(ids, targets);
+    wide.set(ids, targets);
+    narrow.set(ids, targets);
+    const std::vector<float> a = full.losses();
+    CHECK(wide.losses() == a);
+    // One key fewer changes only the last position of each sequence.
+    const std::vector<float> n = narrow.losses();
+    for (int64_t i = 0; i < B * T; ++i)
+      if (i % T == T - 1) CHECK(n[i] != a[i]);
+      else CHECK(n[i] == a[i]);
+  }
+}
+
+TEST_CASE("sliding-window model gradients match finite differences", "[cpu][model][window]") {
+  for (Family family : {Family::gpt2, Family::llama}) {
+    INFO((family == Family::gpt2 ? "gpt2" : "llama"));
+    Run run(tiny(family, 2), 2, 6);
+    run.set(random_ids(12, 5), random_ids(12, 6));
+    run.model.zero_grads(run.ctx);
+    run.losses();
+    run.model.backward(run.ctx, 1.0f);  // d(sum of losses)
+    std::mt19937 rng(11);
+    int checked = 0;
+    for (const auto& p : run.model.buffers().params()) {
+      Tensor w = run.model.buffers().get(p.value), g = run.model.buffers().get(p.grad);
+      const int64_t limit = p.spec.valid_rows >= 0 ? p.spec.valid_rows * w.size(-1) : w.numel();
+      for (int k = 0; k < 3; ++k) {
+        const int64_t i = static_cast<int64_t>(rng() % static_cast<uint64_t>(limit));
+        float* x = w.ptr<float>() + i;
+        const float orig = *x, eps = 1e-2f * std::max(1.0f, std::fabs(orig));
+        *x = orig + eps;
+        const double up = run.loss_sum();
+        *x = orig - eps;
+        const double down = run.loss_sum();
+        *x = orig;
+        const double numeric = (up - down) / (double(orig + eps) - double(orig - eps));
+        const double analytic = g.ptr<float>()[i];
+        INFO(p.spec.name << "[" << i << "] analytic " << analytic << " numeric " << numeric);
+        CHECK(std::fabs(analytic - numeric) <= 2e-3 + 2e-2 * std::fabs(numeric));
+        ++checked;
+      }
+    }
+    CHECK(checked >= 30);
+  }
+}
+
+TEST_CASE("a sliding window counts the attention FLOPs of the keys a query may see",
+          "[cpu][model][window]") {
+  // flops_per_token counts QK^T and PV over every key a query may see (the
+  // whole sequence, as PaLM counts): a window of W < T takes off
+  // 3 (forward + backward) x n_layer x 2 GEMMs x 2 (T - W) H D.
+  const int64_t T = 12, W = 5;
+  const ModelConfig cfg = tiny(Family::llama, 0);
+  Model full(cfg, BatchShape{1, T}), wide(tiny(Family::llama, T + 3), BatchShape{1, T}),
+      narrow(tiny(Family::llama, W), BatchShape{1, T});
+  CHECK(wide.flops_per_token() == full.flops_per_token());
+  const double H = cfg.n_head, D = cfg.head_dim();
+  CHECK(full.flops_per_token() - narrow.flops_per_token() ==
+        Approx(3.0 * cfg.n_layer * 2 * 2 * (T - W) * H * D).epsilon(1e-12));
+}
