@@ -1,11 +1,12 @@
 // See hf_config.h. Defaults are transformers' (GPT2Config, LlamaConfig,
-// Qwen2Config, Qwen3Config, MixtralConfig, Qwen3MoeConfig, Qwen2MoeConfig) for keys a
-// config.json leaves out.
+// MistralConfig, Qwen2Config, Qwen3Config, MixtralConfig, Qwen3MoeConfig,
+// Qwen2MoeConfig) for keys a config.json leaves out.
 #include "engine/checkpoint/hf_config.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <optional>
@@ -28,15 +29,22 @@ double tidy(float f) { return std::stod(fmt::format("{}", f)); }
 // The transformers class and model_type whose names and layout the job's
 // model takes, and the job keys that make it so: Qwen2 is Llama with biases
 // on q, k and v, Qwen3 with q/k norms instead (each with its own defaults);
-// an MoE is Mixtral, Qwen3-MoE with q/k norms, or Qwen2-MoE with the biases
-// (and its gated shared expert).
+// Mistral is Llama with a sliding window in every layer (Mixtral and the
+// Qwen classes take one too); an MoE is Mixtral, Qwen3-MoE with q/k norms, or
+// Qwen2-MoE with the biases (and its gated shared expert). No class computes
+// GPT-2 blocks with a sliding window.
 struct HfKind {
   const char* cls;
   const char* type;
   const char* keys;
 };
 HfKind hf_kind(const model::ModelConfig& cfg) {
-  if (!cfg.is_llama()) return {"GPT2LMHeadModel", "gpt2", "model.family gpt2"};
+  if (!cfg.is_llama()) {
+    TRAINER_INPUT_CHECK(cfg.sliding_window <= 0, "model.sliding_window is {}: no Hugging Face class "
+                        "computes GPT-2 blocks with a sliding window (a windowed model is model.family "
+                        "llama: MistralForCausalLM, MixtralForCausalLM or a Qwen class)", cfg.sliding_window);
+    return {"GPT2LMHeadModel", "gpt2", "model.family gpt2"};
+  }
   if (cfg.moe_enabled && cfg.qk_norm)
     return {"Qwen3MoeForCausalLM", "qwen3_moe", "model.family llama with model.moe and model.qk_norm"};
   if (cfg.moe_enabled && cfg.qkv_bias)
@@ -46,14 +54,23 @@ HfKind hf_kind(const model::ModelConfig& cfg) {
                       "Face class has both (Qwen2 has the biases, Qwen3 the norms)");
   if (cfg.qk_norm) return {"Qwen3ForCausalLM", "qwen3", "model.family llama with model.qk_norm"};
   if (cfg.qkv_bias) return {"Qwen2ForCausalLM", "qwen2", "model.family llama with model.qkv_bias"};
+  if (cfg.sliding_window > 0)
+    return {"MistralForCausalLM", "mistral", "model.family llama with model.sliding_window"};
   return {"LlamaForCausalLM", "llama", "model.family llama"};
 }
 
 // What the job would set to be a model of another model_type.
-std::string hint_for(const std::string& type) {
+std::string hint_for(const std::string& type, const model::ModelConfig& cfg) {
   if (type == "qwen2") return ": Qwen2 is model.family llama with model.qkv_bias: true";
   if (type == "qwen3") return ": Qwen3 is model.family llama with model.qk_norm: true";
+  if (type == "llama" && cfg.sliding_window > 0 && cfg.is_llama() && !cfg.moe_enabled && !cfg.qkv_bias &&
+      !cfg.qk_norm)
+    return fmt::format(": LlamaForCausalLM has no sliding window, but model.sliding_window is {} "
+                       "(a windowed Llama is MistralForCausalLM)", cfg.sliding_window);
   if (type == "llama") return ": Llama is model.family llama without model.qkv_bias or model.qk_norm";
+  if (type == "mistral")
+    return ": Mistral is model.family llama without model.qkv_bias or model.qk_norm, with "
+           "model.sliding_window as its sliding_window";
   if (type == "mixtral") return ": Mixtral is model.family llama with model.moe";
   if (type == "qwen3_moe") return ": Qwen3-MoE is model.family llama with model.moe and model.qk_norm: true";
   if (type == "qwen2_moe")
@@ -94,6 +111,14 @@ class ConfigCheck {
     if (!v) return fallback;
     TRAINER_INPUT_CHECK(v->is_string(), "{}: {} is {}, expected a string", path_, key, v->dump());
     return v->as_string();
+  }
+  // A sliding window: `fallback` (0: none) when left out, 0 when null.
+  double window(const std::string& key, double fallback) const {
+    const Json* v = j_->find(key);
+    if (!v) return fallback;
+    if (v->kind() == Json::Kind::null) return 0;
+    TRAINER_INPUT_CHECK(v->is_number(), "{}: {} is {}, expected a number or null", path_, key, v->dump());
+    return v->as_number();
   }
   bool flag(const std::string& key, bool fallback) const {
     const Json* v = get(key);
@@ -173,6 +198,7 @@ struct LlamaLikeDefaults {
 
 LlamaLikeDefaults llama_like_defaults(const std::string& type) {
   if (type == "mixtral") return {32000, 14336, 1e-5, 1e6, 0, 4096, 32, 32, 8};
+  if (type == "mistral") return {32000, 14336, 1e-6, 1e4, 0, 4096, 32, 32, 8};
   if (type == "qwen2") return {151936, 22016, 1e-6, 1e4, 0};
   if (type == "qwen3") return {151936, 22016, 1e-6, 1e4, 128};
   if (type == "qwen3_moe") return {151936, 6144, 1e-6, 1e4, 0, 2048, 24, 32, 4};
@@ -216,10 +242,6 @@ void check_moe(const ConfigCheck& c, const model::ModelConfig& cfg, const std::s
     c.same_int("intermediate_size", d.intermediate, cfg.moe.d_ff_expert, "model.moe.d_ff_expert");
     c.same_int("num_local_experts", 8, cfg.moe.n_experts, "model.moe.n_experts");
     c.same_int("num_experts_per_tok", 2, cfg.moe.top_k, "model.moe.top_k");
-    double window = c.number("sliding_window", 1e18);
-    c.require(window >= cfg.max_seq_len,
-              "sliding_window is {}, below model.max_seq_len {}: this trainer's attention is full causal",
-              window, cfg.max_seq_len);
     return;
   }
   c.same_int("moe_intermediate_size", qwen2 ? 1408 : 768, cfg.moe.d_ff_expert, "model.moe.d_ff_expert");
@@ -312,6 +334,107 @@ void check_rope_scaling(const ConfigCheck& c, const model::ModelConfig& cfg, con
             truncate ? truncate->dump() : "");
 }
 
+// Sliding windows. The job's model.sliding_window W is every layer's: a
+// query sees itself and the W - 1 keys before it, as transformers'
+// sliding_window_overlay (kv > q - W). A window no narrower than
+// model.max_seq_len is full causal attention for every sequence the job has,
+// so a job without one takes it too (as this trainer did before it had windows).
+std::string job_window(const model::ModelConfig& cfg) {
+  return cfg.sliding_window > 0 ? fmt::format("model.sliding_window is {}", cfg.sliding_window)
+                                : std::string("model.sliding_window is null (full causal attention)");
+}
+
+std::string window_text(double w) { return w > 0 ? fmt::format("{}", w) : std::string("null"); }
+
+// "layer 3", "layers 0, 2, 4", "layers 0, 1, 2, 3, ... (24 of them)".
+std::string layer_list(const std::vector<int64_t>& layers) {
+  std::vector<int64_t> shown(layers.begin(), layers.begin() + std::min<size_t>(layers.size(), 4));
+  if (layers.size() == 1) return fmt::format("layer {}", layers[0]);
+  if (layers.size() <= 4) return fmt::format("layers {}", fmt::join(shown, ", "));
+  return fmt::format("layers {}, ... ({} of them)", fmt::join(shown, ", "), layers.size());
+}
+
+// Mistral's and Mixtral's sliding_window: every layer's (MistralConfig's
+// default 4096 when left out, MixtralConfig's none).
+void check_window(const ConfigCheck& c, const model::ModelConfig& cfg, double fallback) {
+  const double theirs = c.window("sliding_window", fallback);
+  if (cfg.sliding_window > 0)
+    c.require(theirs == static_cast<double>(cfg.sliding_window), "sliding_window is {}{}, but {}",
+              window_text(theirs), theirs > 0 ? "" : " (full causal attention)", job_window(cfg));
+  else
+    c.require(theirs <= 0 || theirs >= cfg.max_seq_len, "sliding_window is {}, below model.max_seq_len {}, "
+              "but {}", theirs, cfg.max_seq_len, job_window(cfg));
+}
+
+// The Qwen classes window layers by use_sliding_window (off: none),
+// sliding_window (default 4096) and which layers, as transformers 5 reads
+// them: Qwen2 and Qwen3 by layer_types when given, else the layers from
+// max_window_layers (default 28) on; Qwen2-MoE by layer_types when given,
+// else the even layers below max_window_layers; Qwen3-MoE every layer.
+// (transformers 4.x read these otherwise, by version and attention backend;
+// an export gives max_window_layers 0 and layer_types both, on which every
+// reading is a window in every layer.)
+void check_qwen_window(const ConfigCheck& c, const model::ModelConfig& cfg, const std::string& type,
+                       const LlamaLikeDefaults& d) {
+  const bool on = c.flag("use_sliding_window", false);
+  const double window = on ? c.window("sliding_window", 4096) : 0;
+  const int64_t W = cfg.sliding_window, n = cfg.n_layer;
+  const double from = c.number("max_window_layers", 28);
+  // Which of the job's layers the config windows, and by what.
+  std::vector<bool> windowed(static_cast<size_t>(n), false);
+  std::string rule;
+  const Json* types = c.get("layer_types");
+  if (type == "qwen3_moe") {
+    windowed.assign(windowed.size(), true);
+    rule = "Qwen3-MoE windows every layer";
+  } else if (types) {
+    rule = "layer_types";
+    const double layers = c.number("num_hidden_layers", d.layers);
+    if (!types->is_array() || static_cast<double>(types->items().size()) != layers) {
+      c.require(false, "layer_types is {}: expected a list of num_hidden_layers {} layer types",
+                types->dump(), layers);
+      return;
+    }
+    for (size_t i = 0; i < types->items().size(); ++i) {
+      const Json& t = types->items()[i];
+      const bool sliding = t.is_string() && t.as_string() == "sliding_attention";
+      if (!sliding && !(t.is_string() && t.as_string() == "full_attention")) {
+        c.require(false, "layer_types[{}] is {}: this trainer computes full_attention and "
+                  "sliding_attention layers", i, t.dump());
+        return;
+      }
+      if (i < windowed.size()) windowed[i] = sliding;
+    }
+  } else if (type == "qwen2_moe") {
+    for (int64_t i = 0; i < n; ++i) windowed[static_cast<size_t>(i)] = i % 2 == 0 && i < from;
+    rule = fmt::format("no layer_types, and max_window_layers is {}: Qwen2-MoE windows the even layers "
+                       "below it", from);
+  } else {
+    for (int64_t i = 0; i < n; ++i) windowed[static_cast<size_t>(i)] = i >= from;
+    rule = fmt::format("max_window_layers is {}: the layers from it on are windowed", from);
+  }
+  std::vector<int64_t> full, sliding;
+  for (int64_t i = 0; i < n; ++i) (windowed[static_cast<size_t>(i)] ? sliding : full).push_back(i);
+  if (W > 0) {
+    const std::string want = fmt::format("but model.sliding_window is {} in every layer", W);
+    if (!on) {
+      c.require(false, "use_sliding_window is false (full causal attention), {}", want);
+    } else if (window <= 0) {
+      c.require(false, "sliding_window is null (full causal attention), {}", want);
+    } else {
+      c.require(window == static_cast<double>(W), "sliding_window is {}, but {}", window, job_window(cfg));
+      const char* fix = types || type == "qwen2_moe" ? " (layer_types: all \"sliding_attention\")"
+                                                     : " (max_window_layers: 0)";
+      c.require(full.empty(), "{}: {} attend{} in full, {}{}", rule, layer_list(full),
+                full.size() == 1 ? "s" : "", want, fix);
+    }
+    return;
+  }
+  if (on && window > 0 && window < cfg.max_seq_len && !sliding.empty())
+    c.require(false, "use_sliding_window is true with sliding_window {}, below model.max_seq_len {}, in {} "
+              "({}), but {}", window, cfg.max_seq_len, layer_list(sliding), rule, job_window(cfg));
+}
+
 void check_llama_like(const ConfigCheck& c, const model::ModelConfig& cfg, const std::string& type) {
   const bool moe = type == "mixtral" || type == "qwen3_moe" || type == "qwen2_moe";
   const LlamaLikeDefaults d = llama_like_defaults(type);
@@ -347,15 +470,10 @@ void check_llama_like(const ConfigCheck& c, const model::ModelConfig& cfg, const
   c.off("attention_bias", "this trainer's llama attention has no o_proj bias (Qwen2's q, k and v "
                           "biases alone are model.qkv_bias)");
   c.off("mlp_bias", "this trainer's llama MLP has no biases");
-  if ((type == "qwen2" || type == "qwen3" || type == "qwen3_moe" || type == "qwen2_moe") &&
-      c.flag("use_sliding_window", false)) {
-    // Layers from max_window_layers on see only the last sliding_window keys:
-    // the same as full causal attention while no sequence is longer.
-    double window = c.number("sliding_window", 4096);
-    c.require(window >= cfg.max_seq_len,
-              "use_sliding_window is true with sliding_window {}, below model.max_seq_len {}: this "
-              "trainer's attention is full causal", window, cfg.max_seq_len);
-  }
+  if (type == "mistral" || type == "mixtral")
+    check_window(c, cfg, type == "mistral" ? 4096 : 0);
+  else if (type != "llama")
+    check_qwen_window(c, cfg, type, d);
   if (moe)
     check_moe(c, cfg, type, d);
   else
@@ -484,15 +602,29 @@ std::string hf_config_json(const model::ModelConfig& cfg, const HfConfigExtras& 
                                              ? tidy(cfg.moe.aux_loss_coeff)
                                              : 0.0));
     }
+    const int64_t window = cfg.sliding_window;
+    if (type == "mistral") j.set("sliding_window", Json(window));  // every layer's
     if (mixtral) {
-      j.set("sliding_window", Json());
+      j.set("sliding_window", window > 0 ? Json(window) : Json());
       j.set("num_local_experts", Json(cfg.moe.n_experts));
       j.set("router_jitter_noise", Json::real(0.0));
     } else if (type == "qwen2" || type == "qwen3" || type == "qwen3_moe" || type == "qwen2_moe") {
-      // Full attention in every layer, in every transformers version's reading.
-      j.set("use_sliding_window", Json(false));
-      j.set("sliding_window", Json());
-      j.set("max_window_layers", Json(cfg.n_layer));
+      if (window > 0) {
+        // A window in every layer, in every transformers version's reading:
+        // max_window_layers 0 (4.x: the layers from it on), layer_types (5:
+        // Qwen2-MoE would window only the even layers below max_window_layers).
+        j.set("use_sliding_window", Json(true));
+        j.set("sliding_window", Json(window));
+        j.set("max_window_layers", Json(int64_t{0}));
+        Json types = Json::array();
+        for (int64_t l = 0; l < cfg.n_layer; ++l) types.push(Json("sliding_attention"));
+        j.set("layer_types", std::move(types));
+      } else {
+        // Full attention in every layer, in every transformers version's reading.
+        j.set("use_sliding_window", Json(false));
+        j.set("sliding_window", Json());
+        j.set("max_window_layers", Json(cfg.n_layer));
+      }
       if (type == "qwen3" || type == "qwen3_moe") j.set("attention_bias", Json(false));
       if (type == "qwen2_moe") {
         j.set("qkv_bias", Json(true));  // transformers 5's key; 4.x's attention always has them
@@ -508,7 +640,7 @@ std::string hf_config_json(const model::ModelConfig& cfg, const HfConfigExtras& 
         for (int l = 0; l < cfg.moe_first_dense; ++l) dense.push(Json(l));
         j.set("mlp_only_layers", std::move(dense));
       }
-    } else {
+    } else if (type == "llama") {  // MistralConfig has neither key
       j.set("attention_bias", Json(false));
       j.set("mlp_bias", Json(false));
     }
@@ -540,8 +672,12 @@ void check_hf_config(const std::string& config_path, const model::ModelConfig& c
   ConfigCheck c(config_path);
   const HfKind want = hf_kind(cfg);
   const std::string type = c.text("model_type", "");
-  TRAINER_INPUT_CHECK(type == want.type, "{}: model_type is \"{}\", but the job's model is {} ({}){} "
-                      "(model.init_from)", config_path, type, want.type, want.keys, hint_for(type));
+  // Mistral 7B v0.2 and later are Llamas (sliding_window null): a job without
+  // a window takes a mistral config.json, its window checked as any other key.
+  const bool llama_mistral = std::string(want.type) == "llama" && type == "mistral";
+  TRAINER_INPUT_CHECK(type == want.type || llama_mistral, "{}: model_type is \"{}\", but the job's model is "
+                      "{} ({}){} (model.init_from)", config_path, type, want.type, want.keys,
+                      hint_for(type, cfg));
   if (type == "gpt2") {
     check_gpt2(c, cfg);
   } else {

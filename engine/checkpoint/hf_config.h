@@ -9,18 +9,24 @@
 
 namespace trainer::engine::checkpoint {
 
-// "GPT2LMHeadModel", "LlamaForCausalLM", "Qwen2ForCausalLM" (a llama family
+// "GPT2LMHeadModel", "LlamaForCausalLM", "MistralForCausalLM" (a llama
+// family model with model.sliding_window, its window in every layer),
+// "Qwen2ForCausalLM" (a llama family
 // model with q/k/v biases), "Qwen3ForCausalLM" (one with q/k norms),
 // "MixtralForCausalLM" (a llama family model whose every MLP is an MoE
 // without shared experts, routed by softmax top-k renormalised, as
 // MixtralSparseMoeBlock) or "Qwen3MoeForCausalLM" (one with q/k norms and an
 // MoE in every model.moe.every-th layer, renormalised or not). A model no
 // transformers class computes is an InputError naming the job key that
-// makes it so: an export would load with layers missing or misrouted.
+// makes it so: an export would load with layers missing or misrouted (GPT-2
+// blocks with model.sliding_window among them). A window is written as each
+// class sets one in every layer: Mistral's and Mixtral's sliding_window, the
+// Qwen classes' use_sliding_window with max_window_layers 0 and layer_types.
 std::string hf_architecture(const model::ModelConfig& cfg);
 // The class whose tensor names and layout cfg's model takes, without
 // hf_architecture's MoE refusals (an aux_free MoE still reads Mixtral's
-// tensors); a llama with both qkv_bias and qk_norm is an InputError.
+// tensors); a llama with both qkv_bias and qk_norm, or a GPT-2 with
+// model.sliding_window, is an InputError.
 std::string hf_class(const model::ModelConfig& cfg);
 
 // The Hugging Face name of one of cfg's parameters: this trainer names its
@@ -43,7 +49,12 @@ std::string hf_config_json(const model::ModelConfig& cfg, const HfConfigExtras& 
 // hyper-parameter (with transformers' defaults for keys left out) that makes
 // its model differ from the job's is an InputError naming the file, the HF
 // key and the job key: shapes are also checked tensor by tensor, but a
-// norm epsilon, a RoPE base, a tied head or a layer count are not shapes.
+// norm epsilon, a RoPE base, a tied head, a layer count or a sliding window
+// are not shapes. A job without model.sliding_window also takes a "mistral"
+// config.json (Mistral 7B v0.2+ is a Llama with sliding_window null), and a
+// window no narrower than model.max_seq_len (full causal attention for its
+// sequences); a job with one takes only a config.json windowing every layer
+// by exactly model.sliding_window keys.
 void check_hf_config(const std::string& config_path, const model::ModelConfig& cfg);
 
 }  // namespace trainer::engine::checkpoint

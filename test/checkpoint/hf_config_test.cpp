@@ -80,6 +80,13 @@ model::ModelConfig linear_cfg() {
   return c;
 }
 
+// cfg with a sliding window of `w` keys in every layer; the plain llama's is Mistral's model.
+model::ModelConfig windowed(model::ModelConfig c, int64_t w = 4) {
+  c.sliding_window = w;
+  return c;
+}
+model::ModelConfig mistral_cfg() { return windowed(llama_cfg()); }
+
 model::ModelConfig gpt2_cfg() {
   model::ModelConfig c;
   c.n_layer = 2, c.d_model = 32, c.n_head = 4, c.n_kv_head = 4, c.d_ff = 64;
@@ -111,7 +118,8 @@ std::string config_with(const model::ModelConfig& cfg, const std::string& key, c
 TEST_CASE("hf config: each family's own config.json passes its check", "[cpu][checkpoint]") {
   for (const model::ModelConfig& cfg :
        {gpt2_cfg(), llama_cfg(), qwen2_cfg(), qwen3_cfg(), mixtral_cfg(), qwen3_moe_cfg(), qwen2_moe_cfg(),
-        yarn_cfg(), linear_cfg()}) {
+        yarn_cfg(), linear_cfg(), mistral_cfg(), windowed(qwen2_cfg()), windowed(qwen3_cfg()),
+        windowed(mixtral_cfg()), windowed(qwen3_moe_cfg()), windowed(qwen2_moe_cfg()), windowed(yarn_cfg())}) {
     std::string path = config_with(cfg, "", nullptr);
     CHECK_NOTHROW(check_hf_config(path, cfg));
   }
@@ -201,6 +209,44 @@ TEST_CASE("hf config: each family's own config.json passes its check", "[cpu][ch
   fs::remove_all(scratch_dir());
 }
 
+TEST_CASE("hf config: a sliding window exports as Mistral's, Mixtral's or the Qwen classes' keys",
+          "[cpu][checkpoint]") {
+  // A plain llama with a window is MistralForCausalLM: Llama's keys (less
+  // LlamaConfig's attention_bias and mlp_bias) and the window.
+  CHECK(hf_architecture(mistral_cfg()) == "MistralForCausalLM");
+  CHECK(hf_class(mistral_cfg()) == "MistralForCausalLM");
+  Json mistral = parse_json(hf_config_json(mistral_cfg()), "config.json");
+  CHECK(mistral.at("model_type").as_string() == "mistral");
+  CHECK(mistral.at("sliding_window").as_int() == 4);
+  CHECK(mistral.at("head_dim").as_int() == 8);
+  CHECK(mistral.at("num_key_value_heads").as_int() == 2);
+  CHECK(mistral.find("attention_bias") == nullptr);
+  CHECK(mistral.find("use_sliding_window") == nullptr);
+  // A window with biases or norms stays Qwen2 or Qwen3, with an MoE Mixtral or Qwen-MoE.
+  CHECK(hf_architecture(windowed(qwen2_cfg())) == "Qwen2ForCausalLM");
+  CHECK(hf_architecture(windowed(qwen3_cfg())) == "Qwen3ForCausalLM");
+  CHECK(hf_architecture(windowed(mixtral_cfg())) == "MixtralForCausalLM");
+  CHECK(hf_architecture(windowed(qwen3_moe_cfg())) == "Qwen3MoeForCausalLM");
+  CHECK(hf_architecture(windowed(qwen2_moe_cfg())) == "Qwen2MoeForCausalLM");
+  CHECK(parse_json(hf_config_json(windowed(mixtral_cfg())), "c").at("sliding_window").as_int() == 4);
+  // Qwen: use_sliding_window with max_window_layers 0 (4.x windows the layers
+  // from it on) and layer_types (5's Qwen2-MoE would window only even layers).
+  for (const model::ModelConfig& cfg : {windowed(qwen2_cfg()), windowed(qwen3_cfg()), windowed(qwen3_moe_cfg()),
+                                        windowed(qwen2_moe_cfg())}) {
+    Json j = parse_json(hf_config_json(cfg), "config.json");
+    INFO(j.at("model_type").as_string());
+    CHECK(j.at("use_sliding_window").as_bool());
+    CHECK(j.at("sliding_window").as_int() == 4);
+    CHECK(j.at("max_window_layers").as_int() == 0);
+    REQUIRE(j.at("layer_types").items().size() == 2);
+    for (const Json& t : j.at("layer_types").items()) CHECK(t.as_string() == "sliding_attention");
+  }
+  // Without a window: as before (no layer_types; Qwen's window off).
+  CHECK(parse_json(hf_config_json(qwen2_cfg()), "c").find("layer_types") == nullptr);
+  CHECK(parse_json(hf_config_json(llama_cfg()), "c").find("sliding_window") == nullptr);
+  fs::remove_all(scratch_dir());
+}
+
 TEST_CASE("hf config: a differing hyper-parameter is named with the job key", "[cpu][checkpoint]") {
   struct Case {
     model::ModelConfig cfg;
@@ -226,7 +272,40 @@ TEST_CASE("hf config: a differing hyper-parameter is named with the job key", "[
       {mixtral_cfg(), "num_local_experts", Json(8), "num_local_experts is 8, but model.moe.n_experts is 4"},
       {mixtral_cfg(), "num_experts_per_tok", Json(1), "num_experts_per_tok is 1, but model.moe.top_k is 2"},
       {mixtral_cfg(), "intermediate_size", Json(48), "intermediate_size is 48, but model.moe.d_ff_expert is 24"},
-      {mixtral_cfg(), "sliding_window", Json(8), "sliding_window is 8, below model.max_seq_len 16"},
+      {mixtral_cfg(), "sliding_window", Json(8),
+       "sliding_window is 8, below model.max_seq_len 16, but model.sliding_window is null (full causal attention)"},
+      // Left out: MixtralConfig's none.
+      {windowed(mixtral_cfg()), "sliding_window", Json(),
+       "sliding_window is null (full causal attention), but model.sliding_window is 4"},
+      {windowed(mixtral_cfg()), "sliding_window", Json(8), "sliding_window is 8, but model.sliding_window is 4"},
+      // Mistral: its window, and MistralConfig's defaults (4096 keys, 8 kv heads) for keys left out.
+      {mistral_cfg(), "sliding_window", Json(8), "sliding_window is 8, but model.sliding_window is 4"},
+      {mistral_cfg(), "sliding_window", Json(), "sliding_window is 4096, but model.sliding_window is 4"},
+      {mistral_cfg(), "num_key_value_heads", Json(), "num_key_value_heads is 8, but model.n_kv_head is 2"},
+      {mistral_cfg(), "intermediate_size", Json(), "intermediate_size is 14336, but model.d_ff is 48"},
+      {mistral_cfg(), "model_type", Json("llama"),
+       "model_type is \"llama\", but the job's model is mistral (model.family llama with model.sliding_window): "
+       "LlamaForCausalLM has no sliding window, but model.sliding_window is 4"},
+      {llama_cfg(), "sliding_window", Json(8), ""},  // a llama config.json's: LlamaConfig has no window
+      {qwen2_cfg(), "model_type", Json("mistral"),
+       "model_type is \"mistral\", but the job's model is qwen2 (model.family llama with model.qkv_bias): "
+       "Mistral is model.family llama without model.qkv_bias or model.qk_norm"},
+      // The Qwen classes' window: use_sliding_window, sliding_window and which layers.
+      {windowed(qwen2_cfg()), "use_sliding_window", Json(false),
+       "use_sliding_window is false (full causal attention), but model.sliding_window is 4 in every layer"},
+      {windowed(qwen2_cfg()), "sliding_window", Json(8), "sliding_window is 8, but model.sliding_window is 4"},
+      {windowed(qwen2_cfg()), "sliding_window", Json(), "sliding_window is 4096, but model.sliding_window is 4"},
+      {windowed(qwen3_cfg()), "layer_types", parse_json(R"(["sliding_attention", "full_attention"])", "t"),
+       "layer_types: layer 1 attends in full, but model.sliding_window is 4 in every layer"},
+      {windowed(qwen3_cfg()), "layer_types", parse_json(R"(["chunked_attention", "sliding_attention"])", "t"),
+       "layer_types[0] is \"chunked_attention\": this trainer computes full_attention and sliding_attention"},
+      {windowed(qwen3_cfg()), "layer_types", parse_json(R"(["sliding_attention"])", "t"),
+       "layer_types is [\"sliding_attention\"]: expected a list of num_hidden_layers 2 layer types"},
+      // transformers 5's Qwen2-MoE without layer_types windows the even layers below max_window_layers.
+      {windowed(qwen2_moe_cfg()), "layer_types", Json(),
+       "no layer_types, and max_window_layers is 0: Qwen2-MoE windows the even layers below it: layers 0, 1 "
+       "attend in full, but model.sliding_window is 4 in every layer (layer_types: all \"sliding_attention\")"},
+      {windowed(qwen3_moe_cfg()), "sliding_window", Json(), "sliding_window is 4096, but model.sliding_window is 4"},
       {mixtral_cfg(), "model_type", Json("llama"), "model_type is \"llama\", but the job's model is mixtral"},
       // Left out: MixtralConfig's 8 key-value heads, not the query heads' count.
       {mixtral_cfg(), "num_key_value_heads", Json(), "num_key_value_heads is 8, but model.n_kv_head is 2"},
@@ -273,7 +352,7 @@ TEST_CASE("hf config: a differing hyper-parameter is named with the job key", "[
   for (const Case& c : cases) {
     INFO(c.key << " = " << c.value.dump());
     std::string path = config_with(c.cfg, c.key, c.value.kind() == Json::Kind::null ? nullptr : &c.value);
-    if (c.key == "rms_norm_eps") {  // left out: LlamaConfig's default, which is the job's
+    if (c.message.empty() || c.key == "rms_norm_eps") {  // left out: LlamaConfig's default, which is the job's
       CHECK_NOTHROW(check_hf_config(path, c.cfg));
       continue;
     }
@@ -348,16 +427,52 @@ TEST_CASE("hf config: a differing hyper-parameter is named with the job key", "[
       Contains(": num_hidden_layers is 2, but model.n_layer is 3; rope_theta is 500000, but "
                "model.rope_theta is 10000; tie_word_embeddings is false, but model.tie_embeddings "
                "is true (model.init_from)"));
-  // Qwen2's sliding window: off, or no narrower than any sequence.
+  // A Qwen2 job without a window: a config.json's is off, windows no layer
+  // (transformers 5: the layers from max_window_layers on), or is no narrower
+  // than any sequence.
   Json on(true);
   Json qj = parse_json(read_text_file(config_with(qwen2_cfg(), "use_sliding_window", &on)), "c");
   qj.set("sliding_window", Json(8));
+  qj.set("max_window_layers", Json(0));
   replace_file_atomically(path, qj.dump());
   CHECK_THROWS_WITH(check_hf_config(path, qwen2_cfg()),
-                    Contains("use_sliding_window is true with sliding_window 8, below model.max_seq_len 16"));
+                    Contains("use_sliding_window is true with sliding_window 8, below model.max_seq_len 16, in "
+                             "layers 0, 1 (max_window_layers is 0: the layers from it on are windowed), but "
+                             "model.sliding_window is null (full causal attention)"));
+  qj.set("max_window_layers", Json(1));
+  replace_file_atomically(path, qj.dump());
+  CHECK_THROWS_WITH(check_hf_config(path, qwen2_cfg()), Contains("16, in layer 1 (max_window_layers is 1"));
+  qj.set("max_window_layers", Json(2));  // no layer windowed
+  replace_file_atomically(path, qj.dump());
+  CHECK_NOTHROW(check_hf_config(path, qwen2_cfg()));
+  qj.set("max_window_layers", Json(0));
   qj.set("sliding_window", Json(16));
   replace_file_atomically(path, qj.dump());
   CHECK_NOTHROW(check_hf_config(path, qwen2_cfg()));
+  // A Qwen2 job with a window takes the layers windowed by max_window_layers 0
+  // without layer_types, and names the layers a larger one leaves in full.
+  Json wj = parse_json(read_text_file(config_with(windowed(qwen2_cfg()), "layer_types", nullptr)), "c");
+  replace_file_atomically(path, wj.dump());
+  CHECK_NOTHROW(check_hf_config(path, windowed(qwen2_cfg())));
+  wj.set("max_window_layers", Json(1));
+  replace_file_atomically(path, wj.dump());
+  CHECK_THROWS_WITH(check_hf_config(path, windowed(qwen2_cfg())),
+                    Contains("max_window_layers is 1: the layers from it on are windowed: layer 0 attends in "
+                             "full, but model.sliding_window is 4 in every layer (max_window_layers: 0)"));
+  CHECK_THROWS_WITH(check_hf_config(path, windowed(qwen2_cfg(), 8)),
+                    Contains("sliding_window is 4, but model.sliding_window is 8"));
+  // Qwen3-MoE windows every layer whatever max_window_layers says (transformers 5 has none).
+  Json mj = parse_json(read_text_file(config_with(windowed(qwen3_moe_cfg()), "layer_types", nullptr)), "c");
+  mj.set("max_window_layers", Json(2));
+  replace_file_atomically(path, mj.dump());
+  CHECK_NOTHROW(check_hf_config(path, windowed(qwen3_moe_cfg())));
+  CHECK_THROWS_WITH(check_hf_config(path, qwen3_moe_cfg()),
+                    Contains("use_sliding_window is true with sliding_window 4, below model.max_seq_len 16, in "
+                             "layers 0, 1 (Qwen3-MoE windows every layer), but model.sliding_window is null"));
+  // A window-less Qwen2 job refuses a windowed Qwen2 export by the window.
+  CHECK_THROWS_WITH(check_hf_config(config_with(windowed(qwen2_cfg()), "", nullptr), qwen2_cfg()),
+                    Contains("use_sliding_window is true with sliding_window 4, below model.max_seq_len 16, in "
+                             "layers 0, 1 (layer_types), but model.sliding_window is null (full causal attention)"));
   // A Mixtral config for a job whose MoE is every other layer.
   model::ModelConfig every2 = mixtral_cfg();
   every2.moe_every = 2;
@@ -400,6 +515,8 @@ TEST_CASE("hf config: a model no transformers class computes is refused by its k
        "model.moe.n_shared_experts is 2: Qwen3MoeForCausalLM has no shared experts"},
       {qwen3_cfg(), [](auto& c) { c.qkv_bias = true; },
        "model.qk_norm with model.qkv_bias: no Hugging Face class"},
+      {gpt2_cfg(), [](auto& c) { c.sliding_window = 4; },
+       "model.sliding_window is 4: no Hugging Face class computes GPT-2 blocks with a sliding window"},
   };
   for (const Refusal& r : refusals) {
     INFO(r.message);
@@ -408,6 +525,11 @@ TEST_CASE("hf config: a model no transformers class computes is refused by its k
     CHECK_THROWS_WITH(hf_architecture(cfg), Contains(r.message));
     CHECK_THROWS_AS(hf_config_json(cfg), InputError);
   }
+  // A windowed GPT-2 is refused on import too, before any key is compared.
+  CHECK_THROWS_WITH(hf_class(windowed(gpt2_cfg())), Contains("model.sliding_window is 4: no Hugging Face class"));
+  CHECK_THROWS_WITH(check_hf_config(config_with(gpt2_cfg(), "", nullptr), windowed(gpt2_cfg())),
+                    Contains("model.sliding_window is 4: no Hugging Face class computes GPT-2 blocks"));
+  fs::remove_all(scratch_dir());
   // Qwen3-MoE: an MoE with q/k norms, in any every-th layer, either top-k weighting.
   model::ModelConfig normed_moe = mixtral_cfg();
   normed_moe.qk_norm = true;
@@ -415,11 +537,51 @@ TEST_CASE("hf config: a model no transformers class computes is refused by its k
   CHECK(hf_architecture(qwen3_moe_cfg()) == "Qwen3MoeForCausalLM");
 }
 
+TEST_CASE("hf config: a Mistral 7B v0.3-shaped config.json is a Llama's, a v0.1-shaped one a window of "
+          "4096 keys", "[cpu][checkpoint]") {
+  fs::create_directories(scratch_dir());
+  // Mistral 7B v0.3-shaped config.json (sliding_window null): a Llama, taken
+  // by a window-less llama job; v0.1-shaped (sliding_window 4096, theta 1e4,
+  // vocabulary 32000): a job with that window, or one no longer than it.
+  const std::string mistral_v03 = R"({"architectures": ["MistralForCausalLM"], "attention_dropout": 0.0,
+    "bos_token_id": 1, "eos_token_id": 2, "hidden_act": "silu", "hidden_size": 4096,
+    "initializer_range": 0.02, "intermediate_size": 14336, "max_position_embeddings": 32768,
+    "model_type": "mistral", "num_attention_heads": 32, "num_hidden_layers": 32,
+    "num_key_value_heads": 8, "rms_norm_eps": 1e-05, "rope_theta": 1000000.0, "sliding_window": null,
+    "tie_word_embeddings": false, "torch_dtype": "bfloat16", "use_cache": true, "vocab_size": 32768})";
+  model::ModelConfig m7b = llama_cfg();
+  m7b.n_layer = 32, m7b.d_model = 4096, m7b.n_head = 32, m7b.n_kv_head = 8, m7b.d_ff = 14336;
+  m7b.vocab_size = 32768, m7b.max_seq_len = 8192, m7b.rope_theta = 1e6f, m7b.norm_eps = 1e-5f;
+  const std::string v03 = (scratch_dir() / "mistral_v03.json").string();
+  replace_file_atomically(v03, mistral_v03);
+  CHECK_NOTHROW(check_hf_config(v03, m7b));
+  CHECK_THROWS_WITH(check_hf_config(v03, windowed(m7b, 4096)),
+                    Contains("sliding_window is null (full causal attention), but model.sliding_window is 4096"));
+  Json v01 = parse_json(mistral_v03, "v01");
+  v01.set("sliding_window", Json(4096));
+  v01.set("rope_theta", Json(10000.0));
+  v01.set("vocab_size", Json(32000));
+  const std::string v01_path = (scratch_dir() / "mistral_v01.json").string();
+  replace_file_atomically(v01_path, v01.dump());
+  model::ModelConfig v01_job = windowed(m7b, 4096);
+  v01_job.vocab_size = 32000, v01_job.rope_theta = 1e4f;
+  CHECK_NOTHROW(check_hf_config(v01_path, v01_job));
+  v01_job.sliding_window = 0;  // 8192-token sequences: the window shows
+  CHECK_THROWS_WITH(check_hf_config(v01_path, v01_job),
+                    Contains("sliding_window is 4096, below model.max_seq_len 8192, but model.sliding_window is "
+                             "null (full causal attention)"));
+  v01_job.max_seq_len = 4096;  // no sequence longer than the window: full causal attention
+  CHECK_NOTHROW(check_hf_config(v01_path, v01_job));
+  fs::remove_all(scratch_dir());
+}
+
 TEST_CASE("hf config: configs/llama-1b.yaml is Llama 3.2 1B, configs/llama-8b.yaml Llama 3 8B, "
           "configs/qwen2-0.5b.yaml Qwen2.5 0.5B, configs/qwen3-{0.6b,1.7b}.yaml Qwen3 0.6B, 1.7B, "
-          "configs/qwen3-30b-a3b.yaml Qwen3-30B-A3B", "[cpu][checkpoint]") {
+          "configs/qwen3-30b-a3b.yaml Qwen3-30B-A3B, configs/mistral-7b.yaml Mistral 7B v0.1",
+          "[cpu][checkpoint]") {
   // Their hub config.json files' architecture keys (meta-llama/Llama-3.2-1B, Meta-Llama-3-8B,
-  // Qwen/Qwen2.5-0.5B, Qwen/Qwen3-0.6B, Qwen/Qwen3-1.7B, Qwen/Qwen3-30B-A3B).
+  // Qwen/Qwen2.5-0.5B, Qwen/Qwen3-0.6B, Qwen/Qwen3-1.7B, Qwen/Qwen3-30B-A3B,
+  // mistralai/Mistral-7B-v0.1).
   const std::string llama32_1b = R"({"architectures": ["LlamaForCausalLM"], "attention_bias": false,
     "bos_token_id": 128000, "eos_token_id": 128001, "head_dim": 64, "hidden_act": "silu",
     "hidden_size": 2048, "intermediate_size": 8192, "max_position_embeddings": 131072,
@@ -470,9 +632,17 @@ TEST_CASE("hf config: configs/llama-1b.yaml is Llama 3.2 1B, configs/llama-8b.ya
     "router_aux_loss_coef": 0.001, "sliding_window": null, "tie_word_embeddings": false,
     "torch_dtype": "bfloat16", "transformers_version": "4.51.0", "use_cache": true,
     "use_sliding_window": false, "vocab_size": 151936})";
+  const std::string mistral_7b_v01 = R"({"architectures": ["MistralForCausalLM"], "bos_token_id": 1,
+    "eos_token_id": 2, "hidden_act": "silu", "hidden_size": 4096, "initializer_range": 0.02,
+    "intermediate_size": 14336, "max_position_embeddings": 32768, "model_type": "mistral",
+    "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 8,
+    "rms_norm_eps": 1e-05, "rope_theta": 10000.0, "sliding_window": 4096,
+    "tie_word_embeddings": false, "torch_dtype": "bfloat16", "transformers_version": "4.34.0.dev0",
+    "use_cache": true, "vocab_size": 32000})";
   const fs::path dir = scratch_dir();
   fs::create_directories(dir);
   for (const auto& [yaml, json] : {std::pair{"llama-1b.yaml", llama32_1b}, {"llama-8b.yaml", llama3_8b},
+                                   {"mistral-7b.yaml", mistral_7b_v01},
                                    {"qwen2-0.5b.yaml", qwen25_05b}, {"qwen3-1.7b.yaml", qwen3_17b},
                                    {"qwen3-0.6b.yaml", qwen3_06b}, {"qwen3-30b-a3b.yaml", qwen3_30b_a3b}}) {
     INFO(yaml);

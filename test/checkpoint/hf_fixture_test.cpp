@@ -1,7 +1,8 @@
 // model.init_from against an independent implementation of transformers:
 // hf_fixtures/ holds tiny GPT2LMHeadModel, LlamaForCausalLM (plain RoPE and
-// Llama 3.1 rope_scaling, and YaRN), Qwen2ForCausalLM, Qwen3ForCausalLM, MixtralForCausalLM and
-// Qwen3MoeForCausalLM checkpoints
+// Llama 3.1 rope_scaling, and YaRN), Qwen2ForCausalLM, Qwen3ForCausalLM, MixtralForCausalLM,
+// Qwen3MoeForCausalLM, Qwen2MoeForCausalLM and MistralForCausalLM (a sliding window of 4 keys
+// over 16 tokens) checkpoints
 // and the logits their transformers forward
 // computes (make_hf_fixtures.js, written from transformers' modeling code
 // without reading this trainer's). Loading each and running this trainer's
@@ -9,14 +10,17 @@
 // rotate-half RoPE and Llama 3.1's and YaRN's scalings of it, GQA grouping, Qwen2's q/k/v
 // biases before RoPE, Qwen3's per-head q/k norms before RoPE, gelu_new,
 // norm epsilons, Mixtral's renormalised top-k routing and Qwen3-MoE's names, dense
-// layers between MoE ones and un-renormalised routing all show in them (the generator shows that each
+// layers between MoE ones and un-renormalised routing, and Mistral's window (no
+// window, or one key more or fewer) all show in them (the generator shows that each
 // wrong reading moves them by over 1% of the largest logit).
 #include <catch2/catch.hpp>
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/checkpoint/files.h"
@@ -46,6 +50,10 @@ JobSpec fixture_job(const std::string& name) {
   if (gpt2) {
     s.model.d_ff = 64;
     s.model.norm_eps = 1e-5;
+  } else if (name == "mistral") {  // Llama with a sliding window of 4 keys in every layer
+    s.model.n_kv_head = 2, s.model.d_ff = 48;
+    s.model.norm_eps = 1e-5, s.model.rope_theta = 1e6;
+    s.model.sliding_window = 4;
   } else if (name == "llama" || name == "llama3") {
     s.model.n_kv_head = 2, s.model.d_ff = 48;
     s.model.norm_eps = 1e-6, s.model.rope_theta = 500000.0;
@@ -95,47 +103,77 @@ JobSpec fixture_job(const std::string& name) {
   return s;
 }
 
+// Loads the HF checkpoint at `dir` into spec's model and runs the fixture's
+// ids: the largest |logit - reference logit| and the largest |reference logit|.
+std::pair<double, double> logits_against_reference(const JobSpec& spec, const std::string& dir,
+                                                   const std::string& fixture) {
+  Trainer t(spec, testing::quiet_options());
+  model::Model& m = t.model();
+  checkpoint::load_hf_weights(dir, model_config(spec), m.buffers(), t.context());
+
+  Json ref = parse_json(checkpoint::read_text_file(fixture + "/reference.json"), "reference.json");
+  const auto& ids_json = ref.at("ids").items();
+  const int64_t T = static_cast<int64_t>(ids_json.size()), V = 200;
+  REQUIRE(T == spec.train.seq_len);
+  REQUIRE(ref.at("shape").items()[1].as_int() == V);
+  std::vector<int32_t> ids;
+  for (const Json& id : ids_json) ids.push_back(static_cast<int32_t>(id.as_int()));
+  std::string bytes = checkpoint::read_text_file(fixture + "/reference_logits.f32");
+  REQUIRE(bytes.size() == size_t(T * V) * sizeof(float));
+  std::vector<float> want(static_cast<size_t>(T * V));
+  std::memcpy(want.data(), bytes.data(), bytes.size());
+
+  copy_from_host(m.input_ids(), ids.data());
+  copy_from_host(m.targets(), ids.data());
+  m.forward(t.context());
+  Tensor x = m.logits(t.context());
+  std::vector<float> got(static_cast<size_t>(x.numel()));
+  copy_to_host(got.data(), x);
+  const int64_t Vpad = x.size(1);
+  double worst = 0, largest = 0;
+  for (int64_t r = 0; r < T; ++r)
+    for (int64_t v = 0; v < V; ++v) {
+      worst = std::max(worst, double(std::fabs(got[r * Vpad + v] - want[r * V + v])));
+      largest = std::max(largest, double(std::fabs(want[r * V + v])));
+    }
+  return {worst, largest};
+}
+
 }  // namespace
 
 TEST_CASE("hf fixtures: init_from computes transformers' logits (gpt2, llama, llama3, llama_yarn, "
-          "qwen2, qwen3, mixtral, qwen3_moe, qwen2_moe)", "[cpu][checkpoint]") {
+          "qwen2, qwen3, mixtral, qwen3_moe, qwen2_moe, mistral)", "[cpu][checkpoint]") {
   for (const std::string name : {"gpt2", "llama", "llama3", "llama_yarn", "qwen2", "qwen3", "mixtral",
-                                 "qwen3_moe", "qwen2_moe"}) {
+                                 "qwen3_moe", "qwen2_moe", "mistral"}) {
     INFO(name);
     const std::string dir = kFixtures + name;
-    JobSpec spec = fixture_job(name);
-    Trainer t(spec, testing::quiet_options());
-    model::Model& m = t.model();
-    checkpoint::load_hf_weights(dir, model_config(spec), m.buffers(), t.context());
-
-    Json ref = parse_json(checkpoint::read_text_file(dir + "/reference.json"), "reference.json");
-    const auto& ids_json = ref.at("ids").items();
-    const int64_t T = static_cast<int64_t>(ids_json.size()), V = 200;
-    REQUIRE(T == spec.train.seq_len);
-    REQUIRE(ref.at("shape").items()[1].as_int() == V);
-    std::vector<int32_t> ids;
-    for (const Json& id : ids_json) ids.push_back(static_cast<int32_t>(id.as_int()));
-    std::string bytes = checkpoint::read_text_file(dir + "/reference_logits.f32");
-    REQUIRE(bytes.size() == size_t(T * V) * sizeof(float));
-    std::vector<float> want(static_cast<size_t>(T * V));
-    std::memcpy(want.data(), bytes.data(), bytes.size());
-
-    copy_from_host(m.input_ids(), ids.data());
-    copy_from_host(m.targets(), ids.data());
-    m.forward(t.context());
-    Tensor x = m.logits(t.context());
-    std::vector<float> got(static_cast<size_t>(x.numel()));
-    copy_to_host(got.data(), x);
-    const int64_t Vpad = x.size(1);
-    double worst = 0, largest = 0;
-    for (int64_t r = 0; r < T; ++r)
-      for (int64_t v = 0; v < V; ++v) {
-        worst = std::max(worst, double(std::fabs(got[r * Vpad + v] - want[r * V + v])));
-        largest = std::max(largest, double(std::fabs(want[r * V + v])));
-      }
+    const auto [worst, largest] = logits_against_reference(fixture_job(name), dir, dir);
     // fp32 here against float64 there: rounding only, far below the 1% a
     // layout mistake makes.
     WARN(name << ": max |logit difference| " << worst << " of max |logit| " << largest);
     CHECK(worst <= 1e-5 * largest);
   }
+}
+
+TEST_CASE("hf fixtures: the mistral fixture's logits need the window (full causal attention misses "
+          "them)", "[cpu][checkpoint]") {
+  // The same weights in a job without model.sliding_window, config.json left
+  // out (its check would refuse the job first): every other layout the same,
+  // only the window is missing, and the logits move by far over 1%.
+  namespace fs = std::filesystem;
+  const std::string fixture = kFixtures + "mistral";
+  const fs::path dir = testing::fresh_temp_dir("hf_fixture_mistral_unwindowed");
+  fs::create_directories(dir);
+  fs::copy_file(fixture + "/model.safetensors", dir / "model.safetensors");
+  JobSpec spec = fixture_job("mistral");
+  spec.model.sliding_window = 0;
+  const auto [worst, largest] = logits_against_reference(spec, dir.string(), fixture);
+  WARN("mistral without its window: max |logit difference| " << worst << " of max |logit| " << largest);
+  CHECK(worst > 1e-2 * largest);
+  // With its config.json, the fixture refuses that job by the key.
+  Trainer t(spec, testing::quiet_options());
+  CHECK_THROWS_WITH(checkpoint::load_hf_weights(fixture, model_config(spec), t.model().buffers(), t.context()),
+                    Catch::Matchers::Contains("sliding_window is 4, below model.max_seq_len 16, but "
+                                              "model.sliding_window is null (full causal attention)"));
+  fs::remove_all(dir);
 }

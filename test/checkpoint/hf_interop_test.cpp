@@ -69,6 +69,21 @@ JobSpec qwen3_spec(const fs::path& dir) {
   return s;
 }
 
+// The llama job whose every layer sees itself and the 3 keys before it:
+// MistralForCausalLM's model.
+JobSpec mistral_spec(const fs::path& dir) {
+  JobSpec s = tiny_spec(Family::llama, dir);
+  s.model.sliding_window = 4;
+  return s;
+}
+
+// The Qwen2 job with that window: use_sliding_window in every layer.
+JobSpec qwen2_window_spec(const fs::path& dir) {
+  JobSpec s = qwen2_spec(dir);
+  s.model.sliding_window = 4;
+  return s;
+}
+
 // The llama job with YaRN (factor 4 over 8 positions): its rope_scaling and
 // max_position_embeddings (factor x original) in config.json.
 JobSpec yarn_spec(const fs::path& dir) {
@@ -102,15 +117,18 @@ JobSpec qwen2_moe_spec(const fs::path& dir) {
   return s;
 }
 
-// gpt2, llama, Qwen2- and Qwen3-style llama, Mixtral-, Qwen3-MoE- and Qwen2-MoE-style MoE llama, each with its name.
+// gpt2, llama, Qwen2- and Qwen3-style llama, Mixtral-, Qwen3-MoE- and
+// Qwen2-MoE-style MoE llama, a windowed llama (Mistral) and Qwen2, each with its name.
 std::vector<std::pair<std::string, JobSpec>> hf_jobs(const std::string& prefix) {
   std::vector<std::pair<std::string, JobSpec>> jobs;
-  for (const std::string name :
-       {"gpt2", "llama", "llama_yarn", "qwen2", "qwen3", "mixtral", "qwen3_moe", "qwen2_moe"}) {
+  for (const std::string name : {"gpt2", "llama", "llama_yarn", "qwen2", "qwen3", "mixtral", "qwen3_moe",
+                                 "qwen2_moe", "mistral", "qwen2_window"}) {
     fs::path dir = fresh_temp_dir(prefix + "_" + name);
     JobSpec s = name == "gpt2"      ? tiny_spec(Family::gpt2, dir)
                 : name == "llama"   ? tiny_spec(Family::llama, dir)
                 : name == "llama_yarn" ? yarn_spec(dir)
+                : name == "mistral" ? mistral_spec(dir)
+                : name == "qwen2_window" ? qwen2_window_spec(dir)
                 : name == "qwen2"   ? qwen2_spec(dir)
                 : name == "qwen3"   ? qwen3_spec(dir)
                 : name == "mixtral" ? mixtral_spec(dir)
@@ -395,6 +413,104 @@ TEST_CASE("hf: an MoE llama with q/k norms is a Qwen3-MoE export in Qwen3-MoE's 
   fs::remove(out / "config.json");
   CHECK_THROWS_WITH(load(), Catch::Matchers::Contains("is a q/k norm the job's model has not"));
   fs::remove_all(dir);
+}
+
+TEST_CASE("hf: a windowed llama is a Mistral export in Llama's names, refused by a job of another window",
+          "[cpu][checkpoint]") {
+  fs::path dir = fresh_temp_dir("hf_mistral");
+  JobSpec spec = mistral_spec(dir);
+  Trainer a(spec, quiet_options());
+  fs::path out = trained_export(dir, a, spec);
+  SafetensorsFile f((out / "model.safetensors").string());
+  CHECK(f.tensor("model.layers.1.self_attn.k_proj.weight").shape == std::vector<int64_t>{16, 32});
+  CHECK(f.tensor("model.layers.1.mlp.gate_proj.weight").shape == std::vector<int64_t>{64, 32});
+  CHECK(f.tensor("lm_head.weight").shape == std::vector<int64_t>{200, 32});
+  const fs::path config = out / "config.json";
+  Json cfg = parse_json(read_text_file(config.string()), "config.json");
+  CHECK(cfg.at("architectures").items()[0].as_string() == "MistralForCausalLM");
+  CHECK(cfg.at("model_type").as_string() == "mistral");
+  CHECK(cfg.at("sliding_window").as_int() == 4);
+  auto pa = params_of(a);
+  auto load = [&](const JobSpec& job) {
+    Trainer t(job, quiet_options());
+    load_hf_weights(out.string(), model_config(job), t.model().buffers(), t.context());
+    return params_of(t);
+  };
+  // A job without the window, or with another, is refused by the key.
+  JobSpec plain = tiny_spec(Family::llama, dir);
+  CHECK_THROWS_WITH(load(plain), Catch::Matchers::Contains("sliding_window is 4, below model.max_seq_len 16, but "
+                                                           "model.sliding_window is null (full causal attention)"));
+  JobSpec wider = mistral_spec(dir);
+  wider.model.sliding_window = 6;
+  CHECK_THROWS_WITH(load(wider), Catch::Matchers::Contains("sliding_window is 4, but model.sliding_window is 6"));
+  // Mistral 7B v0.2 and later: sliding_window null, a Llama a window-less job takes.
+  cfg.set("sliding_window", Json());
+  replace_file_atomically(config.string(), cfg.dump(2));
+  CHECK(load(plain) == pa);
+  CHECK_THROWS_WITH(load(spec), Catch::Matchers::Contains("sliding_window is null (full causal attention), but "
+                                                          "model.sliding_window is 4"));
+  // A windowed job started from a Llama export is told that LlamaForCausalLM has no window.
+  fs::path llama_dir = fresh_temp_dir("hf_mistral_from_llama");
+  JobSpec llama = tiny_spec(Family::llama, llama_dir);
+  Trainer l(llama, quiet_options());
+  fs::path llama_out = trained_export(llama_dir, l, llama);
+  Trainer c(spec, quiet_options());
+  CHECK_THROWS_WITH(load_hf_weights(llama_out.string(), model_config(spec), c.model().buffers(), c.context()),
+                    Catch::Matchers::Contains("model_type is \"llama\", but the job's model is mistral "
+                                              "(model.family llama with model.sliding_window): LlamaForCausalLM "
+                                              "has no sliding window, but model.sliding_window is 4"));
+  fs::remove_all(dir);
+  fs::remove_all(llama_dir);
+}
+
+TEST_CASE("hf: a windowed Qwen2 exports use_sliding_window in every layer, which a window-less job refuses",
+          "[cpu][checkpoint]") {
+  fs::path dir = fresh_temp_dir("hf_qwen2_window");
+  JobSpec spec = qwen2_window_spec(dir);
+  Trainer a(spec, quiet_options());
+  fs::path out = trained_export(dir, a, spec);
+  Json cfg = parse_json(read_text_file((out / "config.json").string()), "config.json");
+  CHECK(cfg.at("architectures").items()[0].as_string() == "Qwen2ForCausalLM");
+  CHECK(cfg.at("use_sliding_window").as_bool());
+  CHECK(cfg.at("sliding_window").as_int() == 4);
+  CHECK(cfg.at("max_window_layers").as_int() == 0);
+  CHECK(cfg.at("layer_types").items().size() == 2);
+  JobSpec plain = qwen2_spec(dir);
+  Trainer b(plain, quiet_options());
+  CHECK_THROWS_WITH(load_hf_weights(out.string(), model_config(plain), b.model().buffers(), b.context()),
+                    Catch::Matchers::Contains("use_sliding_window is true with sliding_window 4, below "
+                                              "model.max_seq_len 16, in layers 0, 1 (layer_types), but "
+                                              "model.sliding_window is null (full causal attention)"));
+  fs::remove_all(dir);
+}
+
+TEST_CASE("hf: a GPT-2 with a sliding window is refused by export and by import, naming the key",
+          "[cpu][checkpoint]") {
+  fs::path dir = fresh_temp_dir("hf_gpt2_window");
+  JobSpec spec = tiny_spec(Family::gpt2, dir);
+  spec.model.sliding_window = 4;
+  Trainer a(spec, quiet_options());
+  auto world = parallel::make_single_communicator("world");
+  Checkpointer(spec, *world, Device::cpu, {}, nullptr).save(1, a.model().buffers(), a.optimizer());
+  CHECK_THROWS_AS(export_hf(dir.string(), (dir / "hf").string(), nullptr), InputError);
+  CHECK_THROWS_WITH(export_hf(dir.string(), (dir / "hf").string(), nullptr),
+                    Catch::Matchers::Contains("model.sliding_window is 4: no Hugging Face class computes GPT-2 "
+                                              "blocks with a sliding window"));
+  CHECK(!fs::exists(dir / "hf"));  // refused before anything is written
+  // The window-less GPT-2's export, started from by the windowed job.
+  fs::path plain_dir = fresh_temp_dir("hf_gpt2_window_plain");
+  JobSpec plain = tiny_spec(Family::gpt2, plain_dir);
+  Trainer p(plain, quiet_options());
+  fs::path out = trained_export(plain_dir, p, plain);
+  for (bool with_config : {true, false}) {
+    INFO("config.json " << with_config);
+    if (!with_config) fs::remove(out / "config.json");
+    CHECK_THROWS_WITH(load_hf_weights(out.string(), model_config(spec), a.model().buffers(), a.context()),
+                      Catch::Matchers::Contains("model.sliding_window is 4: no Hugging Face class computes "
+                                                "GPT-2 blocks"));
+  }
+  fs::remove_all(dir);
+  fs::remove_all(plain_dir);
 }
 
 TEST_CASE("hf: the tokenizer exported with the model encodes as the one given", "[cpu][checkpoint]") {

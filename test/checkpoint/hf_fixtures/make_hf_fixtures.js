@@ -2,17 +2,18 @@
 // Independent reference implementation (plain Node.js, no packages) of the
 // forward pass of three Hugging Face transformers models:
 //   GPT2LMHeadModel, LlamaForCausalLM (default RoPE and Llama 3.1 "llama3"
-//   rope_scaling), Qwen2ForCausalLM, Qwen3ForCausalLM, MixtralForCausalLM
+//   rope_scaling), Qwen2ForCausalLM, Qwen3ForCausalLM, MixtralForCausalLM,
+//   MistralForCausalLM (sliding-window attention)
 // written from the semantics of transformers' modeling_gpt2.py /
 // modeling_llama.py / modeling_qwen2.py / modeling_qwen3.py / modeling_mixtral.py /
-// modeling_rope_utils.py
+// modeling_mistral.py / masking_utils.py / modeling_rope_utils.py
 // (4.4x/4.5x, eager attention, fp32).
 // It writes tiny random checkpoints in the hub layout (model.safetensors +
 // config.json) and the logits the HF model computes for a fixed token sequence.
 //
 //   node make_hf_fixtures.js OUTDIR
 //
-// writes OUTDIR/{gpt2,llama,llama3,qwen2,qwen3,mixtral}/{model.safetensors,config.json,
+// writes OUTDIR/{gpt2,llama,llama3,...,mistral}/{model.safetensors,config.json,
 // reference.json,reference_logits.f32}. Output is byte-for-byte deterministic.
 //
 // Numerics: weights are drawn from a seeded PRNG, rounded to float32
@@ -229,19 +230,22 @@ function softmax(v) {
 }
 
 // Causal multi-head attention. q: T x (nh*hd), k,v: T x (nkv*hd).
-// kvOf(h) gives the kv head used by query head h.
-function causalAttention(q, k, v, nh, hd, kvOf, scale) {
+// kvOf(h) gives the kv head used by query head h. window > 0: query t sees
+// only keys s with t - window < s <= t (transformers' sliding_window_overlay
+// and'ed with the causal mask: itself and the window - 1 keys before it).
+function causalAttention(q, k, v, nh, hd, kvOf, scale, window = 0) {
   const T = q.length; const out = zeros(T, nh * hd);
   for (let h = 0; h < nh; h++) {
     const g = kvOf(h);
     for (let t = 0; t < T; t++) {
+      const s0 = window > 0 ? Math.max(0, t - window + 1) : 0;
       const sc = [];
-      for (let s = 0; s <= t; s++) {
+      for (let s = s0; s <= t; s++) {
         let d = 0; for (let i = 0; i < hd; i++) d += q[t][h * hd + i] * k[s][g * hd + i];
         sc.push(d * scale);
       }
       const p = softmax(sc);
-      for (let s = 0; s <= t; s++) for (let i = 0; i < hd; i++) out[t][h * hd + i] += p[s] * v[s][g * hd + i];
+      for (let s = s0; s <= t; s++) for (let i = 0; i < hd; i++) out[t][h * hd + i] += p[s - s0] * v[s][g * hd + i];
     }
   }
   return out;
@@ -480,6 +484,36 @@ const MIXTRAL_CFG = {
   rms_norm_eps: F(1e-5), rope_theta: F(1000000.0), router_aux_loss_coef: F(0.01), router_jitter_noise: F(0.0),
   sliding_window: null, tie_word_embeddings: false, torch_dtype: 'float32', use_cache: true, vocab_size: V,
 };
+// Mistral (modeling_mistral.py): Llama's decoder (no biases, RMSNorm, SwiGLU,
+// GQA, rotate-half RoPE) whose every layer attends through a sliding window
+// (create_sliding_window_causal_mask whenever config.sliding_window is set):
+// query q sees keys kv with q - sliding_window < kv <= q. Window 4 of 16
+// tokens: rows 4..15 (12 of 16) see fewer keys than full causal attention.
+// Keys as MistralConfig saves them (no attention_bias/mlp_bias; head_dim given).
+const MISTRAL_CFG = {
+  architectures: ['MistralForCausalLM'], attention_dropout: F(0.0), bos_token_id: 1, eos_token_id: 2,
+  head_dim: 8, hidden_act: 'silu', hidden_size: 32, initializer_range: F(0.02), intermediate_size: 48,
+  max_position_embeddings: 64, model_type: 'mistral', num_attention_heads: 4, num_hidden_layers: 2,
+  num_key_value_heads: 2, rms_norm_eps: F(1e-5), rope_theta: F(1000000.0), sliding_window: 4,
+  tie_word_embeddings: false, torch_dtype: 'float32', use_cache: true, vocab_size: V,
+};
+// transformers 5's attention window of layer l of a config (0: full causal):
+// Mistral's and Mixtral's sliding_window in every layer (MistralConfig's
+// default 4096 when left out); the Qwen classes' only with
+// use_sliding_window, in the layers layer_types says (Qwen3-MoE: every
+// layer) or, without layer_types, Qwen2/Qwen3's from max_window_layers on
+// and Qwen2-MoE's even layers below it. (Every fixture but mistral has none.)
+function layerWindow(cfg, l) {
+  const t = cfg.model_type;
+  if (t === 'mistral') return cfg.sliding_window === undefined ? 4096 : (cfg.sliding_window || 0);
+  if (t === 'mixtral') return cfg.sliding_window || 0;
+  if (!cfg.use_sliding_window || !cfg.sliding_window) return 0;
+  const mwl = cfg.max_window_layers === undefined ? 28 : cfg.max_window_layers;
+  if (t === 'qwen3_moe') return cfg.sliding_window;
+  if (cfg.layer_types) return cfg.layer_types[l] === 'sliding_attention' ? cfg.sliding_window : 0;
+  if (t === 'qwen2_moe') return l % 2 === 0 && l < mwl ? cfg.sliding_window : 0;
+  return l >= mwl ? cfg.sliding_window : 0;
+}
 // Qwen3-MoE (modeling_qwen3_moe.py): Qwen3's attention; the MLP of layer l is
 // a sparse MoE block when (l + 1) % decoder_sparse_step == 0 and l is not in
 // mlp_only_layers, else a dense MLP of intermediate_size. The block routes by
@@ -603,6 +637,8 @@ function headDim(cfg) { return cfg.head_dim || cfg.hidden_size / cfg.num_attenti
 // opts.qkNorm (Qwen3): 'head' (correct: each head over head_dim, before RoPE) |
 //   'none' | 'after_rope' | 'whole' (over all heads at once, OLMo2's way, the
 //   head_dim weight tiled)
+// opts.window (mutations): every layer's attention window in place of the
+//   config's (0: full causal attention)
 function decoderForward(cfg, S, moe, opts = {}) {
   const D = cfg.hidden_size, I = cfg.intermediate_size, H = cfg.num_attention_heads, KV = cfg.num_key_value_heads, hd = headDim(cfg);
   const eps = configValue(cfg, 'rms_norm_eps'), inv = ropeInvFreq(cfg, opts.ropeScaling || 'config');
@@ -639,7 +675,8 @@ function decoderForward(cfg, S, moe, opts = {}) {
     const q = qkNorm(post(applyRope(qp, H, hd, inv, ropeMode, mag), 'self_attn.q_proj.bias'), 'self_attn.q_norm.weight', 'after_rope');
     const k = qkNorm(post(applyRope(kp, KV, hd, inv, ropeMode, mag), 'self_attn.k_proj.bias'), 'self_attn.k_norm.weight', 'after_rope');
     const v = linear(x, g('self_attn.v_proj.weight'), bias('self_attn.v_proj.bias'), D, KV * hd);
-    const att = causalAttention(q, k, v, H, hd, kvOf, Math.pow(hd, -0.5));
+    const win = opts.window !== undefined ? opts.window : layerWindow(cfg, l);
+    const att = causalAttention(q, k, v, H, hd, kvOf, Math.pow(hd, -0.5), win);
     h = add(h, linear(att, g('self_attn.o_proj.weight'), null, H * hd, D));
     const y = rmsNorm(h, g('post_attention_layernorm.weight'), eps);
     let m;
@@ -916,6 +953,23 @@ function main() {
     const minGap = Math.min(...res.routing.flat().map((r) => r.gap));
     writeModel(outDir, 'qwen2_moe', cfg, S, real,
       `Qwen2MoeForCausalLM forward (eager, fp32 weights, computed in float64 by an independent JS implementation), batch 1, positions 0..${T - 1}, no padding; Qwen2 attention (q/k/v biases before rotate_half RoPE, GQA 4q/2kv, head_dim 8 = hidden_size / heads); layer 0 a dense MLP (mlp_only_layers [0], intermediate 48), layer 1 a sparse MoE block: top-2 of 4 experts (moe_intermediate 24) by softmax over all experts, not renormalised, plus sigmoid(shared_expert_gate(x)) x shared_expert(x) (shared_expert_intermediate 48); every token has p(2nd)-p(3rd) > 1e-3 (min ${minGap.toExponential(3)}) and every expert is used; untied lm_head; weights seed ${hex(seed)} (mulberry32 + Box-Muller), q_proj/k_proj std ${QK_STD}, q/k/v bias std ${BIAS_STD}`);
+  }
+  // Mistral: Llama with a sliding window of 4 keys in every layer
+  {
+    const seed = 0x3157A001, QK_STD = 0.5, cfg = MISTRAL_CFG, W = cfg.sliding_window;
+    const S = decoderWeights(cfg, seed, false, QK_STD);
+    const real = decoderForward(cfg, S, false).logits;
+    const rows = IDS.filter((_, t) => t >= W).length;
+    console.log(`mistral (MistralForCausalLM), seed ${hex(seed)}, q_proj/k_proj std ${QK_STD}, sliding_window ${W}: ${rows} of ${T} rows windowed`);
+    report('mistral', real, [
+      ['(w1) full causal attention (sliding_window ignored)', decoderForward(cfg, S, false, { window: 0 }).logits, true],
+      ['(w2) window one key wider (kv >= q - W)', decoderForward(cfg, S, false, { window: W + 1 }).logits, true],
+      ['(w3) window one key narrower (kv > q - W + 1)', decoderForward(cfg, S, false, { window: W - 1 }).logits, true],
+      ['(a1) interleaved-pair RoPE instead of rotate_half', decoderForward(cfg, S, false, { rope: 'interleave' }).logits, true],
+      ['(c) GQA kv head = h % n_kv instead of floor(h/(n_head/n_kv))', decoderForward(cfg, S, false, { gqa: 'mod' }).logits, true],
+    ]);
+    writeModel(outDir, 'mistral', cfg, S, real,
+      `MistralForCausalLM forward (eager, fp32 weights, computed in float64 by an independent JS implementation), batch 1, positions 0..${T - 1}, no padding; sliding_window ${W} in every layer: query q sees keys q-${W - 1}..q (sliding_window_overlay kv > q - ${W} and causal kv <= q), ${rows} of ${T} rows windowed; rotate_half RoPE (theta 1e6), GQA 4q/2kv, rms_norm_eps 1e-5, untied lm_head; weights seed ${hex(seed)} (mulberry32 + Box-Muller), q_proj/k_proj std ${QK_STD}`);
   }
   console.log('done');
 }
