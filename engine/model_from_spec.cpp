@@ -31,7 +31,11 @@ std::string attention_options(const ModelSpec& m) {
   if (m.head_size > 0) s += fmt::format(" of {}", m.head_size);  // "16 heads (8 kv) of 128"
   if (m.family == Family::llama && m.qkv_bias) s += ", q/k/v biases";
   if (m.qk_norm) s += ", q/k norms";
-  if (m.sliding_window > 0) s += fmt::format(", sliding window {}", m.sliding_window);
+  if (m.sliding_window > 0)
+    s += m.full_attention_every > 0
+             ? fmt::format(", sliding window {} (layers {}, {}, ... in full)", m.sliding_window,
+                           m.full_attention_every, 2 * m.full_attention_every)
+             : fmt::format(", sliding window {}", m.sliding_window);
   if (const RopeScalingSpec& r = m.rope_scaling; r.enabled)  // ", yarn RoPE x4 over 32768 positions"
     s += r.type == RopeType::linear
              ? fmt::format(", linear RoPE x{}", r.factor)
@@ -69,6 +73,7 @@ model::ModelConfig model_config(const JobSpec& spec) {
   c.qkv_bias = m.qkv_bias;
   c.qk_norm = m.qk_norm;
   c.sliding_window = m.sliding_window;
+  c.full_attention_every = m.full_attention_every;
   c.rope_theta = static_cast<float>(m.rope_theta);
   const RopeScalingSpec& rs = m.rope_scaling;
   if (rs.enabled && rs.type == RopeType::yarn)

@@ -13,9 +13,9 @@
 namespace trainer::model {
 
 void Attention::declare(Buffers& buf, const std::string& prefix, const ModelConfig& cfg,
-                        const BatchShape& batch) {
+                        const BatchShape& batch, int64_t window) {
   rope_ = cfg.is_llama();
-  window_ = cfg.sliding_window;
+  window_ = window;
   rotary_ = Rope(cfg.rope_theta, cfg.rope_scaling);
   B_ = batch.B;
   T_ = batch.T;

@@ -8,7 +8,7 @@
 // back to their owners summed over cp. Documents packed into a sequence:
 // each query sees keys of its own document only, and RoPE may restart its
 // positions at each document (LayerEnv::doc_start, positions). A sliding
-// window (ModelConfig::sliding_window) hides the keys before it. With qk_norm
+// window (ModelConfig::window_of) hides the keys before it. With qk_norm
 // (Qwen3) each q and k head is RMS-normalised before RoPE; the projections'
 // outputs are kept as the norms' inputs.
 #pragma once
@@ -25,8 +25,9 @@ namespace trainer::model {
 
 class Attention {
  public:
+  // window: this layer's sliding window (ModelConfig::window_of; 0: none).
   void declare(Buffers& buf, const std::string& prefix, const ModelConfig& cfg,
-               const BatchShape& batch);
+               const BatchShape& batch, int64_t window);
   // out (R, C) = attention(in (R, C)); written
   void forward(const LayerEnv& env, const Scratch& s, Tensor out, Tensor in) const;
   // dinp (R, C) written from dout (R, C); parameter gradients accumulated
@@ -50,7 +51,7 @@ class Attention {
   TpIo io_;
   Linear q_proj_, k_proj_, v_proj_, o_proj_;
   bool qk_norm_ = false;
-  int64_t window_ = 0;  // ModelConfig::sliding_window: the kernels mask it
+  int64_t window_ = 0;  // this layer's sliding window: the kernels mask it
   Norm q_norm_, k_norm_;
   // q_ and k_: attention's operands (RoPE applied in place); q_in_ and k_in_:
   // the projections' outputs, the same buffers unless qk_norm.

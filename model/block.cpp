@@ -20,7 +20,7 @@ void Block::declare(Buffers& buf, int layer, const ModelConfig& cfg, const Batch
   nvtx_recompute_ = p + " recompute";
   if (cfg.recompute_full) buf.begin_recomputed_block();
   norm1_.declare(buf, p + (cfg.is_llama() ? ".input_layernorm" : ".ln_1"), cfg, N);
-  attn_.declare(buf, p, cfg, batch);
+  attn_.declare(buf, p, cfg, batch, cfg.window_of(layer));
   norm2_.declare(buf, p + (cfg.is_llama() ? ".post_attention_layernorm" : ".ln_2"), cfg, N);
   is_moe_ = cfg.is_moe_layer(layer);
   if (is_moe_)

@@ -414,17 +414,19 @@ double Model::flops_per_token() const {
   double mlp = (cfg_.is_llama() ? 3.0 : 2.0) * C * F;
   double attn_proj = C * H * D * 2 + C * Hkv * D * 2;
   // QK^T and PV per token over the keys a query may see: the whole sequence
-  // (PaLM's convention, the causal half not taken off), or its window.
-  const double keys = cfg_.sliding_window > 0 ? std::min<double>(T, cfg_.sliding_window) : T;
-  double attn_core = 2.0 * keys * H * D;
-  double per_layer = 2.0 * (mlp + attn_proj) + 2.0 * attn_core;
+  // (PaLM's convention, the causal half not taken off), or its layer's window.
+  auto attn_core = [&](int layer) {
+    const int64_t w = cfg_.window_of(layer);
+    return 2.0 * (w > 0 ? std::min<double>(T, w) : T) * H * D;
+  };
+  double per_layer = 2.0 * (mlp + attn_proj);
   // An MoE layer: the router plus top_k routed and the shared experts' GEMMs.
   const MoeConfig& moe = cfg_.moe;
   double moe_mlp = (cfg_.is_llama() ? 3.0 : 2.0) * C * moe.d_ff_expert *
                        (moe.top_k + moe.n_shared_experts) + C * moe.n_experts;
   double forward = 2.0 * C * V;
   for (int l = 0; l < cfg_.n_layer; ++l)
-    forward += per_layer + (cfg_.is_moe_layer(l) ? 2.0 * (moe_mlp - mlp) : 0.0);
+    forward += per_layer + 2.0 * attn_core(l) + (cfg_.is_moe_layer(l) ? 2.0 * (moe_mlp - mlp) : 0.0);
   return 3.0 * forward;  // backward costs twice the forward
 }
 

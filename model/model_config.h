@@ -63,12 +63,19 @@ struct ModelConfig {
   // RoPE angles, learned position rows), which the caller fills with the ids.
   bool doc_masking = false;
   bool reset_positions = false;
-  // Sliding-window attention (model.sliding_window, every layer): > 0 makes
-  // each query see only itself and the sliding_window - 1 keys before it, at
-  // global positions (a context-parallel chunk's queries included); with
-  // documents, the later of the two first keys. The attention kernels take
-  // it as an argument, so nothing per token is stored.
+  // Sliding-window attention (model.sliding_window): > 0 makes each query
+  // see only itself and the sliding_window - 1 keys before it, at global
+  // positions (a context-parallel chunk's queries included); with documents,
+  // the later of the two first keys. The attention kernels take it as an
+  // argument, so nothing per token is stored. full_attention_every N > 0
+  // (model.full_attention_every, Megatron's --window-attn-skip-freq) keeps
+  // every N-th layer (1-based: layers N, 2N, ...) in full attention.
   int64_t sliding_window = 0;
+  int full_attention_every = 0;
+  int64_t window_of(int layer) const {
+    const bool full = full_attention_every > 0 && (layer + 1) % full_attention_every == 0;
+    return full ? 0 : sliding_window;
+  }
 
   // ZeRO sharding by parameter unit (embedding, block, head): > 0 pads each
   // unit part to a multiple of this many elements (dp shards of 64;

@@ -45,15 +45,26 @@ HfKind hf_kind(const model::ModelConfig& cfg) {
                         "llama: MistralForCausalLM, MixtralForCausalLM or a Qwen class)", cfg.sliding_window);
     return {"GPT2LMHeadModel", "gpt2", "model.family gpt2"};
   }
-  if (cfg.moe_enabled && cfg.qk_norm)
+  if (cfg.moe_enabled && cfg.qk_norm) {
+    TRAINER_INPUT_CHECK(cfg.full_attention_every == 0, "model.full_attention_every is {}: "
+                        "Qwen3MoeForCausalLM windows every layer when it windows any",
+                        cfg.full_attention_every);
     return {"Qwen3MoeForCausalLM", "qwen3_moe", "model.family llama with model.moe and model.qk_norm"};
+  }
   if (cfg.moe_enabled && cfg.qkv_bias)
     return {"Qwen2MoeForCausalLM", "qwen2_moe", "model.family llama with model.moe and model.qkv_bias"};
+  TRAINER_INPUT_CHECK(!cfg.moe_enabled || cfg.full_attention_every == 0, "model.full_attention_every is {}: "
+                      "MixtralForCausalLM windows every layer (layers of full attention among windowed "
+                      "ones are a Qwen-MoE class's layer_types: model.qkv_bias or model.qk_norm)",
+                      cfg.full_attention_every);
   if (cfg.moe_enabled) return {"MixtralForCausalLM", "mixtral", "model.family llama with model.moe"};
   TRAINER_INPUT_CHECK(!(cfg.qk_norm && cfg.qkv_bias), "model.qk_norm with model.qkv_bias: no Hugging "
                       "Face class has both (Qwen2 has the biases, Qwen3 the norms)");
   if (cfg.qk_norm) return {"Qwen3ForCausalLM", "qwen3", "model.family llama with model.qk_norm"};
   if (cfg.qkv_bias) return {"Qwen2ForCausalLM", "qwen2", "model.family llama with model.qkv_bias"};
+  TRAINER_INPUT_CHECK(cfg.full_attention_every == 0, "model.full_attention_every is {}: MistralForCausalLM "
+                      "windows every layer (layers of full attention among windowed ones are a Qwen "
+                      "class's layer_types: model.qkv_bias or model.qk_norm)", cfg.full_attention_every);
   if (cfg.sliding_window > 0)
     return {"MistralForCausalLM", "mistral", "model.family llama with model.sliding_window"};
   return {"LlamaForCausalLM", "llama", "model.family llama"};
@@ -413,20 +424,36 @@ void check_qwen_window(const ConfigCheck& c, const model::ModelConfig& cfg, cons
     for (int64_t i = 0; i < n; ++i) windowed[static_cast<size_t>(i)] = i >= from;
     rule = fmt::format("max_window_layers is {}: the layers from it on are windowed", from);
   }
-  std::vector<int64_t> full, sliding;
-  for (int64_t i = 0; i < n; ++i) (windowed[static_cast<size_t>(i)] ? sliding : full).push_back(i);
+  std::vector<int64_t> sliding;
+  for (int64_t i = 0; i < n; ++i)
+    if (windowed[static_cast<size_t>(i)]) sliding.push_back(i);
   if (W > 0) {
-    const std::string want = fmt::format("but model.sliding_window is {} in every layer", W);
+    const int N = cfg.full_attention_every;
+    const std::string want =
+        N > 0 ? fmt::format("but model.sliding_window is {} in every layer but layers {}, {}, ... "
+                            "(model.full_attention_every {})", W, N, 2 * N, N)
+              : fmt::format("but model.sliding_window is {} in every layer", W);
     if (!on) {
       c.require(false, "use_sliding_window is false (full causal attention), {}", want);
     } else if (window <= 0) {
       c.require(false, "sliding_window is null (full causal attention), {}", want);
     } else {
       c.require(window == static_cast<double>(W), "sliding_window is {}, but {}", window, job_window(cfg));
-      const char* fix = types || type == "qwen2_moe" ? " (layer_types: all \"sliding_attention\")"
-                                                     : " (max_window_layers: 0)";
-      c.require(full.empty(), "{}: {} attend{} in full, {}{}", rule, layer_list(full),
-                full.size() == 1 ? "s" : "", want, fix);
+      // The layers the config leaves in full and the job windows, and the reverse.
+      std::vector<int64_t> unwindowed, overwindowed;
+      for (int64_t i = 0; i < n; ++i) {
+        const bool job = cfg.window_of(static_cast<int>(i)) > 0;
+        if (job && !windowed[static_cast<size_t>(i)]) unwindowed.push_back(i);
+        if (!job && windowed[static_cast<size_t>(i)]) overwindowed.push_back(i);
+      }
+      const char* fix = N > 0 ? " (layer_types: \"full_attention\" for those layers, \"sliding_attention\" "
+                                "for the rest)"
+                        : types || type == "qwen2_moe" ? " (layer_types: all \"sliding_attention\")"
+                                                       : " (max_window_layers: 0)";
+      c.require(unwindowed.empty(), "{}: {} attend{} in full, {}{}", rule, layer_list(unwindowed),
+                unwindowed.size() == 1 ? "s" : "", want, fix);
+      c.require(overwindowed.empty(), "{}: {} {} windowed, {}{}", rule, layer_list(overwindowed),
+                overwindowed.size() == 1 ? "is" : "are", want, fix);
     }
     return;
   }
@@ -613,11 +640,14 @@ std::string hf_config_json(const model::ModelConfig& cfg, const HfConfigExtras& 
         // A window in every layer, in every transformers version's reading:
         // max_window_layers 0 (4.x: the layers from it on), layer_types (5:
         // Qwen2-MoE would window only the even layers below max_window_layers).
+        // With model.full_attention_every only layer_types says which layers
+        // attend in full (transformers before layer_types would window all).
         j.set("use_sliding_window", Json(true));
         j.set("sliding_window", Json(window));
         j.set("max_window_layers", Json(int64_t{0}));
         Json types = Json::array();
-        for (int64_t l = 0; l < cfg.n_layer; ++l) types.push(Json("sliding_attention"));
+        for (int l = 0; l < cfg.n_layer; ++l)
+          types.push(Json(cfg.window_of(l) > 0 ? "sliding_attention" : "full_attention"));
         j.set("layer_types", std::move(types));
       } else {
         // Full attention in every layer, in every transformers version's reading.

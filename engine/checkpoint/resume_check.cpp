@@ -57,6 +57,8 @@ std::vector<std::string> model_differences(const ModelSpec& saved, const ModelSp
     differ(out, "model.norm_eps", saved.norm_eps, job.norm_eps);
     auto window = [](int w) { return w > 0 ? std::to_string(w) : std::string("null"); };
     differ(out, "model.sliding_window", window(saved.sliding_window), window(job.sliding_window));
+    differ(out, "model.full_attention_every", window(saved.full_attention_every),
+           window(job.full_attention_every));
   }
   const MoESpec &a = saved.moe, &b = job.moe;
   if (a.enabled != b.enabled) {

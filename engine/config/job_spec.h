@@ -85,6 +85,7 @@ struct ModelSpec {
   bool qkv_bias = false;          // llama: biases on q, k, v (Qwen2); gpt2 has them regardless
   bool qk_norm = false;           // llama: RMSNorm of each q and k head before RoPE (Qwen3)
   int sliding_window = 0;         // YAML null = 0: full causal; W >= 1: each query sees its last W keys
+  int full_attention_every = 0;   // YAML null = 0: every layer windowed; N >= 2: layers N, 2N, ... full
   double rope_theta = 10000.0;    // > 0
   RopeScalingSpec rope_scaling;   // llama only
   double norm_eps = 1e-5;         // > 0

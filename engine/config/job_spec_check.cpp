@@ -34,6 +34,9 @@ void check_model(const ModelSpec& m, const SpecReader& r) {
   if (m.family == Family::gpt2 && m.qk_norm)
     r.fail("model.qk_norm", "the q/k norm is an RMSNorm of each head, as llama's norms are "
                             "(qk_norm needs family: llama)");
+  if (m.full_attention_every > 0 && m.sliding_window == 0)
+    r.fail("model.full_attention_every", "keeps every N-th layer in full attention among sliding-window "
+                                         "layers, but model.sliding_window is null");
   if (m.family == Family::gpt2 && m.rope_scaling.enabled)
     r.fail("model.rope_scaling", "gpt2 has learned positions, not rotary embeddings (rope_scaling "
                                  "needs family: llama)");

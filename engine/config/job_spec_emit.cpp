@@ -99,12 +99,14 @@ std::string job_spec_to_yaml(const JobSpec& spec) {
   y += fmt::format(
       "model:\n  family: {}\n  n_layer: {}\n  d_model: {}\n  n_head: {}\n  n_kv_head: {}\n"
       "  head_dim: {}\n  d_ff: {}\n  vocab_size: {}\n  max_seq_len: {}\n  tie_embeddings: {}\n"
-      "  qkv_bias: {}\n  qk_norm: {}\n  sliding_window: {}\n  rope_theta: {}\n  norm_eps: {}\n"
-      "  init_std: {}\n  init_from: {}\n",
+      "  qkv_bias: {}\n  qk_norm: {}\n  sliding_window: {}\n  full_attention_every: {}\n"
+      "  rope_theta: {}\n  norm_eps: {}\n  init_std: {}\n  init_from: {}\n",
       to_string(m.family), m.n_layer, m.d_model, m.n_head, m.n_kv_head,
       m.head_size > 0 ? std::to_string(m.head_size) : std::string("null"), m.d_ff, m.vocab_size,
       m.max_seq_len, yes(m.tie_embeddings), yes(qkv_bias), yes(m.qk_norm),
-      m.sliding_window > 0 ? std::to_string(m.sliding_window) : std::string("null"), num(m.rope_theta),
+      m.sliding_window > 0 ? std::to_string(m.sliding_window) : std::string("null"),
+      m.full_attention_every > 0 ? std::to_string(m.full_attention_every) : std::string("null"),
+      num(m.rope_theta),
       num(m.norm_eps), num(m.init_std), m.init_from.empty() ? "null" : str(m.init_from));
   if (m.rope_scaling.enabled) {
     const RopeScalingSpec& rs = m.rope_scaling;

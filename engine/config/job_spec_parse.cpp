@@ -215,6 +215,10 @@ void read_model(Section s, ModelSpec& m) {
       r.fail(s.path("sliding_window"), fmt::format("must be in 1..16777216, got {} (null: full causal "
                                                    "attention)", m.sliding_window));
   }
+  // Megatron's --window-attn-skip-freq: layers N, 2N, ... (1-based) keep full
+  // attention, the others the window (Gemma's sliding_window_pattern).
+  if (s.has("full_attention_every") && !s.is_null("full_attention_every"))
+    s.read("full_attention_every", m.full_attention_every, 2, 16384);
   s.read("rope_theta", m.rope_theta);
   r.check_min(s.path("rope_theta"), m.rope_theta, 0, true);
   if (s.has("rope_scaling") && !s.is_null("rope_scaling"))

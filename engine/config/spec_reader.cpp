@@ -28,7 +28,7 @@ KeyNode leaves(const char* name, std::initializer_list<const char*> keys) {
 
 KeyNode build_key_tree() {
   KeyNode model = leaves("model", {"family", "n_layer", "d_model", "n_head", "n_kv_head", "head_dim", "d_ff",
-                                   "vocab_size", "max_seq_len", "tie_embeddings", "qkv_bias", "qk_norm", "sliding_window", "rope_theta",
+                                   "vocab_size", "max_seq_len", "tie_embeddings", "qkv_bias", "qk_norm", "sliding_window", "full_attention_every", "rope_theta",
                                    "norm_eps", "init_std", "init_from"});
   model.children.push_back(leaves("rope_scaling", {"type", "factor", "low_freq_factor",
                                                    "high_freq_factor",

@@ -241,6 +241,32 @@ TEST_CASE("hf config: a sliding window exports as Mistral's, Mixtral's or the Qw
     REQUIRE(j.at("layer_types").items().size() == 2);
     for (const Json& t : j.at("layer_types").items()) CHECK(t.as_string() == "sliding_attention");
   }
+  // Full-attention layers among windowed ones (model.full_attention_every):
+  // only Qwen2's and Qwen3's layer_types say which; Mistral, Mixtral and
+  // Qwen3-MoE window every layer, so those jobs are refused by the key.
+  for (model::ModelConfig cfg : {windowed(qwen2_cfg()), windowed(qwen3_cfg()), windowed(qwen2_moe_cfg())}) {
+    cfg.full_attention_every = 2;
+    Json j = parse_json(hf_config_json(cfg), "config.json");
+    INFO(j.at("model_type").as_string());
+    REQUIRE(j.at("layer_types").items().size() == 2);
+    CHECK(j.at("layer_types").items()[0].as_string() == "sliding_attention");
+    CHECK(j.at("layer_types").items()[1].as_string() == "full_attention");
+    const std::string own = config_with(cfg, "", nullptr);
+    CHECK_NOTHROW(check_hf_config(own, cfg));
+    // The same config.json against a job windowing both layers, and the reverse.
+    model::ModelConfig every = cfg;
+    every.full_attention_every = 0;
+    CHECK_THROWS_WITH(check_hf_config(own, every),
+                      Contains("layer_types: layer 1 attends in full, but model.sliding_window is 4 in "
+                               "every layer"));
+    CHECK_THROWS_WITH(check_hf_config(config_with(every, "", nullptr), cfg),
+                      Contains("layer 1 is windowed, but model.sliding_window is 4 in every layer but "
+                               "layers 2, 4, ... (model.full_attention_every 2)"));
+  }
+  for (model::ModelConfig cfg : {mistral_cfg(), windowed(mixtral_cfg()), windowed(qwen3_moe_cfg())}) {
+    cfg.full_attention_every = 2;
+    CHECK_THROWS_WITH(hf_architecture(cfg), Contains("model.full_attention_every is 2"));
+  }
   // Without a window: as before (no layer_types; Qwen's window off).
   CHECK(parse_json(hf_config_json(qwen2_cfg()), "c").find("layer_types") == nullptr);
   CHECK(parse_json(hf_config_json(llama_cfg()), "c").find("sliding_window") == nullptr);

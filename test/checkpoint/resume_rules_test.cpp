@@ -107,6 +107,10 @@ TEST_CASE("resume: model_differences names MoE structure, not its training setti
   CHECK(model_differences(a, windowed) ==
         std::vector<std::string>{"model.sliding_window is null in the checkpoint, 4096 in this job"});
   CHECK(model_differences(a, windowed, true).empty());
+  ModelSpec patterned = windowed;
+  patterned.full_attention_every = 2;
+  CHECK(model_differences(windowed, patterned) ==
+        std::vector<std::string>{"model.full_attention_every is null in the checkpoint, 2 in this job"});
   // The router's scores and weighting change the function, not a tensor:
   // refused on resume, not by a new run from the weights (tensors_only).
   ModelSpec routed = a;

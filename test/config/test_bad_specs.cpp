@@ -65,6 +65,11 @@ const std::vector<Bad>& bad_specs() {
        "job.yaml:5: model.sliding_window: must be in 1..16777216, got 0 (null: full causal attention)"},
       {"sliding window not a number", kData, {"model.sliding_window=wide"},
        "--set: model.sliding_window: expected an integer, got 'wide'"},
+      {"full attention every layer", kData + "model:\n  sliding_window: 8\n  full_attention_every: 1\n", {},
+       "job.yaml:6: model.full_attention_every: must be in 2..16384, got 1"},
+      {"full-attention layers without a window", kData + "model:\n  full_attention_every: 4\n", {},
+       "job.yaml:5: model.full_attention_every: keeps every N-th layer in full attention among "
+       "sliding-window layers, but model.sliding_window is null"},
       {"rope scaling on gpt2", kData + "model:\n  rope_scaling: {factor: 8}\n", {},
        "job.yaml:5: model.rope_scaling: gpt2 has learned positions, not rotary embeddings "
        "(rope_scaling needs family: llama)"},

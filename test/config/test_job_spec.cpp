@@ -111,6 +111,7 @@ model:
   qkv_bias: true
   qk_norm: true
   sliding_window: 4096
+  full_attention_every: 6
   rope_theta: 500000.0
   rope_scaling: {type: llama3, factor: 32, low_freq_factor: 2, high_freq_factor: 8,
                  original_max_position_embeddings: 4096}
@@ -152,6 +153,7 @@ log: {metrics: none, timers: true, profile_steps: [3, 5], profile_ranks: [2, 0]}
   CHECK(s.model.qkv_bias);
   CHECK(s.model.qk_norm);
   CHECK(s.model.sliding_window == 4096);
+  CHECK(s.model.full_attention_every == 6);
   CHECK(s.model.rope_theta == 500000.0);
   CHECK(s.model.rope_scaling.enabled);
   CHECK(s.model.rope_scaling.factor == 32.0);

@@ -1,7 +1,8 @@
-// Sliding-window attention through the whole model (ModelConfig::sliding_window):
-// a token's losses depend on no token more than n_layer x (window - 1)
-// positions back, a window as long as the sequence is plain causal attention
-// bit for bit, and the gradients match finite differences.
+// Sliding-window attention through the whole model (ModelConfig::sliding_window,
+// full_attention_every): a token's losses depend on no token more than
+// n_layer x (window - 1) positions back, a window as long as the sequence is
+// plain causal attention bit for bit, full-attention layers among windowed
+// ones are the right ones, and the gradients match finite differences.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -16,10 +17,11 @@ using namespace trainer::model;
 
 namespace {
 
-ModelConfig tiny(Family family, int64_t window) {
+ModelConfig tiny(Family family, int64_t window, int full_every = 0, int layers = 2) {
   ModelConfig cfg;
   cfg.family = family;
-  cfg.n_layer = 2;
+  cfg.n_layer = layers;
+  cfg.full_attention_every = full_every;
   cfg.d_model = 16;
   cfg.n_head = 4;
   cfg.n_kv_head = family == Family::llama ? 2 : 4;
@@ -60,6 +62,38 @@ std::vector<int32_t> random_ids(size_t n, uint32_t seed) {
   std::vector<int32_t> v(n);
   for (auto& x : v) x = static_cast<int32_t>(rng() % 50);
   return v;
+}
+
+// The summed loss's analytic gradient against central differences, three
+// random coordinates of every parameter.
+void check_gradients(const ModelConfig& cfg, uint32_t seed) {
+  Run run(cfg, 2, 6);
+  run.set(random_ids(12, 5), random_ids(12, 6));
+  run.model.zero_grads(run.ctx);
+  run.losses();
+  run.model.backward(run.ctx, 1.0f);  // d(sum of losses)
+  std::mt19937 rng(seed);
+  int checked = 0;
+  for (const auto& p : run.model.buffers().params()) {
+    Tensor w = run.model.buffers().get(p.value), g = run.model.buffers().get(p.grad);
+    const int64_t limit = p.spec.valid_rows >= 0 ? p.spec.valid_rows * w.size(-1) : w.numel();
+    for (int k = 0; k < 3; ++k) {
+      const int64_t i = static_cast<int64_t>(rng() % static_cast<uint64_t>(limit));
+      float* x = w.ptr<float>() + i;
+      const float orig = *x, eps = 1e-2f * std::max(1.0f, std::fabs(orig));
+      *x = orig + eps;
+      const double up = run.loss_sum();
+      *x = orig - eps;
+      const double down = run.loss_sum();
+      *x = orig;
+      const double numeric = (up - down) / (double(orig + eps) - double(orig - eps));
+      const double analytic = g.ptr<float>()[i];
+      INFO(p.spec.name << "[" << i << "] analytic " << analytic << " numeric " << numeric);
+      CHECK(std::fabs(analytic - numeric) <= 2e-3 + 2e-2 * std::fabs(numeric));
+      ++checked;
+    }
+  }
+  CHECK(checked >= 30);
 }
 
 }  // namespace
@@ -109,33 +143,7 @@ TEST_CASE("a sliding window as long as the sequence is plain causal attention",
 TEST_CASE("sliding-window model gradients match finite differences", "[cpu][model][window]") {
   for (Family family : {Family::gpt2, Family::llama}) {
     INFO((family == Family::gpt2 ? "gpt2" : "llama"));
-    Run run(tiny(family, 2), 2, 6);
-    run.set(random_ids(12, 5), random_ids(12, 6));
-    run.model.zero_grads(run.ctx);
-    run.losses();
-    run.model.backward(run.ctx, 1.0f);  // d(sum of losses)
-    std::mt19937 rng(11);
-    int checked = 0;
-    for (const auto& p : run.model.buffers().params()) {
-      Tensor w = run.model.buffers().get(p.value), g = run.model.buffers().get(p.grad);
-      const int64_t limit = p.spec.valid_rows >= 0 ? p.spec.valid_rows * w.size(-1) : w.numel();
-      for (int k = 0; k < 3; ++k) {
-        const int64_t i = static_cast<int64_t>(rng() % static_cast<uint64_t>(limit));
-        float* x = w.ptr<float>() + i;
-        const float orig = *x, eps = 1e-2f * std::max(1.0f, std::fabs(orig));
-        *x = orig + eps;
-        const double up = run.loss_sum();
-        *x = orig - eps;
-        const double down = run.loss_sum();
-        *x = orig;
-        const double numeric = (up - down) / (double(orig + eps) - double(orig - eps));
-        const double analytic = g.ptr<float>()[i];
-        INFO(p.spec.name << "[" << i << "] analytic " << analytic << " numeric " << numeric);
-        CHECK(std::fabs(analytic - numeric) <= 2e-3 + 2e-2 * std::fabs(numeric));
-        ++checked;
-      }
-    }
-    CHECK(checked >= 30);
+    check_gradients(tiny(family, 2), 11);
   }
 }
 
@@ -152,4 +160,52 @@ TEST_CASE("a sliding window counts the attention FLOPs of the keys a query may s
   const double H = cfg.n_head, D = cfg.head_dim();
   CHECK(full.flops_per_token() - narrow.flops_per_token() ==
         Approx(3.0 * cfg.n_layer * 2 * 2 * (T - W) * H * D).epsilon(1e-12));
+}
+
+TEST_CASE("model.full_attention_every keeps layers N, 2N, ... in full attention",
+          "[cpu][model][window]") {
+  CHECK(tiny(Family::llama, 4, 3, 7).window_of(0) == 4);
+  CHECK(tiny(Family::llama, 4, 3, 7).window_of(2) == 0);  // layer 3 of 1-based counting
+  CHECK(tiny(Family::llama, 4, 3, 7).window_of(5) == 0);
+  CHECK(tiny(Family::llama, 4, 3, 7).window_of(6) == 4);
+  CHECK(tiny(Family::llama, 4, 0, 7).window_of(2) == 4);
+  CHECK(tiny(Family::llama, 0, 0, 7).window_of(2) == 0);
+  // Three layers, window 2, the third in full: a token's loss depends on
+  // every earlier token. With every layer windowed it reaches back 3 tokens.
+  const int64_t T = 12;
+  const std::vector<int32_t> ids = random_ids(T, 7), targets = random_ids(T, 8);
+  std::vector<int32_t> other = ids;
+  other[0] = (other[0] + 11) % 50;
+  auto changed = [&](const ModelConfig& cfg) {
+    Run run(cfg, 1, T);
+    run.set(ids, targets);
+    const std::vector<float> a = run.losses();
+    run.set(other, targets);
+    const std::vector<float> b = run.losses();
+    std::vector<bool> out;
+    for (int64_t t = 0; t < T; ++t) out.push_back(a[t] != b[t]);
+    return out;
+  };
+  const std::vector<bool> windowed = changed(tiny(Family::llama, 2, 0, 3));
+  const std::vector<bool> last_full = changed(tiny(Family::llama, 2, 3, 3));
+  for (int64_t t = 0; t < T; ++t) {
+    INFO("position " << t);
+    CHECK(windowed[t] == (t <= 3));
+    CHECK(last_full[t]);
+  }
+  // A pattern longer than the model windows every layer: the same bits.
+  Run all(tiny(Family::llama, 2, 0, 3), 1, T), long_pattern(tiny(Family::llama, 2, 4, 3), 1, T);
+  all.set(ids, targets);
+  long_pattern.set(ids, targets);
+  CHECK(all.losses() == long_pattern.losses());
+  // The FLOPs count each layer's own keys: the full layer's 12, the others' 2.
+  Model full(tiny(Family::llama, 0, 0, 3), BatchShape{1, T}), patterned(tiny(Family::llama, 2, 3, 3), BatchShape{1, T});
+  const ModelConfig cfg = tiny(Family::llama, 0, 0, 3);
+  CHECK(full.flops_per_token() - patterned.flops_per_token() ==
+        Approx(3.0 * 2 * 2 * 2 * (T - 2) * cfg.n_head * cfg.head_dim()).epsilon(1e-12));
+}
+
+TEST_CASE("sliding-window model gradients with a full-attention layer match finite differences",
+          "[cpu][model][window]") {
+  check_gradients(tiny(Family::llama, 2, 2, 2), 13);
 }
