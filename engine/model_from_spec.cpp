@@ -93,6 +93,7 @@ model::ModelConfig model_config(const JobSpec& spec) {
   c.cp = spec.parallel.cp;
   c.sequence_parallel = spec.parallel.sequence_parallel;
   c.recompute_full = spec.parallel.recompute == Recompute::full;
+  c.recompute_num_layers = spec.parallel.recompute_num_layers;
   c.doc_masking = spec.data.reset_attention_mask;
   c.reset_positions = spec.data.reset_position_ids;
   const PrecisionSpec& pr = spec.precision;

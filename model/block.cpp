@@ -9,7 +9,9 @@
 
 namespace trainer::model {
 
-void Block::declare(Buffers& buf, int layer, const ModelConfig& cfg, const BatchShape& batch) {
+void Block::declare(Buffers& buf, int layer, const ModelConfig& cfg, const BatchShape& batch,
+                    bool recompute) {
+  recompute_ = recompute;
   int64_t N = residual_rows(cfg, batch), C = cfg.d_model;
   std::string p = cfg.is_llama() ? fmt::format("model.layers.{}", layer)
                                   : fmt::format("transformer.h.{}", layer);
@@ -18,7 +20,7 @@ void Block::declare(Buffers& buf, int layer, const ModelConfig& cfg, const Batch
   const std::string mlp = p + (cfg.is_moe_layer(layer) ? ".moe" : ".mlp");
   nvtx_mlp_fwd_ = mlp + " forward", nvtx_mlp_bwd_ = mlp + " backward";
   nvtx_recompute_ = p + " recompute";
-  if (cfg.recompute_full) buf.begin_recomputed_block();
+  if (recompute_) buf.begin_recomputed_block();
   norm1_.declare(buf, p + (cfg.is_llama() ? ".input_layernorm" : ".ln_1"), cfg, N);
   attn_.declare(buf, p, cfg, batch, cfg.window_of(layer));
   norm2_.declare(buf, p + (cfg.is_llama() ? ".post_attention_layernorm" : ".ln_2"), cfg, N);

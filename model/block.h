@@ -13,7 +13,10 @@ namespace trainer::model {
 
 class Block {
  public:
-  void declare(Buffers& buf, int layer, const ModelConfig& cfg, const BatchShape& batch);
+  // recompute: the block's internals go to the region every recomputed
+  // block shares (ModelConfig::recomputes), its forward rerun before backward.
+  void declare(Buffers& buf, int layer, const ModelConfig& cfg, const BatchShape& batch,
+               bool recompute);
   // out() (R, C) written from in (R, C); R = residual_rows()
   void forward(const LayerEnv& env, const Scratch& s, Tensor in) const;
   // dres (R, C): on entry d(out), on return d(in), updated in place;
@@ -21,6 +24,7 @@ class Block {
   void backward(const LayerEnv& env, const Scratch& s, Tensor dres, Tensor in,
                 float aux_dloss = 0.0f) const;
   const Moe* moe() const { return is_moe_ ? &moe_ : nullptr; }
+  bool recomputed() const { return recompute_; }
   Tensor out(const LayerEnv& env) const { return env.buf.get(out_); }
 
  private:
@@ -29,6 +33,7 @@ class Block {
   Mlp mlp_;
   Moe moe_;
   bool is_moe_ = false;
+  bool recompute_ = false;
   BufferId mid_ = -1, out_ = -1;
   // NVTX range names (Nsight Systems shows each layer's forward and backward).
   std::string nvtx_fwd_, nvtx_bwd_, nvtx_attn_fwd_, nvtx_attn_bwd_, nvtx_mlp_fwd_, nvtx_mlp_bwd_,

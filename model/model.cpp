@@ -88,7 +88,7 @@ Model::Model(const ModelConfig& cfg, const BatchShape& batch) : cfg_(cfg), batch
       block_unit_.resize(blocks_.size());
       block_unit_[b] = static_cast<int>(buf_.param_units().size());
       buf_.begin_param_unit(true);
-      blocks_[b].declare(buf_, l, cfg_, batch_);
+      blocks_[b].declare(buf_, l, cfg_, batch_, cfg_.recomputes(l - ranges[c].first));
       buf_.end_param_unit();
       block_params_[b].end = params_now();
     }
@@ -338,8 +338,8 @@ void Model::backward(Context& ctx, float dloss, int c, std::optional<float> aux_
   for (int l = ch.block_end - 1; l >= ch.block_begin; --l) {
     Tensor in = l == ch.block_begin ? stage_in(env, c) : blocks_[l - 1].out(env);
     if (block_hooks_) block_hooks_->gather(block_unit_[l], true);
-    if (cfg_.recompute_full) {
-      // Every block's internals share one region: bring back this block's.
+    if (blocks_[l].recomputed()) {
+      // Every recomputed block's internals share one region: bring back this block's.
       LayerEnv again = env;
       again.recompute = true;
       blocks_[l].forward(again, scratch_, in);

@@ -54,7 +54,15 @@ struct ModelConfig {
   // residual stream); its internal activations share one region with every
   // other block's and are recomputed by running its forward again just
   // before its backward (Megatron's --recompute-granularity full, per layer).
+  // recompute_num_layers > 0 recomputes only the first that many blocks of
+  // each model chunk (pipeline stage, or virtual stage), the rest keeping
+  // their activations (Megatron's --recompute-method block
+  // --recompute-num-layers): memory traded for compute a block at a time.
   bool recompute_full = false;
+  int recompute_num_layers = 0;
+  bool recomputes(int block_in_chunk) const {
+    return recompute_full && (recompute_num_layers <= 0 || block_in_chunk < recompute_num_layers);
+  }
 
   // Documents packed into a sequence (data.reset_attention_mask,
   // data.reset_position_ids): each chunk's activations hold a per-token

@@ -171,6 +171,7 @@ struct ParallelSpec {
   PipelineSchedule pp_schedule = PipelineSchedule::one_f_one_b;
   int virtual_stages = 1;         // >= 1; > 1 only with interleaved
   Recompute recompute = Recompute::none;
+  int recompute_num_layers = 0;   // YAML null = 0: every block; N >= 1: the first N of each chunk
   double timeout_s = 600.0;       // > 0: collective watchdog
   bool operator==(const ParallelSpec&) const = default;
 };

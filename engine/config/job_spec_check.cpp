@@ -122,6 +122,10 @@ void check_parallel(const JobSpec& s, const SpecReader& r) {
     r.fail("parallel.pp",
            fmt::format("every pipeline stage needs a layer: pp * virtual_stages = {} * {} must be <= "
                        "model.n_layer ({})", p.pp, p.virtual_stages, s.model.n_layer));
+  if (p.recompute_num_layers > 0 && p.recompute != Recompute::full)
+    r.fail("parallel.recompute_num_layers",
+           fmt::format("recomputes the first {} blocks of each stage, but parallel.recompute is {} (needs "
+                       "full)", p.recompute_num_layers, to_string(p.recompute)));
   if (p.ep > 1 && !s.model.moe.enabled)
     r.fail("parallel.ep", fmt::format("expert parallelism needs a model.moe block, got ep {}", p.ep));
   if (s.model.moe.enabled && s.model.moe.n_experts % p.ep != 0)

@@ -166,10 +166,12 @@ std::string job_spec_to_yaml(const JobSpec& spec) {
   y += fmt::format(
       "parallel:\n  tp: {}\n  pp: {}\n  cp: {}\n  ep: {}\n  dp: {}\n  zero: {}\n  zero_overlap: {}\n"
       "  sequence_parallel: {}\n  pp_schedule: {}\n  virtual_stages: {}\n  recompute: {}\n"
-      "  timeout_s: {}\n",
+      "  recompute_num_layers: {}\n  timeout_s: {}\n",
       pa.tp, pa.pp, pa.cp, pa.ep, pa.dp == 0 ? "auto" : std::to_string(pa.dp), pa.zero,
       yes(pa.zero_overlap), yes(pa.sequence_parallel), to_string(pa.pp_schedule), pa.virtual_stages,
-      to_string(pa.recompute), num(pa.timeout_s));
+      to_string(pa.recompute),
+      pa.recompute_num_layers > 0 ? std::to_string(pa.recompute_num_layers) : std::string("null"),
+      num(pa.timeout_s));
   y += fmt::format("checkpoint:\n  dir: {}\n  every: {}\n  keep: {}\n  resume: {}\n  async: {}\n",
                    ck.dir.empty() ? "null" : str(ck.dir), ck.every, ck.keep, str(ck.resume),
                    yes(ck.async));

@@ -398,6 +398,9 @@ void read_parallel(Section s, ParallelSpec& p) {
   s.read("pp_schedule", p.pp_schedule, spec::kPipelineChoices);
   s.read("virtual_stages", p.virtual_stages, 1);
   s.read("recompute", p.recompute, spec::kRecomputeChoices);
+  // Megatron's --recompute-method block --recompute-num-layers N.
+  if (s.has("recompute_num_layers") && !s.is_null("recompute_num_layers"))
+    s.read("recompute_num_layers", p.recompute_num_layers, 1, 16384);
   s.read("timeout_s", p.timeout_s);
   r.check_min(s.path("timeout_s"), p.timeout_s, 0, true);
 }

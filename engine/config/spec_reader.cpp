@@ -52,7 +52,8 @@ KeyNode build_key_tree() {
        leaves("precision", {"compute", "loss_scale", "fp8_amax_history", "fp8_margin",
                             "fp8_first_last_bf16", "fp8_weight_cache"}),
        leaves("parallel", {"tp", "pp", "cp", "ep", "dp", "zero", "zero_overlap", "sequence_parallel",
-                           "pp_schedule", "virtual_stages", "recompute", "timeout_s"}),
+                           "pp_schedule", "virtual_stages", "recompute", "recompute_num_layers",
+                           "timeout_s"}),
        leaves("checkpoint", {"dir", "every", "keep", "resume", "async"}),
        leaves("log", {"metrics", "timers", "profile_steps", "profile_ranks"})}};
 }

@@ -70,6 +70,9 @@ const std::vector<Bad>& bad_specs() {
       {"full-attention layers without a window", kData + "model:\n  full_attention_every: 4\n", {},
        "job.yaml:5: model.full_attention_every: keeps every N-th layer in full attention among "
        "sliding-window layers, but model.sliding_window is null"},
+      {"partial recomputation without full", kData + "parallel:\n  recompute_num_layers: 2\n", {},
+       "job.yaml:5: parallel.recompute_num_layers: recomputes the first 2 blocks of each stage, but "
+       "parallel.recompute is none (needs full)"},
       {"rope scaling on gpt2", kData + "model:\n  rope_scaling: {factor: 8}\n", {},
        "job.yaml:5: model.rope_scaling: gpt2 has learned positions, not rotary embeddings "
        "(rope_scaling needs family: llama)"},

@@ -130,7 +130,8 @@ optimizer: {name: adamw, lr: 0.002, min_lr: 0, warmup_steps: 0, schedule: wsd, d
             betas: [0.8, 0.99], eps: 1.0e-6, weight_decay: 0, grad_clip: 0}
 precision: {compute: fp16, loss_scale: 1024, fp8_amax_history: 16, fp8_margin: 1}
 parallel: {tp: 2, pp: 3, cp: 4, ep: 8, dp: 5, zero: 3, sequence_parallel: true,
-           pp_schedule: interleaved, virtual_stages: 1, recompute: selective, timeout_s: 30}
+           pp_schedule: interleaved, virtual_stages: 1, recompute: full, recompute_num_layers: 2,
+           timeout_s: 30}
 checkpoint: {dir: ck, every: 5, keep: 1, resume: never}
 log: {metrics: none, timers: true, profile_steps: [3, 5], profile_ranks: [2, 0]}
 )",
@@ -216,7 +217,8 @@ log: {metrics: none, timers: true, profile_steps: [3, 5], profile_ranks: [2, 0]}
   CHECK(s.parallel.sequence_parallel);
   CHECK(s.parallel.pp_schedule == PipelineSchedule::one_f_one_b);
   CHECK(s.parallel.virtual_stages == 1);
-  CHECK(s.parallel.recompute == Recompute::selective);
+  CHECK(s.parallel.recompute == Recompute::full);
+  CHECK(s.parallel.recompute_num_layers == 2);
   CHECK(s.parallel.timeout_s == 30);
   CHECK(s.checkpoint.dir == "ck");
   CHECK(s.checkpoint.every == 5);
@@ -342,14 +344,14 @@ TEST_CASE("job_spec_to_yaml writes every key in the documented order", "[cpu]") 
   for (const char* key :
        {"run:", "name:", "dir:", "seed:", "device:", "model:", "family:", "n_layer:", "d_model:",
         "n_head:", "n_kv_head:", "head_dim:", "d_ff:", "vocab_size:", "max_seq_len:", "tie_embeddings:",
-        "qkv_bias:", "qk_norm:", "rope_theta:", "norm_eps:", "init_std:", "init_from:", "rope_scaling:", "moe:", "data:", "train:", "val:",
+        "qkv_bias:", "qk_norm:", "sliding_window:", "full_attention_every:", "rope_theta:", "norm_eps:", "init_std:", "init_from:", "rope_scaling:", "moe:", "data:", "train:", "val:",
         "format:", "shuffle:", "reset_attention_mask:", "reset_position_ids:", "eod_mask_loss:",
         "eod_token:", "train:", "seq_len:", "micro_batch:", "global_batch:", "steps:",
         "eval_every:", "eval_batches:", "log_every:", "optimizer:", "name:", "lr:", "min_lr:",
         "warmup_steps:", "schedule:", "decay_steps:", "betas:", "eps:", "weight_decay:",
         "grad_clip:", "precision:", "compute:", "loss_scale:", "fp8_amax_history:", "fp8_margin:",
         "fp8_first_last_bf16:", "fp8_weight_cache:", "parallel:", "tp:", "pp:", "cp:", "ep:", "dp:", "zero:", "sequence_parallel:",
-        "pp_schedule:", "virtual_stages:", "recompute:", "timeout_s:", "checkpoint:", "dir:",
+        "pp_schedule:", "virtual_stages:", "recompute:", "recompute_num_layers:", "timeout_s:", "checkpoint:", "dir:",
         "every:", "keep:", "resume:", "log:", "metrics:", "timers:", "profile_steps:",
         "profile_ranks:"}) {
     INFO(key);

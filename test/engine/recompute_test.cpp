@@ -21,8 +21,9 @@ struct Run {
   MemoryPlan plan;
 };
 
-Run run(JobSpec spec, Recompute recompute) {
+Run run(JobSpec spec, Recompute recompute, int num_layers = 0) {
   spec.parallel.recompute = recompute;
+  spec.parallel.recompute_num_layers = num_layers;
   Trainer t(spec, testing::quiet_options());
   testing::train_losses(t, 1, spec.train.steps);
   return {t.history(), t.plan()};
@@ -60,6 +61,28 @@ TEST_CASE("recompute full: bit-identical training, one block's activations kept"
     CHECK(saved == size_t(spec.model.n_layer) * bytes(full.plan, Category::recomputed));
     CHECK(none.plan.total() - full.plan.total() ==
           size_t(spec.model.n_layer - 1) * bytes(full.plan, Category::recomputed));
+  }
+}
+
+TEST_CASE("recompute_num_layers: only the first blocks are recomputed, bit-identically",
+          "[cpu][engine]") {
+  for (Family f : {Family::gpt2, Family::llama}) {
+    JobSpec spec = testing::tiny_job(f, 4);
+    spec.model.n_layer = 4;
+    const Run none = run(spec, Recompute::none), full = run(spec, Recompute::full);
+    using model::Category;
+    const size_t region = bytes(full.plan, Category::recomputed);
+    for (int n : {1, 2, 3, 4, 9}) {
+      INFO("recompute_num_layers " << n);
+      const Run part = run(spec, Recompute::full, n);
+      require_same_steps(none, part);
+      // The first min(n, 4) blocks share the region; the others keep their own.
+      const size_t recomputed = size_t(std::min(n, spec.model.n_layer));
+      CHECK(bytes(part.plan, Category::recomputed) == region);
+      CHECK(bytes(none.plan, Category::activations) - bytes(part.plan, Category::activations) ==
+            recomputed * region);
+      CHECK(none.plan.total() - part.plan.total() == (recomputed - 1) * region);
+    }
   }
 }
 
