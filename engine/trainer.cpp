@@ -252,11 +252,15 @@ void Trainer::setup() {
 
   if (!options_.synthetic_data) {
     const DataSpec& d = spec.data;
+    // data.split: training reads part 0 of data.train, evaluation part 1.
     train_data_ = data::SampleSource::open(d.train, d.format, T, spec.model.vocab_size,
-                                           spec.run.seed, d.shuffle);
+                                           spec.run.seed, d.shuffle, {d.split, 0});
     if (!d.val.empty() && spec.train.eval_every > 0)
       val_data_ = data::SampleSource::open(d.val, d.format, T, spec.model.vocab_size,
                                            spec.run.seed, false);
+    else if (d.split_val() > 0 && spec.train.eval_every > 0)
+      val_data_ = data::SampleSource::open(d.train, d.format, T, spec.model.vocab_size,
+                                           spec.run.seed, false, {d.split, 1});
   }
   const int64_t local_tokens = model_->batch().tokens();  // B * T / cp
   host_tokens_.resize(static_cast<size_t>(T + 1));

@@ -106,6 +106,10 @@ struct DataSource {
 struct DataSpec {
   std::vector<DataSource> train;  // required: at least one
   std::vector<DataSource> val;    // optional
+  // Megatron's --split: empty = none; else the train, validation (and
+  // held-out test) shares of every data.train source's samples, in order.
+  std::vector<double> split;
+  double split_val() const { return split.size() > 1 ? split[1] : 0.0; }
   DataFormat format = DataFormat::auto_;
   bool shuffle = true;
   // Documents packed into one sequence, each ending with eod_token (Megatron's

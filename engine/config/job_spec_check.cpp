@@ -83,9 +83,15 @@ void check_training(const JobSpec& s, const SpecReader& r) {
   if (t.global_batch % t.micro_batch != 0)
     r.fail("train.global_batch", fmt::format("must be a multiple of train.micro_batch ({}), got {}",
                                              t.micro_batch, t.global_batch));
-  if (t.eval_every > 0 && s.data.val.empty())
+  if (!s.data.split.empty() && !s.data.val.empty())
+    r.fail("data.split", "takes the validation samples from data.train, but data.val is given too "
+                         "(give one or the other)");
+  if (t.eval_every > 0 && s.data.val.empty() && s.data.split.empty())
     r.fail("data.val", fmt::format("required when train.eval_every > 0 (it is {}); add validation "
-                                   "data or set train.eval_every: 0", t.eval_every));
+                                   "data, a data.split, or set train.eval_every: 0", t.eval_every));
+  if (t.eval_every > 0 && s.data.val.empty() && !s.data.split.empty() && s.data.split_val() == 0)
+    r.fail("data.split", fmt::format("gives validation no share, but train.eval_every is {} (give it a "
+                                     "share or set train.eval_every: 0)", t.eval_every));
   const DataSpec& d = s.data;
   if (d.documents() && !d.eod_token) {
     const char* key = d.reset_attention_mask ? "data.reset_attention_mask"

@@ -142,6 +142,13 @@ std::string job_spec_to_yaml(const JobSpec& spec) {
     y += "  moe: null\n";
   }
   y += "data:\n  train:" + sources(data.train) + "  val:" + sources(data.val);
+  if (data.split.empty()) {
+    y += "  split: null\n";
+  } else {
+    std::string shares;
+    for (double v : data.split) shares += (shares.empty() ? "" : ", ") + num(v);
+    y += "  split: [" + shares + "]\n";
+  }
   y += fmt::format("  format: {}\n  shuffle: {}\n", to_string(data.format), yes(data.shuffle));
   y += fmt::format("  reset_attention_mask: {}\n  reset_position_ids: {}\n  eod_mask_loss: {}\n"
                    "  eod_token: {}\n",

@@ -278,6 +278,40 @@ std::vector<DataSource> read_sources(SpecReader& r, const YAML::Node& n, const s
   return out;
 }
 
+// data.split: a list of 2 or 3 shares (train, validation, test), or
+// Megatron's "949,50,1" string; each >= 0, the train share > 0.
+void read_split(SpecReader& r, const YAML::Node& n, const std::string& path, std::vector<double>& out) {
+  std::vector<std::string> items;
+  if (n.IsSequence()) {
+    for (const auto& item : n) items.push_back(r.as_string(item, path));
+  } else {
+    std::string text = r.as_string(n, path);
+    for (size_t start = 0;;) {
+      const size_t comma = text.find(',', start);
+      items.push_back(text.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+      if (comma == std::string::npos) break;
+      start = comma + 1;
+    }
+  }
+  std::string got = spec::describe(n);
+  if (n.IsSequence()) {
+    got = "[";
+    for (size_t i = 0; i < items.size(); ++i) got += (i ? ", " : "") + items[i];
+    got += "]";
+  }
+  const std::string want = "expected 2 or 3 shares (train, validation, test) >= 0 with train > 0, as a "
+                           "list [949, 50, 1] or Megatron's \"949,50,1\", got " + got;
+  if (items.size() < 2 || items.size() > 3) r.fail(path, n.Mark(), want);
+  for (const std::string& item : items) {
+    char* end = nullptr;
+    const double v = std::strtod(item.c_str(), &end);
+    if (item.empty() || end == item.c_str() || *end != '\0' || !std::isfinite(v) || v < 0)
+      r.fail(path, n.Mark(), want);
+    out.push_back(v);
+  }
+  if (out[0] <= 0) r.fail(path, n.Mark(), want);
+}
+
 void read_data(Section s, DataSpec& d) {
   SpecReader& r = s.reader();
   if (!s.has("train")) r.fail(s.path("train"), "required: the training data (a path, glob or list)");
@@ -288,6 +322,7 @@ void read_data(Section s, DataSpec& d) {
   if (s.has("val")) {
     d.val = read_sources(r, s.get("val"), s.path("val"));
   }
+  if (s.has("split") && !s.is_null("split")) read_split(r, s.get("split"), s.path("split"), d.split);
   s.read("format", d.format, spec::kFormatChoices);
   s.read("shuffle", d.shuffle);
   s.read("reset_attention_mask", d.reset_attention_mask);

@@ -43,7 +43,7 @@ KeyNode build_key_tree() {
       "",
       {leaves("run", {"name", "dir", "seed", "device", "attention"}),
        model,
-       leaves("data", {"train", "val", "format", "shuffle", "reset_attention_mask", "reset_position_ids",
+       leaves("data", {"train", "val", "split", "format", "shuffle", "reset_attention_mask", "reset_position_ids",
                        "eod_mask_loss", "eod_token"}),
        leaves("train", {"seq_len", "micro_batch", "global_batch", "steps", "eval_every",
                         "eval_batches", "log_every", "max_minutes"}),

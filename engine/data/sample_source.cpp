@@ -66,7 +66,9 @@ struct File {
 struct Dataset {
   std::vector<File> files;
   std::vector<int64_t> first_sample;  // per file, prefix sums of num_samples
-  int64_t num_samples = 0;
+  int64_t num_samples = 0;            // of this split part (all files' without a split)
+  int64_t offset = 0;                 // the part's first sample among the files'
+  std::string part;                   // ", validation part [a, b) of n" (empty: no split)
   int64_t num_tokens = 0;
   double weight = 1.0;
   std::string name;
@@ -121,7 +123,7 @@ void open_path(const std::string& path, DataFormat format, int seq_len, Dataset&
 class MappedSampleSource final : public SampleSource {
  public:
   MappedSampleSource(const std::vector<DataSource>& sources, DataFormat format, int seq_len,
-                     int vocab_size, uint64_t seed, bool shuffle)
+                     int vocab_size, uint64_t seed, bool shuffle, const SplitPart& split)
       : seq_len_(seq_len), vocab_size_(vocab_size), seed_(seed), shuffle_(shuffle) {
     TRAINER_INPUT_CHECK(!sources.empty(), "data: no data source given");
     TRAINER_INPUT_CHECK(seq_len >= 1, "data: seq_len must be >= 1, got {}", seq_len);
@@ -149,6 +151,7 @@ class MappedSampleSource final : public SampleSource {
       TRAINER_INPUT_CHECK(ds.num_samples > 0,
                           "data path '{}': {} tokens in {} file(s), not enough for one sample of seq_len+1 = {} tokens",
                           ds.name, ds.num_tokens, ds.files.size(), seq_len + 1);
+      if (!split.shares.empty()) take_part(ds, split);
     }
     TRAINER_INPUT_CHECK(datasets_.size() <= 255, "data: at most 255 blended sources, got {}", datasets_.size());
     if (datasets_.size() == 1) {
@@ -194,8 +197,9 @@ class MappedSampleSource final : public SampleSource {
     }
     std::string fmts;
     for (const auto& f : formats) fmts += (fmts.empty() ? "" : "+") + f;
-    std::string line = fmt::format("{} file(s) ({}), {} tokens, {} samples of {} tokens per epoch{}", files,
-                                   fmts, tokens, num_samples_, seq_len_ + 1, shuffle_ ? ", shuffled" : "");
+    std::string line = fmt::format("{} file(s) ({}), {} tokens, {} samples of {} tokens per epoch{}{}", files,
+                                   fmts, tokens, num_samples_, seq_len_ + 1, shuffle_ ? ", shuffled" : "",
+                                   datasets_.size() == 1 ? datasets_[0].part : std::string());
     if (datasets_.size() > 1) {
       double total = 0;
       for (const Dataset& ds : datasets_) total += ds.weight;
@@ -208,7 +212,24 @@ class MappedSampleSource final : public SampleSource {
  private:
   static constexpr int64_t kBlendBlock = 1024;
 
-  void read(const Dataset& ds, int64_t sample, int32_t* out) const {
+  // Keeps only this part of the split of ds's samples, in file order.
+  void take_part(Dataset& ds, const SplitPart& split) const {
+    static const char* const kParts[] = {"train", "validation", "test"};
+    TRAINER_CHECK(split.part >= 0 && split.part < int(split.shares.size()) && split.part < 3,
+                  "split part {} of {} shares", split.part, split.shares.size());
+    const std::vector<int64_t> b = split_bounds(ds.num_samples, split.shares);
+    const int64_t begin = b[split.part], end = b[split.part + 1];
+    TRAINER_INPUT_CHECK(end > begin, "data path '{}': data.split gives its {} part none of its {} samples "
+                        "of seq_len+1 = {} tokens (more data or a larger share is needed)", ds.name,
+                        kParts[split.part], ds.num_samples, seq_len_ + 1);
+    ds.part = fmt::format(", {} part of data.split: samples [{}, {}) of {}", kParts[split.part], begin, end,
+                          ds.num_samples);
+    ds.offset = begin;
+    ds.num_samples = end - begin;
+  }
+
+  void read(const Dataset& ds, int64_t part_sample, int32_t* out) const {
+    const int64_t sample = part_sample + ds.offset;
     size_t f = std::upper_bound(ds.first_sample.begin(), ds.first_sample.end(), sample) - ds.first_sample.begin() - 1;
     const File& file = ds.files[f];
     read_tokens(file.stream, (sample - ds.first_sample[f]) * seq_len_, seq_len_ + 1, vocab_size_, out);
@@ -258,9 +279,24 @@ class MappedSampleSource final : public SampleSource {
 
 }  // namespace
 
+std::vector<int64_t> split_bounds(int64_t n, const std::vector<double>& shares) {
+  // Megatron's get_train_valid_test_split_: normalised shares, each part's
+  // end rounded (half to even, as Python's round), the rounding error taken
+  // back from every end.
+  double total = 0;
+  for (double s : shares) total += s;
+  TRAINER_CHECK(!shares.empty() && total > 0, "data.split needs a positive share");
+  std::vector<int64_t> b{0};
+  for (double s : shares) b.push_back(b.back() + static_cast<int64_t>(std::nearbyint(s / total * double(n))));
+  const int64_t diff = b.back() - n;
+  for (size_t i = 1; i < b.size(); ++i) b[i] = std::clamp<int64_t>(b[i] - diff, 0, n);
+  return b;
+}
+
 std::unique_ptr<SampleSource> SampleSource::open(const std::vector<DataSource>& sources, DataFormat format,
-                                                 int seq_len, int vocab_size, uint64_t seed, bool shuffle) {
-  return std::make_unique<MappedSampleSource>(sources, format, seq_len, vocab_size, seed, shuffle);
+                                                 int seq_len, int vocab_size, uint64_t seed, bool shuffle,
+                                                 const SplitPart& split) {
+  return std::make_unique<MappedSampleSource>(sources, format, seq_len, vocab_size, seed, shuffle, split);
 }
 
 }  // namespace trainer::engine::data

@@ -13,6 +13,17 @@
 
 namespace trainer::engine::data {
 
+// One part of data.split (Megatron's --split): each source's samples are cut
+// in order into shares[0] : shares[1] : ... (rounded as Megatron rounds its
+// split indices) and only part `part` (0 train, 1 validation, 2 test) is used.
+// Empty shares: the whole of every source.
+struct SplitPart {
+  std::vector<double> shares;
+  int part = 0;
+};
+// The [begin, end) sample bounds of every part of n samples cut by `shares`.
+std::vector<int64_t> split_bounds(int64_t n, const std::vector<double>& shares);
+
 // Samples for training: sample i is seq_len+1 consecutive int32 tokens (inputs = first seq_len, targets = last seq_len).
 class SampleSource {
  public:
@@ -25,8 +36,11 @@ class SampleSource {
   // sources of different weights are blended Megatron-style (deterministic
   // greedy interleave, each source's share = its normalised weight). shuffle:
   // a new permutation per epoch derived from (seed, epoch); false = file order.
+  // split: only that part of every source (after blending weights are
+  // applied to the parts' sizes); shuffling permutes within the part.
   static std::unique_ptr<SampleSource> open(const std::vector<DataSource>& sources, DataFormat format,
-                                            int seq_len, int vocab_size, uint64_t seed, bool shuffle);
+                                            int seq_len, int vocab_size, uint64_t seed, bool shuffle,
+                                            const SplitPart& split = {});
   virtual ~SampleSource();
   virtual int64_t samples_per_epoch() const = 0;
   // Writes global sample `index` (any index >= 0; epochs wrap) into

@@ -73,6 +73,18 @@ const std::vector<Bad>& bad_specs() {
       {"partial recomputation without full", kData + "parallel:\n  recompute_num_layers: 2\n", {},
        "job.yaml:5: parallel.recompute_num_layers: recomputes the first 2 blocks of each stage, but "
        "parallel.recompute is none (needs full)"},
+      {"split with separate validation data", kData + "  split: [9, 1]\n", {},
+       "job.yaml:4: data.split: takes the validation samples from data.train, but data.val is given too "
+       "(give one or the other)"},
+      {"split of one share", "data:\n  train: t.bin\n  split: [1]\n", {},
+       "job.yaml:3: data.split: expected 2 or 3 shares (train, validation, test) >= 0 with train > 0, as a "
+       "list [949, 50, 1] or Megatron's \"949,50,1\", got [1]"},
+      {"split share not a number", "data:\n  train: t.bin\n", {"data.split=949,x,1"},
+       "--set: data.split: expected 2 or 3 shares (train, validation, test) >= 0 with train > 0, as a "
+       "list [949, 50, 1] or Megatron's \"949,50,1\", got '949,x,1'"},
+      {"split without a validation share", "data:\n  train: t.bin\n  split: [1, 0]\n", {},
+       "job.yaml:3: data.split: gives validation no share, but train.eval_every is 50 (give it a share or "
+       "set train.eval_every: 0)"},
       {"rope scaling on gpt2", kData + "model:\n  rope_scaling: {factor: 8}\n", {},
        "job.yaml:5: model.rope_scaling: gpt2 has learned positions, not rotary embeddings "
        "(rope_scaling needs family: llama)"},
@@ -232,8 +244,8 @@ const std::vector<Bad>& bad_specs() {
       {"empty data.train", "data:\n  train: []\n  val: v.bin\n", {},
        "job.yaml:2: data.train: expected at least one path, got a list"},
       {"evaluation without validation data", "data:\n  train: t.bin\n", {},
-       "job.yaml:1: data.val: required when train.eval_every > 0 (it is 50); add validation data "
-       "or set train.eval_every: 0"},
+       "job.yaml:1: data.val: required when train.eval_every > 0 (it is 50); add validation data, "
+       "a data.split, or set train.eval_every: 0"},
       {"blend weight zero", "data:\n  train:\n    - {path: a.bin, weight: 0}\n  val: v.bin\n", {},
        "job.yaml:3: data.train[0].weight: must be > 0, got 0"},
       {"blend with a misspelt key",

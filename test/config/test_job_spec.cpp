@@ -247,6 +247,20 @@ TEST_CASE("data.train accepts a path, a list, and a weighted blend", "[cpu]") {
   CHECK(parse("data:\n  train: a.bin\n  val: null\ntrain:\n  eval_every: 0\n").data.val.empty());
 }
 
+TEST_CASE("data.split takes a list or Megatron's comma string, and round-trips", "[cpu]") {
+  const JobSpec list = parse("data:\n  train: a.bin\n  split: [949, 50, 1]\n");
+  CHECK(list.data.split == std::vector<double>{949, 50, 1});
+  CHECK(list.data.split_val() == 50);
+  const JobSpec text = parse("data:\n  train: a.bin\n  split: 969,30,1\n");
+  CHECK(text.data.split == std::vector<double>{969, 30, 1});
+  CHECK(parse("data:\n  train: a.bin\n  split: \"0.9, 0.1\"\n").data.split == std::vector<double>{0.9, 0.1});
+  CHECK(round_trip(list) == list);
+  CHECK(job_spec_to_yaml(list).find("  split: [949.0, 50.0, 1.0]\n") != std::string::npos);
+  CHECK(job_spec_to_yaml(parse(kData)).find("  split: null\n") != std::string::npos);
+  // No evaluation needs no validation share.
+  CHECK(parse("data:\n  train: a.bin\n  split: [1, 0]\ntrain:\n  eval_every: 0\n").data.split_val() == 0);
+}
+
 TEST_CASE("dp, loss_scale and the nullable keys", "[cpu]") {
   CHECK(parse(kData + "parallel:\n  dp: auto\n").parallel.dp == 0);
   CHECK(parse(kData + "parallel:\n  dp: 4\n").parallel.dp == 4);
@@ -345,7 +359,7 @@ TEST_CASE("job_spec_to_yaml writes every key in the documented order", "[cpu]") 
        {"run:", "name:", "dir:", "seed:", "device:", "model:", "family:", "n_layer:", "d_model:",
         "n_head:", "n_kv_head:", "head_dim:", "d_ff:", "vocab_size:", "max_seq_len:", "tie_embeddings:",
         "qkv_bias:", "qk_norm:", "sliding_window:", "full_attention_every:", "rope_theta:", "norm_eps:", "init_std:", "init_from:", "rope_scaling:", "moe:", "data:", "train:", "val:",
-        "format:", "shuffle:", "reset_attention_mask:", "reset_position_ids:", "eod_mask_loss:",
+        "split:", "format:", "shuffle:", "reset_attention_mask:", "reset_position_ids:", "eod_mask_loss:",
         "eod_token:", "train:", "seq_len:", "micro_batch:", "global_batch:", "steps:",
         "eval_every:", "eval_batches:", "log_every:", "optimizer:", "name:", "lr:", "min_lr:",
         "warmup_steps:", "schedule:", "decay_steps:", "betas:", "eps:", "weight_decay:",

@@ -188,3 +188,66 @@ TEST_CASE("SampleSource bad inputs", "[cpu]") {
   write_file(dir / "trunc.bin", trunc);
   require_input_error([&] { open(dir / "trunc.bin", DataFormat::auto_); }, {"trunc.bin", "truncated"});
 }
+
+TEST_CASE("split: Megatron's rounding of the parts' bounds", "[cpu]") {
+  // [949, 50, 1] of 1000: 949 | 50 | 1; of 7: 6.643 -> 7, 0.35 -> 0, 0.007 -> 0
+  // (nothing held out: the parts' own checks refuse an empty one).
+  CHECK(split_bounds(1000, {949, 50, 1}) == std::vector<int64_t>{0, 949, 999, 1000});
+  CHECK(split_bounds(7, {949, 50, 1}) == std::vector<int64_t>{0, 7, 7, 7});
+  CHECK(split_bounds(10, {0.8, 0.2}) == std::vector<int64_t>{0, 8, 10});
+  // 2.5 rounds half to even (Python's round) twice: ends 2, 4, then the one
+  // short added back to every end.
+  CHECK(split_bounds(5, {1, 1}) == std::vector<int64_t>{0, 3, 5});
+}
+
+TEST_CASE("split: the parts partition each source's samples in order, shuffled within", "[cpu]") {
+  data_test::TempDir dir;
+  write_counting_shard(dir / "s_000000.bin", 4 * 60 + 1, 0);        // samples 0..59: tokens 4k..
+  write_counting_shard(dir / "s_000001.bin", 4 * 40 + 1, 20000);    // samples 60..99
+  const std::vector<DataSource> src = {{dir / "s_*.bin", 1.0}};
+  auto whole = SampleSource::open(src, DataFormat::llmc, 4, 65536, 5, false);
+  auto train = SampleSource::open(src, DataFormat::llmc, 4, 65536, 5, true, {{90, 8, 2}, 0});
+  auto val = SampleSource::open(src, DataFormat::llmc, 4, 65536, 5, false, {{90, 8, 2}, 1});
+  auto test = SampleSource::open(src, DataFormat::llmc, 4, 65536, 5, false, {{90, 8, 2}, 2});
+  REQUIRE(whole->samples_per_epoch() == 100);
+  CHECK(train->samples_per_epoch() == 90);
+  CHECK(val->samples_per_epoch() == 8);
+  CHECK(test->samples_per_epoch() == 2);
+  CHECK(val->describe().find("validation part of data.split: samples [90, 98) of 100") != std::string::npos);
+  auto first_token = [](const SampleSource& s, int64_t i) {
+    std::vector<int32_t> out(5);
+    s.get(i, out.data());
+    return out[0];
+  };
+  std::vector<int32_t> order;
+  for (int64_t i = 0; i < 100; ++i) order.push_back(first_token(*whole, i));
+  // Validation and test: the whole source's samples 90..97 and 98..99, in order.
+  for (int64_t i = 0; i < 8; ++i) CHECK(first_token(*val, i) == order[90 + i]);
+  for (int64_t i = 0; i < 2; ++i) CHECK(first_token(*test, i) == order[98 + i]);
+  // Training: samples 0..89 exactly once per epoch (shuffled), never a held-out one.
+  std::multiset<int32_t> seen, want(order.begin(), order.begin() + 90);
+  for (int64_t i = 0; i < 90; ++i) seen.insert(first_token(*train, i));
+  CHECK(seen == want);
+  bool shuffled = false;
+  for (int64_t i = 0; i < 90; ++i) shuffled |= first_token(*train, i) != order[i];
+  CHECK(shuffled);
+}
+
+TEST_CASE("split: each blended source is split on its own", "[cpu]") {
+  // (Sources of equal weight are one pooled corpus, split as one.)
+  data_test::TempDir dir;
+  write_constant_shard(dir / "a.bin", 4 * 100 + 1, 1);
+  write_counting_shard(dir / "b.bin", 4 * 300 + 1, 0);
+  const std::vector<DataSource> blend = {{dir / "a.bin", 0.6}, {dir / "b.bin", 0.4}};
+  auto val = SampleSource::open(blend, DataFormat::llmc, 4, 65536, 5, false, {{80, 20}, 1});
+  CHECK(val->samples_per_epoch() == 20 + 60);  // a's last 20 samples, b's last 60
+  std::vector<int32_t> out(5);
+  for (int64_t i = 0; i < val->samples_per_epoch(); ++i) {
+    val->get(i, out.data());
+    if (out[0] != 1) CHECK(out[0] >= 4 * 240);  // b's samples 240..299
+  }
+  // A part with no sample is refused, naming the source.
+  require_input_error([&] { SampleSource::open({{dir / "a.bin", 1.0}}, DataFormat::llmc, 4, 65536, 5, false,
+                                               {{999, 1}, 1}); },
+                      {"a.bin", "data.split gives its validation part none of its 100 samples"});
+}
