@@ -1,6 +1,7 @@
 #include "engine/checkpoint/resume_check.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 namespace trainer::engine::checkpoint {
 
@@ -101,6 +102,11 @@ std::vector<std::string> data_stream_changes(const JobSpec& saved, const JobSpec
        "the sample order is a new one");
   note("data.train", describe(saved.data.train), describe(job.data.train),
        "the run continues at the checkpoint's sample count in the new data");
+  auto shares = [](const std::vector<double>& s) {
+    return s.empty() ? std::string("null") : fmt::format("[{}]", fmt::join(s, ", "));
+  };
+  note("data.split", shares(saved.data.split), shares(job.data.split),
+       "the training part is another, its samples counted from the checkpoint's sample count");
   return out;
 }
 

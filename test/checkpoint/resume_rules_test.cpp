@@ -282,3 +282,13 @@ TEST_CASE("resume: a hand-edited metadata.json is refused naming the file and fi
   }
   fs::remove_all(dir);
 }
+
+TEST_CASE("resume: a changed data.split is noted", "[cpu][checkpoint]") {
+  JobSpec saved, job;
+  job.data.split = {949, 50, 1};
+  const std::vector<std::string> notes = checkpoint::data_stream_changes(saved, job);
+  REQUIRE(notes.size() == 1);
+  CHECK(notes[0] == "data.split was null in the checkpoint, [949, 50, 1] now: the training part is another, "
+                    "its samples counted from the checkpoint's sample count");
+  CHECK(checkpoint::data_stream_changes(job, job).empty());
+}
