@@ -168,7 +168,7 @@ void Trainer::setup() {
   } else {
     model_->init_parameters(ctx_);
   }
-  if (options_.write_run_dir) {
+  if (options_.write_run_dir || options_.resume_read_only) {
     const parallel::Coords& c = mesh_->coords();
     // With cp > 1 the dp x cp group plays dp's part: parameters are written by
     // its rank 0, ZeRO shards by each of its ranks.
@@ -318,6 +318,10 @@ void Trainer::setup() {
     }
     std::fflush(options_.log);
   }
+}
+
+std::string Trainer::resumed_from() const {
+  return checkpointer_ && start_step_ > 0 ? checkpointer_->last_path() : std::string();
 }
 
 Tensor Trainer::flat_arena(model::Category category) const {
@@ -843,6 +847,7 @@ void Trainer::log_saved(const std::string& path, bool background) {
 }
 
 int Trainer::run() {
+  TRAINER_CHECK(!options_.resume_read_only, "Trainer::run: a read-only trainer (evaluate) never trains");
   install_stop_handlers();
   int done = start_step_;
   for (int step = start_step_ + 1; step <= spec_.train.steps; ++step) {

@@ -59,6 +59,9 @@ struct StepRecord {
 struct TrainerOptions {
   bool synthetic_data = false;  // bench: uniform random tokens instead of data.train
   bool write_run_dir = true;    // job.yaml, metrics.jsonl and checkpoints in run.dir
+  // With write_run_dir false: still resume from the job's checkpoint (trainer
+  // evaluate), reading it and writing nothing.
+  bool resume_read_only = false;
   FILE* log = stdout;           // nullptr = silent
   // Data-parallel gradient buckets (zero 0/1, no ep, no pipeline) reduced as
   // each fills during the last micro-batch's backward instead of after it.
@@ -84,6 +87,8 @@ class Trainer {
   // or until a stop signal (then saves a checkpoint); returns the last step run.
   int run();
   int start_step() const { return start_step_; }
+  // The checkpoint directory resumed from ("" when none was).
+  std::string resumed_from() const;
   // One optimizer step (1-based); returns its record. Opens and closes
   // log.profile_steps' profiler range where it begins and ends.
   StepRecord train_step(int step);
