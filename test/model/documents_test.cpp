@@ -11,7 +11,7 @@
 #include "engine/documents.h"
 #include "kernels/memory.h"
 #include "model/model.h"
-#include "test/common/host_arenas.h"
+#include "test/common/model_run.h"
 
 using namespace trainer;
 using namespace trainer::model;
@@ -37,39 +37,18 @@ ModelConfig tiny(Family family, bool masking, bool positions) {
   return cfg;
 }
 
-// One model over B sequences of T tokens, its inputs set from ids/targets.
-struct Run {
-  Context ctx;
-  Model model;
-  testing::HostArenas arenas;
-  Run(const ModelConfig& cfg, int64_t B, int64_t T) : model(cfg, BatchShape{B, T}), arenas(model.buffers()) {
-    model.init_parameters(ctx);
-  }
+// One model over B sequences of T tokens, its inputs and document layout set
+// from ids/targets.
+struct Run : testing::ModelRun {
+  using ModelRun::ModelRun;
   void set(const std::vector<int32_t>& ids, const std::vector<int32_t>& targets) {
+    set_tokens(ids, targets);
     const int64_t B = model.batch().B, T = model.batch().T;
-    std::copy(ids.begin(), ids.end(), model.input_ids().ptr<int32_t>());
-    std::copy(targets.begin(), targets.end(), model.targets().ptr<int32_t>());
     for (int64_t b = 0; b < B; ++b) {
       int32_t* d = model.doc_start().empty() ? nullptr : model.doc_start().ptr<int32_t>() + b * T;
       int32_t* p = model.positions().empty() ? nullptr : model.positions().ptr<int32_t>() + b * T;
       engine::document_layout(ids.data() + b * T, T, kEod, d, p);
     }
-  }
-  std::vector<float> losses() {
-    model.forward(ctx);
-    Tensor l = model.losses(ctx);
-    return std::vector<float>(l.ptr<float>(), l.ptr<float>() + l.numel());
-  }
-  std::vector<float> grads() {
-    model.zero_grads(ctx);
-    losses();
-    model.backward(ctx, 1.0f);  // d(sum of losses)
-    std::vector<float> g;
-    for (const auto& p : model.buffers().params()) {
-      Tensor t = model.buffers().get(p.grad);
-      g.insert(g.end(), t.ptr<float>(), t.ptr<float>() + t.numel());
-    }
-    return g;
   }
 };
 

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "model/model.h"
-#include "test/common/host_arenas.h"
+#include "test/common/model_run.h"
 
 using namespace trainer;
 using namespace trainer::model;
@@ -34,27 +34,10 @@ ModelConfig tiny(Family family, int64_t window, int full_every = 0, int layers =
   return cfg;
 }
 
-struct Run {
-  Context ctx;
-  Model model;
-  testing::HostArenas arenas;
-  Run(const ModelConfig& cfg, int64_t B, int64_t T) : model(cfg, BatchShape{B, T}), arenas(model.buffers()) {
-    model.init_parameters(ctx);
-  }
-  void set(const std::vector<int32_t>& ids, const std::vector<int32_t>& targets) {
-    std::copy(ids.begin(), ids.end(), model.input_ids().ptr<int32_t>());
-    std::copy(targets.begin(), targets.end(), model.targets().ptr<int32_t>());
-  }
-  std::vector<float> losses() {
-    model.forward(ctx);
-    Tensor l = model.losses(ctx);
-    return std::vector<float>(l.ptr<float>(), l.ptr<float>() + l.numel());
-  }
-  double loss_sum() {
-    double s = 0;
-    for (float x : losses()) s += x;
-    return s;
-  }
+// Tokens set as given (no documents).
+struct Run : testing::ModelRun {
+  using ModelRun::ModelRun;
+  void set(const std::vector<int32_t>& ids, const std::vector<int32_t>& targets) { set_tokens(ids, targets); }
 };
 
 std::vector<int32_t> random_ids(size_t n, uint32_t seed) {

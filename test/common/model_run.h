@@ -1,0 +1,50 @@
+// One CPU model over B sequences of T tokens, with its arenas on the host:
+// the harness of the whole-model tests that set token ids and read the
+// per-token losses and the parameter gradients.
+#pragma once
+
+#include <algorithm>
+#include <vector>
+
+#include "model/model.h"
+#include "test/common/host_arenas.h"
+
+namespace trainer::testing {
+
+struct ModelRun {
+  Context ctx;
+  model::Model model;
+  HostArenas arenas;
+  ModelRun(const model::ModelConfig& cfg, int64_t B, int64_t T)
+      : model(cfg, model::BatchShape{B, T}), arenas(model.buffers()) {
+    model.init_parameters(ctx);
+  }
+  void set_tokens(const std::vector<int32_t>& ids, const std::vector<int32_t>& targets) {
+    std::copy(ids.begin(), ids.end(), model.input_ids().ptr<int32_t>());
+    std::copy(targets.begin(), targets.end(), model.targets().ptr<int32_t>());
+  }
+  std::vector<float> losses() {
+    model.forward(ctx);
+    Tensor l = model.losses(ctx);
+    return std::vector<float>(l.ptr<float>(), l.ptr<float>() + l.numel());
+  }
+  double loss_sum() {
+    double s = 0;
+    for (float x : losses()) s += x;
+    return s;
+  }
+  // Every parameter's gradient of the summed losses, concatenated.
+  std::vector<float> grads() {
+    model.zero_grads(ctx);
+    losses();
+    model.backward(ctx, 1.0f);  // d(sum of losses)
+    std::vector<float> g;
+    for (const auto& p : model.buffers().params()) {
+      Tensor t = model.buffers().get(p.grad);
+      g.insert(g.end(), t.ptr<float>(), t.ptr<float>() + t.numel());
+    }
+    return g;
+  }
+};
+
+}  // namespace trainer::testing
