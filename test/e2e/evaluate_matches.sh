@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # evaluate_matches.sh FIXTURES TRAINER MPIEXEC: `trainer evaluate` of a run's
 # last checkpoint gives the validation loss the run logged at that step, on
-# one rank and on a tp2 and a dp2 mesh (any layout loads the checkpoint), and
-# writes nothing into the run directory.
+# one rank and on tp2, dp2 and pp2 meshes (any layout loads the checkpoint; a
+# pipeline evaluates through its own schedule), and writes nothing into the
+# run directory.
 set -euo pipefail
 fx=$1 trainer=$2 mpiexec=$3
 cd "$fx"
@@ -32,6 +33,8 @@ check "tp 2" "$(OMP_NUM_THREADS=1 "$mpiexec" --allow-run-as-root --oversubscribe
   "${job[@]}" --set parallel.tp=2 2>&1)"
 check "dp 2" "$(OMP_NUM_THREADS=1 "$mpiexec" --allow-run-as-root --oversubscribe -np 2 "$trainer" evaluate \
   "${job[@]}" 2>&1)"
+check "pp 2" "$(OMP_NUM_THREADS=1 "$mpiexec" --allow-run-as-root --oversubscribe -np 2 "$trainer" evaluate \
+  "${job[@]}" --set parallel.pp=2 2>&1)"
 after=$(find "$dir" -type f -printf '%p %s %T@\n' | sort | md5sum)
 [[ $before == "$after" ]] || { echo "trainer evaluate changed files in $dir"; status=1; }
 exit $status
