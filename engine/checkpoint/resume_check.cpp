@@ -56,10 +56,11 @@ std::vector<std::string> model_differences(const ModelSpec& saved, const ModelSp
     differ(out, "model.rope_theta", saved.rope_theta, job.rope_theta);
     differ(out, "model.rope_scaling", describe(saved.rope_scaling), describe(job.rope_scaling));
     differ(out, "model.norm_eps", saved.norm_eps, job.norm_eps);
-    auto window = [](int w) { return w > 0 ? std::to_string(w) : std::string("null"); };
-    differ(out, "model.sliding_window", window(saved.sliding_window), window(job.sliding_window));
-    differ(out, "model.full_attention_every", window(saved.full_attention_every),
-           window(job.full_attention_every));
+    // 0 is the YAML's null in both keys.
+    auto or_null = [](int v) { return v > 0 ? std::to_string(v) : std::string("null"); };
+    differ(out, "model.sliding_window", or_null(saved.sliding_window), or_null(job.sliding_window));
+    differ(out, "model.full_attention_every", or_null(saved.full_attention_every),
+           or_null(job.full_attention_every));
   }
   const MoESpec &a = saved.moe, &b = job.moe;
   if (a.enabled != b.enabled) {

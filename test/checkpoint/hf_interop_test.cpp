@@ -185,6 +185,15 @@ fs::path trained_export(const fs::path& dir, Trainer& a, const JobSpec& spec) {
   return out;
 }
 
+// A trained plain (bias-free, norm-free, window-less) Llama's export in
+// dir/hf: what a job of another class is refused from, by its model_type.
+fs::path plain_llama_export(const fs::path& dir, bool tied) {
+  JobSpec llama = tiny_spec(Family::llama, dir);
+  llama.model.tie_embeddings = tied;
+  Trainer l(llama, quiet_options());
+  return trained_export(dir, l, llama);
+}
+
 // A plain (bias-free, norm-free) tied Llama job started from the export at
 // `out` is refused: with its config.json by model_type, without it by the
 // first tensor it would have dropped.
@@ -299,10 +308,7 @@ TEST_CASE("hf: a llama with qkv_bias is a Qwen2 export, and a bias-free llama re
                          "tensor \"model.layers.0.self_attn.k_proj.bias\" is a bias the job's model has "
                          "not (a Qwen2 checkpoint needs model.qkv_bias: true)");
   // And a Qwen2 job started from a Llama export misses the biases by name.
-  JobSpec llama = tiny_spec(Family::llama, llama_dir);
-  llama.model.tie_embeddings = true;
-  Trainer l(llama, quiet_options());
-  fs::path llama_out = trained_export(llama_dir, l, llama);
+  const fs::path llama_out = plain_llama_export(llama_dir, true);
   Trainer c(spec, quiet_options());
   CHECK_THROWS_WITH(load_hf_weights(llama_out.string(), model_config(spec), c.model().buffers(), c.context()),
                     Catch::Matchers::Contains("model_type is \"llama\", but the job's model is qwen2"));
@@ -451,9 +457,7 @@ TEST_CASE("hf: a windowed llama is a Mistral export in Llama's names, refused by
                                                           "model.sliding_window is 4"));
   // A windowed job started from a Llama export is told that LlamaForCausalLM has no window.
   fs::path llama_dir = fresh_temp_dir("hf_mistral_from_llama");
-  JobSpec llama = tiny_spec(Family::llama, llama_dir);
-  Trainer l(llama, quiet_options());
-  fs::path llama_out = trained_export(llama_dir, l, llama);
+  const fs::path llama_out = plain_llama_export(llama_dir, false);
   Trainer c(spec, quiet_options());
   CHECK_THROWS_WITH(load_hf_weights(llama_out.string(), model_config(spec), c.model().buffers(), c.context()),
                     Catch::Matchers::Contains("model_type is \"llama\", but the job's model is mistral "

@@ -11,6 +11,23 @@
 
 namespace trainer::testing {
 
+// Two blocks of width 16 with 4 heads (llama: 2 KV heads), vocab 50, 24
+// positions, weights large enough (std 0.2) that every path's gradient shows.
+inline model::ModelConfig whole_model_config(model::Family family) {
+  model::ModelConfig cfg;
+  cfg.family = family;
+  cfg.n_layer = 2;
+  cfg.d_model = 16;
+  cfg.n_head = 4;
+  cfg.n_kv_head = family == model::Family::llama ? 2 : 4;
+  cfg.d_ff = 24;
+  cfg.vocab_size = 50;
+  cfg.max_seq_len = 24;
+  cfg.tie_embeddings = family == model::Family::gpt2;
+  cfg.init_std = 0.2f;
+  return cfg;
+}
+
 struct ModelRun {
   Context ctx;
   model::Model model;

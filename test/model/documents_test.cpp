@@ -21,17 +21,7 @@ namespace {
 constexpr int32_t kEod = 0;
 
 ModelConfig tiny(Family family, bool masking, bool positions) {
-  ModelConfig cfg;
-  cfg.family = family;
-  cfg.n_layer = 2;
-  cfg.d_model = 16;
-  cfg.n_head = 4;
-  cfg.n_kv_head = family == Family::llama ? 2 : 4;
-  cfg.d_ff = 24;
-  cfg.vocab_size = 50;
-  cfg.max_seq_len = 24;
-  cfg.tie_embeddings = family == Family::gpt2;
-  cfg.init_std = 0.2f;  // larger weights make every path's gradient visible
+  ModelConfig cfg = testing::whole_model_config(family);
   cfg.doc_masking = masking;
   cfg.reset_positions = positions;
   return cfg;

@@ -18,27 +18,14 @@ using namespace trainer::model;
 namespace {
 
 ModelConfig tiny(Family family, int64_t window, int full_every = 0, int layers = 2) {
-  ModelConfig cfg;
-  cfg.family = family;
+  ModelConfig cfg = testing::whole_model_config(family);
   cfg.n_layer = layers;
-  cfg.full_attention_every = full_every;
-  cfg.d_model = 16;
-  cfg.n_head = 4;
-  cfg.n_kv_head = family == Family::llama ? 2 : 4;
-  cfg.d_ff = 24;
-  cfg.vocab_size = 50;
-  cfg.max_seq_len = 24;
-  cfg.tie_embeddings = family == Family::gpt2;
-  cfg.init_std = 0.2f;  // larger weights make every path's gradient visible
   cfg.sliding_window = window;
+  cfg.full_attention_every = full_every;
   return cfg;
 }
 
-// Tokens set as given (no documents).
-struct Run : testing::ModelRun {
-  using ModelRun::ModelRun;
-  void set(const std::vector<int32_t>& ids, const std::vector<int32_t>& targets) { set_tokens(ids, targets); }
-};
+using Run = testing::ModelRun;
 
 std::vector<int32_t> random_ids(size_t n, uint32_t seed) {
   std::mt19937 rng(seed);
@@ -51,7 +38,7 @@ std::vector<int32_t> random_ids(size_t n, uint32_t seed) {
 // random coordinates of every parameter.
 void check_gradients(const ModelConfig& cfg, uint32_t seed) {
   Run run(cfg, 2, 6);
-  run.set(random_ids(12, 5), random_ids(12, 6));
+  run.set_tokens(random_ids(12, 5), random_ids(12, 6));
   run.model.zero_grads(run.ctx);
   run.losses();
   run.model.backward(run.ctx, 1.0f);  // d(sum of losses)
@@ -89,12 +76,12 @@ TEST_CASE("a sliding window limits how far back a token's loss reaches", "[cpu][
     const int64_t T = 16, W = 3, reach = 2 * (W - 1);
     Run run(tiny(family, W), 1, T);
     const std::vector<int32_t> ids = random_ids(T, 1), targets = random_ids(T, 2);
-    run.set(ids, targets);
+    run.set_tokens(ids, targets);
     const std::vector<float> base = run.losses();
     const int64_t changed = 5;
     std::vector<int32_t> other = ids;
     other[changed] = (other[changed] + 17) % 50;
-    run.set(other, targets);
+    run.set_tokens(other, targets);
     const std::vector<float> after = run.losses();
     for (int64_t t = 0; t < T; ++t) {
       INFO("position " << t);
@@ -110,9 +97,9 @@ TEST_CASE("a sliding window as long as the sequence is plain causal attention",
     const int64_t B = 2, T = 12;
     const std::vector<int32_t> ids = random_ids(B * T, 3), targets = random_ids(B * T, 4);
     Run full(tiny(family, 0), B, T), wide(tiny(family, T), B, T), narrow(tiny(family, T - 1), B, T);
-    full.set(ids, targets);
-    wide.set(ids, targets);
-    narrow.set(ids, targets);
+    full.set_tokens(ids, targets);
+    wide.set_tokens(ids, targets);
+    narrow.set_tokens(ids, targets);
     const std::vector<float> a = full.losses();
     CHECK(wide.losses() == a);
     // One key fewer changes only the last position of each sequence.
@@ -161,9 +148,9 @@ TEST_CASE("model.full_attention_every keeps layers N, 2N, ... in full attention"
   other[0] = (other[0] + 11) % 50;
   auto changed = [&](const ModelConfig& cfg) {
     Run run(cfg, 1, T);
-    run.set(ids, targets);
+    run.set_tokens(ids, targets);
     const std::vector<float> a = run.losses();
-    run.set(other, targets);
+    run.set_tokens(other, targets);
     const std::vector<float> b = run.losses();
     std::vector<bool> out;
     for (int64_t t = 0; t < T; ++t) out.push_back(a[t] != b[t]);
@@ -178,8 +165,8 @@ TEST_CASE("model.full_attention_every keeps layers N, 2N, ... in full attention"
   }
   // A pattern longer than the model windows every layer: the same bits.
   Run all(tiny(Family::llama, 2, 0, 3), 1, T), long_pattern(tiny(Family::llama, 2, 4, 3), 1, T);
-  all.set(ids, targets);
-  long_pattern.set(ids, targets);
+  all.set_tokens(ids, targets);
+  long_pattern.set_tokens(ids, targets);
   CHECK(all.losses() == long_pattern.losses());
   // The FLOPs count each layer's own keys: the full layer's 12, the others' 2.
   Model full(tiny(Family::llama, 0, 0, 3), BatchShape{1, T}), patterned(tiny(Family::llama, 2, 3, 3), BatchShape{1, T});
