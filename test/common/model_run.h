@@ -3,7 +3,11 @@
 // per-token losses and the parameter gradients.
 #pragma once
 
+#include <catch2/catch.hpp>
+
 #include <algorithm>
+#include <cmath>
+#include <random>
 #include <vector>
 
 #include "model/model.h"
@@ -63,5 +67,34 @@ struct ModelRun {
     return g;
   }
 };
+
+// Three random coordinates (from `seed`) of every parameter: the analytic
+// gradient of the summed losses, on the inputs as set, against central
+// differences of the same sum.
+inline void check_sampled_gradients(ModelRun& run, uint32_t seed) {
+  run.grads();
+  std::mt19937 rng(seed);
+  int checked = 0;
+  for (const auto& p : run.model.buffers().params()) {
+    Tensor w = run.model.buffers().get(p.value), g = run.model.buffers().get(p.grad);
+    const int64_t limit = p.spec.valid_rows >= 0 ? p.spec.valid_rows * w.size(-1) : w.numel();
+    for (int k = 0; k < 3; ++k) {
+      const int64_t i = static_cast<int64_t>(rng() % static_cast<uint64_t>(limit));
+      float* x = w.ptr<float>() + i;
+      const float orig = *x, eps = 1e-2f * std::max(1.0f, std::fabs(orig));
+      *x = orig + eps;
+      const double up = run.loss_sum();
+      *x = orig - eps;
+      const double down = run.loss_sum();
+      *x = orig;
+      const double numeric = (up - down) / (double(orig + eps) - double(orig - eps));
+      const double analytic = g.ptr<float>()[i];
+      INFO(p.spec.name << "[" << i << "] analytic " << analytic << " numeric " << numeric);
+      CHECK(std::fabs(analytic - numeric) <= 2e-3 + 2e-2 * std::fabs(numeric));
+      ++checked;
+    }
+  }
+  CHECK(checked >= 30);
+}
 
 }  // namespace trainer::testing

@@ -34,38 +34,6 @@ std::vector<int32_t> random_ids(size_t n, uint32_t seed) {
   return v;
 }
 
-// The summed loss's analytic gradient against central differences, three
-// random coordinates of every parameter.
-void check_gradients(const ModelConfig& cfg, uint32_t seed) {
-  Run run(cfg, 2, 6);
-  run.set_tokens(random_ids(12, 5), random_ids(12, 6));
-  run.model.zero_grads(run.ctx);
-  run.losses();
-  run.model.backward(run.ctx, 1.0f);  // d(sum of losses)
-  std::mt19937 rng(seed);
-  int checked = 0;
-  for (const auto& p : run.model.buffers().params()) {
-    Tensor w = run.model.buffers().get(p.value), g = run.model.buffers().get(p.grad);
-    const int64_t limit = p.spec.valid_rows >= 0 ? p.spec.valid_rows * w.size(-1) : w.numel();
-    for (int k = 0; k < 3; ++k) {
-      const int64_t i = static_cast<int64_t>(rng() % static_cast<uint64_t>(limit));
-      float* x = w.ptr<float>() + i;
-      const float orig = *x, eps = 1e-2f * std::max(1.0f, std::fabs(orig));
-      *x = orig + eps;
-      const double up = run.loss_sum();
-      *x = orig - eps;
-      const double down = run.loss_sum();
-      *x = orig;
-      const double numeric = (up - down) / (double(orig + eps) - double(orig - eps));
-      const double analytic = g.ptr<float>()[i];
-      INFO(p.spec.name << "[" << i << "] analytic " << analytic << " numeric " << numeric);
-      CHECK(std::fabs(analytic - numeric) <= 2e-3 + 2e-2 * std::fabs(numeric));
-      ++checked;
-    }
-  }
-  CHECK(checked >= 30);
-}
-
 }  // namespace
 
 TEST_CASE("a sliding window limits how far back a token's loss reaches", "[cpu][model][window]") {
@@ -113,7 +81,9 @@ TEST_CASE("a sliding window as long as the sequence is plain causal attention",
 TEST_CASE("sliding-window model gradients match finite differences", "[cpu][model][window]") {
   for (Family family : {Family::gpt2, Family::llama}) {
     INFO((family == Family::gpt2 ? "gpt2" : "llama"));
-    check_gradients(tiny(family, 2), 11);
+    Run run(tiny(family, 2), 2, 6);
+    run.set_tokens(random_ids(12, 5), random_ids(12, 6));
+    testing::check_sampled_gradients(run, 11);
   }
 }
 
@@ -177,5 +147,7 @@ TEST_CASE("model.full_attention_every keeps layers N, 2N, ... in full attention"
 
 TEST_CASE("sliding-window model gradients with a full-attention layer match finite differences",
           "[cpu][model][window]") {
-  check_gradients(tiny(Family::llama, 2, 2, 2), 13);
+  Run run(tiny(Family::llama, 2, 2, 2), 2, 6);
+  run.set_tokens(random_ids(12, 5), random_ids(12, 6));
+  testing::check_sampled_gradients(run, 13);
 }
