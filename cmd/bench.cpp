@@ -48,6 +48,8 @@ Registrar reg("bench", "benchmark training steps: tokens/s, FLOP/s, MFU", [](CLI
                           args->steps + 1, args->steps);
       spec.train.steps = args->steps + 1;
       spec.train.eval_every = 0;
+      // Timed at the batch the job trains at once its ramp is over.
+      spec.train.rampup_batch_size.reset();
       engine::TrainerOptions options;
       options.synthetic_data = true;
       options.write_run_dir = false;

@@ -24,6 +24,10 @@ parallel::MeshRequest mesh_request(const JobSpec& spec, int world) {
   r.n_experts = spec.model.moe.enabled ? spec.model.moe.n_experts : 0;
   r.global_batch = spec.train.global_batch;
   r.micro_batch = spec.train.micro_batch;
+  if (spec.train.rampup_batch_size) {
+    r.rampup_start = spec.train.rampup_batch_size->start;
+    r.rampup_increment = spec.train.rampup_batch_size->increment;
+  }
   r.seq_len = spec.train.seq_len;
   return r;
 }

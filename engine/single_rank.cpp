@@ -12,6 +12,7 @@ JobSpec single_rank_spec(JobSpec spec, int seq_len) {
   spec.train.seq_len = seq_len;
   spec.train.micro_batch = 1;
   spec.train.global_batch = 1;
+  spec.train.rampup_batch_size.reset();
   spec.train.eval_every = 0;
   spec.model.init_from.clear();
   spec.checkpoint.resume = "never";

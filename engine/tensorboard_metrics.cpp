@@ -18,6 +18,8 @@ std::vector<tensorboard::Scalar> tensorboard_step_scalars(const StepRecord& r) {
   s.push_back({"mfu", f(r.mfu)});
   // Megatron's --log-memory-to-tensorboard tag, with this rank's memory in use.
   if (r.memory_bytes > 0) s.push_back({"mem-reserved-bytes", f(r.memory_bytes)});
+  // Megatron's tag; train.rampup_batch_size only (else the batch never changes).
+  if (r.global_batch > 0) s.push_back({"batch-size", f(r.global_batch)});
   if (!std::isnan(r.moe_imbalance)) {
     s.push_back({"load_balancing_loss", f(r.moe_aux_loss)});
     s.push_back({"moe-imbalance", f(r.moe_imbalance)});

@@ -98,6 +98,7 @@ void Trainer::setup() {
   grad_size_ = shape.size(grad_axis_);
   const int T = spec.train.seq_len, B = spec.train.micro_batch;
   accum_steps_ = spec.train.global_batch / (B * dp_size_);
+  batches_.emplace(spec.train);
 
   model::ModelConfig cfg = model_config(spec);
   if (device == Device::cuda && cfg.fp8) {
@@ -279,7 +280,7 @@ void Trainer::setup() {
   // tokenizer's data) is refused before anything is written. Later samples are
   // checked as they are drawn (scanning a whole corpus would read terabytes).
   if (train_data_)
-    for (int64_t i = 0; i < spec.train.global_batch / dp_size_; ++i)
+    for (int64_t i = 0; i < batches_->batch_at(consumed_before(start_step_ + 1)) / dp_size_; ++i)
       train_data_->get(first_sample(start_step_ + 1) + i, host_tokens_.data());
   if (val_data_)
     for (int64_t i = 0; i < spec.train.micro_batch; ++i)
@@ -308,6 +309,12 @@ void Trainer::setup() {
     fmt::print(options_.log, "memory plan (per rank):\n{}", plan_.describe());
     if (pipeline_)
       fmt::print(options_.log, "{}\n", parallel::describe_schedule(shape.pp, accum_steps_, shape.virtual_stages));
+    if (const auto& ramp = spec.train.rampup_batch_size)
+      fmt::print(options_.log,
+                 "batch ramp: global batch {} rising by {} over the first {} samples to {} "
+                 "(train.rampup_batch_size; this run starts at {})\n",
+                 ramp->start, ramp->increment, ramp->samples, spec.train.global_batch,
+                 batches_->batch_at(consumed_before(start_step_ + 1)));
     if (train_data_) fmt::print(options_.log, "train data: {}\n", train_data_->describe());
     if (val_data_) fmt::print(options_.log, "val data: {}\n", val_data_->describe());
     if (start_step_ > 0) {
@@ -497,13 +504,33 @@ void Trainer::synchronize_gradients() {
   }
 }
 
-// This rank's first training sample of `step`: the data continues after the
-// samples the resumed checkpoint consumed (its global batch may have been
-// another), as the checkpoints record it.
+// The data continues after the samples the resumed checkpoint consumed (its
+// global batch may have been another), as the checkpoints record it.
+int64_t Trainer::consumed_before(int step) const {
+  return checkpoint::samples_consumed_after(step - 1, start_step_, samples_at_start_, *batches_);
+}
+
 int64_t Trainer::first_sample(int step) const {
-  const int G = spec_.train.global_batch;
-  return checkpoint::samples_consumed_after(step - 1, start_step_, samples_at_start_, G) +
-         int64_t(dp_rank_) * (G / dp_size_);
+  const int64_t consumed = consumed_before(step);
+  return consumed + int64_t(dp_rank_) * (batches_->batch_at(consumed) / dp_size_);
+}
+
+PipelineRunner& Trainer::pipeline_for(int micro_batches) {
+  if (micro_batches == accum_steps_) return *pipeline_;
+  std::unique_ptr<PipelineRunner>& runner = ramp_pipelines_[micro_batches];
+  if (!runner) {
+    runner = std::make_unique<PipelineRunner>(mesh_->comm(parallel::Axis::pp), micro_batches,
+                                              mesh_->shape().virtual_stages);
+    // A 1F1B table never holds more in flight for fewer micro-batches (tested
+    // for every layout up to pp 8); this would say so if one did.
+    const int chunks = mesh_->shape().virtual_stages;
+    const std::vector<int> need = chunk_slots(runner->table(), chunks),
+                           have = chunk_slots(pipeline_->table(), chunks);
+    for (int c = 0; c < chunks; ++c)
+      TRAINER_CHECK(need[c] <= have[c], "pipeline: {} micro-batches need {} activation slots of chunk "
+                    "{}, the plan (for {}) has {}", micro_batches, need[c], c, accum_steps_, have[c]);
+  }
+  return *runner;
 }
 
 StepRecord Trainer::train_step(int step) {
@@ -523,7 +550,9 @@ StepRecord Trainer::run_step(int step) {
   auto t0 = std::chrono::steady_clock::now();
   StepTimers& timers = *timers_;
   timers.begin_step();
-  const int B = spec_.train.micro_batch, T = spec_.train.seq_len, G = spec_.train.global_batch;
+  const int B = spec_.train.micro_batch, T = spec_.train.seq_len;
+  const int G = batches_->batch_at(consumed_before(step));
+  const int micro_batches = G / (B * dp_size_);
   const double tokens = double(G) * T;
   const int64_t rank_first = first_sample(step);
   model_->zero_grads(ctx_);
@@ -553,16 +582,16 @@ StepRecord Trainer::run_step(int step) {
     timers.mark(StepPhase::data);
   };
   if (pipeline_) {
-    pipeline_->run_step(*model_, ctx_, *arenas_, load, [&] { add_micro_batch_loss(); }, dloss,
-                        aux_dloss);
+    pipeline_for(micro_batches).run_step(*model_, ctx_, *arenas_, load, [&] { add_micro_batch_loss(); },
+                                         dloss, aux_dloss);
   } else {
     const int P = static_cast<int>(model_->buffers().params().size());
-    for (int m = 0; m < accum_steps_; ++m) {
+    for (int m = 0; m < micro_batches; ++m) {
       load(m, 0);
       model_->forward(ctx_);
       add_micro_batch_loss();
       // The reducer's tensors are the parameters in reverse (backward) order.
-      if (reduce_in_backward_ && m == accum_steps_ - 1)
+      if (reduce_in_backward_ && m == micro_batches - 1)
         model_->set_grad_ready([this, P](int p) { reducer_->mark_ready(P - 1 - p); });
       model_->backward(ctx_, dloss, 0, aux_dloss);
       model_->set_grad_ready({});
@@ -575,9 +604,10 @@ StepRecord Trainer::run_step(int step) {
   synchronize_gradients();
   StepRecord r;
   r.step = step;
+  if (batches_->ramps()) r.global_batch = G;
   r.loss = parallel::group_sum(grad_comm(), loss_sum) / counted;  // every token once
   if (pipeline_) r.loss = parallel::group_sum(mesh_->comm(parallel::Axis::pp), r.loss);
-  finish_moe_step(r);
+  finish_moe_step(r, G);
   MixedPrecision::finish_fp8_step(ctx_, model_->buffers(), *mesh_);
   timers.mark(StepPhase::grad_sync);
   r.lr = learning_rate(spec_.optimizer, spec_.train.steps, step);
@@ -627,7 +657,7 @@ StepRecord Trainer::run_step(int step) {
   return r;
 }
 
-void Trainer::finish_moe_step(StepRecord& r) {
+void Trainer::finish_moe_step(StepRecord& r, int global_batch) {
   // Every pipeline stage takes part (one may hold no MoE layer).
   if (!model_->config().moe_enabled) return;
   std::vector<const model::Moe*> layers = model_->moe_layers();
@@ -668,7 +698,7 @@ void Trainer::finish_moe_step(StepRecord& r) {
     dropped = parallel::group_sum(pp, dropped);
     pp.all_reduce(Tensor(&imbalance, {1}, DType::f64), parallel::ReduceOp::max);
   }
-  r.moe_aux_loss = parallel::group_sum(dp, aux_sum) / (spec_.train.global_batch / spec_.train.micro_batch);
+  r.moe_aux_loss = parallel::group_sum(dp, aux_sum) / (global_batch / spec_.train.micro_batch);
   r.moe_imbalance = imbalance;
   r.moe_dropped = dropped;
 }
@@ -769,6 +799,7 @@ void Trainer::log_step(const StepRecord& r) {
       extra = fmt::format(" | moe aux {:.4f} imbalance {:.2f} dropped {:.0f}", r.moe_aux_loss,
                         r.moe_imbalance, r.moe_dropped);
     if (!std::isnan(r.loss_scale)) extra += fmt::format(" | loss scale {:g}", r.loss_scale);
+    if (r.global_batch > 0) extra += fmt::format(" | batch {}", r.global_batch);
     if (r.skipped)
       extra += fmt::format(" | SKIPPED: inf/NaN gradients, loss scale now {:g} ({} skipped so far)",
                          precision_->loss_scale(), precision_->skipped_steps());
@@ -791,9 +822,10 @@ void Trainer::log_step(const StepRecord& r) {
     std::fflush(options_.log);
   }
   if (metrics_) {
-    std::string extra;  // MoE and loss-scale fields, when the job has them
+    std::string extra;  // batch, MoE and loss-scale fields, when the job has them
+    if (r.global_batch > 0) extra = fmt::format(", \"global_batch\": {}", r.global_batch);
     if (!std::isnan(r.moe_imbalance))
-      extra = fmt::format(", \"moe_aux_loss\": {}, \"moe_imbalance\": {}, \"moe_dropped\": {}",
+      extra += fmt::format(", \"moe_aux_loss\": {}, \"moe_imbalance\": {}, \"moe_dropped\": {}",
                           json_number(r.moe_aux_loss, "{:.9g}"),
                           json_number(r.moe_imbalance, "{:.6g}"), json_number(r.moe_dropped, "{:.0f}"));
     if (!std::isnan(r.loss_scale))

@@ -6,11 +6,13 @@
 #include <cmath>
 #include <cstdio>
 #include <chrono>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "engine/batch_schedule.h"
 #include "engine/config/job_spec.h"
 #include "engine/device.h"
 #include "engine/memory_plan.h"
@@ -39,6 +41,9 @@ class TensorBoardMetrics;
 
 struct StepRecord {
   int step = 0;
+  // The step's global batch where train.rampup_batch_size ramps it (then
+  // logged, as Megatron logs its batch size), else 0.
+  int global_batch = 0;
   double loss = 0, lr = 0, grad_norm = 0, tokens_per_s = 0, tflops = 0, mfu = 0;
   double seconds = 0;
   // Rank 0's memory after the step (kernels/memory.h: the GPU's device memory
@@ -112,7 +117,7 @@ class Trainer {
  private:
   void setup();
   void synchronize_gradients();
-  void finish_moe_step(StepRecord& r);
+  void finish_moe_step(StepRecord& r, int global_batch);
   void sync_tied_table();
   double evaluate_pipeline();
   // Every dp rank must run each evaluation forward (collectives inside it).
@@ -128,7 +133,12 @@ class Trainer {
   double masked_targets(const data::SampleSource* source, int64_t first, int64_t count);
   double counted_targets(double all, double masked_here, const std::string& batch);
   double counted_eval_targets();  // the same for one evaluation
-  int64_t first_sample(int step) const;  // this rank's first training sample of `step`
+  int64_t consumed_before(int step) const;  // training samples consumed before `step`
+  int64_t first_sample(int step) const;     // this rank's first training sample of `step`
+  // The 1F1B table's runner for this many micro-batches a step: pipeline_ at
+  // the full global batch; the ramp's smaller batches each get theirs, made
+  // when first met (their slots are within the plan's, made for the full batch).
+  PipelineRunner& pipeline_for(int micro_batches);
   StepRecord run_step(int step);          // train_step's work
   // The token losses of the micro-batch just run forward, added on the device
   // (no wait); take_loss_sum() reads what was added since it last ran.
@@ -165,6 +175,7 @@ class Trainer {
   std::unique_ptr<parallel::ExpertGradReducer> expert_reducer_;  // ep > 1
   int dp_size_ = 1, dp_rank_ = 0;  // the data axis: which samples this rank reads
   std::unique_ptr<PipelineRunner> pipeline_;  // pp > 1 only
+  std::map<int, std::unique_ptr<PipelineRunner>> ramp_pipelines_;  // see pipeline_for
   std::unique_ptr<MixedPrecision> precision_;
   std::unique_ptr<DeviceContext> device_;  // declared first: outlives every device buffer
   Context ctx_;
@@ -189,7 +200,8 @@ class Trainer {
   void* norm_mem_ = nullptr;
   double peak_flops_ = 0;
   int peak_remeasures_ = 0;  // refine_cpu_peak's count
-  int accum_steps_ = 1;
+  int accum_steps_ = 1;  // micro-batches per step at the full global batch
+  std::optional<BatchSchedule> batches_;
   std::vector<StepRecord> history_;
   std::unique_ptr<checkpoint::Checkpointer> checkpointer_;
   int start_step_ = 0;

@@ -123,6 +123,18 @@ MeshShape resolve_mesh(const MeshRequest& r) {
                         "(micro_batch {} * dp {})); the interleaved pipeline schedule "
                         "(parallel.virtual_stages {}) needs a multiple of parallel.pp {}",
                         r.global_batch, micro_batches, r.micro_batch, dp, r.virtual_stages, r.pp);
+    // Every batch of the ramp is start + k * increment, so both decide them all.
+    if (r.rampup_start > 0) {
+      const long per_step = static_cast<long>(r.micro_batch) * dp;
+      const long group = r.virtual_stages > 1 ? per_step * r.pp : per_step;
+      TRAINER_INPUT_CHECK(r.rampup_start % group == 0 && r.rampup_increment % group == 0,
+                          "train.rampup_batch_size: start {} and increment {} must be multiples of "
+                          "train.micro_batch {} * dp {}{} = {}, so each step of the ramp has whole "
+                          "micro-batches{}",
+                          r.rampup_start, r.rampup_increment, r.micro_batch, dp,
+                          r.virtual_stages > 1 ? fmt::format(" * parallel.pp {}", r.pp) : "", group,
+                          r.virtual_stages > 1 ? " in groups of pp (the interleaved schedule)" : "");
+    }
   }
   // Sequence parallelism shards activations over the tp group; with tp 1 it
   // would silently do nothing, so the job is refused rather than misread.

@@ -35,6 +35,8 @@ struct MeshRequest {
   int n_experts = 0;           // 0 = dense model; checked against ep when ep > 1
   int global_batch = 0;        // sequences per optimizer step, all ranks; 0 = not checked
   int micro_batch = 0;         // sequences per micro-batch per dp rank; 0 = not checked
+  int rampup_start = 0;        // train.rampup_batch_size's start and increment; 0 = no ramp
+  int rampup_increment = 0;
   int seq_len = 0;             // 0 = not checked
 };
 

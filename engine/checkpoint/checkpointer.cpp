@@ -118,7 +118,7 @@ Json Checkpointer::make_metadata(int step, const std::map<std::string, double>& 
   // samples consumed (the steps since a resume times their global batch).
   data.set("next_step", Json(step + 1));
   data.set("samples_consumed", Json(samples_consumed_after(step, resumed_step_, resumed_samples_,
-                                                          spec_.train.global_batch)));
+                                                          BatchSchedule(spec_.train))));
   data.set("global_batch", Json(spec_.train.global_batch));
   data.set("seed", Json(std::to_string(spec_.run.seed)));
   Json rng = Json::object();
@@ -455,7 +455,7 @@ int Checkpointer::resume(model::Buffers& buffers, AdamW& optimizer,
   // Without the field (a checkpoint from before it was written), the saving
   // run's own batch says how far its data went.
   resumed_samples_ = consumed ? consumed->as_int()
-                              : samples_consumed_after(step, 0, 0, saved_spec.train.global_batch);
+                              : samples_consumed_after(step, 0, 0, BatchSchedule(saved_spec.train));
   resume_notes_ = data_stream_changes(saved_spec, spec_);
   if (scalars) {
     scalars->clear();

@@ -95,6 +95,13 @@ std::vector<std::string> data_stream_changes(const JobSpec& saved, const JobSpec
   };
   note("train.global_batch", std::to_string(saved.train.global_batch),
        std::to_string(job.train.global_batch), "the run continues after the samples the checkpoint consumed");
+  auto ramp = [](const TrainSpec& t) {
+    return t.rampup_batch_size ? fmt::format("[{}, {}, {}]", t.rampup_batch_size->start,
+                                             t.rampup_batch_size->increment, t.rampup_batch_size->samples)
+                               : std::string("null");
+  };
+  note("train.rampup_batch_size", ramp(saved.train), ramp(job.train),
+       "each step's batch follows the new ramp from the samples the checkpoint consumed");
   note("train.seq_len", std::to_string(saved.train.seq_len), std::to_string(job.train.seq_len),
        "the data is cut into samples of the new length, counted from the checkpoint's sample count");
   note("run.seed", std::to_string(saved.run.seed), std::to_string(job.run.seed),

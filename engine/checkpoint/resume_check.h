@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/batch_schedule.h"
 #include "engine/config/job_spec.h"
 
 namespace trainer::engine::checkpoint {
@@ -23,18 +24,18 @@ namespace trainer::engine::checkpoint {
 std::vector<std::string> model_differences(const ModelSpec& saved, const ModelSpec& job,
                                            bool tensors_only = false);
 
-// The data stream's changes, each a note for the log: the global batch (the
-// run continues at the checkpoint's sample count, not at step x batch),
+// The data stream's changes, each a note for the log: the global batch and its
+// ramp (the run continues at the checkpoint's sample count, not at step x batch),
 // seq_len, seed, shuffle, and the training sources.
 std::vector<std::string> data_stream_changes(const JobSpec& saved, const JobSpec& job);
 
 // Training samples consumed after `step`, for a run that resumed after
 // `resumed_step` with `resumed_samples` consumed (0 and 0 when it started
-// afresh) and has taken `global_batch` samples a step since: where the data
+// afresh) and has taken its schedule's global batches since: where the data
 // stream continues, and what a checkpoint of that step records.
 inline int64_t samples_consumed_after(int step, int resumed_step, int64_t resumed_samples,
-                                      int global_batch) {
-  return resumed_samples + int64_t(step - resumed_step) * global_batch;
+                                      const BatchSchedule& batches) {
+  return batches.consumed_after(resumed_samples, step - resumed_step);
 }
 
 }  // namespace trainer::engine::checkpoint

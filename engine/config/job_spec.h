@@ -135,6 +135,16 @@ struct TrainSpec {
   // > 0: once a step ends this many minutes after the trainer started, every
   // rank stops after it, saves and exits 0; null = no budget.
   std::optional<double> max_minutes;
+  // Megatron's --rampup-batch-size START INCREMENT SAMPLES: the global batch
+  // starts at `start` and grows by `increment` in even steps over the first
+  // `samples` training samples, then stays at global_batch (engine/batch_schedule.h).
+  struct Rampup {
+    int start = 0;          // 1..global_batch - 1, a multiple of micro_batch
+    int increment = 0;      // >= 1, divides global_batch - start; a multiple of micro_batch
+    int64_t samples = 0;    // >= 1
+    bool operator==(const Rampup&) const = default;
+  };
+  std::optional<Rampup> rampup_batch_size;
   bool operator==(const TrainSpec&) const = default;
 };
 

@@ -83,6 +83,23 @@ void check_training(const JobSpec& s, const SpecReader& r) {
   if (t.global_batch % t.micro_batch != 0)
     r.fail("train.global_batch", fmt::format("must be a multiple of train.micro_batch ({}), got {}",
                                              t.micro_batch, t.global_batch));
+  if (t.rampup_batch_size) {
+    // Megatron's rules (RampupBatchsizeNumMicroBatchesCalculator), and whole
+    // micro-batches at every size the ramp takes (the mesh adds dp's factor).
+    const TrainSpec::Rampup& ramp = *t.rampup_batch_size;
+    if (ramp.start >= t.global_batch)
+      r.fail("train.rampup_batch_size", fmt::format("starts at {}, which must be below train.global_batch "
+                                                    "({}), the batch it ramps up to",
+                                                    ramp.start, t.global_batch));
+    else if ((t.global_batch - ramp.start) % ramp.increment != 0)
+      r.fail("train.rampup_batch_size", fmt::format("increment {} does not divide train.global_batch {} - "
+                                                    "start {} = {}", ramp.increment, t.global_batch,
+                                                    ramp.start, t.global_batch - ramp.start));
+    else if (ramp.start % t.micro_batch != 0 || ramp.increment % t.micro_batch != 0)
+      r.fail("train.rampup_batch_size", fmt::format("start {} and increment {} must be multiples of "
+                                                    "train.micro_batch ({})", ramp.start, ramp.increment,
+                                                    t.micro_batch));
+  }
   if (!s.data.split.empty() && !s.data.val.empty())
     r.fail("data.split", "takes the validation samples from data.train, but data.val is given too "
                          "(give one or the other)");

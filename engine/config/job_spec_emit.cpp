@@ -156,9 +156,13 @@ std::string job_spec_to_yaml(const JobSpec& spec) {
                    yes(data.eod_mask_loss), data.eod_token ? std::to_string(*data.eod_token) : "null");
   y += fmt::format(
       "train:\n  seq_len: {}\n  micro_batch: {}\n  global_batch: {}\n  steps: {}\n"
-      "  eval_every: {}\n  eval_batches: {}\n  log_every: {}\n  max_minutes: {}\n",
+      "  eval_every: {}\n  eval_batches: {}\n  log_every: {}\n  max_minutes: {}\n"
+      "  rampup_batch_size: {}\n",
       t.seq_len, t.micro_batch, t.global_batch, t.steps, t.eval_every, t.eval_batches, t.log_every,
-      t.max_minutes ? num(*t.max_minutes) : "null");
+      t.max_minutes ? num(*t.max_minutes) : "null",
+      t.rampup_batch_size ? fmt::format("[{}, {}, {}]", t.rampup_batch_size->start,
+                                        t.rampup_batch_size->increment, t.rampup_batch_size->samples)
+                          : std::string("null"));
   y += fmt::format(
       "optimizer:\n  name: {}\n  lr: {}\n  min_lr: {}\n  warmup_steps: {}\n  schedule: {}\n"
       "  decay_steps: {}\n  betas: [{}, {}]\n  eps: {}\n  weight_decay: {}\n  grad_clip: {}\n",

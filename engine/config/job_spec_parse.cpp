@@ -349,6 +349,19 @@ void read_train(Section s, TrainSpec& t) {
     s.reader().check_min(s.path("max_minutes"), minutes, 0, /*strict=*/true);
     t.max_minutes = minutes;
   }
+  if (s.has("rampup_batch_size") && !s.is_null("rampup_batch_size")) {
+    SpecReader& r = s.reader();
+    const YAML::Node n = s.get("rampup_batch_size");
+    const std::string path = s.path("rampup_batch_size");
+    if (!n.IsSequence() || n.size() != 3)
+      r.fail(path, n.Mark(), "expected null or a list [start, increment, samples] (Megatron's "
+                             "--rampup-batch-size), got " + spec::describe(n));
+    TrainSpec::Rampup ramp;
+    ramp.start = static_cast<int>(r.as_int(n[0], path + "[0]", 1, INT32_MAX));
+    ramp.increment = static_cast<int>(r.as_int(n[1], path + "[1]", 1, INT32_MAX));
+    ramp.samples = r.as_int(n[2], path + "[2]", 1, INT32_MAX);
+    t.rampup_batch_size = ramp;
+  }
 }
 
 void read_optimizer(Section s, OptimizerSpec& o) {

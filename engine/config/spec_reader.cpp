@@ -46,7 +46,7 @@ KeyNode build_key_tree() {
        leaves("data", {"train", "val", "split", "format", "shuffle", "reset_attention_mask", "reset_position_ids",
                        "eod_mask_loss", "eod_token"}),
        leaves("train", {"seq_len", "micro_batch", "global_batch", "steps", "eval_every",
-                        "eval_batches", "log_every", "max_minutes"}),
+                        "eval_batches", "log_every", "max_minutes", "rampup_batch_size"}),
        leaves("optimizer", {"name", "lr", "min_lr", "warmup_steps", "schedule", "decay_steps",
                             "betas", "eps", "weight_decay", "grad_clip"}),
        leaves("precision", {"compute", "loss_scale", "fp8_amax_history", "fp8_margin",

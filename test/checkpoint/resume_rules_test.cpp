@@ -292,3 +292,13 @@ TEST_CASE("resume: a changed data.split is noted", "[cpu][checkpoint]") {
                     "its samples counted from the checkpoint's sample count");
   CHECK(checkpoint::data_stream_changes(job, job).empty());
 }
+
+TEST_CASE("resume: a changed train.rampup_batch_size is noted", "[cpu][checkpoint]") {
+  JobSpec saved, job;
+  job.train.rampup_batch_size = TrainSpec::Rampup{4, 4, 1000};
+  const std::vector<std::string> notes = checkpoint::data_stream_changes(saved, job);
+  REQUIRE(notes.size() == 1);
+  CHECK(notes[0] == "train.rampup_batch_size was null in the checkpoint, [4, 4, 1000] now: each step's "
+                    "batch follows the new ramp from the samples the checkpoint consumed");
+  CHECK(checkpoint::data_stream_changes(job, job).empty());
+}

@@ -152,6 +152,25 @@ const std::vector<Bad>& bad_specs() {
       {"dp zero", kData + "parallel:\n  dp: 0\n", {}, "job.yaml:5: parallel.dp: must be >= 1, got 0"},
       {"zero stage 4", kData + "parallel:\n  zero: 4\n", {},
        "job.yaml:5: parallel.zero: must be in 0..3, got 4"},
+      {"rampup not a list", kData + "train:\n  rampup_batch_size: 4\n", {},
+       "job.yaml:5: train.rampup_batch_size: expected null or a list [start, increment, samples] "
+       "(Megatron's --rampup-batch-size), got '4'"},
+      {"rampup of two numbers", kData + "train:\n  rampup_batch_size: [4, 4]\n", {},
+       "job.yaml:5: train.rampup_batch_size: expected null or a list [start, increment, samples] "
+       "(Megatron's --rampup-batch-size), got a list"},
+      {"rampup over no samples", kData + "train:\n  rampup_batch_size: [4, 4, 0]\n", {},
+       "job.yaml:5: train.rampup_batch_size[2]: must be >= 1, got 0"},
+      {"rampup from zero", kData + "train:\n  rampup_batch_size: [0, 4, 100]\n", {},
+       "job.yaml:5: train.rampup_batch_size[0]: must be >= 1, got 0"},
+      {"rampup starting at the global batch", kData + "train:\n  rampup_batch_size: [16, 4, 100]\n", {},
+       "job.yaml:5: train.rampup_batch_size: starts at 16, which must be below train.global_batch (16), "
+       "the batch it ramps up to"},
+      {"rampup increment not dividing", kData + "train:\n  rampup_batch_size: [4, 8, 100]\n", {},
+       "job.yaml:5: train.rampup_batch_size: increment 8 does not divide train.global_batch 16 - start 4 "
+       "= 12"},
+      {"rampup off the micro-batch", kData + "train:\n  rampup_batch_size: [6, 2, 100]\n", {},
+       "job.yaml:5: train.rampup_batch_size: start 6 and increment 2 must be multiples of "
+       "train.micro_batch (4)"},
       {"max_minutes 0", kData + "train:\n  max_minutes: 0\n", {},
        "job.yaml:5: train.max_minutes: must be > 0, got 0"},
       {"max_minutes not a number", kData + "train:\n  max_minutes: soon\n", {},

@@ -125,7 +125,7 @@ model:
         capacity_factor: 1.25}
 data: {train: a.bin, val: [b.bin, c.bin], format: megatron, shuffle: false}
 train: {seq_len: 100, micro_batch: 3, global_batch: 12, steps: 7, eval_every: 0, eval_batches: 2, log_every: 5,
-        max_minutes: 90.5}
+        max_minutes: 90.5, rampup_batch_size: [3, 3, 1000]}
 optimizer: {name: adamw, lr: 0.002, min_lr: 0, warmup_steps: 0, schedule: wsd, decay_steps: 3,
             betas: [0.8, 0.99], eps: 1.0e-6, weight_decay: 0, grad_clip: 0}
 precision: {compute: fp16, loss_scale: 1024, fp8_amax_history: 16, fp8_margin: 1}
@@ -193,6 +193,7 @@ log: {metrics: none, timers: true, profile_steps: [3, 5], profile_ranks: [2, 0]}
   CHECK(s.train.eval_batches == 2);
   CHECK(s.train.log_every == 5);
   CHECK(s.train.max_minutes == 90.5);
+  CHECK(s.train.rampup_batch_size == TrainSpec::Rampup{3, 3, 1000});
   CHECK(s.optimizer.lr == 0.002);
   CHECK(s.optimizer.min_lr == 0);
   CHECK(s.optimizer.warmup_steps == 0);

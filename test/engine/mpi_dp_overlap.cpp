@@ -4,7 +4,8 @@
 // small buckets so most go out early: dp 2 gpt2 (tied embeddings) and llama
 // with ZeRO 1; on 4 ranks dp2 x tp2 with sequence parallelism (norm gradients
 // summed over tp after backward) and llama with one KV head replicated over
-// tp (summed over its replicas after backward). A gradient reported final too
+// tp (summed over its replicas after backward); and a batch ramp (one
+// micro-batch a rank, then two). A gradient reported final too
 // early would be averaged before the rest of backward adds to it.
 // Usage: mpirun -np 2|4 engine_mpi_dp_overlap
 #include <fmt/format.h>
@@ -48,6 +49,10 @@ std::vector<Case> cases(int world) {
     JobSpec l = base(Family::llama);
     l.parallel.zero = 1;
     out.push_back({"llama dp2 zero1", l, false});
+    // train.rampup_batch_size: step 1 has one micro-batch per rank, so its
+    // first is the last one, whose backward feeds the buckets.
+    l.train.rampup_batch_size = TrainSpec::Rampup{4, 4, 4};
+    out.push_back({"llama dp2 zero1, batch 4 then 8", l, false});
   } else {
     JobSpec g = base(Family::gpt2);
     g.parallel.tp = 2;

@@ -170,6 +170,9 @@ TEST_CASE("resolve_mesh: auto dp and a valid request", "[cpu]") {
   REQUIRE(resolve_mesh(r).dp == 4);
   r.sequence_parallel = true;
   REQUIRE(resolve_mesh(r).sequence_parallel);
+  r.rampup_start = 8;  // a ramp 8, 16 of micro-batches 2 on dp 4
+  r.rampup_increment = 8;
+  REQUIRE(resolve_mesh(r).dp == 4);
   r.zero = 3;  // ZeRO-3 (without ep)
   REQUIRE(resolve_mesh(r).zero == 3);
   // ZeRO-3 with experts split over ep: experts shard over edp 2, the rest over dp 4.
@@ -242,6 +245,17 @@ TEST_CASE("resolve_mesh: every error message", "[cpu]") {
                    "4 = 8");
   r = base_request(); r.micro_batch = 3;
   require_error(r, "train.global_batch: 16 is not divisible by train.micro_batch 3 * dp 4 = 12");
+  // train.rampup_batch_size: whole micro-batches on every dp rank at each size.
+  r = base_request(); r.rampup_start = 4; r.rampup_increment = 4;
+  require_error(r, "train.rampup_batch_size: start 4 and increment 4 must be multiples of "
+                   "train.micro_batch 2 * dp 4 = 8, so each step of the ramp has whole micro-batches");
+  r = base_request(); r.rampup_start = 8; r.rampup_increment = 4;
+  require_error(r, "train.rampup_batch_size: start 8 and increment 4 must be multiples of "
+                   "train.micro_batch 2 * dp 4 = 8, so each step of the ramp has whole micro-batches");
+  r = base_request(); r.pp = 2; r.virtual_stages = 2; r.rampup_start = 4; r.rampup_increment = 4;
+  require_error(r, "train.rampup_batch_size: start 4 and increment 4 must be multiples of "
+                   "train.micro_batch 2 * dp 2 * parallel.pp 2 = 8, so each step of the ramp has "
+                   "whole micro-batches in groups of pp (the interleaved schedule)");
   r = base_request(); r.world = 4; r.tp = 1; r.n_head = 12; r.sequence_parallel = true;
   require_error(r, "parallel.sequence_parallel: true needs parallel.tp > 1 (tp is 1)");
   r = base_request(); r.sequence_parallel = true; r.seq_len = 1023;

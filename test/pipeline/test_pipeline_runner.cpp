@@ -277,3 +277,21 @@ TEST_CASE("memory plan: each chunk's slot pool follows the previous one", "[cpu]
       CHECK(engine::chunk_slots(t, 1) == std::vector<int>{engine::activation_slots(t)});
     }
 }
+
+// train.rampup_batch_size runs steps of fewer micro-batches with slot pools
+// planned for the full batch (Trainer::pipeline_for): no table of fewer
+// micro-batches may need more slots of any chunk.
+TEST_CASE("fewer micro-batches never need more activation slots", "[cpu][pipeline]") {
+  for (int p = 2; p <= 8; ++p)
+    for (int v = 1; v <= 4; ++v)
+      for (int r = 0; r < p; ++r) {
+        const int step = v > 1 ? p : 1;  // interleaved: micro-batches in groups of pp
+        std::vector<int> prev(v, 0);
+        for (int m = step; m <= 6 * p; m += step) {
+          INFO("pp " << p << " v " << v << " rank " << r << " micro-batches " << m);
+          const std::vector<int> now = engine::chunk_slots(parallel::pipeline_schedule(p, r, m, v), v);
+          for (int c = 0; c < v; ++c) CHECK(now[c] >= prev[c]);
+          prev = now;
+        }
+      }
+}
