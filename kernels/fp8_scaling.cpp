@@ -40,14 +40,20 @@ int Fp8Scaling::add(DType format) {
   TRAINER_CHECK(format == DType::e4m3 || format == DType::e5m2,
                 "Fp8Scaling::add: {} is not an fp8 dtype", dtype_name(format));
   const size_t n = formats_.size();
-  std::vector<float> grown(static_cast<size_t>(history_len_) * (n + 1), 0.0f);
-  for (int r = 0; r < history_len_; ++r)
-    std::memcpy(grown.data() + r * (n + 1), history_.data() + r * n, n * sizeof(float));
-  history_ = std::move(grown);
   formats_.push_back(format);
   scale_.push_back(1.0f);
   scale_inv_.push_back(1.0f);
   return static_cast<int>(n);
+}
+
+void Fp8Scaling::lay_out() const {
+  const size_t n = formats_.size(), old = laid_out_;
+  if (old == n) return;
+  std::vector<float> grown(static_cast<size_t>(history_len_) * n, 0.0f);  // new tensors: no amax yet
+  for (int r = 0; old > 0 && r < history_len_; ++r)
+    std::memcpy(grown.data() + r * n, history_.data() + r * old, old * sizeof(float));
+  history_ = std::move(grown);
+  laid_out_ = n;
 }
 
 void Fp8Scaling::check_index(int idx) const {
@@ -117,6 +123,7 @@ void Fp8Scaling::update() {
   std::vector<float> top(static_cast<size_t>(n));
   for (int i = 0; i < n; ++i) top[i] = scaled_max(i);
   Context host;
+  lay_out();
   cpu::fp8_scaling_update(host, Tensor(history_.data(), {history_len_, n}), Tensor(scale_.data(), {n}),
                           Tensor(scale_inv_.data(), {n}), Tensor(top.data(), {n}));
 }
@@ -127,6 +134,7 @@ std::string Fp8Scaling::serialize() const {
   out.append(kMagic, sizeof(kMagic));
   put(out, &count, 1);
   put(out, &len, 1);
+  lay_out();
   for (DType f : formats_) out.push_back(static_cast<char>(f));
   put(out, history_.data(), history_.size());
   put(out, scale_.data(), scale_.size());
@@ -188,6 +196,7 @@ void Fp8Scaling::restore(std::string_view bytes, const std::string& source) {
                         "{}: fp8 tensor {} has scale {}, expected finite > 0", source, i, scale[i]);
   // Row 0 is the current step; rows 1.. run oldest to newest, so a shorter history
   // keeps the last rows and a longer one gets zeros (no amax) in front.
+  lay_out();
   std::fill(history_.begin(), history_.end(), 0.0f);
   std::memcpy(row(0), old.data(), n * sizeof(float));
   const int old_len = static_cast<int>(len);

@@ -49,10 +49,16 @@ class Fp8Scaling {
   DType format(int idx) const;
 
   // Row 0 of the history: this step's amax of every tensor, contiguous (size()).
-  float* current_amax() { return history_.data(); }
+  float* current_amax() {
+    lay_out();
+    return history_.data();
+  }
   // The whole history (history_len() rows of size()), row 0 first, and the scales and
   // their inverses: for the copies that move the state to and from the device.
-  float* history_data() { return history_.data(); }
+  float* history_data() {
+    lay_out();
+    return history_.data();
+  }
   float* scale_data() { return scale_.data(); }
   float* scale_inv_data() { return scale_inv_.data(); }
   // fp8_max(format(idx)) / 2^margin: the numerator of the scale update.
@@ -97,14 +103,25 @@ class Fp8Scaling {
   void restore(std::string_view bytes, const std::string& source);
 
  private:
-  float* row(int r) { return history_.data() + static_cast<size_t>(r) * formats_.size(); }
-  const float* row(int r) const { return history_.data() + static_cast<size_t>(r) * formats_.size(); }
+  float* row(int r) {
+    lay_out();
+    return history_.data() + static_cast<size_t>(r) * formats_.size();
+  }
+  const float* row(int r) const {
+    lay_out();
+    return history_.data() + static_cast<size_t>(r) * formats_.size();
+  }
+  // add() only appends: the history is laid out for the new width once, when
+  // it is next read. Re-laid out on every add, declaring a model's N fp8
+  // operands cost O(N^2 x history_len) (minutes for 15,616 experts' GEMMs).
+  void lay_out() const;
   void check_index(int idx) const;
 
   int history_len_ = 1;
   int margin_ = 0;
   std::vector<DType> formats_;
-  std::vector<float> history_;  // (history_len, size()), row 0 = current step
+  mutable std::vector<float> history_;  // (history_len, size()), row 0 = current step
+  mutable size_t laid_out_ = 0;         // the width history_ is laid out for
   std::vector<float> scale_;
   std::vector<float> scale_inv_;
 };
