@@ -31,6 +31,10 @@ std::string attention_options(const ModelSpec& m) {
   if (m.head_size > 0) s += fmt::format(" of {}", m.head_size);  // "16 heads (8 kv) of 128"
   if (m.family == Family::llama && m.qkv_bias) s += ", q/k/v biases";
   if (m.qk_norm) s += ", q/k norms";
+  if (const MlaSpec& a = m.mla; a.enabled)  // ", MLA (q latent 1536, kv latent 512, q/k 128+64, v 128)"
+    s += fmt::format(", MLA ({}kv latent {}, q/k {}+{}, v {})",
+                     a.q_lora_rank > 0 ? fmt::format("q latent {}, ", a.q_lora_rank) : std::string(),
+                     a.kv_lora_rank, a.qk_nope_head_dim, a.qk_rope_head_dim, a.v_head_dim);
   if (m.sliding_window > 0)
     s += m.full_attention_every > 0
              ? fmt::format(", sliding window {} (layers {}, {}, ... in full)", m.sliding_window,
@@ -66,6 +70,16 @@ model::ModelConfig model_config(const JobSpec& spec) {
   c.n_head = m.n_head;
   c.n_kv_head = m.n_kv_head > 0 ? m.n_kv_head : m.n_head;
   c.head_size = m.head_size;
+  if (m.mla.enabled) {
+    c.mla = {.enabled = true,
+             .q_lora_rank = m.mla.q_lora_rank,
+             .kv_lora_rank = m.mla.kv_lora_rank,
+             .qk_nope = m.mla.qk_nope_head_dim,
+             .qk_rope = m.mla.qk_rope_head_dim,
+             .v_dim = m.mla.v_head_dim};
+    c.head_size = m.mla.qk_nope_head_dim + m.mla.qk_rope_head_dim;
+    c.n_kv_head = m.n_head;
+  }
   c.d_ff = m.d_ff;
   c.vocab_size = m.vocab_size;
   c.max_seq_len = m.max_seq_len;
@@ -78,7 +92,8 @@ model::ModelConfig model_config(const JobSpec& spec) {
   const RopeScalingSpec& rs = m.rope_scaling;
   if (rs.enabled && rs.type == RopeType::yarn)
     c.rope_scaling = yarn_scaling(rs.factor, rs.original_max_position_embeddings, rs.beta_fast,
-                                  rs.beta_slow, rs.attention_factor.value_or(0.0), m.head_dim(),
+                                  rs.beta_slow, rs.attention_factor.value_or(0.0),
+                                  m.mla.enabled ? m.mla.qk_rope_head_dim : m.head_dim(),
                                   m.rope_theta);
   else if (rs.enabled)
     c.rope_scaling = {.factor = rs.factor,

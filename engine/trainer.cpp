@@ -115,6 +115,20 @@ void Trainer::setup() {
                         "model.n_kv_head * head_dim ({}) and model.d_ff ({}) to be multiples of 16 "
                         "(the alignment of Hopper's FP8 GEMMs)",
                         spec.source_path, tokens, cfg.d_model, q, kv, cfg.d_ff);
+    // MLA's GEMMs: its latents, kv_b's heads and o_proj's value heads.
+    if (const model::MlaConfig& a = cfg.mla; a.enabled) {
+      const int64_t kv_b = cfg.n_head * (a.qk_nope + a.v_dim), o = cfg.n_head * a.v_dim;
+      bool mla_ok = true;
+      for (int64_t d : {a.q_lora_rank, a.kv_lora_rank, a.kv_lora_rank + a.qk_rope, kv_b, o})
+        mla_ok = mla_ok && d % 16 == 0;
+      TRAINER_INPUT_CHECK(mla_ok,
+                          "{}: precision.compute: fp8 on run.device cuda needs model.mla's "
+                          "q_lora_rank ({}), kv_lora_rank ({}), kv_lora_rank + qk_rope_head_dim "
+                          "({}), n_head * (qk_nope_head_dim + v_head_dim) ({}) and n_head * "
+                          "v_head_dim ({}) to be multiples of 16 (the alignment of Hopper's FP8 GEMMs)",
+                          spec.source_path, a.q_lora_rank, a.kv_lora_rank,
+                          a.kv_lora_rank + a.qk_rope, kv_b, o);
+    }
     // The experts' rows are ragged (padded on the way, fp8_pad_rows), their widths not.
     TRAINER_INPUT_CHECK(!cfg.moe_enabled || cfg.moe.d_ff_expert % 16 == 0,
                         "{}: precision.compute: fp8 on run.device cuda needs model.moe.d_ff_expert "

@@ -7,7 +7,7 @@
 #include "kernels/attention.h"
 #include "kernels/elementwise.h"
 #include "kernels/op_scratch.h"
-#include "kernels/rope.h"
+#include "model/rope_positions.h"
 #include "parallel/cp_kv_exchange.h"
 
 namespace trainer::model {
@@ -104,22 +104,7 @@ Tensor Attention::docs(const LayerEnv& env) const {
 }
 
 void Attention::rope(const LayerEnv& env, Tensor x, bool forward) const {
-  auto apply = [&](Tensor t, int64_t pos, Tensor positions) {
-    if (forward)
-      rope_forward(env.ctx, t, t, rotary_, pos, positions);
-    else
-      rope_backward(env.ctx, t, t, rotary_, pos, positions);
-  };
-  // Positions restarting with each document: one call at the tokens' own.
-  if (!env.positions.empty()) return apply(x, 0, env.positions.view({B_, T_}));
-  if (cp_.cp == 1) return apply(x, 0, Tensor{});
-  // One contiguous (1, c, h, D) block per sequence and chunk, at its global offset.
-  const int64_t c = cp_.chunk(), row = x.size(2) * x.size(3);
-  Tensor flat = x.view({x.numel()});
-  cp_.for_each_chunk(B_, [&](int64_t first, int64_t pos) {
-    apply(flat.slice(first * row, (first + c) * row).view({1, c, x.size(2), x.size(3)}), pos,
-          Tensor{});
-  });
+  rope_at_positions(env, cp_, rotary_, x, forward);
 }
 
 void Attention::gather_kv(const LayerEnv& env, const Scratch& s, Tensor kg, Tensor vg) const {

@@ -22,7 +22,11 @@ void Block::declare(Buffers& buf, int layer, const ModelConfig& cfg, const Batch
   nvtx_recompute_ = p + " recompute";
   if (recompute_) buf.begin_recomputed_block();
   norm1_.declare(buf, p + (cfg.is_llama() ? ".input_layernorm" : ".ln_1"), cfg, N);
-  attn_.declare(buf, p, cfg, batch, cfg.window_of(layer));
+  is_mla_ = cfg.mla.enabled;
+  if (is_mla_)
+    mla_.declare(buf, p, cfg, batch, cfg.window_of(layer));
+  else
+    attn_.declare(buf, p, cfg, batch, cfg.window_of(layer));
   norm2_.declare(buf, p + (cfg.is_llama() ? ".post_attention_layernorm" : ".ln_2"), cfg, N);
   is_moe_ = cfg.is_moe_layer(layer);
   if (is_moe_)
@@ -40,7 +44,10 @@ void Block::forward(const LayerEnv& env, const Scratch& s, Tensor in) const {
   norm1_.forward(env, in);
   {
     cuda::NvtxRange attn(nvtx_attn_fwd_.c_str());
-    attn_.forward(env, s, mid, norm1_.out(env));
+    if (is_mla_)
+      mla_.forward(env, s, mid, norm1_.out(env));
+    else
+      attn_.forward(env, s, mid, norm1_.out(env));
   }
   accumulate(env.ctx, mid, in);
   norm2_.forward(env, mid);
@@ -69,7 +76,10 @@ void Block::backward(const LayerEnv& env, const Scratch& s, Tensor dres, Tensor 
   accumulate(env.ctx, dres, dtmp);
   {
     cuda::NvtxRange attn(nvtx_attn_bwd_.c_str());
-    attn_.backward(env, s, dln, dres, norm1_.out(env));
+    if (is_mla_)
+      mla_.backward(env, s, dln, dres, norm1_.out(env));
+    else
+      attn_.backward(env, s, dln, dres, norm1_.out(env));
   }
   norm1_.backward(env, dtmp, dln, in);
   accumulate(env.ctx, dres, dtmp);

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "model/attention_layer.h"
+#include "model/mla_layer.h"
 #include "model/mlp_layer.h"
 #include "model/moe_layer.h"
 #include "model/norm_layer.h"
@@ -30,6 +31,8 @@ class Block {
  private:
   Norm norm1_, norm2_;
   Attention attn_;
+  Mla mla_;  // the attention when ModelConfig::mla is on
+  bool is_mla_ = false;
   Mlp mlp_;
   Moe moe_;
   bool is_moe_ = false;

@@ -8,10 +8,12 @@ namespace trainer::model {
 
 void Linear::declare(Buffers& buf, const std::string& name, int64_t in, int64_t out,
                      bool has_bias, float std, Split split, const ModelConfig& cfg, int64_t rows,
-                     int tp_replicas, Gelu gelu) {
+                     int tp_replicas, Gelu gelu, bool tp_partial) {
   TRAINER_CHECK(tp_replicas == 1 || (split == Split::column && cfg.tp % tp_replicas == 0),
                 "{}: {} tp replicas of a {} split over tp {}", name, tp_replicas,
                 split == Split::column ? "column" : "non-column", cfg.tp);
+  TRAINER_CHECK(!tp_partial || split == Split::none, "{}: only a replicated linear has tp-partial "
+                "gradients", name);
   int64_t tp = split == Split::none ? 1 : cfg.tp / tp_replicas;
   int64_t out_local = split == Split::column ? out / tp : out;
   int64_t in_local = split == Split::row ? in / tp : in;
@@ -24,7 +26,8 @@ void Linear::declare(Buffers& buf, const std::string& name, int64_t in, int64_t 
        .global_shape = {out, in},
        .std = std,
        .tp_dim = tp_dim,
-       .tp_replicas = tp_replicas},
+       .tp_replicas = tp_replicas,
+       .sp_partial = tp_partial && cfg.tp > 1},
       {out_local, in_local});
   adds_bias_ = split != Split::row || cfg.tp_rank == 0;
   if (buf.fp8_active()) fp8_ = buf.add_fp8_gemm(name, false, {out_local, in_local});
@@ -35,7 +38,7 @@ void Linear::declare(Buffers& buf, const std::string& name, int64_t in, int64_t 
                           .tp_dim = split == Split::column ? 0 : -1,
                           .tp_replicas = tp_replicas,
                           .weight_decay = false,
-                          .sp_partial = false,
+                          .sp_partial = tp_partial && cfg.tp > 1,
                           .compute_copy = fp8_ < 0},  // the FP8 GEMMs add an fp32 bias
                          {out_local});
   // Only the rank that adds the bias takes forward's bias scratch; every rank

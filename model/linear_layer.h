@@ -25,9 +25,12 @@ class Linear {
   // tp_replicas (column split only): consecutive tp ranks sharing one shard, so
   // out splits over tp / tp_replicas shards (KV heads when n_kv_head < tp).
   // rows: the M of its GEMMs, for the op scratch they take (Buffers::declare_op_scratch).
+  // tp_partial (Split::none only): a replicated layer inside a tp region whose
+  // output gradient on each tp rank covers only that rank's heads (MLA's
+  // down-projections): its weight gradients are summed over tp.
   void declare(Buffers& buf, const std::string& name, int64_t in, int64_t out, bool bias,
                float std, Split split, const ModelConfig& cfg, int64_t rows,
-               int tp_replicas = 1, Gelu gelu = Gelu::none);
+               int tp_replicas = 1, Gelu gelu = Gelu::none, bool tp_partial = false);
   // out (M, out_local) = in (M, in_local) @ W^T + b; written
   void forward(const LayerEnv& env, Tensor out, Tensor in) const;
   // dinp (M, in_local) written (skipped when empty); dW, db accumulated

@@ -127,7 +127,12 @@ void Model::declare_fp8_workspace() {
   // C by one of the latter.
   int64_t N = batch_.tokens(), C = cfg_.d_model;
   int64_t inner = std::max<int64_t>(int64_t(cfg_.local_heads()) * cfg_.head_dim(), cfg_.local_ff());
+  if (const MlaConfig& a = cfg_.mla; a.enabled)  // kv_b's output and the latents
+    inner = std::max({inner, cfg_.local_heads() * (a.qk_nope + a.v_dim), a.q_lora_rank,
+                      a.kv_lora_rank + a.qk_rope});
   int64_t act = N * std::max(C, inner), w = C * inner;
+  if (cfg_.mla.enabled)  // q_b and kv_b read a latent, not C
+    w = std::max({C, cfg_.mla.q_lora_rank, cfg_.mla.kv_lora_rank}) * inner;
   // MoE layers' expert GEMMs: up to R routed rows (one expert may get them
   // all), plus 15 padding rows on the GPU; shared experts N rows of Fs.
   int64_t pad_rows = 0, pad_width = 0;
@@ -413,11 +418,20 @@ double Model::flops_per_token() const {
   double H = cfg_.n_head, Hkv = cfg_.n_kv_head, V = cfg_.padded_vocab();
   double mlp = (cfg_.is_llama() ? 3.0 : 2.0) * C * F;
   double attn_proj = C * H * D * 2 + C * Hkv * D * 2;
+  // Multi-head latent attention: its down- and up-projections, and value
+  // heads of their own size (the kernels' zero padding is not model work).
+  double Dv = D;
+  if (const MlaConfig& a = cfg_.mla; a.enabled) {
+    const double Lq = a.q_lora_rank, Lkv = a.kv_lora_rank;
+    Dv = a.v_dim;
+    attn_proj = (Lq > 0 ? C * Lq + Lq * H * D : C * H * D) + C * (Lkv + a.qk_rope) +
+                Lkv * H * (a.qk_nope + Dv) + H * Dv * C;
+  }
   // QK^T and PV per token over the keys a query may see: the whole sequence
   // (PaLM's convention, the causal half not taken off), or its layer's window.
   auto attn_core = [&](int layer) {
     const int64_t w = cfg_.window_of(layer);
-    return 2.0 * (w > 0 ? std::min<double>(T, w) : T) * H * D;
+    return (w > 0 ? std::min<double>(T, w) : T) * H * (D + Dv);
   };
   double per_layer = 2.0 * (mlp + attn_proj);
   // An MoE layer: the router plus top_k routed and the shared experts' GEMMs.

@@ -15,6 +15,17 @@ namespace trainer::model {
 
 enum class Family { gpt2, llama };
 
+// Multi-head latent attention (DeepSeek-V2/V3, model/mla_layer.h): the sizes
+// of its latents and head parts. With it, head_size is the q/k head
+// (qk_nope + qk_rope) and n_kv_head is n_head.
+struct MlaConfig {
+  bool enabled = false;
+  int64_t q_lora_rank = 0;  // 0: q_proj straight from the hidden state
+  int64_t kv_lora_rank = 0;
+  int64_t qk_nope = 0, qk_rope = 0, v_dim = 0;
+  int64_t qk_dim() const { return qk_nope + qk_rope; }
+};
+
 struct ModelConfig {
   Family family = Family::gpt2;
   int n_layer = 4;
@@ -31,6 +42,7 @@ struct ModelConfig {
   // llama: an RMSNorm over each query and key head (weights of head_dim
   // shared by the heads) before RoPE (Qwen3; Megatron's --qk-layernorm).
   bool qk_norm = false;
+  MlaConfig mla;
   float rope_theta = 10000.0f;
   RopeScaling rope_scaling;  // llama: Llama 3.1's frequency scaling when active
   float norm_eps = 1e-5f;

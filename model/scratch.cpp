@@ -1,6 +1,8 @@
 // Sizes of the shared backward temporaries.
 #include "model/scratch.h"
 
+#include <algorithm>
+
 namespace trainer::model {
 
 void Scratch::declare(Buffers& buf, const ModelConfig& cfg, const BatchShape& batch) {
@@ -22,6 +24,15 @@ void Scratch::declare(Buffers& buf, const ModelConfig& cfg, const BatchShape& ba
     full_a = buf.add(Category::scratch, "sp.full_a", {N, C}, buf.act_dtype());
     full_b = buf.add(Category::scratch, "sp.full_b", {N, C}, buf.act_dtype());
     full_c = buf.add(Category::scratch, "sp.full_c", {N, C}, buf.act_dtype());
+  }
+  if (const MlaConfig& m = cfg.mla; m.enabled) {
+    const int64_t lat = std::max(m.q_lora_rank, m.kv_lora_rank);
+    mla_kv = buf.add(Category::scratch, "mla.kv", {N, H * (m.qk_nope + m.v_dim)}, buf.act_dtype());
+    mla_latent = buf.add(Category::scratch, "mla.kv_latent", {N, m.kv_lora_rank + m.qk_rope},
+                         buf.act_dtype());
+    mla_grad_a = buf.add(Category::scratch, "mla.grad_latent_a", {N, lat}, buf.act_dtype());
+    mla_grad_b = buf.add(Category::scratch, "mla.grad_latent_b", {N, lat}, buf.act_dtype());
+    mla_rope = buf.add(Category::scratch, "mla.rope_parts", {N, H * m.qk_rope}, buf.act_dtype());
   }
   if (cfg.cp > 1) {
     const int64_t kv = N * cfg.cp * Hkv * D;

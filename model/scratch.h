@@ -28,6 +28,12 @@ struct Scratch {
   // two pairs of their gradients (one per local query chunk; the second pair
   // also stages the collectives' rank-blocked order).
   BufferId cp_k = -1, cp_v = -1, cp_dk = -1, cp_dv = -1, cp_dk2 = -1, cp_dv2 = -1;
+  // Multi-head latent attention only (model/mla_layer.h), forward and backward
+  // temporaries: kv_b's output or its gradient (N, H_local * (qk_nope + v));
+  // the KV latent with its RoPE part or its gradient (N, kv_lora + qk_rope);
+  // two latent-wide gradients (N, max(q_lora, kv_lora)); RoPE parts taken
+  // out of the heads to be turned (N, H_local * qk_rope).
+  BufferId mla_kv = -1, mla_latent = -1, mla_grad_a = -1, mla_grad_b = -1, mla_rope = -1;
 
   void declare(Buffers& buf, const ModelConfig& cfg, const BatchShape& batch);
 };

@@ -45,6 +45,8 @@ HfKind hf_kind(const model::ModelConfig& cfg) {
                         "llama: MistralForCausalLM, MixtralForCausalLM or a Qwen class)", cfg.sliding_window);
     return {"GPT2LMHeadModel", "gpt2", "model.family gpt2"};
   }
+  TRAINER_INPUT_CHECK(!cfg.mla.enabled, "model.mla: multi-head latent attention is DeepSeek's "
+                      "(DeepseekV3ForCausalLM), which this trainer does not yet import or export");
   if (cfg.moe_enabled && cfg.qk_norm) {
     TRAINER_INPUT_CHECK(cfg.full_attention_every == 0, "model.full_attention_every is {}: "
                         "Qwen3MoeForCausalLM windows every layer when it windows any",

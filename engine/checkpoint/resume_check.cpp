@@ -13,6 +13,13 @@ void differ(std::vector<std::string>& out, const char* key, const T& saved, cons
   if (!(saved == job)) out.push_back(fmt::format("{} is {} in the checkpoint, {} in this job", key, saved, job));
 }
 
+std::string describe(const MlaSpec& m) {
+  if (!m.enabled) return "null";
+  return fmt::format("{{q_lora_rank {}, kv_lora_rank {}, qk_nope_head_dim {}, qk_rope_head_dim {}, "
+                     "v_head_dim {}}}", m.q_lora_rank > 0 ? std::to_string(m.q_lora_rank) : "null",
+                     m.kv_lora_rank, m.qk_nope_head_dim, m.qk_rope_head_dim, m.v_head_dim);
+}
+
 std::string describe(const RopeScalingSpec& r) {
   if (!r.enabled) return "null";
   if (r.type == RopeType::linear) return fmt::format("{{type linear, factor {}}}", r.factor);
@@ -52,6 +59,7 @@ std::vector<std::string> model_differences(const ModelSpec& saved, const ModelSp
   differ(out, "model.tie_embeddings", saved.tie_embeddings, job.tie_embeddings);
   differ(out, "model.qkv_bias", saved.qkv_bias, job.qkv_bias);
   differ(out, "model.qk_norm", saved.qk_norm, job.qk_norm);
+  differ(out, "model.mla", describe(saved.mla), describe(job.mla));
   if (!tensors_only) {
     differ(out, "model.rope_theta", saved.rope_theta, job.rope_theta);
     differ(out, "model.rope_scaling", describe(saved.rope_scaling), describe(job.rope_scaling));

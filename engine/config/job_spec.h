@@ -71,6 +71,20 @@ struct RopeScalingSpec {
   bool operator==(const RopeScalingSpec&) const = default;
 };
 
+// model.mla (llama): DeepSeek-V2/V3's multi-head latent attention. Keys and
+// values come from one low-rank latent per token (kv_lora_rank wide, plus a
+// RoPE part every head shares); queries from their own latent (q_lora_rank,
+// 0 = a plain q projection). Defaults are DeepSeek-V3's.
+struct MlaSpec {
+  bool enabled = false;       // true when the model has an mla: block
+  int q_lora_rank = 1536;     // YAML null = 0: q_proj straight from the hidden state
+  int kv_lora_rank = 512;     // >= 1
+  int qk_nope_head_dim = 128; // >= 1: each q/k head's part without RoPE
+  int qk_rope_head_dim = 64;  // even: each q/k head's RoPE part (k's shared by every head)
+  int v_head_dim = 128;       // 1 .. qk_nope_head_dim + qk_rope_head_dim
+  bool operator==(const MlaSpec&) const = default;
+};
+
 struct ModelSpec {
   Family family = Family::gpt2;
   int n_layer = 4;                // >= 1
@@ -92,6 +106,7 @@ struct ModelSpec {
   double init_std = 0.02;         // > 0
   std::string init_from = "";     // empty = random init
   MoESpec moe;
+  MlaSpec mla;
   int head_dim() const { return head_size > 0 ? head_size : d_model / n_head; }
   bool operator==(const ModelSpec&) const = default;
 };

@@ -6,7 +6,34 @@
 namespace trainer::engine::spec {
 namespace {
 
+void check_moe(const ModelSpec& m, const SpecReader& r);
+
+// model.mla: its heads are sized by its own keys, each with its own keys and values.
+void check_mla(const ModelSpec& m, const SpecReader& r) {
+  if (m.family != Family::llama)
+    r.fail("model.mla", "multi-head latent attention is a llama-family layer (RMSNorm, RoPE): it "
+                        "needs family: llama");
+  if (m.head_size > 0)
+    r.fail("model.head_dim", fmt::format("with model.mla the heads are qk_nope_head_dim + "
+                                         "qk_rope_head_dim wide (q, k) and v_head_dim (v): leave "
+                                         "head_dim null, got {}", m.head_size));
+  if (m.n_kv_head != m.n_head)
+    r.fail("model.n_kv_head", fmt::format("with model.mla every head has its own keys and values "
+                                          "(from the shared latent): must equal model.n_head ({}) "
+                                          "or be left out, got {}", m.n_head, m.n_kv_head));
+  if (m.qk_norm)
+    r.fail("model.qk_norm", "model.mla normalises its latents (q_a_layernorm, kv_a_layernorm), not "
+                            "each head: qk_norm must be false");
+  if (m.qkv_bias)
+    r.fail("model.qkv_bias", "model.mla's projections have no biases: qkv_bias must be false");
+}
+
 void check_model(const ModelSpec& m, const SpecReader& r) {
+  if (m.mla.enabled) {
+    check_mla(m, r);
+    check_moe(m, r);
+    return;
+  }
   if (m.head_size == 0 && m.d_model % m.n_head != 0)
     r.fail("model.d_model", fmt::format("must be a multiple of model.n_head ({}), got {} (or give "
                                         "model.head_dim)", m.n_head, m.d_model));
@@ -40,6 +67,10 @@ void check_model(const ModelSpec& m, const SpecReader& r) {
   if (m.family == Family::gpt2 && m.rope_scaling.enabled)
     r.fail("model.rope_scaling", "gpt2 has learned positions, not rotary embeddings (rope_scaling "
                                  "needs family: llama)");
+  check_moe(m, r);
+}
+
+void check_moe(const ModelSpec& m, const SpecReader& r) {
   if (!m.moe.enabled) return;
   if (m.moe.top_k > m.moe.n_experts)
     r.fail("model.moe.top_k", fmt::format("must be <= model.moe.n_experts ({}), got {}",
@@ -151,6 +182,11 @@ void check_parallel(const JobSpec& s, const SpecReader& r) {
                        "full)", p.recompute_num_layers, to_string(p.recompute)));
   if (p.ep > 1 && !s.model.moe.enabled)
     r.fail("parallel.ep", fmt::format("expert parallelism needs a model.moe block, got ep {}", p.ep));
+  // Under cp the attention layer gathers keys and values over the cp group;
+  // model.mla builds its own (from the latent) and has no such exchange yet.
+  if (p.cp > 1 && s.model.mla.enabled)
+    r.fail("parallel.cp", fmt::format("model.mla does not run under context parallelism yet (cp {}); "
+                                      "use tp, pp, dp or ep to spread it", p.cp));
   if (s.model.moe.enabled && s.model.moe.n_experts % p.ep != 0)
     r.fail("parallel.ep", fmt::format("must divide model.moe.n_experts ({}), got {}",
                                       s.model.moe.n_experts, p.ep));

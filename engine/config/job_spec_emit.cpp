@@ -141,6 +141,14 @@ std::string job_spec_to_yaml(const JobSpec& spec) {
   } else {
     y += "  moe: null\n";
   }
+  if (m.mla.enabled)
+    y += fmt::format("  mla:\n    q_lora_rank: {}\n    kv_lora_rank: {}\n    qk_nope_head_dim: {}\n"
+                     "    qk_rope_head_dim: {}\n    v_head_dim: {}\n",
+                     m.mla.q_lora_rank > 0 ? std::to_string(m.mla.q_lora_rank) : std::string("null"),
+                     m.mla.kv_lora_rank, m.mla.qk_nope_head_dim, m.mla.qk_rope_head_dim,
+                     m.mla.v_head_dim);
+  else
+    y += "  mla: null\n";
   y += "data:\n  train:" + sources(data.train) + "  val:" + sources(data.val);
   if (data.split.empty()) {
     y += "  split: null\n";

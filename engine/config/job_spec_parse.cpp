@@ -143,6 +143,27 @@ void read_moe(Section s, MoESpec& moe) {
   }
 }
 
+void read_mla(Section s, MlaSpec& mla) {
+  mla.enabled = true;
+  if (s.has("q_lora_rank") && s.is_null("q_lora_rank"))
+    mla.q_lora_rank = 0;
+  else
+    s.read("q_lora_rank", mla.q_lora_rank, 1, 1 << 20);
+  s.read("kv_lora_rank", mla.kv_lora_rank, 1, 1 << 20);
+  s.read("qk_nope_head_dim", mla.qk_nope_head_dim, 1, 1 << 16);
+  s.read("qk_rope_head_dim", mla.qk_rope_head_dim, 2, 1 << 16);
+  s.read("v_head_dim", mla.v_head_dim, 1, 1 << 16);
+  SpecReader& r = s.reader();
+  if (mla.qk_rope_head_dim % 2 != 0)
+    r.fail(s.path("qk_rope_head_dim"), fmt::format("must be even (RoPE turns pairs of dims), got {}",
+                                                   mla.qk_rope_head_dim));
+  // The attention kernels take one head size: values are padded up to q/k's.
+  if (mla.v_head_dim > mla.qk_nope_head_dim + mla.qk_rope_head_dim)
+    r.fail(s.path("v_head_dim"), fmt::format("must be <= qk_nope_head_dim + qk_rope_head_dim ({}), "
+                                             "got {}", mla.qk_nope_head_dim + mla.qk_rope_head_dim,
+                                             mla.v_head_dim));
+}
+
 void read_rope_scaling(Section s, RopeScalingSpec& rs) {
   SpecReader& r = s.reader();
   rs.enabled = true;
@@ -232,6 +253,7 @@ void read_model(Section s, ModelSpec& m) {
   if (s.has("moe") && !s.is_null("moe")) {
     read_moe(Section(r, s.get("moe"), s.path("moe")), m.moe);
   }
+  if (s.has("mla") && !s.is_null("mla")) read_mla(Section(r, s.get("mla"), s.path("mla")), m.mla);
 }
 
 std::vector<DataSource> read_sources(SpecReader& r, const YAML::Node& n, const std::string& path) {

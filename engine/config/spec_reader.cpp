@@ -34,6 +34,8 @@ KeyNode build_key_tree() {
                                                    "high_freq_factor",
                                                    "original_max_position_embeddings", "beta_fast",
                                                    "beta_slow", "attention_factor"}));
+  model.children.push_back(leaves("mla", {"q_lora_rank", "kv_lora_rank", "qk_nope_head_dim",
+                                          "qk_rope_head_dim", "v_head_dim"}));
   model.children.push_back(leaves("moe", {"n_experts", "top_k", "n_shared_experts",
                                           "shared_expert_gate", "d_ff_expert",
                                           "every", "first_dense", "balance", "score", "normalize_topk", "topk_scaling_factor",

@@ -543,6 +543,10 @@ TEST_CASE("hf config: a model no transformers class computes is refused by its k
        "model.qk_norm with model.qkv_bias: no Hugging Face class"},
       {gpt2_cfg(), [](auto& c) { c.sliding_window = 4; },
        "model.sliding_window is 4: no Hugging Face class computes GPT-2 blocks with a sliding window"},
+      {llama_cfg(), [](auto& c) { c.mla.enabled = true; },
+       "model.mla: multi-head latent attention is DeepSeek's (DeepseekV3ForCausalLM), which this "
+       "trainer does not yet import or export"},
+      {mixtral_cfg(), [](auto& c) { c.mla.enabled = true; }, "model.mla: multi-head latent attention"},
   };
   for (const Refusal& r : refusals) {
     INFO(r.message);
@@ -551,6 +555,10 @@ TEST_CASE("hf config: a model no transformers class computes is refused by its k
     CHECK_THROWS_WITH(hf_architecture(cfg), Contains(r.message));
     CHECK_THROWS_AS(hf_config_json(cfg), InputError);
   }
+  // An MLA job is refused on import too, before any key is compared.
+  model::ModelConfig mla = llama_cfg();
+  mla.mla.enabled = true;
+  CHECK_THROWS_WITH(check_hf_config(config_with(llama_cfg(), "", nullptr), mla), Contains("model.mla: "));
   // A windowed GPT-2 is refused on import too, before any key is compared.
   CHECK_THROWS_WITH(hf_class(windowed(gpt2_cfg())), Contains("model.sliding_window is 4: no Hugging Face class"));
   CHECK_THROWS_WITH(check_hf_config(config_with(gpt2_cfg(), "", nullptr), windowed(gpt2_cfg())),

@@ -152,6 +152,30 @@ const std::vector<Bad>& bad_specs() {
       {"dp zero", kData + "parallel:\n  dp: 0\n", {}, "job.yaml:5: parallel.dp: must be >= 1, got 0"},
       {"zero stage 4", kData + "parallel:\n  zero: 4\n", {},
        "job.yaml:5: parallel.zero: must be in 0..3, got 4"},
+      {"mla on gpt2", kData + "model:\n  mla: {}\n", {},
+       "job.yaml:5: model.mla: multi-head latent attention is a llama-family layer (RMSNorm, RoPE): it "
+       "needs family: llama"},
+      {"mla with a head_dim", kData + "model:\n  family: llama\n  head_dim: 64\n  mla: {}\n", {},
+       "job.yaml:6: model.head_dim: with model.mla the heads are qk_nope_head_dim + qk_rope_head_dim "
+       "wide (q, k) and v_head_dim (v): leave head_dim null, got 64"},
+      {"mla with grouped-query heads", kData + "model:\n  family: llama\n  n_kv_head: 2\n  mla: {}\n", {},
+       "job.yaml:6: model.n_kv_head: with model.mla every head has its own keys and values (from the "
+       "shared latent): must equal model.n_head (4) or be left out, got 2"},
+      {"mla with q/k norms", kData + "model:\n  family: llama\n  qk_norm: true\n  mla: {}\n", {},
+       "job.yaml:6: model.qk_norm: model.mla normalises its latents (q_a_layernorm, kv_a_layernorm), "
+       "not each head: qk_norm must be false"},
+      {"mla with q/k/v biases", kData + "model:\n  family: llama\n  qkv_bias: true\n  mla: {}\n", {},
+       "job.yaml:6: model.qkv_bias: model.mla's projections have no biases: qkv_bias must be false"},
+      {"mla with an odd rope part", kData + "model:\n  family: llama\n  mla: {qk_rope_head_dim: 5}\n", {},
+       "job.yaml:6: model.mla.qk_rope_head_dim: must be even (RoPE turns pairs of dims), got 5"},
+      {"mla value heads wider than q/k", kData + "model:\n  family: llama\n  mla: {qk_nope_head_dim: 8, "
+       "qk_rope_head_dim: 4, v_head_dim: 16}\n", {},
+       "job.yaml:6: model.mla.v_head_dim: must be <= qk_nope_head_dim + qk_rope_head_dim (12), got 16"},
+      {"mla under context parallelism", kData + "model:\n  family: llama\n  mla: {}\nparallel:\n  cp: 2\n",
+       {}, "job.yaml:8: parallel.cp: model.mla does not run under context parallelism yet (cp 2); use tp, "
+           "pp, dp or ep to spread it"},
+      {"mla key misspelt", kData + "model:\n  family: llama\n  mla: {kv_rank: 4}\n", {},
+       "job.yaml:6: unknown key 'model.mla.kv_rank'"},
       {"rampup not a list", kData + "train:\n  rampup_batch_size: 4\n", {},
        "job.yaml:5: train.rampup_batch_size: expected null or a list [start, increment, samples] "
        "(Megatron's --rampup-batch-size), got '4'"},

@@ -90,6 +90,21 @@ TEST_CASE("defaults that depend on other keys", "[cpu]") {
     CHECK(!s.model.moe.capacity_factor);
     CHECK(!parse(kData + "model:\n  moe: null\n").model.moe.enabled);
   }
+  SECTION("an mla block turns multi-head latent attention on with DeepSeek-V3's sizes") {
+    const JobSpec s = parse(kData + "model:\n  family: llama\n  mla: {}\n");
+    MlaSpec expected;
+    expected.enabled = true;
+    CHECK(s.model.mla == expected);
+    CHECK(s.model.mla.q_lora_rank == 1536);
+    CHECK(round_trip(s) == s);
+    const JobSpec t = parse(kData + "model:\n  family: llama\n  mla: {q_lora_rank: null, kv_lora_rank: 64, "
+                                    "qk_nope_head_dim: 16, qk_rope_head_dim: 8, v_head_dim: 12}\n");
+    CHECK(t.model.mla.q_lora_rank == 0);
+    CHECK(t.model.mla.kv_lora_rank == 64);
+    CHECK(t.model.mla.v_head_dim == 12);
+    CHECK(round_trip(t) == t);
+    CHECK(!parse(kData + "model:\n  family: llama\n  mla: null\n").model.mla.enabled);
+  }
   SECTION("empty sections are allowed") {
     CHECK(parse(kData + "log:\nrun:\n") == parse(kData));
   }

@@ -5,6 +5,7 @@
 // and for a view shifted off 16-byte alignment (one tensor at a time), which must
 // give the packed run's bits.
 #include "kernels/elementwise.h"
+#include "kernels/head_columns.h"
 #include "kernels/gelu.h"
 #include "kernels/rope.h"
 #include "kernels/swiglu.h"
@@ -339,6 +340,41 @@ TEST_CASE("copy converts like the CPU op", "[cuda][elementwise]") {
                       [](Tensor dst, Tensor src) { cpu::copy(cpu(), dst, src); },
                       [](Tensor dst, Tensor src) { cuda::copy(gpu(), dst, src); });
   });
+}
+
+// Multi-head latent attention's column blocks (kernels/head_columns.h): head
+// to head, one head broadcast to all, all summed into one, from and into
+// f32/bf16 tensors, on rows crossing the launch grid; the columns it does not
+// write keep their values. Copies and the head-ordered fp32 sum are the CPU's bits.
+TEST_CASE("copy_head_columns matches the CPU op bit for bit", "[cuda][elementwise]") {
+  struct Mode {
+    int64_t out_heads, in_heads;
+  };
+  for (DType dtype : {DType::f32, DType::bf16})
+    for (int64_t R : {1, 17, 4097})
+      for (Mode m : {Mode{5, 5}, Mode{5, 1}, Mode{1, 5}}) {
+        const int64_t Do = 24, Di = 40, width = 9, out_col = 13, in_col = 30;
+        const std::string tag = fmt::format("copy_head_columns {} R={} heads {} <- {}",
+                                            dtype_name(dtype), R, m.out_heads, m.in_heads);
+        const auto x = round_to(random_floats(R * m.in_heads * Di, 11 * R + m.in_heads), dtype);
+        const auto before = round_to(random_floats(R * m.out_heads * Do, 13 * R + m.out_heads), dtype);
+        HostTensor hx({R, m.in_heads, Di}, x, dtype), hout({R, m.out_heads, Do}, before, dtype);
+        cpu::copy_head_columns(cpu(), hout, out_col, hx, in_col, width);
+        DeviceTensor dx({R, m.in_heads, Di}, dtype), dout({R, m.out_heads, Do}, dtype);
+        dx.upload(x);
+        auto run = [&] {
+          dout.upload(before);
+          cuda::copy_head_columns(gpu(), dout, out_col, dx, in_col, width);
+          return dout.download();
+        };
+        const auto first = run();
+        expect_same_bits(tag, first, hout.values());
+        expect_same_bits(tag + " rerun", run(), first);
+      }
+  DeviceTensor a({4, 2, 8}), b({4, 3, 8}), c({3, 2, 8});
+  CHECK_THROWS_AS(cuda::copy_head_columns(gpu(), a, 0, b, 0, 4), Error);  // 2 heads from 3
+  CHECK_THROWS_AS(cuda::copy_head_columns(gpu(), a, 0, c, 0, 4), Error);  // rows differ
+  CHECK_THROWS_AS(cuda::copy_head_columns(gpu(), a, 6, a, 0, 4), Error);  // past the columns
 }
 
 }  // namespace trainer::cuda_test

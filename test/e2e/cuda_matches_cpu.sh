@@ -15,7 +15,7 @@ trainer=$1 src=$2 work=$3
 shift 3
 cases=("$@")
 ((${#cases[@]})) || cases=(fp32 bf16 bf16_unfused fp16 fp8 moe_fp8 moe_gelu_bf16 docs_bf16 docs_llama_fp32 qwen_bf16
-                            moe_qwen2_bf16 window_bf16 ckpt)
+                            moe_qwen2_bf16 window_bf16 mla_bf16 ckpt)
 steps=${STEPS:-3}
 cd "$src"
 if [[ ! -f data/brown/train_000000.bin ]]; then
@@ -68,29 +68,34 @@ status=0
 # window_bf16: a sliding window of 40 over 128-token sequences (two 64-row
 # tiles; the fused attention masks per element: rows from 103 on see no key
 # of tile 0. Whole skipped tiles are test_flash_emulated's and [cuda]'s).
+# mla_bf16: the tiny Llama with DeepSeek's multi-head latent attention (q and
+# kv latents of 32, q/k heads of 32 + 16 RoPE, value heads of 32 padded to 48
+# for the fused attention; model/mla_layer.h).
 # moe_qwen2_bf16: moe-tiny as Qwen2-MoE (q/k/v biases, two shared experts
 # gated per token by an fp32 (1, d_model) linear) with DeepSeek-V3's
 # group-limited routing (8 experts in 4 groups, each token's 2 from its best 2).
 declare -A tols=([fp32]=1e-4 [bf16]=5e-3 [bf16_unfused]=5e-3 [fp16]=5e-3 [fp8]=2e-2 [moe_fp8]=2e-2
                  [moe_gelu_bf16]=5e-3 [docs_bf16]=5e-3 [docs_llama_fp32]=1e-4 [qwen_bf16]=5e-3
-                 [moe_qwen2_bf16]=5e-3 [window_bf16]=5e-3)
+                 [moe_qwen2_bf16]=5e-3 [window_bf16]=5e-3 [mla_bf16]=5e-3)
 for prec in "${cases[@]}"; do
   [[ $prec == ckpt ]] && continue
   [[ -n ${tols[$prec]:-} ]] || { echo "cuda_matches_cpu.sh: unknown case '$prec'"; exit 2; }
   tol=${tols[$prec]}
   extra=() job=configs/tiny-gpt2.yaml dtype=${prec#moe_}
   dtype=${dtype%_unfused} dtype=${dtype#gelu_} dtype=${dtype#docs_} dtype=${dtype#llama_} dtype=${dtype#qwen_}
-  dtype=${dtype#qwen2_} dtype=${dtype#window_}
+  dtype=${dtype#qwen2_} dtype=${dtype#window_} dtype=${dtype#mla_}
   [[ $prec == *fp8 ]] && extra=(--set precision.fp8_first_last_bf16=false)
   [[ $prec == moe_gelu_* ]] && extra=(--set model.family=gpt2 --set model.n_kv_head=4
                                       --set model.moe.balance=aux_free --set model.moe.bias_update_rate=0.02)
   [[ $prec == *_unfused ]] && extra=(--set run.attention=unfused)
   [[ $prec == moe_* ]] && job=configs/moe-tiny.yaml
-  [[ $prec == docs_llama_* || $prec == qwen_* ]] && job=configs/tiny-llama.yaml
+  [[ $prec == docs_llama_* || $prec == qwen_* || $prec == mla_* ]] && job=configs/tiny-llama.yaml
   [[ $prec == qwen_* ]] && extra=(--set model.qkv_bias=true --set model.qk_norm=true --set model.head_dim=32)
   [[ $prec == moe_qwen2_* ]] && extra=(--set model.qkv_bias=true --set model.moe.n_shared_experts=2
                                        --set model.moe.shared_expert_gate=true --set model.moe.n_groups=4
                                        --set model.moe.top_groups=2)
+  [[ $prec == mla_* ]] && extra=(--set model.n_kv_head=4 --set "model.mla={q_lora_rank: 32, kv_lora_rank: 32,
+                                 qk_nope_head_dim: 32, qk_rope_head_dim: 16, v_head_dim: 32}")
   [[ $prec == window_* ]] && extra=(--set train.seq_len=128 --set model.max_seq_len=128
                                     --set model.sliding_window=40)
   [[ $prec == docs_* ]] && extra=(--set data.reset_attention_mask=true --set data.reset_position_ids=true

@@ -84,6 +84,12 @@ sed 's/n_kv_head: 2/n_kv_head: 2, qkv_bias: true, tie_embeddings: true/' mesh_ll
 # k's), heads of 16 over the width of 32.
 sed 's/n_kv_head: 2/n_kv_head: 1, head_dim: 16, qk_norm: true, tie_embeddings: true/' mesh_llama_clip.yaml >mesh_qwen3.yaml
 sed 's/d_model: 32, n_head: 4, n_kv_head: 2/d_model: 48, n_head: 6, n_kv_head: 3/' mesh_llama.yaml >mesh_llama_kv3.yaml
+# DeepSeek's multi-head latent attention: a q latent of 12, a kv latent of 16,
+# q/k heads of 8 + 4 (RoPE), value heads of 6; clipped, so a down-projection
+# gradient not summed over tp (or summed twice) shows in the losses too.
+sed 's/n_kv_head: 2/n_kv_head: 4,\n        mla: {q_lora_rank: 12, kv_lora_rank: 16, qk_nope_head_dim: 8, qk_rope_head_dim: 4, v_head_dim: 6}/' \
+  mesh_llama_clip.yaml >mesh_llama_mla.yaml
+grep -q 'kv_lora_rank: 16' mesh_llama_mla.yaml
 # YaRN over an original context of 8: pair 0 kept, the rest divided by 4, cos/sin x 1.14.
 sed 's/max_seq_len: 16}/max_seq_len: 16,\n        rope_scaling: {type: yarn, factor: 4, original_max_position_embeddings: 8}}/' \
   mesh_llama_clip.yaml >mesh_llama_yarn.yaml
