@@ -4,18 +4,14 @@
 
 #include <cmath>
 
-#include "kernels/attention.h"
 #include "kernels/elementwise.h"
-#include "kernels/op_scratch.h"
 #include "model/rope_positions.h"
-#include "parallel/cp_kv_exchange.h"
 
 namespace trainer::model {
 
 void Attention::declare(Buffers& buf, const std::string& prefix, const ModelConfig& cfg,
                         const BatchShape& batch, int64_t window) {
   rope_ = cfg.is_llama();
-  window_ = window;
   rotary_ = Rope(cfg.rope_theta, cfg.rope_scaling);
   B_ = batch.B;
   T_ = batch.T;
@@ -49,16 +45,9 @@ void Attention::declare(Buffers& buf, const std::string& prefix, const ModelConf
   }
   v_ = buf.add(Category::activations, p + "v", {N, Hkv_ * D_}, buf.act_dtype());
   att_ = buf.add(Category::activations, p + "out", {N, H_ * D_}, buf.act_dtype());
-  // Under cp one (B, H, c) block per local query chunk, each contiguous for the op.
-  cp_ = cp_layout(cfg, batch);
-  lse_ = cp_.cp == 1 ? buf.add(Category::activations, p + "lse", {B_, H_, T_})
-                     : buf.add(Category::activations, p + "lse",
-                               {parallel::CpLayout::kLocalChunks, B_, H_, cp_.chunk()});
-  // Under cp each local query chunk attends to the whole gathered sequence.
-  buf.declare_op_scratch(attention_scratch_bytes({B_, cp_.cp == 1 ? T_ : cp_.chunk(),
-                                                  cp_.cp == 1 ? T_ : cp_.seq, H_, Hkv_, D_,
-                                                  buf.act_dtype()},
-                                                 cfg.fused_attention));
+  core_ = AttentionCore(cfg, batch, H_, Hkv_, D_, window);
+  lse_ = buf.add(Category::activations, p + "lse", core_.lse_shape());
+  buf.declare_op_scratch(core_.scratch_bytes(buf.act_dtype(), cfg.fused_attention));
 }
 
 Tensor Attention::heads(const LayerEnv& env, BufferId id, int64_t h) const {
@@ -67,53 +56,13 @@ Tensor Attention::heads(const LayerEnv& env, BufferId id, int64_t h) const {
 
 namespace {
 
-// Local chunk j (B, c, h, D) of a (B, 2c, h, D) tensor: a strided view.
-Tensor chunk_of(Tensor t, int j, int64_t c) {
-  Tensor v = t;
-  v.shape[1] = c;
-  v.data = static_cast<char*>(t.data) + j * c * t.stride[1] * int64_t(dtype_size(t.dtype));
-  return v;
-}
-
-// Chunk j's log-sum-exps (B, H, c) in the (2, B, H, c) lse buffer (contiguous).
-Tensor lse_of(Tensor lse, int j) {
-  return lse.slice(j, j + 1).view({lse.size(1), lse.size(2), lse.size(3)});
-}
-
-// Chunk j's (B, c) document starts in the (B, 2c) per-token ones; empty stays empty.
-Tensor doc_chunk(Tensor docs, int j, int64_t c) {
-  if (docs.empty()) return docs;
-  Tensor v = docs;
-  v.shape[1] = c;
-  v.data = static_cast<int32_t*>(docs.data) + j * c;
-  return v;
-}
-
 // A (N, h * D) buffer as N * h rows of one head each (the q/k norms' rows).
 Tensor rows_of_heads(Tensor t, int64_t D) { return t.view({t.numel() / D, D}); }
 
-// (B, T, h, D) views of flat (B * T * h * D) scratch.
-Tensor kv_view(Tensor flat, int64_t B, int64_t T, int64_t h, int64_t D) {
-  return flat.view({B, T, h, D});
-}
-
 }  // namespace
 
-Tensor Attention::docs(const LayerEnv& env) const {
-  return env.doc_start.empty() ? Tensor{} : env.doc_start.view({B_, T_});
-}
-
 void Attention::rope(const LayerEnv& env, Tensor x, bool forward) const {
-  rope_at_positions(env, cp_, rotary_, x, forward);
-}
-
-void Attention::gather_kv(const LayerEnv& env, const Scratch& s, Tensor kg, Tensor vg) const {
-  const Buffers& b = env.buf;
-  TRAINER_CHECK(env.cp != nullptr, "attention: context parallel over {} ranks but no cp group was "
-                "set (Model::set_cp_group)", cp_.cp);
-  // The second gradient pair is free outside backward's attention: staging space.
-  parallel::cp_gather_kv(env.ctx, *env.cp, cp_, b.get(k_), b.get(s.cp_dk2), kg);
-  parallel::cp_gather_kv(env.ctx, *env.cp, cp_, b.get(v_), b.get(s.cp_dv2), vg);
+  rope_at_positions(env, core_.cp(), rotary_, x, forward);
 }
 
 void Attention::forward(const LayerEnv& env, const Scratch& s, Tensor out, Tensor in) const {
@@ -131,19 +80,7 @@ void Attention::forward(const LayerEnv& env, const Scratch& s, Tensor out, Tenso
     rope(env, q, true);
     rope(env, k, true);
   }
-  Tensor att = heads(env, att_, H_);
-  const Tensor doc_start = docs(env);
-  if (cp_.cp == 1) {
-    attention_forward(env.ctx, att, b.get(lse_), q, k, v, 0, doc_start, window_);
-  } else {
-    const int64_t Tg = cp_.seq;
-    Tensor kg = kv_view(b.get(s.cp_k), B_, Tg, Hkv_, D_), vg = kv_view(b.get(s.cp_v), B_, Tg, Hkv_, D_);
-    gather_kv(env, s, kg, vg);
-    for (int j = 0; j < parallel::CpLayout::kLocalChunks; ++j)
-      attention_forward(env.ctx, chunk_of(att, j, cp_.chunk()), lse_of(b.get(lse_), j),
-                        chunk_of(q, j, cp_.chunk()), kg, vg, cp_.offset(j),
-                        doc_chunk(doc_start, j, cp_.chunk()), window_);
-  }
+  core_.forward(env, s, heads(env, att_, H_), b.get(lse_), q, k, v);
   Tensor partial = io_.partial_out(env, s, out);
   o_proj_.forward(env, partial, b.get(att_));
   io_.leave(env, partial, out);
@@ -158,28 +95,8 @@ void Attention::backward(const LayerEnv& env, const Scratch& s, Tensor dinp, Ten
   Tensor dk = b.get(s.dk).view({B_, T_, Hkv_, D_});
   Tensor dv = b.get(s.dv).view({B_, T_, Hkv_, D_});
   Tensor datt = b.get(s.datt).view({B_, T_, H_, D_});
-  Tensor q = heads(env, q_, H_), att = heads(env, att_, H_);
-  const Tensor doc_start = docs(env);
-  if (cp_.cp == 1) {
-    attention_backward(env.ctx, dq, dk, dv, datt, q, heads(env, k_, Hkv_), heads(env, v_, Hkv_),
-                       att, b.get(lse_), 0, doc_start, window_);
-  } else {
-    const int64_t Tg = cp_.seq, c = cp_.chunk();
-    auto whole = [&](BufferId id) { return kv_view(b.get(id), B_, Tg, Hkv_, D_); };
-    Tensor kg = whole(s.cp_k), vg = whole(s.cp_v);
-    gather_kv(env, s, kg, vg);
-    // Each query chunk's dK, dV cover the whole sequence (0 past its position).
-    const BufferId dks[] = {s.cp_dk, s.cp_dk2}, dvs[] = {s.cp_dv, s.cp_dv2};
-    for (int j = 0; j < parallel::CpLayout::kLocalChunks; ++j)
-      attention_backward(env.ctx, chunk_of(dq, j, c), whole(dks[j]), whole(dvs[j]),
-                         chunk_of(datt, j, c), chunk_of(q, j, c), kg, vg, chunk_of(att, j, c),
-                         lse_of(b.get(lse_), j), cp_.offset(j), doc_chunk(doc_start, j, c),
-                         window_);
-    accumulate(env.ctx, b.get(s.cp_dk), b.get(s.cp_dk2));
-    accumulate(env.ctx, b.get(s.cp_dv), b.get(s.cp_dv2));
-    parallel::cp_reduce_scatter_kv(env.ctx, *env.cp, cp_, whole(s.cp_dk), b.get(s.cp_dk2), dk);
-    parallel::cp_reduce_scatter_kv(env.ctx, *env.cp, cp_, whole(s.cp_dv), b.get(s.cp_dv2), dv);
-  }
+  core_.backward(env, s, dq, dk, dv, datt, heads(env, q_, H_), heads(env, k_, Hkv_),
+                 heads(env, v_, Hkv_), heads(env, att_, H_), b.get(lse_));
   if (rope_) {
     rope(env, dq, false);
     rope(env, dk, false);

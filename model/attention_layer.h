@@ -16,6 +16,7 @@
 #include <string>
 
 #include "kernels/rope_scaling.h"
+#include "model/attention_core.h"
 #include "model/linear_layer.h"
 #include "model/norm_layer.h"
 #include "model/scratch.h"
@@ -38,20 +39,14 @@ class Attention {
   // RoPE forward (sign +1) or backward (-1) in place on x (B, T, h, D) at its
   // tokens' global positions, or their positions in their documents.
   void rope(const LayerEnv& env, Tensor x, bool forward) const;
-  // Document masking: (B, T) first key each query sees; empty when off.
-  Tensor docs(const LayerEnv& env) const;
-  // Context parallelism: the whole sequence's keys and values (B, T_global, Hkv, D)
-  // gathered into the scratch from this rank's k_ and v_.
-  void gather_kv(const LayerEnv& env, const Scratch& s, Tensor kg, Tensor vg) const;
 
-  parallel::CpLayout cp_;
+  AttentionCore core_;  // the kernels, under cp over the whole sequence
   bool rope_ = false;
   Rope rotary_;  // base and Llama 3.1 scaling
   int64_t B_ = 0, T_ = 0, H_ = 0, Hkv_ = 0, D_ = 0;  // H_, Hkv_: heads on this rank
   TpIo io_;
   Linear q_proj_, k_proj_, v_proj_, o_proj_;
   bool qk_norm_ = false;
-  int64_t window_ = 0;  // this layer's sliding window: the kernels mask it
   Norm q_norm_, k_norm_;
   // q_ and k_: attention's operands (RoPE applied in place); q_in_ and k_in_:
   // the projections' outputs, the same buffers unless qk_norm.

@@ -6,10 +6,8 @@
 
 #include <cmath>
 
-#include "kernels/attention.h"
 #include "kernels/elementwise.h"
 #include "kernels/head_columns.h"
-#include "kernels/op_scratch.h"
 #include "model/rope_positions.h"
 
 namespace trainer::model {
@@ -17,15 +15,14 @@ namespace trainer::model {
 void Mla::declare(Buffers& buf, const std::string& prefix, const ModelConfig& cfg,
                   const BatchShape& batch, int64_t window) {
   const MlaConfig& m = cfg.mla;
-  TRAINER_CHECK(m.enabled && cfg.is_llama() && cfg.cp == 1 && cfg.n_kv_head == cfg.n_head &&
+  TRAINER_CHECK(m.enabled && cfg.is_llama() && cfg.n_kv_head == cfg.n_head &&
                     cfg.head_dim() == m.qk_dim() && m.v_dim <= m.qk_dim() && m.qk_rope % 2 == 0,
-                "{}: multi-head latent attention needs llama, cp 1, one KV head per head and "
+                "{}: multi-head latent attention needs llama, one KV head per head and "
                 "v_head_dim <= the q/k head", prefix);
-  window_ = window;
   rotary_ = Rope(cfg.rope_theta, cfg.rope_scaling);
-  cp_ = cp_layout(cfg, batch);
   B_ = batch.B, T_ = batch.T, H_ = cfg.local_heads();
   D_ = m.qk_dim(), nope_ = m.qk_nope, rope_ = m.qk_rope, v_ = m.v_dim;
+  core_ = AttentionCore(cfg, batch, H_, H_, D_, window);
   q_lora_ = m.q_lora_rank, kv_lora_ = m.kv_lora_rank;
   const int64_t C = cfg.d_model, N = batch.tokens(), Hg = cfg.n_head;
   const float out_std = cfg.init_std / std::sqrt(2.0f * cfg.n_layer);  // as attention_layer's
@@ -53,9 +50,8 @@ void Mla::declare(Buffers& buf, const std::string& prefix, const ModelConfig& cf
   v_pad_ = buf.add(Category::activations, p + "v", {N, H_ * D_}, buf.act_dtype());
   att_ = buf.add(Category::activations, p + "out", {N, H_ * D_}, buf.act_dtype());
   att_v_ = buf.add(Category::activations, p + "out_v", {N, H_ * v_}, buf.act_dtype());
-  lse_ = buf.add(Category::activations, p + "lse", {B_, H_, T_});
-  buf.declare_op_scratch(attention_scratch_bytes({B_, T_, T_, H_, H_, D_, buf.act_dtype()},
-                                                 cfg.fused_attention));
+  lse_ = buf.add(Category::activations, p + "lse", core_.lse_shape());
+  buf.declare_op_scratch(core_.scratch_bytes(buf.act_dtype(), cfg.fused_attention));
 }
 
 Tensor Mla::rows(Tensor t, int64_t h, int64_t w) const {
@@ -70,7 +66,7 @@ Tensor Mla::seq(Tensor t, int64_t h, int64_t w) const {
 void Mla::rope_query(const LayerEnv& env, const Scratch& s, Tensor q, bool forward) const {
   Tensor parts = env.buf.get(s.mla_rope);
   copy_head_columns(env.ctx, rows(parts, H_, rope_), 0, rows(q, H_, D_), nope_, rope_);
-  rope_at_positions(env, cp_, rotary_, seq(parts, H_, rope_), forward);
+  rope_at_positions(env, core_.cp(), rotary_, seq(parts, H_, rope_), forward);
   copy_head_columns(env.ctx, rows(q, H_, D_), nope_, rows(parts, H_, rope_), 0, rope_);
 }
 
@@ -93,7 +89,7 @@ void Mla::forward(const LayerEnv& env, const Scratch& s, Tensor out, Tensor in) 
   Tensor latent3 = rows(latent, 1, kv_lora_ + rope_);
   copy_head_columns(ctx, rows(b.get(c_kv_), 1, kv_lora_), 0, latent3, 0, kv_lora_);
   copy_head_columns(ctx, k_rope, 0, latent3, kv_lora_, rope_);
-  rope_at_positions(env, cp_, rotary_, seq(k_rope, 1, rope_), true);
+  rope_at_positions(env, core_.cp(), rotary_, seq(k_rope, 1, rope_), true);
   kv_a_norm_.forward(env, b.get(c_kv_));
   // Per-head keys and (padded) values.
   Tensor kv = rows(b.get(s.mla_kv), H_, nope_ + v_);
@@ -103,9 +99,8 @@ void Mla::forward(const LayerEnv& env, const Scratch& s, Tensor out, Tensor in) 
   copy_head_columns(ctx, k, nope_, k_rope, 0, rope_);
   fill(ctx, b.get(v_pad_), 0.0f);
   copy_head_columns(ctx, v, 0, kv, nope_, v_);
-  const Tensor doc_start = env.doc_start.empty() ? Tensor{} : env.doc_start.view({B_, T_});
-  attention_forward(ctx, seq(b.get(att_), H_, D_), b.get(lse_), seq(q, H_, D_),
-                    seq(b.get(k_), H_, D_), seq(b.get(v_pad_), H_, D_), 0, doc_start, window_);
+  core_.forward(env, s, seq(b.get(att_), H_, D_), b.get(lse_), seq(q, H_, D_),
+                seq(b.get(k_), H_, D_), seq(b.get(v_pad_), H_, D_));
   copy_head_columns(ctx, rows(b.get(att_v_), H_, v_), 0, rows(b.get(att_), H_, D_), 0, v_);
   Tensor partial = io_.partial_out(env, s, out);
   o_proj_.forward(env, partial, b.get(att_v_));
@@ -125,10 +120,9 @@ void Mla::backward(const LayerEnv& env, const Scratch& s, Tensor dinp, Tensor do
   fill(ctx, datt, 0.0f);
   copy_head_columns(ctx, rows(datt, H_, D_), 0, rows(datt_v, H_, v_), 0, v_);
   Tensor dq = b.get(s.dq), dk = b.get(s.dk), dv = b.get(s.dv);
-  const Tensor doc_start = env.doc_start.empty() ? Tensor{} : env.doc_start.view({B_, T_});
-  attention_backward(ctx, seq(dq, H_, D_), seq(dk, H_, D_), seq(dv, H_, D_), seq(datt, H_, D_),
-                     seq(b.get(q_), H_, D_), seq(b.get(k_), H_, D_), seq(b.get(v_pad_), H_, D_),
-                     seq(b.get(att_), H_, D_), b.get(lse_), 0, doc_start, window_);
+  core_.backward(env, s, seq(dq, H_, D_), seq(dk, H_, D_), seq(dv, H_, D_), seq(datt, H_, D_),
+                 seq(b.get(q_), H_, D_), seq(b.get(k_), H_, D_), seq(b.get(v_pad_), H_, D_),
+                 seq(b.get(att_), H_, D_), b.get(lse_));
   // kv_b's output gradient: each head's k_nope and v columns.
   Tensor dkv = b.get(s.mla_kv);
   copy_head_columns(ctx, rows(dkv, H_, nope_ + v_), 0, rows(dk, H_, D_), 0, nope_);
@@ -136,7 +130,7 @@ void Mla::backward(const LayerEnv& env, const Scratch& s, Tensor dinp, Tensor do
   // The shared RoPE key part's gradient: the sum of every head's, turned back.
   Tensor dk_rope = rows(b.get(s.mla_rope), 1, rope_);
   copy_head_columns(ctx, dk_rope, 0, rows(dk, H_, D_), nope_, rope_);
-  rope_at_positions(env, cp_, rotary_, seq(dk_rope, 1, rope_), false);
+  rope_at_positions(env, core_.cp(), rotary_, seq(dk_rope, 1, rope_), false);
   Tensor dlatent = b.get(s.mla_latent);
   copy_head_columns(ctx, rows(dlatent, 1, kv_lora_ + rope_), kv_lora_, dk_rope, 0, rope_);
   Tensor dnormed = rows(b.get(s.mla_grad_a), 1, kv_lora_).view({N, kv_lora_});

@@ -13,13 +13,14 @@
 // (summed over tp). The attention kernels take one head size, so value heads
 // are padded with zeros to the q/k head size and the output's padding is
 // dropped: exact, at the cost of the padded columns in the P.V product.
-// Documents and sliding windows are the attention kernels' (as in attention_layer.h).
-// Context parallelism is refused by the spec check: no K/V exchange is built here.
+// Documents, sliding windows and context parallelism (whole key and value
+// heads gathered over cp) are the attention core's (attention_core.h).
 #pragma once
 
 #include <string>
 
 #include "kernels/rope_scaling.h"
+#include "model/attention_core.h"
 #include "model/linear_layer.h"
 #include "model/norm_layer.h"
 #include "model/scratch.h"
@@ -45,11 +46,10 @@ class Mla {
   // (N, H, D), through the rope-parts scratch.
   void rope_query(const LayerEnv& env, const Scratch& s, Tensor q, bool forward) const;
 
-  parallel::CpLayout cp_;
+  AttentionCore core_;
   Rope rotary_;
   int64_t B_ = 0, T_ = 0, H_ = 0;  // H_: heads on this rank
   int64_t D_ = 0, nope_ = 0, rope_ = 0, v_ = 0, q_lora_ = 0, kv_lora_ = 0;
-  int64_t window_ = 0;
   TpIo io_;
   Linear q_a_, q_b_, q_proj_, kv_a_, kv_b_, o_proj_;
   Norm q_a_norm_, kv_a_norm_;

@@ -182,11 +182,6 @@ void check_parallel(const JobSpec& s, const SpecReader& r) {
                        "full)", p.recompute_num_layers, to_string(p.recompute)));
   if (p.ep > 1 && !s.model.moe.enabled)
     r.fail("parallel.ep", fmt::format("expert parallelism needs a model.moe block, got ep {}", p.ep));
-  // Under cp the attention layer gathers keys and values over the cp group;
-  // model.mla builds its own (from the latent) and has no such exchange yet.
-  if (p.cp > 1 && s.model.mla.enabled)
-    r.fail("parallel.cp", fmt::format("model.mla does not run under context parallelism yet (cp {}); "
-                                      "use tp, pp, dp or ep to spread it", p.cp));
   if (s.model.moe.enabled && s.model.moe.n_experts % p.ep != 0)
     r.fail("parallel.ep", fmt::format("must divide model.moe.n_experts ({}), got {}",
                                       s.model.moe.n_experts, p.ep));

@@ -171,9 +171,6 @@ const std::vector<Bad>& bad_specs() {
       {"mla value heads wider than q/k", kData + "model:\n  family: llama\n  mla: {qk_nope_head_dim: 8, "
        "qk_rope_head_dim: 4, v_head_dim: 16}\n", {},
        "job.yaml:6: model.mla.v_head_dim: must be <= qk_nope_head_dim + qk_rope_head_dim (12), got 16"},
-      {"mla under context parallelism", kData + "model:\n  family: llama\n  mla: {}\nparallel:\n  cp: 2\n",
-       {}, "job.yaml:8: parallel.cp: model.mla does not run under context parallelism yet (cp 2); use tp, "
-           "pp, dp or ep to spread it"},
       {"mla key misspelt", kData + "model:\n  family: llama\n  mla: {kv_rank: 4}\n", {},
        "job.yaml:6: unknown key 'model.mla.kv_rank'"},
       {"rampup not a list", kData + "train:\n  rampup_batch_size: 4\n", {},
