@@ -20,7 +20,8 @@ enum class Balance { aux_loss, aux_free, none };
 enum class RouterScore { softmax, sigmoid };
 enum class RopeType { llama3, linear, yarn };
 enum class DataFormat { auto_, llmc, megatron };
-enum class Schedule { cosine, wsd, linear, constant };
+enum class Schedule { cosine, wsd, linear, constant, inverse_sqrt };
+enum class WsdDecay { linear, cosine, exponential, minus_sqrt };
 enum class ComputeDtype { fp32, bf16, fp16, fp8 };
 enum class PipelineSchedule { one_f_one_b, interleaved };
 enum class Recompute { none, selective, full };
@@ -168,8 +169,10 @@ struct OptimizerSpec {
   double lr = 6e-4;               // > 0
   double min_lr = 6e-5;           // 0..lr
   int warmup_steps = 20;          // >= 0
+  double warmup_init_lr = 0.0;    // 0..lr: where warmup starts (Megatron's --lr-warmup-init)
   Schedule schedule = Schedule::cosine;
   std::optional<int> decay_steps; // wsd only: length of the final decay (default 20% of steps)
+  WsdDecay wsd_decay_style = WsdDecay::linear;  // wsd only: the final decay's shape
   double beta1 = 0.9;             // YAML: betas: [beta1, beta2], each in [0, 1)
   double beta2 = 0.95;
   double eps = 1e-8;              // > 0
@@ -255,6 +258,7 @@ void write_resolved_spec(const JobSpec& spec, const std::string& path);
 const char* to_string(Family f);
 const char* to_string(ComputeDtype c);
 const char* to_string(Schedule s);
+const char* to_string(WsdDecay d);
 const char* to_string(DeviceKind d);
 const char* to_string(AttentionKind a);
 const char* to_string(Balance b);

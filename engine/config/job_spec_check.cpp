@@ -155,6 +155,9 @@ void check_training(const JobSpec& s, const SpecReader& r) {
   const OptimizerSpec& o = s.optimizer;
   if (o.min_lr > o.lr)
     r.fail("optimizer.min_lr", fmt::format("must be <= optimizer.lr ({}), got {}", o.lr, o.min_lr));
+  if (o.warmup_init_lr > o.lr)
+    r.fail("optimizer.warmup_init_lr", fmt::format("must be <= optimizer.lr ({}), the rate warmup "
+                                                   "rises to, got {}", o.lr, o.warmup_init_lr));
   if (s.log.profile_first > t.steps)
     r.fail("log.profile_steps", fmt::format("the first step {} is after train.steps ({}): nothing "
                                             "would be profiled", s.log.profile_first, t.steps));

@@ -71,6 +71,7 @@ std::string sources(const std::vector<DataSource>& list) {
 const char* to_string(Family f) { return spec::name_of(spec::kFamilyChoices, f); }
 const char* to_string(ComputeDtype c) { return spec::name_of(spec::kComputeChoices, c); }
 const char* to_string(Schedule s) { return spec::name_of(spec::kScheduleChoices, s); }
+const char* to_string(WsdDecay d) { return spec::name_of(spec::kWsdDecayChoices, d); }
 const char* to_string(DeviceKind d) { return spec::name_of(spec::kDeviceChoices, d); }
 const char* to_string(AttentionKind a) { return spec::name_of(spec::kAttentionChoices, a); }
 const char* to_string(Balance b) { return spec::name_of(spec::kBalanceChoices, b); }
@@ -172,10 +173,12 @@ std::string job_spec_to_yaml(const JobSpec& spec) {
                                         t.rampup_batch_size->increment, t.rampup_batch_size->samples)
                           : std::string("null"));
   y += fmt::format(
-      "optimizer:\n  name: {}\n  lr: {}\n  min_lr: {}\n  warmup_steps: {}\n  schedule: {}\n"
-      "  decay_steps: {}\n  betas: [{}, {}]\n  eps: {}\n  weight_decay: {}\n  grad_clip: {}\n",
-      str(o.name), num(o.lr), num(o.min_lr), o.warmup_steps, to_string(o.schedule),
-      o.decay_steps ? std::to_string(*o.decay_steps) : "null", num(o.beta1), num(o.beta2),
+      "optimizer:\n  name: {}\n  lr: {}\n  min_lr: {}\n  warmup_steps: {}\n  warmup_init_lr: {}\n"
+      "  schedule: {}\n  decay_steps: {}\n  wsd_decay_style: {}\n  betas: [{}, {}]\n  eps: {}\n"
+      "  weight_decay: {}\n  grad_clip: {}\n",
+      str(o.name), num(o.lr), num(o.min_lr), o.warmup_steps, num(o.warmup_init_lr), to_string(o.schedule),
+      o.decay_steps ? std::to_string(*o.decay_steps) : "null", to_string(o.wsd_decay_style),
+      num(o.beta1), num(o.beta2),
       num(o.eps), num(o.weight_decay), num(o.grad_clip));
   y += fmt::format("precision:\n  compute: {}\n  loss_scale: {}\n  fp8_amax_history: {}\n"
                    "  fp8_margin: {}\n  fp8_first_last_bf16: {}\n  fp8_weight_cache: {}\n",

@@ -394,7 +394,10 @@ void read_optimizer(Section s, OptimizerSpec& o) {
   s.read("min_lr", o.min_lr);
   r.check_min(s.path("min_lr"), o.min_lr, 0);
   s.read("warmup_steps", o.warmup_steps, 0);
+  s.read("warmup_init_lr", o.warmup_init_lr);
+  r.check_min(s.path("warmup_init_lr"), o.warmup_init_lr, 0);
   s.read("schedule", o.schedule, spec::kScheduleChoices);
+  s.read("wsd_decay_style", o.wsd_decay_style, spec::kWsdDecayChoices);
   if (s.has("decay_steps") && !s.is_null("decay_steps")) {
     int steps = 0;
     s.read("decay_steps", steps, 1);

@@ -28,7 +28,12 @@ inline const Choices<DataFormat> kFormatChoices = {
 inline const Choices<Schedule> kScheduleChoices = {{Schedule::cosine, "cosine"},
                                                    {Schedule::wsd, "wsd"},
                                                    {Schedule::linear, "linear"},
-                                                   {Schedule::constant, "constant"}};
+                                                   {Schedule::constant, "constant"},
+                                                   {Schedule::inverse_sqrt, "inverse_sqrt"}};
+inline const Choices<WsdDecay> kWsdDecayChoices = {{WsdDecay::linear, "linear"},
+                                                   {WsdDecay::cosine, "cosine"},
+                                                   {WsdDecay::exponential, "exponential"},
+                                                   {WsdDecay::minus_sqrt, "minus_sqrt"}};
 inline const Choices<ComputeDtype> kComputeChoices = {{ComputeDtype::fp32, "fp32"},
                                                       {ComputeDtype::bf16, "bf16"},
                                                       {ComputeDtype::fp16, "fp16"},

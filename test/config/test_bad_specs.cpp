@@ -130,7 +130,14 @@ const std::vector<Bad>& bad_specs() {
       {"bad enum", kData + "model:\n  family: gpt3\n", {},
        "job.yaml:5: model.family: expected one of gpt2, llama, got 'gpt3'"},
       {"bad schedule", kData + "optimizer:\n  schedule: cosin\n", {},
-       "job.yaml:5: optimizer.schedule: expected one of cosine, wsd, linear, constant, got 'cosin'"},
+       "job.yaml:5: optimizer.schedule: expected one of cosine, wsd, linear, constant, inverse_sqrt, got "
+       "'cosin'"},
+      {"bad wsd decay style", kData + "optimizer:\n  wsd_decay_style: exp\n", {},
+       "job.yaml:5: optimizer.wsd_decay_style: expected one of linear, cosine, exponential, minus_sqrt, "
+       "got 'exp'"},
+      {"warmup from above lr", kData + "optimizer:\n  lr: 0.001\n  warmup_init_lr: 0.01\n", {},
+       "job.yaml:6: optimizer.warmup_init_lr: must be <= optimizer.lr (0.001), the rate warmup rises to, "
+       "got 0.01"},
       {"bad metrics", kData + "log:\n  metrics: tensorbord\n", {},
        "job.yaml:5: log.metrics: expected one of jsonl, tensorboard, none, got 'tensorbord'"},
       {"bool expected", "data:\n  train: t.bin\n  val: v.bin\n  shuffle: maybe\n", {},

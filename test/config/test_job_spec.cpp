@@ -141,8 +141,9 @@ model:
 data: {train: a.bin, val: [b.bin, c.bin], format: megatron, shuffle: false}
 train: {seq_len: 100, micro_batch: 3, global_batch: 12, steps: 7, eval_every: 0, eval_batches: 2, log_every: 5,
         max_minutes: 90.5, rampup_batch_size: [3, 3, 1000]}
-optimizer: {name: adamw, lr: 0.002, min_lr: 0, warmup_steps: 0, schedule: wsd, decay_steps: 3,
-            betas: [0.8, 0.99], eps: 1.0e-6, weight_decay: 0, grad_clip: 0}
+optimizer: {name: adamw, lr: 0.002, min_lr: 0, warmup_steps: 0, warmup_init_lr: 0.001, schedule: wsd,
+            decay_steps: 3, wsd_decay_style: minus_sqrt, betas: [0.8, 0.99], eps: 1.0e-6,
+            weight_decay: 0, grad_clip: 0}
 precision: {compute: fp16, loss_scale: 1024, fp8_amax_history: 16, fp8_margin: 1}
 parallel: {tp: 2, pp: 3, cp: 4, ep: 8, dp: 5, zero: 3, sequence_parallel: true,
            pp_schedule: interleaved, virtual_stages: 1, recompute: full, recompute_num_layers: 2,
@@ -214,6 +215,8 @@ log: {metrics: none, timers: true, profile_steps: [3, 5], profile_ranks: [2, 0]}
   CHECK(s.optimizer.warmup_steps == 0);
   CHECK(s.optimizer.schedule == Schedule::wsd);
   CHECK(s.optimizer.decay_steps == 3);
+  CHECK(s.optimizer.warmup_init_lr == 0.001);
+  CHECK(s.optimizer.wsd_decay_style == WsdDecay::minus_sqrt);
   CHECK(s.optimizer.beta1 == 0.8);
   CHECK(s.optimizer.beta2 == 0.99);
   CHECK(s.optimizer.eps == 1e-6);
