@@ -20,6 +20,7 @@ std::vector<tensorboard::Scalar> tensorboard_step_scalars(const StepRecord& r) {
   if (r.memory_bytes > 0) s.push_back({"mem-reserved-bytes", f(r.memory_bytes)});
   // Megatron's tag; train.rampup_batch_size only (else the batch never changes).
   if (r.global_batch > 0) s.push_back({"batch-size", f(r.global_batch)});
+  if (!std::isnan(r.params_norm)) s.push_back({"params-norm", f(r.params_norm)});
   if (!std::isnan(r.moe_imbalance)) {
     s.push_back({"load_balancing_loss", f(r.moe_aux_loss)});
     s.push_back({"moe-imbalance", f(r.moe_imbalance)});

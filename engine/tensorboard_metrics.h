@@ -2,7 +2,8 @@
 // TensorBoard scalars (log.metrics: tensorboard), in <run.dir>/tensorboard/.
 // Tags follow Megatron-LM's where it has the same quantity, so its dashboards
 // carry over: lm loss, learning-rate, grad-norm, loss-scale, lm loss
-// validation, load_balancing_loss (MoE), batch-size (train.rampup_batch_size). The rest are ours: tokens-per-sec,
+// validation, load_balancing_loss (MoE), batch-size (train.rampup_batch_size),
+// params-norm (log.params_norm). The rest are ours: tokens-per-sec,
 // tflops (the whole job's; Megatron's "throughput" is per GPU), mfu,
 // moe-imbalance, moe-dropped, skipped (fp16: 1 = the update was skipped).
 #pragma once

@@ -451,7 +451,7 @@ std::vector<Tensor> Trainer::owned_gradients() const {
   return {flat_arena(model::Category::gradients)};
 }
 
-double Trainer::grad_norm() {
+double Trainer::global_norm(bool params) {
   // Partial sums: parameters split over tp (each rank holds other elements),
   // replicated ones (each tp rank holds the same values) and, in slot 3,
   // routed experts (each ep rank holds other experts).
@@ -463,12 +463,12 @@ double Trainer::grad_norm() {
     // A replicated KV head (its gradient summed over its replicas): its first replica counts it.
     if (model_->config().tp_rank % p.spec.tp_replicas != 0) continue;
     Tensor g;
-    if (sharded_) {  // zero 2/3: its part of this rank's gradient shard
+    if (sharded_) {  // zero 2/3: its part of this rank's gradient (parameter) shard
       const OwnedPart o = optimizer_->owned(i);
       if (o.empty()) continue;
-      g = optimizer_->grad_shards().slice(o.state_at, o.state_at + o.size());
+      g = (params ? optimizer_->param_shards() : optimizer_->grad_shards()).slice(o.state_at, o.state_at + o.size());
     } else {
-      g = buf.get(p.grad);
+      g = buf.get(params ? p.value : p.grad);
       g = g.view({g.numel()});
     }
     // Routed experts under ep: each ep rank holds other experts (slot 3).
@@ -650,6 +650,7 @@ StepRecord Trainer::run_step(int step) {
       model_->refresh_compute_weights(ctx_);
     }
   }
+  if (spec_.log.params_norm) r.params_norm = global_norm(true);
   timers.mark(StepPhase::optimizer);
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (timers.on()) r.times = timers.spread(mesh_->comm(parallel::Axis::world));
@@ -814,6 +815,7 @@ void Trainer::log_step(const StepRecord& r) {
                         r.moe_imbalance, r.moe_dropped);
     if (!std::isnan(r.loss_scale)) extra += fmt::format(" | loss scale {:g}", r.loss_scale);
     if (r.global_batch > 0) extra += fmt::format(" | batch {}", r.global_batch);
+    if (!std::isnan(r.params_norm)) extra += fmt::format(" | params norm {:.4f}", r.params_norm);
     if (r.skipped)
       extra += fmt::format(" | SKIPPED: inf/NaN gradients, loss scale now {:g} ({} skipped so far)",
                          precision_->loss_scale(), precision_->skipped_steps());
@@ -838,6 +840,7 @@ void Trainer::log_step(const StepRecord& r) {
   if (metrics_) {
     std::string extra;  // batch, MoE and loss-scale fields, when the job has them
     if (r.global_batch > 0) extra = fmt::format(", \"global_batch\": {}", r.global_batch);
+    if (!std::isnan(r.params_norm)) extra += fmt::format(", \"params_norm\": {}", json_number(r.params_norm, "{:.9g}"));
     if (!std::isnan(r.moe_imbalance))
       extra += fmt::format(", \"moe_aux_loss\": {}, \"moe_imbalance\": {}, \"moe_dropped\": {}",
                           json_number(r.moe_aux_loss, "{:.9g}"),

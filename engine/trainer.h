@@ -57,6 +57,8 @@ struct StepRecord {
   // its gradients overflowed, so the update was skipped.
   double loss_scale = std::nan("");
   bool skipped = false;
+  // log.params_norm only (NaN otherwise): all parameters' L2 norm after the step.
+  double params_norm = std::nan("");
   // log.timers only: each phase's min and max over the world's ranks.
   std::optional<StepTimes> times;
 };
@@ -145,7 +147,11 @@ class Trainer {
   void add_micro_batch_loss();
   double take_loss_sum();
   void await_device();  // before a host copy on a multi-GPU rank: poll, never block
-  double grad_norm();
+  double grad_norm() { return global_norm(false); }
+  // The L2 norm over the whole model of its gradients (params false) or its
+  // parameters: each element once, whatever the mesh (tp splits and replicas,
+  // ZeRO 2/3 shards, experts over ep, pipeline stages, the tied table's copy).
+  double global_norm(bool params);
   // The reduced gradient elements this rank holds (zero 2/3: its shards).
   std::vector<Tensor> owned_gradients() const;
   Tensor flat_arena(model::Category category) const;

@@ -220,6 +220,7 @@ struct CheckpointSpec {
 struct LogSpec {
   std::string metrics = "jsonl";  // jsonl | tensorboard (metrics.jsonl and an event file) | none
   bool timers = false;            // per-phase step times, min/max over ranks (engine/step_timers.h)
+  bool params_norm = false;       // the L2 norm of all parameters after each step (--log-params-norm)
   // Nsight Systems' capture range (engine/profile_window.h): steps
   // [profile_first, profile_last] (0 = off) on the world ranks profile_ranks.
   int profile_first = 0, profile_last = 0;

@@ -197,8 +197,9 @@ std::string job_spec_to_yaml(const JobSpec& spec) {
   y += fmt::format("checkpoint:\n  dir: {}\n  every: {}\n  keep: {}\n  resume: {}\n  async: {}\n",
                    ck.dir.empty() ? "null" : str(ck.dir), ck.every, ck.keep, str(ck.resume),
                    yes(ck.async));
-  y += fmt::format("log:\n  metrics: {}\n  timers: {}\n  profile_steps: {}\n  profile_ranks: [{}]\n",
-                   str(lg.metrics), yes(lg.timers),
+  y += fmt::format("log:\n  metrics: {}\n  timers: {}\n  params_norm: {}\n  profile_steps: {}\n"
+                   "  profile_ranks: [{}]\n",
+                   str(lg.metrics), yes(lg.timers), yes(lg.params_norm),
                    lg.profile_first ? fmt::format("[{}, {}]", lg.profile_first, lg.profile_last)
                                     : std::string("null"),
                    fmt::join(lg.profile_ranks, ", "));

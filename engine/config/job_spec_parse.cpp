@@ -491,6 +491,7 @@ void read_log(Section s, LogSpec& l) {
   SpecReader& r = s.reader();
   s.read("metrics", l.metrics, spec::kMetricsChoices);
   s.read("timers", l.timers);
+  s.read("params_norm", l.params_norm);
   if (s.has("profile_steps") && !s.is_null("profile_steps")) {
     const YAML::Node n = s.get("profile_steps");
     const std::string path = s.path("profile_steps");

@@ -58,7 +58,7 @@ KeyNode build_key_tree() {
                            "pp_schedule", "virtual_stages", "recompute", "recompute_num_layers",
                            "timeout_s"}),
        leaves("checkpoint", {"dir", "every", "keep", "resume", "async"}),
-       leaves("log", {"metrics", "timers", "profile_steps", "profile_ranks"})}};
+       leaves("log", {"metrics", "timers", "params_norm", "profile_steps", "profile_ranks"})}};
 }
 
 std::string join(const std::string& parent, const std::string& key) {

@@ -8,7 +8,7 @@
 # gradient from the loss, not from the norm); evaluations, when the job has
 # them, must give the same validation losses. MESH_COMMON: overrides both runs
 # take (the device); MESH_EXPECT: texts, separated by |, the mesh run's log
-# must hold (what carries its collectives).
+# must hold (what carries its collectives); MESH_PARAMS_NORM=1: see below.
 set -euo pipefail
 fx=$1 trainer=$2 mpiexec=$3 np=$4 job=$5
 shift 5
@@ -21,6 +21,9 @@ read -r -a common <<<"${MESH_COMMON:-}"
 # MESH_STEPS: fewer steps than the jobs' 20 (the emulated GPU is slow).
 steps=20
 if [[ -n ${MESH_STEPS:-} ]]; then steps=$MESH_STEPS; common+=(--set "train.steps=$steps"); fi
+# MESH_PARAMS_NORM=1: both runs log the parameters' norm (log.params_norm),
+# compared step by step as well.
+if [[ -n ${MESH_PARAMS_NORM:-} ]]; then common+=(--set log.params_norm=true); fi
 OMP_NUM_THREADS=1 "$trainer" train "$job" --set run.dir="$ref" "${common[@]}" >"$ref.log" 2>&1 ||
   { cat "$ref.log"; exit 1; }
 OMP_NUM_THREADS=1 "$mpiexec" --allow-run-as-root --oversubscribe -np "$np" \
@@ -43,3 +46,11 @@ val() { grep '"val_loss"' "$1/metrics.jsonl" | sed 's/.*"val_loss": \([^}]*\)}.*
 paste <(val "$ref") <(val "$mesh") | awk -v tol="${MESH_RTOL:-1e-5}" '
   { n++; d = $1 - $2; if (d < 0) d = -d; if (NF != 2 || d > tol * $1) { bad++; print "eval " n ": " $1 " vs " $2 } }
   END { if (n) printf "%d evaluations compared\n", n; exit bad > 0 }'
+if [[ -n ${MESH_PARAMS_NORM:-} ]]; then
+  norms() { grep -o '"params_norm": [^,}]*' "$1/metrics.jsonl" | sed 's/.*: //'; }
+  paste <(norms "$ref") <(norms "$mesh") | awk -v tol="${MESH_RTOL:-1e-5}" -v want="$steps" '
+    { n++; d = $1 - $2; if (d < 0) d = -d; r = NF == 2 && $1 > 0 ? d / $1 : 1e9; if (r > worst) worst = r
+      if (r > tol) { bad++; print "params norm " n ": " $1 " vs " $2 } }
+    END { printf "%d parameter norms compared, worst relative difference %.3g\n", n, worst
+          exit !(n == want && bad == 0) }'
+fi

@@ -33,6 +33,7 @@ const std::map<std::string, Field> kFields = {
     {"grad_norm", {"grad-norm", true}},    {"tokens_per_s", {"tokens-per-sec", false}},
     {"tflops", {"tflops", false}},         {"mfu", {"mfu", false}},
     {"memory_bytes", {"mem-reserved-bytes", false}}, {"global_batch", {"batch-size", false}},
+    {"params_norm", {"params-norm", true}},
     {"moe_aux_loss", {"load_balancing_loss", true}}, {"moe_imbalance", {"moe-imbalance", false}},
     {"moe_dropped", {"moe-dropped", false}}, {"loss_scale", {"loss-scale", false}},
     {"skipped", {"skipped", false}},       {"val_loss", {"lm loss validation", true}}};

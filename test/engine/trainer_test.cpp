@@ -3,6 +3,7 @@
 // micro-batch, and the loss falls on a learnable stream.
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <vector>
 
 #include "engine/config/job_spec.h"
@@ -53,4 +54,26 @@ TEST_CASE("gradient accumulation equals one larger micro-batch", "[cpu][engine]"
   std::vector<double> single = losses(spec);  // 1 micro-batch of 4
   REQUIRE(accum.size() == single.size());
   for (size_t i = 0; i < accum.size(); ++i) CHECK(accum[i] == Approx(single[i]).epsilon(1e-5));
+}
+
+// log.params_norm: after each step, the L2 norm of every parameter element
+// (the tied table once), as summed here from the model's buffers in double.
+TEST_CASE("log.params_norm is the norm of the parameters after the step", "[cpu][engine]") {
+  for (Family family : {Family::gpt2, Family::llama}) {
+    JobSpec spec = tiny_spec(family);
+    spec.log.params_norm = true;
+    Trainer t(spec, testing::quiet_options());
+    for (int step = 1; step <= 2; ++step) {
+      const StepRecord r = t.train_step(step);
+      double sq = 0;
+      for (const auto& p : t.model().buffers().params()) {
+        Tensor w = t.model().buffers().get(p.value);
+        for (int64_t i = 0; i < w.numel(); ++i) sq += double(w.ptr<float>()[i]) * w.ptr<float>()[i];
+      }
+      CHECK(r.params_norm == Approx(std::sqrt(sq)).epsilon(1e-6));
+    }
+    spec.log.params_norm = false;
+    Trainer off(spec, testing::quiet_options());
+    CHECK(std::isnan(off.train_step(1).params_norm));
+  }
 }
