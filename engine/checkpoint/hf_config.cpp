@@ -1,6 +1,6 @@
 // See hf_config.h. Defaults are transformers' (GPT2Config, LlamaConfig,
 // MistralConfig, Qwen2Config, Qwen3Config, MixtralConfig, Qwen3MoeConfig,
-// Qwen2MoeConfig) for keys a config.json leaves out.
+// Qwen2MoeConfig; DeepseekV3Config in hf_deepseek.cpp) for keys a config.json leaves out.
 #include "engine/checkpoint/hf_config.h"
 
 #include <fmt/format.h>
@@ -15,6 +15,8 @@
 #include <stdexcept>
 
 #include "engine/checkpoint/files.h"
+#include "engine/checkpoint/hf_config_check.h"
+#include "engine/checkpoint/hf_deepseek.h"
 #include "engine/checkpoint/hf_host_tensor.h"
 #include "engine/json.h"
 #include "kernels/error.h"
@@ -22,9 +24,6 @@
 namespace trainer::engine::checkpoint {
 
 namespace {
-
-// A float config value as the decimal it was written as (1e-05, not 9.99999974e-06).
-double tidy(float f) { return std::stod(fmt::format("{}", f)); }
 
 // The transformers class and model_type whose names and layout the job's
 // model takes, and the job keys that make it so: Qwen2 is Llama with biases
@@ -45,8 +44,10 @@ HfKind hf_kind(const model::ModelConfig& cfg) {
                         "llama: MistralForCausalLM, MixtralForCausalLM or a Qwen class)", cfg.sliding_window);
     return {"GPT2LMHeadModel", "gpt2", "model.family gpt2"};
   }
-  TRAINER_INPUT_CHECK(!cfg.mla.enabled, "model.mla: multi-head latent attention is DeepSeek's "
-                      "(DeepseekV3ForCausalLM), which this trainer does not yet import or export");
+  if (cfg.mla.enabled) {
+    check_deepseek_job(cfg);
+    return {"DeepseekV3ForCausalLM", "deepseek_v3", "model.family llama with model.mla"};
+  }
   if (cfg.moe_enabled && cfg.qk_norm) {
     TRAINER_INPUT_CHECK(cfg.full_attention_every == 0, "model.full_attention_every is {}: "
                         "Qwen3MoeForCausalLM windows every layer when it windows any",
@@ -90,98 +91,9 @@ std::string hint_for(const std::string& type, const model::ModelConfig& cfg) {
     return ": Qwen2-MoE is model.family llama with model.qkv_bias: true and model.moe with shared "
            "experts and shared_expert_gate: true";
   if (type == "gpt2") return ": GPT-2 is model.family gpt2";
+  if (type == "deepseek_v3") return ": DeepSeek-V3 is model.family llama with model.mla";
   return "";
 }
-
-// Reads one config.json and compares its keys with the job's values.
-class ConfigCheck {
- public:
-  ConfigCheck(const std::string& path)
-      : path_(path), root_(std::make_shared<Json>(parse_json(read_text_file(path), path))), j_(root_.get()) {
-    TRAINER_INPUT_CHECK(j_->is_object(), "{}: expected a JSON object (a Hugging Face config.json)", path);
-  }
-  // The keys of an object member (rope_scaling), named "member.key" in messages.
-  ConfigCheck member(const std::string& key) const {
-    ConfigCheck c = *this;
-    c.j_ = get(key);
-    c.prefix_ = prefix_ + key + ".";
-    TRAINER_INPUT_CHECK(c.j_ && c.j_->is_object(), "{}: {} is not an object", path_, key);
-    return c;
-  }
-
-  const Json* get(const std::string& key) const {
-    const Json* v = j_->find(key);
-    return v && v->kind() != Json::Kind::null ? v : nullptr;
-  }
-  double number(const std::string& key, double fallback) const {
-    const Json* v = get(key);
-    if (!v) return fallback;
-    TRAINER_INPUT_CHECK(v->is_number(), "{}: {}{} is {}, expected a number", path_, prefix_, key, v->dump());
-    return v->as_number();
-  }
-  std::string text(const std::string& key, const std::string& fallback) const {
-    const Json* v = get(key);
-    if (!v) return fallback;
-    TRAINER_INPUT_CHECK(v->is_string(), "{}: {} is {}, expected a string", path_, key, v->dump());
-    return v->as_string();
-  }
-  // A sliding window: `fallback` (0: none) when left out, 0 when null.
-  double window(const std::string& key, double fallback) const {
-    const Json* v = j_->find(key);
-    if (!v) return fallback;
-    if (v->kind() == Json::Kind::null) return 0;
-    TRAINER_INPUT_CHECK(v->is_number(), "{}: {} is {}, expected a number or null", path_, key, v->dump());
-    return v->as_number();
-  }
-  bool flag(const std::string& key, bool fallback) const {
-    const Json* v = get(key);
-    if (!v) return fallback;
-    TRAINER_INPUT_CHECK(v->kind() == Json::Kind::boolean, "{}: {} is {}, expected true or false",
-                        path_, key, v->dump());
-    return v->as_bool();
-  }
-
-  // A difference from the job's model. They are collected, so that one line
-  // names them all rather than one per attempt.
-  template <typename... Args>
-  void require(bool ok, fmt::format_string<Args...> what, Args&&... args) const {
-    if (!ok) diffs_->push_back(fmt::format(what, std::forward<Args>(args)...));
-  }
-  void finish() const {
-    TRAINER_INPUT_CHECK(diffs_->empty(), "{}: {} (model.init_from)", path_, fmt::join(*diffs_, "; "));
-  }
-
-  void same_int(const std::string& key, double fallback, int64_t ours, const std::string& job_key) const {
-    double theirs = number(key, fallback);
-    require(theirs == static_cast<double>(ours), "{}{} is {}, but {} is {}", prefix_, key, theirs,
-            job_key, ours);
-  }
-  void same_float(const std::string& key, double fallback, double ours, const std::string& job_key) const {
-    double theirs = number(key, fallback);
-    // The job's value may be a float: equal within its rounding.
-    require(std::fabs(theirs - ours) <= 1e-6 * std::fabs(theirs), "{}{} is {}, but {} is {}", prefix_,
-            key, theirs, job_key, tidy(static_cast<float>(ours)));
-  }
-  void same_flag(const std::string& key, bool fallback, bool ours, const std::string& job_key) const {
-    bool theirs = flag(key, fallback);
-    require(theirs == ours, "{} is {}, but {} is {}", key, theirs, job_key, ours);
-  }
-  // A feature this trainer does not compute must be off.
-  void off(const std::string& key, const std::string& why) const {
-    const Json* v = get(key);
-    require(!v || (v->kind() == Json::Kind::boolean && !v->as_bool()), "{} is {}: {}", key,
-            v ? v->dump() : "", why);
-  }
-
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-  std::shared_ptr<const Json> root_;
-  const Json* j_;
-  std::string prefix_;
-  std::shared_ptr<std::vector<std::string>> diffs_ = std::make_shared<std::vector<std::string>>();
-};
 
 void check_gpt2(const ConfigCheck& c, const model::ModelConfig& cfg) {
   c.same_int("n_embd", 768, cfg.d_model, "model.d_model");
@@ -476,22 +388,7 @@ void check_llama_like(const ConfigCheck& c, const model::ModelConfig& cfg, const
              cfg.head_dim(), "model.head_dim");
   c.same_int("vocab_size", d.vocab, cfg.vocab_size, "model.vocab_size");
   c.same_float("rms_norm_eps", d.norm_eps, cfg.norm_eps, "model.norm_eps");
-  // transformers 5 keeps the RoPE base and scaling in rope_parameters, 4.x
-  // in rope_theta and rope_scaling.
-  double theta_default = d.theta;
-  std::string rope_type = "default", scaling_key;
-  if (const Json* rp = c.get("rope_parameters"); rp && rp->is_object()) {
-    if (const Json* t = rp->find("rope_theta"); t && t->is_number()) theta_default = t->as_number();
-    if (const Json* t = rp->find("rope_type"); t && t->is_string()) rope_type = t->as_string();
-    scaling_key = "rope_parameters";
-  }
-  c.same_float("rope_theta", theta_default, cfg.rope_theta, "model.rope_theta");
-  if (const Json* rs = c.get("rope_scaling"); rs && rs->is_object())
-    if (const Json* t = rs->find("rope_type") ? rs->find("rope_type") : rs->find("type"); t && t->is_string()) {
-      rope_type = t->as_string();
-      scaling_key = "rope_scaling";
-    }
-  check_rope_scaling(c, cfg, rope_type, scaling_key);
+  check_rope(c, cfg, d.theta);
   c.same_flag("tie_word_embeddings", false, cfg.tie_embeddings, "model.tie_embeddings");
   std::string act = c.text("hidden_act", "silu");
   c.require(act == "silu", "hidden_act is \"{}\": this trainer's llama computes SwiGLU (silu)", act);
@@ -507,6 +404,26 @@ void check_llama_like(const ConfigCheck& c, const model::ModelConfig& cfg, const
     check_moe(c, cfg, type, d);
   else
     c.same_int("intermediate_size", d.intermediate, cfg.d_ff, "model.d_ff");
+}
+
+}  // namespace
+
+void check_rope(const ConfigCheck& c, const model::ModelConfig& cfg, double theta) {
+  // transformers 5 keeps the RoPE base and scaling in rope_parameters, 4.x
+  // in rope_theta and rope_scaling.
+  std::string rope_type = "default", scaling_key;
+  if (const Json* rp = c.get("rope_parameters"); rp && rp->is_object()) {
+    if (const Json* t = rp->find("rope_theta"); t && t->is_number()) theta = t->as_number();
+    if (const Json* t = rp->find("rope_type"); t && t->is_string()) rope_type = t->as_string();
+    scaling_key = "rope_parameters";
+  }
+  c.same_float("rope_theta", theta, cfg.rope_theta, "model.rope_theta");
+  if (const Json* rs = c.get("rope_scaling"); rs && rs->is_object())
+    if (const Json* t = rs->find("rope_type") ? rs->find("rope_type") : rs->find("type"); t && t->is_string()) {
+      rope_type = t->as_string();
+      scaling_key = "rope_scaling";
+    }
+  check_rope_scaling(c, cfg, rope_type, scaling_key);
 }
 
 // config.json's rope_scaling for an active scaling.
@@ -528,7 +445,12 @@ Json rope_scaling_json(const RopeScaling& rs) {
   return scaling;
 }
 
-}  // namespace
+int64_t max_position_embeddings(const model::ModelConfig& cfg) {
+  const RopeScaling& rope = cfg.rope_scaling;
+  if (rope.active() && rope.kind == RopeKind::yarn)
+    return static_cast<int64_t>(std::llround(rope.factor * rope.original_max_positions));
+  return cfg.max_seq_len;
+}
 
 std::string hf_architecture(const model::ModelConfig& cfg) {
   // YaRN's max_position_embeddings (factor x original) is a count of positions.
@@ -539,7 +461,8 @@ std::string hf_architecture(const model::ModelConfig& cfg) {
                         "(config.json's max_position_embeddings, which transformers 4 divides by the "
                         "original to get the factor)", r.factor, r.original_max_positions, positions);
   }
-  if (!cfg.moe_enabled) return hf_kind(cfg).cls;
+  // DeepSeek-V3's routing is checked whole by hf_kind: the refusals below are Mixtral's and Qwen's.
+  if (!cfg.moe_enabled || cfg.mla.enabled) return hf_kind(cfg).cls;
   TRAINER_INPUT_CHECK(cfg.is_llama(), "model.moe: GPT-2 blocks with MoE layers are no Hugging Face "
                       "architecture (MoE exports as MixtralForCausalLM, Qwen3MoeForCausalLM or "
                       "Qwen2MoeForCausalLM, from family llama)");
@@ -584,15 +507,16 @@ std::string hf_tensor_name(const model::ModelConfig& cfg, const std::string& our
   const std::string moe = ".block_sparse_moe.";
   const size_t at = ours.find(moe);
   const std::string type = hf_kind(cfg).type;
-  if (at == std::string::npos || (type != "qwen3_moe" && type != "qwen2_moe")) return ours;
+  if (at == std::string::npos || (type != "qwen3_moe" && type != "qwen2_moe" && type != "deepseek_v3"))
+    return ours;
   std::string rest = ours.substr(at + moe.size());
-  // Qwen2-MoE's one shared expert: shared_expert.{gate,up,down}_proj.
-  if (rest.rfind("shared_experts.", 0) == 0) rest = "shared_expert." + rest.substr(15);
+  // Qwen2-MoE's one shared expert: shared_expert.{gate,up,down}_proj
+  // (DeepSeek-V3's are shared_experts., as ours).
+  if (type == "qwen2_moe" && rest.rfind("shared_experts.", 0) == 0) rest = "shared_expert." + rest.substr(15);
   for (const auto& [mixtral, qwen] : {std::pair<std::string, std::string>{".w1.weight", ".gate_proj.weight"},
                                       {".w2.weight", ".down_proj.weight"},
                                       {".w3.weight", ".up_proj.weight"}})
-    if ((rest.rfind("experts.", 0) == 0 || rest.rfind("shared_expert.", 0) == 0) &&
-        ends_with(rest, mixtral))
+    if ((rest.rfind("experts.", 0) == 0 || rest.rfind("shared_expert", 0) == 0) && ends_with(rest, mixtral))
       rest = rest.substr(0, rest.size() - mixtral.size()) + qwen;
   return ours.substr(0, at) + ".mlp." + rest;
 }
@@ -603,7 +527,9 @@ std::string hf_config_json(const model::ModelConfig& cfg, const HfConfigExtras& 
   auto arch = Json::array();
   arch.push(Json(arch_name));
   j.set("architectures", std::move(arch));
-  if (cfg.is_llama()) {
+  if (cfg.mla.enabled) {
+    deepseek_config(cfg, j);
+  } else if (cfg.is_llama()) {
     const std::string type = hf_kind(cfg).type;
     const bool mixtral = type == "mixtral";
     j.set("model_type", Json(type));
@@ -615,12 +541,7 @@ std::string hf_config_json(const model::ModelConfig& cfg, const HfConfigExtras& 
     j.set("num_key_value_heads", Json(cfg.n_kv_head));
     j.set("head_dim", Json(cfg.head_dim()));
     j.set("hidden_act", Json("silu"));
-    // YaRN: transformers 4 reads its factor as max_position_embeddings / original.
-    const RopeScaling& rope = cfg.rope_scaling;
-    const bool yarn = rope.active() && rope.kind == RopeKind::yarn;
-    j.set("max_position_embeddings",
-          yarn ? Json(static_cast<int64_t>(std::llround(rope.factor * rope.original_max_positions)))
-               : Json(cfg.max_seq_len));
+    j.set("max_position_embeddings", Json(max_position_embeddings(cfg)));
     j.set("rms_norm_eps", Json::real(tidy(cfg.norm_eps)));
     j.set("rope_theta", Json::real(tidy(cfg.rope_theta)));
     if (const RopeScaling& rs = cfg.rope_scaling; rs.active()) j.set("rope_scaling", rope_scaling_json(rs));
@@ -712,6 +633,8 @@ void check_hf_config(const std::string& config_path, const model::ModelConfig& c
                       hint_for(type, cfg));
   if (type == "gpt2") {
     check_gpt2(c, cfg);
+  } else if (type == "deepseek_v3") {
+    check_deepseek_config(c, cfg);
   } else {
     check_llama_like(c, cfg, type);
   }

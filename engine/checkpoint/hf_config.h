@@ -15,8 +15,9 @@ namespace trainer::engine::checkpoint {
 // model with q/k/v biases), "Qwen3ForCausalLM" (one with q/k norms),
 // "MixtralForCausalLM" (a llama family model whose every MLP is an MoE
 // without shared experts, routed by softmax top-k renormalised, as
-// MixtralSparseMoeBlock) or "Qwen3MoeForCausalLM" (one with q/k norms and an
-// MoE in every model.moe.every-th layer, renormalised or not). A model no
+// MixtralSparseMoeBlock), "Qwen3MoeForCausalLM" (one with q/k norms and an
+// MoE in every model.moe.every-th layer, renormalised or not) or
+// "DeepseekV3ForCausalLM" (one with model.mla: hf_deepseek.h). A model no
 // transformers class computes is an InputError naming the job key that
 // makes it so: an export would load with layers missing or misrouted (GPT-2
 // blocks with model.sliding_window among them). A window is written as each

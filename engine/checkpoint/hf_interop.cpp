@@ -1,9 +1,10 @@
-// Hugging Face GPT-2 / Llama / Qwen2 / Qwen3 / Mixtral / Qwen3-MoE safetensors in
+// Hugging Face GPT-2 / Llama / Qwen2 / Qwen3 / Mixtral / Qwen3-MoE / DeepSeek-V3 safetensors in
 // (model.init_from); out is hf_export.cpp.
 #include "engine/checkpoint/hf_interop.h"
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cctype>
 #include <filesystem>
 #include <memory>
@@ -13,6 +14,7 @@
 #include "engine/checkpoint/checkpoint.h"
 #include "engine/checkpoint/files.h"
 #include "engine/checkpoint/hf_config.h"
+#include "engine/checkpoint/hf_deepseek.h"
 #include "engine/checkpoint/safetensors.h"
 #include "engine/checkpoint/state_range.h"
 #include "engine/json.h"
@@ -84,7 +86,9 @@ class HfSource {
 
   // A checkpoint of a bigger model must not load as its first layers or
   // experts: every layer and expert index in a tensor name must exist here.
-  void check_extent(const model::ModelConfig& cfg) const {
+  // `extra_layers`: layers past model.n_layer the source may hold and the
+  // model does not read (DeepSeek-V3's multi-token-prediction layers).
+  void check_extent(const model::ModelConfig& cfg, int64_t extra_layers = 0) const {
     for (const auto& [name, file] : where_) {
       for (const std::string key : {"h.", "layers.", "experts."}) {
         // The key as a whole name component: at the start or after a '.'.
@@ -96,7 +100,7 @@ class HfSource {
         if (end == begin || end == name.size() || name[end] != '.') continue;
         const bool expert = key == "experts.";
         const long index = std::stol(name.substr(begin, end - begin));
-        const long limit = expert ? cfg.moe.n_experts : cfg.n_layer;
+        const long limit = expert ? cfg.moe.n_experts : cfg.n_layer + extra_layers;
         TRAINER_INPUT_CHECK(index < limit, "{}: tensor \"{}\" is of {} {}, but {} is {} (model.init_from)",
                             file, name, expert ? "expert" : "layer", index,
                             expert ? "model.moe.n_experts" : "model.n_layer", limit);
@@ -107,10 +111,18 @@ class HfSource {
   // A llama-family model reads no bias or q/k norm it does not have, so one
   // left over would be dropped without a word: a Qwen2 or Qwen3 file (or a
   // Llama one saved with attention_bias or mlp_bias) read as a plain Llama
-  // without its config.json.
+  // without its config.json. DeepSeek-V3's expert-choice bias is dropped only
+  // when all zero (as an export of a model without aux_free writes it).
   void check_unread(const model::ModelConfig& cfg) const {
     if (!cfg.is_llama()) return;
     for (const auto& [name, file] : where_) {
+      if (ends_with(name, ".e_score_correction_bias") && cfg.moe.balance != model::MoeBalance::aux_free) {
+        const HostTensor b = get(name);
+        TRAINER_INPUT_CHECK(std::all_of(b.data.begin(), b.data.end(), [](float x) { return x == 0.0f; }),
+                            "{}: tensor \"{}\" is a nonzero expert-choice bias the job's model has not "
+                            "(model.moe.balance: aux_free reads it) (model.init_from)", file, name);
+        continue;
+      }
       const bool qk_norm = ends_with(name, ".q_norm.weight") || ends_with(name, ".k_norm.weight");
       TRAINER_INPUT_CHECK(!qk_norm || cfg.qk_norm, "{}: tensor \"{}\" is a q/k norm the job's model "
                           "has not (a Qwen3 checkpoint needs model.qk_norm: true) (model.init_from)",
@@ -149,7 +161,9 @@ class HfSource {
 };
 
 // One of our parameters (global, padded, (out, in)) from the HF tensors.
-HostTensor from_hf(const HfSource& src, const model::ParamSpec& spec, const model::ModelConfig& cfg) {
+// `interleaved`: DeepSeek-V3's RoPE rows are interleaved pairs (hf_deepseek.h).
+HostTensor from_hf(const HfSource& src, const model::ParamSpec& spec, const model::ModelConfig& cfg,
+                   bool interleaved) {
   const std::string& n = spec.name;
   const int64_t C = cfg.d_model;
   HostTensor t;
@@ -169,7 +183,7 @@ HostTensor from_hf(const HfSource& src, const model::ParamSpec& spec, const mode
       for (int64_t o = 0; o < C; ++o) part.data[i * C + o] = f.data[i * 3 * C + which * C + o];
     return transpose(part);
   }
-  if (ends_with(n, ".e_score_correction_bias") && src.find(n).empty())
+  if (ends_with(n, ".e_score_correction_bias") && src.find(hf_tensor_name(cfg, n)).empty())
     // Mixtral has no expert bias: an aux_free job started from one starts it at zero, as a fresh one does.
     return HostTensor{spec.global_shape, std::vector<float>(static_cast<size_t>(spec.global_shape[0]), 0.0f)};
   bool lm_head = n == "lm_head.weight";
@@ -193,7 +207,7 @@ HostTensor from_hf(const HfSource& src, const model::ParamSpec& spec, const mode
   TRAINER_INPUT_CHECK(t.shape == want, "{}: tensor \"{}\" has shape {}, the model expects {}{}",
                       src.file_of(source), source, shape_str(t.shape), shape_str(want),
                       conv1d ? " after transposing Conv1D (in, out)" : "");
-  return t;
+  return cfg.mla.enabled && interleaved ? deepseek_rope_rows(cfg, n, std::move(t), false) : t;
 }
 
 }  // namespace
@@ -207,14 +221,15 @@ void load_hf_weights(const std::string& path, const model::ModelConfig& cfg, mod
   if (fs::path config = fs::path(path) / "config.json"; fs::is_directory(path) && fs::exists(config))
     check_hf_config(config.string(), cfg);
   HfSource src(path, std::move(cls));
-  src.check_extent(cfg);
+  const DeepseekSource deepseek = cfg.mla.enabled ? deepseek_source(path) : DeepseekSource{};
+  src.check_extent(cfg, deepseek.mtp_layers);
   src.check_unread(cfg);
   std::vector<float> local;
   for (int i = 0; i < static_cast<int>(buffers.params().size()); ++i) {
     const model::Buffers::Param& p = buffers.params()[i];
     // Every rank reads every tensor it holds a part of: the sources checked
     // alike everywhere, so a bad file is refused by all ranks together.
-    HostTensor global = from_hf(src, p.spec, cfg);
+    HostTensor global = from_hf(src, p.spec, cfg, deepseek.rope_interleave);
     const model::BufferInfo& info = buffers.buffers()[p.value];
     Slice dst = local_slice(p.spec, info.shape, position);
     Tensor target = buffers.get(p.value);

@@ -68,6 +68,27 @@ model::ModelConfig qwen2_moe_cfg() {
   return c;
 }
 
+// DeepSeek-V3: MLA (a q latent), a dense first layer, then DeepSeek's MoE
+// (sigmoid router with its expert bias, 4 groups of 2, top-2 groups,
+// renormalised x 2.5, one shared expert). mla_dense_cfg: MLA with dense
+// MLPs and no q latent (q_proj).
+model::ModelConfig deepseek_cfg() {
+  model::ModelConfig c = llama_cfg();
+  c.n_kv_head = c.n_head, c.rope_theta = 10000.0f;
+  c.mla = {.enabled = true, .q_lora_rank = 24, .kv_lora_rank = 16, .qk_nope = 8, .qk_rope = 4, .v_dim = 6};
+  c.head_size = 12;
+  c.moe_enabled = true, c.moe_first_dense = 1;
+  c.moe.n_experts = 8, c.moe.top_k = 2, c.moe.d_ff_expert = 12, c.moe.n_shared_experts = 1;
+  c.moe.sigmoid = true, c.moe.topk_scaling = 2.5f, c.moe.n_groups = 4, c.moe.top_groups = 2;
+  c.moe.balance = model::MoeBalance::aux_free;
+  return c;
+}
+model::ModelConfig mla_dense_cfg() {
+  model::ModelConfig c = deepseek_cfg();
+  c.moe_enabled = false, c.mla.q_lora_rank = 0;
+  return c;
+}
+
 // Llama with YaRN (factor 4 over 256 positions) or linear scaling.
 model::ModelConfig yarn_cfg() {
   model::ModelConfig c = llama_cfg();
@@ -119,7 +140,8 @@ TEST_CASE("hf config: each family's own config.json passes its check", "[cpu][ch
   for (const model::ModelConfig& cfg :
        {gpt2_cfg(), llama_cfg(), qwen2_cfg(), qwen3_cfg(), mixtral_cfg(), qwen3_moe_cfg(), qwen2_moe_cfg(),
         yarn_cfg(), linear_cfg(), mistral_cfg(), windowed(qwen2_cfg()), windowed(qwen3_cfg()),
-        windowed(mixtral_cfg()), windowed(qwen3_moe_cfg()), windowed(qwen2_moe_cfg()), windowed(yarn_cfg())}) {
+        windowed(mixtral_cfg()), windowed(qwen3_moe_cfg()), windowed(qwen2_moe_cfg()), windowed(yarn_cfg()),
+        deepseek_cfg(), mla_dense_cfg()}) {
     std::string path = config_with(cfg, "", nullptr);
     CHECK_NOTHROW(check_hf_config(path, cfg));
   }
@@ -313,6 +335,43 @@ TEST_CASE("hf config: a differing hyper-parameter is named with the job key", "[
        "model_type is \"llama\", but the job's model is mistral (model.family llama with model.sliding_window): "
        "LlamaForCausalLM has no sliding window, but model.sliding_window is 4"},
       {llama_cfg(), "sliding_window", Json(8), ""},  // a llama config.json's: LlamaConfig has no window
+      // DeepSeek-V3: MLA's and the MoE's keys, DeepseekV3Config's defaults when left out.
+      {deepseek_cfg(), "q_lora_rank", Json(), "q_lora_rank is 1536, but model.mla.q_lora_rank is 24"},
+      {mla_dense_cfg(), "q_lora_rank", Json(24), "q_lora_rank is 24, but model.mla.q_lora_rank is null"},
+      {deepseek_cfg(), "kv_lora_rank", Json(32), "kv_lora_rank is 32, but model.mla.kv_lora_rank is 16"},
+      {deepseek_cfg(), "qk_nope_head_dim", Json(), "qk_nope_head_dim is 128, but model.mla.qk_nope_head_dim is 8"},
+      {deepseek_cfg(), "qk_rope_head_dim", Json(8), "qk_rope_head_dim is 8, but model.mla.qk_rope_head_dim is 4"},
+      {deepseek_cfg(), "v_head_dim", Json(8), "v_head_dim is 8, but model.mla.v_head_dim is 6"},
+      {deepseek_cfg(), "head_dim", Json(12), "head_dim is 12, but qk_rope_head_dim is 4: transformers would rotate"},
+      {deepseek_cfg(), "rms_norm_eps", Json(1e-5), "rms_norm_eps is 1e-05, but model.norm_eps is 1e-06"},
+      {deepseek_cfg(), "rope_theta", Json(), "rope_theta is 10000"},  // DeepseekV3Config's default = ours
+      {deepseek_cfg(), "num_key_value_heads", Json(1), "num_key_value_heads is 1, but model.n_kv_head is 4"},
+      {deepseek_cfg(), "first_k_dense_replace", Json(), "first_k_dense_replace is 3, but model.moe.first_dense is 1"},
+      {mla_dense_cfg(), "first_k_dense_replace", Json(1),
+       "first_k_dense_replace is 1: the layers from it on are MoE, but the job has no model.moe"},
+      {deepseek_cfg(), "moe_layer_freq", Json(2), "moe_layer_freq is 2, but model.moe.every is 1"},
+      {deepseek_cfg(), "n_routed_experts", Json(), "n_routed_experts is 256, but model.moe.n_experts is 8"},
+      {deepseek_cfg(), "num_experts_per_tok", Json(4), "num_experts_per_tok is 4, but model.moe.top_k is 2"},
+      {deepseek_cfg(), "moe_intermediate_size", Json(24), "moe_intermediate_size is 24, but model.moe.d_ff_expert is 12"},
+      {deepseek_cfg(), "intermediate_size", Json(64), "intermediate_size is 64, but model.d_ff is 48"},
+      {deepseek_cfg(), "n_shared_experts", Json(2), "n_shared_experts is 2, but model.moe.n_shared_experts is 1"},
+      {deepseek_cfg(), "routed_scaling_factor", Json(1.0),
+       "routed_scaling_factor is 1, but model.moe.topk_scaling_factor is 2.5"},
+      {deepseek_cfg(), "n_group", Json(), "n_group is 8, but model.moe.n_groups is 4"},
+      {deepseek_cfg(), "topk_group", Json(1), "topk_group is 1, but model.moe.top_groups is 2"},
+      {deepseek_cfg(), "norm_topk_prob", Json(false), "norm_topk_prob is false, but model.moe.normalize_topk is true"},
+      {deepseek_cfg(), "scoring_func", Json("softmax"), "scoring_func is \"softmax\": DeepSeek-V3 routes by sigmoid"},
+      {deepseek_cfg(), "topk_method", Json("greedy"), "topk_method is \"greedy\": DeepSeek-V3 chooses"},
+      {deepseek_cfg(), "attention_bias", Json(true), "attention_bias is true: this trainer's multi-head latent"},
+      {deepseek_cfg(), "quantization_config", parse_json(R"({"quant_method": "fp8"})", "q"),
+       "quantization_config is {\"quant_method\":\"fp8\"}: this trainer reads F32, BF16 or F16 weights, "
+       "not fp8 blocks with weight_scale_inv"},
+      {deepseek_cfg(), "model_type", Json("llama"),
+       "model_type is \"llama\", but the job's model is deepseek_v3 (model.family llama with model.mla): "
+       "Llama is model.family llama without"},
+      {llama_cfg(), "model_type", Json("deepseek_v3"),
+       "model_type is \"deepseek_v3\", but the job's model is llama (model.family llama): DeepSeek-V3 is "
+       "model.family llama with model.mla"},
       {qwen2_cfg(), "model_type", Json("mistral"),
        "model_type is \"mistral\", but the job's model is qwen2 (model.family llama with model.qkv_bias): "
        "Mistral is model.family llama without model.qkv_bias or model.qk_norm"},
@@ -378,7 +437,8 @@ TEST_CASE("hf config: a differing hyper-parameter is named with the job key", "[
   for (const Case& c : cases) {
     INFO(c.key << " = " << c.value.dump());
     std::string path = config_with(c.cfg, c.key, c.value.kind() == Json::Kind::null ? nullptr : &c.value);
-    if (c.message.empty() || c.key == "rms_norm_eps") {  // left out: LlamaConfig's default, which is the job's
+    if (c.message.empty() || (c.key == "rms_norm_eps" && c.value.kind() == Json::Kind::null) ||
+        (c.key == "rope_theta" && c.cfg.mla.enabled)) {  // left out: the class's default, which is the job's
       CHECK_NOTHROW(check_hf_config(path, c.cfg));
       continue;
     }
@@ -543,10 +603,17 @@ TEST_CASE("hf config: a model no transformers class computes is refused by its k
        "model.qk_norm with model.qkv_bias: no Hugging Face class"},
       {gpt2_cfg(), [](auto& c) { c.sliding_window = 4; },
        "model.sliding_window is 4: no Hugging Face class computes GPT-2 blocks with a sliding window"},
-      {llama_cfg(), [](auto& c) { c.mla.enabled = true; },
-       "model.mla: multi-head latent attention is DeepSeek's (DeepseekV3ForCausalLM), which this "
-       "trainer does not yet import or export"},
-      {mixtral_cfg(), [](auto& c) { c.mla.enabled = true; }, "model.mla: multi-head latent attention"},
+      {deepseek_cfg(), [](auto& c) { c.sliding_window = 4; },
+       "model.sliding_window is 4: DeepseekV3ForCausalLM has no sliding window"},
+      {deepseek_cfg(), [](auto& c) { c.norm_eps = 1e-5f; },
+       "model.norm_eps is 1e-05: DeepseekV3ForCausalLM's q_a_layernorm and kv_a_layernorm take eps 1e-6"},
+      {mla_dense_cfg(), [](auto& c) { c.norm_eps = 1e-5f; }, "model.norm_eps is 1e-05: "},
+      {deepseek_cfg(), [](auto& c) { c.moe.sigmoid = false; },
+       "model.moe.score is softmax: DeepseekV3ForCausalLM's router scores experts by a sigmoid"},
+      {deepseek_cfg(), [](auto& c) { c.moe_every = 2; }, "model.moe.every is 2: DeepseekV3ForCausalLM"},
+      {deepseek_cfg(), [](auto& c) { c.moe.shared_gate = true; },
+       "model.moe.n_shared_experts 1 and shared_expert_gate true: DeepseekV3ForCausalLM adds"},
+      {deepseek_cfg(), [](auto& c) { c.moe.n_shared_experts = 0; }, "model.moe.n_shared_experts 0 and "},
   };
   for (const Refusal& r : refusals) {
     INFO(r.message);
@@ -556,9 +623,21 @@ TEST_CASE("hf config: a model no transformers class computes is refused by its k
     CHECK_THROWS_AS(hf_config_json(cfg), InputError);
   }
   // An MLA job is refused on import too, before any key is compared.
-  model::ModelConfig mla = llama_cfg();
-  mla.mla.enabled = true;
-  CHECK_THROWS_WITH(check_hf_config(config_with(llama_cfg(), "", nullptr), mla), Contains("model.mla: "));
+  model::ModelConfig mla = deepseek_cfg();
+  mla.moe.sigmoid = false;
+  CHECK_THROWS_WITH(check_hf_config(config_with(deepseek_cfg(), "", nullptr), mla),
+                    Contains("model.moe.score is softmax: "));
+  // DeepSeek-V3's routing is DeepseekV3ForCausalLM's whatever its balance
+  // (its bias exported as zeros without aux_free), top-k weighting or groups.
+  for (auto change : {+[](model::ModelConfig& c) { c.moe.balance = model::MoeBalance::aux_loss; },
+                      +[](model::ModelConfig& c) { c.moe.normalize_topk = false; },
+                      +[](model::ModelConfig& c) { c.moe.n_groups = 1, c.moe.top_groups = 1; },
+                      +[](model::ModelConfig& c) { c.moe.topk_scaling = 1.0f; }}) {
+    model::ModelConfig c = deepseek_cfg();
+    change(c);
+    CHECK(hf_architecture(c) == "DeepseekV3ForCausalLM");
+    CHECK_NOTHROW(check_hf_config(config_with(c, "", nullptr), c));
+  }
   // A windowed GPT-2 is refused on import too, before any key is compared.
   CHECK_THROWS_WITH(hf_class(windowed(gpt2_cfg())), Contains("model.sliding_window is 4: no Hugging Face class"));
   CHECK_THROWS_WITH(check_hf_config(config_with(gpt2_cfg(), "", nullptr), windowed(gpt2_cfg())),

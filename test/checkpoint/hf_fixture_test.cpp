@@ -25,6 +25,7 @@
 
 #include "engine/checkpoint/files.h"
 #include "engine/checkpoint/hf_interop.h"
+#include "engine/checkpoint/safetensors.h"
 #include "engine/json.h"
 #include "engine/model_from_spec.h"
 #include "engine/trainer.h"
@@ -77,6 +78,15 @@ JobSpec fixture_job(const std::string& name) {
     s.model.n_kv_head = 2, s.model.d_ff = 48, s.model.head_size = 16;
     s.model.norm_eps = 1e-6, s.model.rope_theta = 1e6;
     s.model.qk_norm = s.model.tie_embeddings = true;
+  } else if (name == "deepseek_v3") {  // MLA; layer 0 dense, layer 1 DeepSeek's MoE
+    s.model.n_kv_head = 4, s.model.d_ff = 48;
+    s.model.norm_eps = 1e-6, s.model.rope_theta = 1e4;
+    s.model.mla = {.enabled = true, .q_lora_rank = 24, .kv_lora_rank = 16, .qk_nope_head_dim = 8,
+                   .qk_rope_head_dim = 4, .v_head_dim = 6};
+    MoESpec& m = s.model.moe;
+    m.enabled = true, m.n_experts = 8, m.top_k = 2, m.d_ff_expert = 12, m.n_shared_experts = 1;
+    m.first_dense = 1, m.balance = Balance::aux_free, m.score = RouterScore::sigmoid;
+    m.topk_scaling_factor = 2.5, m.n_groups = 4, m.top_groups = 2;
   } else if (name == "mixtral") {
     s.model.n_kv_head = 2;
     s.model.norm_eps = 1e-5, s.model.rope_theta = 1e6;
@@ -142,9 +152,9 @@ std::pair<double, double> logits_against_reference(const JobSpec& spec, const st
 }  // namespace
 
 TEST_CASE("hf fixtures: init_from computes transformers' logits (gpt2, llama, llama3, llama_yarn, "
-          "qwen2, qwen3, mixtral, qwen3_moe, qwen2_moe, mistral)", "[cpu][checkpoint]") {
+          "qwen2, qwen3, mixtral, qwen3_moe, qwen2_moe, mistral, deepseek_v3)", "[cpu][checkpoint]") {
   for (const std::string name : {"gpt2", "llama", "llama3", "llama_yarn", "qwen2", "qwen3", "mixtral",
-                                 "qwen3_moe", "qwen2_moe", "mistral"}) {
+                                 "qwen3_moe", "qwen2_moe", "mistral", "deepseek_v3"}) {
     INFO(name);
     const std::string dir = kFixtures + name;
     const auto [worst, largest] = logits_against_reference(fixture_job(name), dir, dir);
@@ -175,5 +185,47 @@ TEST_CASE("hf fixtures: the mistral fixture's logits need the window (full causa
   CHECK_THROWS_WITH(checkpoint::load_hf_weights(fixture, model_config(spec), t.model().buffers(), t.context()),
                     Catch::Matchers::Contains("sliding_window is 4, below model.max_seq_len 16, but "
                                               "model.sliding_window is null (full causal attention)"));
+  fs::remove_all(dir);
+}
+
+TEST_CASE("hf fixtures: the deepseek_v3 fixture needs its RoPE rows de-interleaved, and takes the "
+          "multi-token-prediction layers its config.json names", "[cpu][checkpoint]") {
+  namespace fs = std::filesystem;
+  const std::string fixture = kFixtures + "deepseek_v3";
+  const fs::path dir = testing::fresh_temp_dir("hf_fixture_deepseek_v3");
+  fs::create_directories(dir);
+  fs::copy_file(fixture + "/model.safetensors", dir / "model.safetensors");
+  Json config = parse_json(checkpoint::read_text_file(fixture + "/config.json"), "config.json");
+  const JobSpec spec = fixture_job("deepseek_v3");
+  // rope_interleave: false reads the rows as rotate-half halves: every other
+  // layout the same, the logits move by far over 1%.
+  config.set("rope_interleave", Json(false));
+  checkpoint::replace_file_atomically((dir / "config.json").string(), config.dump(2));
+  const auto [worst, largest] = logits_against_reference(spec, dir.string(), fixture);
+  WARN("deepseek_v3 with rope_interleave false: max |logit difference| " << worst << " of max |logit| "
+       << largest);
+  CHECK(worst > 1e-2 * largest);
+  // The hub's DeepSeek-V3 holds model.layers.61 past its 61 layers: the
+  // multi-token-prediction module (num_nextn_predict_layers), which
+  // transformers skips too. Named in an index (never opened: not read).
+  config.set("rope_interleave", Json(true));
+  Json map = Json::object();
+  const checkpoint::SafetensorsFile f((dir / "model.safetensors").string());
+  for (const auto& [name, view] : f.tensors()) map.set(name, Json("model.safetensors"));
+  map.set("model.layers.2.eh_proj.weight", Json("model-mtp.safetensors"));
+  Json index = Json::object();
+  index.set("weight_map", std::move(map));
+  checkpoint::replace_file_atomically((dir / "model.safetensors.index.json").string(), index.dump(2));
+  Trainer t(spec, testing::quiet_options());
+  auto load = [&] {
+    checkpoint::load_hf_weights(dir.string(), model_config(spec), t.model().buffers(), t.context());
+  };
+  checkpoint::replace_file_atomically((dir / "config.json").string(), config.dump(2));
+  CHECK_THROWS_WITH(load(), Catch::Matchers::Contains("tensor \"model.layers.2.eh_proj.weight\" is of layer 2, "
+                                                      "but model.n_layer is 2"));
+  config.set("num_nextn_predict_layers", Json(int64_t{1}));
+  checkpoint::replace_file_atomically((dir / "config.json").string(), config.dump(2));
+  const auto [mtp_worst, mtp_largest] = logits_against_reference(spec, dir.string(), fixture);
+  CHECK(mtp_worst <= 1e-5 * mtp_largest);
   fs::remove_all(dir);
 }

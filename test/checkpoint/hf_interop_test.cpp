@@ -6,6 +6,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -117,12 +118,35 @@ JobSpec qwen2_moe_spec(const fs::path& dir) {
   return s;
 }
 
+// The MLA llama job with a dense layer 0 and DeepSeek's MoE in layer 1
+// (sigmoid router with the aux_free bias, 4 groups of 2 experts, top-2
+// groups, x 2.5, one shared expert): DeepseekV3ForCausalLM's model.
+// deepseek_dense_spec: MLA without a q latent and with dense MLPs.
+JobSpec deepseek_spec(const fs::path& dir) {
+  JobSpec s = tiny_spec(Family::llama, dir);
+  s.model.n_kv_head = 4, s.model.norm_eps = 1e-6;
+  s.model.mla = {.enabled = true, .q_lora_rank = 24, .kv_lora_rank = 16, .qk_nope_head_dim = 8,
+                 .qk_rope_head_dim = 4, .v_head_dim = 6};
+  MoESpec& m = s.model.moe;
+  m.enabled = true, m.n_experts = 8, m.top_k = 2, m.d_ff_expert = 12, m.n_shared_experts = 1;
+  m.first_dense = 1, m.balance = Balance::aux_free, m.score = RouterScore::sigmoid;
+  m.topk_scaling_factor = 2.5, m.n_groups = 4, m.top_groups = 2, m.bias_update_rate = 0.05;
+  return s;
+}
+JobSpec deepseek_dense_spec(const fs::path& dir) {
+  JobSpec s = deepseek_spec(dir);
+  s.model.moe.enabled = false, s.model.mla.q_lora_rank = 0;
+  return s;
+}
+
 // gpt2, llama, Qwen2- and Qwen3-style llama, Mixtral-, Qwen3-MoE- and
-// Qwen2-MoE-style MoE llama, a windowed llama (Mistral) and Qwen2, each with its name.
+// Qwen2-MoE-style MoE llama, a windowed llama (Mistral) and Qwen2, and
+// DeepSeek-V3's MLA (with its MoE, with aux_loss balancing, and dense), each with its name.
 std::vector<std::pair<std::string, JobSpec>> hf_jobs(const std::string& prefix) {
   std::vector<std::pair<std::string, JobSpec>> jobs;
   for (const std::string name : {"gpt2", "llama", "llama_yarn", "qwen2", "qwen3", "mixtral", "qwen3_moe",
-                                 "qwen2_moe", "mistral", "qwen2_window"}) {
+                                 "qwen2_moe", "mistral", "qwen2_window", "deepseek_v3", "deepseek_v3_aux_loss",
+                                 "mla_dense"}) {
     fs::path dir = fresh_temp_dir(prefix + "_" + name);
     JobSpec s = name == "gpt2"      ? tiny_spec(Family::gpt2, dir)
                 : name == "llama"   ? tiny_spec(Family::llama, dir)
@@ -133,7 +157,10 @@ std::vector<std::pair<std::string, JobSpec>> hf_jobs(const std::string& prefix) 
                 : name == "qwen3"   ? qwen3_spec(dir)
                 : name == "mixtral" ? mixtral_spec(dir)
                 : name == "qwen2_moe" ? qwen2_moe_spec(dir)
+                : name == "mla_dense" ? deepseek_dense_spec(dir)
+                : name.rfind("deepseek", 0) == 0 ? deepseek_spec(dir)
                                     : qwen3_moe_spec(dir);
+    if (name == "deepseek_v3_aux_loss") s.model.moe.balance = Balance::aux_loss;
     jobs.emplace_back(name, s);
   }
   return jobs;
@@ -381,6 +408,78 @@ TEST_CASE("hf: an MoE llama is a Mixtral export and an aux_free job starts from 
   fs::remove(out / "config.json");  // without config.json the tensor names still tell
   CHECK_THROWS_WITH(load_hf_weights(out.string(), model_config(fewer), c.model().buffers(), c.context()),
                     Catch::Matchers::Contains("is of expert 2, but model.moe.n_experts is 2"));
+  fs::remove_all(dir);
+}
+
+TEST_CASE("hf: an MLA llama is a DeepSeek-V3 export: its names, interleaved RoPE rows and expert bias",
+          "[cpu][checkpoint]") {
+  fs::path dir = fresh_temp_dir("hf_deepseek_v3");
+  JobSpec spec = deepseek_spec(dir);
+  Trainer a(spec, quiet_options());
+  fs::path out = trained_export(dir, a, spec);
+  SafetensorsFile f((out / "model.safetensors").string());
+  const std::string l0 = "model.layers.0.", l1 = "model.layers.1.";
+  CHECK(f.tensor(l0 + "self_attn.q_a_proj.weight").shape == std::vector<int64_t>{24, 32});
+  CHECK(f.tensor(l0 + "self_attn.q_a_layernorm.weight").shape == std::vector<int64_t>{24});
+  CHECK(f.tensor(l0 + "self_attn.q_b_proj.weight").shape == std::vector<int64_t>{4 * 12, 24});
+  CHECK(f.tensor(l0 + "self_attn.kv_a_proj_with_mqa.weight").shape == std::vector<int64_t>{16 + 4, 32});
+  CHECK(f.tensor(l0 + "self_attn.kv_b_proj.weight").shape == std::vector<int64_t>{4 * (8 + 6), 16});
+  CHECK(f.tensor(l0 + "self_attn.o_proj.weight").shape == std::vector<int64_t>{32, 4 * 6});
+  CHECK(f.tensor(l0 + "mlp.gate_proj.weight").shape == std::vector<int64_t>{64, 32});
+  CHECK(f.tensor(l1 + "mlp.gate.weight").shape == std::vector<int64_t>{8, 32});
+  CHECK(f.tensor(l1 + "mlp.gate.e_score_correction_bias").shape == std::vector<int64_t>{8});
+  CHECK(f.tensor(l1 + "mlp.experts.7.gate_proj.weight").shape == std::vector<int64_t>{12, 32});
+  CHECK(f.tensor(l1 + "mlp.experts.7.down_proj.weight").shape == std::vector<int64_t>{32, 12});
+  CHECK(f.tensor(l1 + "mlp.shared_experts.up_proj.weight").shape == std::vector<int64_t>{12, 32});
+  for (const auto& [name, view] : f.tensors()) {
+    INFO(name);
+    CHECK(name.find("block_sparse_moe") == std::string::npos);
+  }
+  Json cfg = parse_json(read_text_file((out / "config.json").string()), "config.json");
+  CHECK(cfg.at("architectures").items()[0].as_string() == "DeepseekV3ForCausalLM");
+  CHECK(cfg.at("rope_interleave").as_bool());
+  CHECK(cfg.at("head_dim").as_int() == 4);
+  CHECK(cfg.at("first_k_dense_replace").as_int() == 1);
+  // Each RoPE part's pair j is rows (j, 2 + j) here, rows (2j, 2j + 1) there;
+  // the other rows as they are.
+  auto pa = params_of(a);
+  const std::vector<float>& q_b = pa.at(l0 + "self_attn.q_b_proj.weight");
+  const std::vector<float> hf_q_b = f.read_f32(l0 + "self_attn.q_b_proj.weight");
+  auto row = [](const std::vector<float>& t, int64_t r) { return std::vector<float>(t.begin() + r * 24, t.begin() + (r + 1) * 24); };
+  for (int64_t h = 0; h < 4; ++h) {
+    const int64_t base = h * 12;
+    for (int64_t r = 0; r < 8; ++r) CHECK(row(hf_q_b, base + r) == row(q_b, base + r));
+    for (int64_t j = 0; j < 2; ++j) {
+      CHECK(row(hf_q_b, base + 8 + 2 * j) == row(q_b, base + 8 + j));
+      CHECK(row(hf_q_b, base + 8 + 2 * j + 1) == row(q_b, base + 8 + 2 + j));
+    }
+  }
+  // The aux_free bias moved in training and is exported as it is.
+  const std::vector<float> bias = f.read_f32(l1 + "mlp.gate.e_score_correction_bias");
+  CHECK(bias == pa.at(l1 + "block_sparse_moe.gate.e_score_correction_bias"));
+  CHECK(std::any_of(bias.begin(), bias.end(), [](float x) { return x != 0.0f; }));
+  // rope_interleave: false says the rows are halves already: read so, the
+  // model is another one.
+  Json halves = cfg;
+  halves.set("rope_interleave", Json(false));
+  replace_file_atomically((out / "config.json").string(), halves.dump(2));
+  Trainer b(spec, quiet_options());
+  load_hf_weights(out.string(), model_config(spec), b.model().buffers(), b.context());
+  CHECK(params_of(b).at(l0 + "self_attn.q_b_proj.weight") != q_b);
+  CHECK(forward(a, 200).second != forward(b, 200).second);
+  replace_file_atomically((out / "config.json").string(), cfg.dump(2));
+  // A job without aux_free has no bias to read: a nonzero one is refused.
+  JobSpec aux = spec;
+  aux.model.moe.balance = Balance::aux_loss;
+  Trainer c(aux, quiet_options());
+  CHECK_THROWS_WITH(load_hf_weights(out.string(), model_config(aux), c.model().buffers(), c.context()),
+                    Catch::Matchers::Contains("tensor \"model.layers.1.mlp.gate.e_score_correction_bias\" is a "
+                                              "nonzero expert-choice bias the job's model has not"));
+  // A plain llama job is told what the file is.
+  JobSpec llama = tiny_spec(Family::llama, dir);
+  Trainer d(llama, quiet_options());
+  CHECK_THROWS_WITH(load_hf_weights(out.string(), model_config(llama), d.model().buffers(), d.context()),
+                    Catch::Matchers::Contains("model_type is \"deepseek_v3\", but the job's model is llama"));
   fs::remove_all(dir);
 }
 

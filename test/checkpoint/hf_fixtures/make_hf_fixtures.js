@@ -1003,4 +1003,9 @@ function printRouting(cfg, res) {
   });
 }
 
-main();
+// make_hf_fixture_deepseek_v3.js builds on these.
+module.exports = {
+  Store, F, configValue, linear, rmsNorm, add, silu, softmax, zeros, defaultInvFreq, applyRope,
+  maxAbs, maxDiff, hex, writeModel, report, V, T, IDS, SCALE,
+};
+if (require.main === module) main();
