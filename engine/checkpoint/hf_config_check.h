@@ -54,7 +54,8 @@ class ConfigCheck {
     TRAINER_INPUT_CHECK(v->is_string(), "{}: {} is {}, expected a string", path_, key, v->dump());
     return v->as_string();
   }
-  // A sliding window: `fallback` (0: none) when left out, 0 when null.
+  // A size that may be null (a sliding window, DeepSeek's q_lora_rank):
+  // `fallback` when left out, 0 when null.
   double window(const std::string& key, double fallback) const {
     const Json* v = j_->find(key);
     if (!v) return fallback;

@@ -690,7 +690,8 @@ TEST_CASE("hf config: a Mistral 7B v0.3-shaped config.json is a Llama's, a v0.1-
 
 TEST_CASE("hf config: configs/llama-1b.yaml is Llama 3.2 1B, configs/llama-8b.yaml Llama 3 8B, "
           "configs/qwen2-0.5b.yaml Qwen2.5 0.5B, configs/qwen3-{0.6b,1.7b}.yaml Qwen3 0.6B, 1.7B, "
-          "configs/qwen3-30b-a3b.yaml Qwen3-30B-A3B, configs/mistral-7b.yaml Mistral 7B v0.1",
+          "configs/qwen3-30b-a3b.yaml Qwen3-30B-A3B, configs/mistral-7b.yaml Mistral 7B v0.1, "
+          "configs/deepseek-v3-shaped.yaml DeepSeek-V3",
           "[cpu][checkpoint]") {
   // Their hub config.json files' architecture keys (meta-llama/Llama-3.2-1B, Meta-Llama-3-8B,
   // Qwen/Qwen2.5-0.5B, Qwen/Qwen3-0.6B, Qwen/Qwen3-1.7B, Qwen/Qwen3-30B-A3B,
@@ -752,17 +753,47 @@ TEST_CASE("hf config: configs/llama-1b.yaml is Llama 3.2 1B, configs/llama-8b.ya
     "rms_norm_eps": 1e-05, "rope_theta": 10000.0, "sliding_window": 4096,
     "tie_word_embeddings": false, "torch_dtype": "bfloat16", "transformers_version": "4.34.0.dev0",
     "use_cache": true, "vocab_size": 32000})";
+  // deepseek-ai/DeepSeek-V3's architecture keys, less its fp8 quantization_config and YaRN
+  // rope_scaling (with mscale), which are refused (below).
+  const std::string deepseek_v3 = R"({"architectures": ["DeepseekV3ForCausalLM"], "attention_bias": false,
+    "attention_dropout": 0.0, "aux_loss_alpha": 0.001, "bos_token_id": 0, "eos_token_id": 1, "ep_size": 1,
+    "first_k_dense_replace": 3, "hidden_act": "silu", "hidden_size": 7168, "initializer_range": 0.02,
+    "intermediate_size": 18432, "kv_lora_rank": 512, "max_position_embeddings": 163840,
+    "model_type": "deepseek_v3", "moe_intermediate_size": 2048, "moe_layer_freq": 1, "n_group": 8,
+    "n_routed_experts": 256, "n_shared_experts": 1, "norm_topk_prob": true, "num_attention_heads": 128,
+    "num_experts_per_tok": 8, "num_hidden_layers": 61, "num_key_value_heads": 128,
+    "num_nextn_predict_layers": 1, "q_lora_rank": 1536, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64,
+    "rms_norm_eps": 1e-06, "rope_theta": 10000, "routed_scaling_factor": 2.5, "scoring_func": "sigmoid",
+    "seq_aux": true, "tie_word_embeddings": false, "topk_group": 4, "topk_method": "noaux_tc",
+    "torch_dtype": "bfloat16", "transformers_version": "4.33.1", "use_cache": true, "v_head_dim": 128,
+    "vocab_size": 129280})";
   const fs::path dir = scratch_dir();
   fs::create_directories(dir);
   for (const auto& [yaml, json] : {std::pair{"llama-1b.yaml", llama32_1b}, {"llama-8b.yaml", llama3_8b},
                                    {"mistral-7b.yaml", mistral_7b_v01},
                                    {"qwen2-0.5b.yaml", qwen25_05b}, {"qwen3-1.7b.yaml", qwen3_17b},
-                                   {"qwen3-0.6b.yaml", qwen3_06b}, {"qwen3-30b-a3b.yaml", qwen3_30b_a3b}}) {
+                                   {"qwen3-0.6b.yaml", qwen3_06b}, {"qwen3-30b-a3b.yaml", qwen3_30b_a3b},
+                                   {"deepseek-v3-shaped.yaml", deepseek_v3}}) {
     INFO(yaml);
     const std::string path = (dir / (std::string(yaml) + ".json")).string();
     replace_file_atomically(path, json);
-    const JobSpec spec = load_job_spec(std::string(TRAINER_SOURCE_DIR) + "/configs/" + yaml);
+    JobSpec spec = load_job_spec(std::string(TRAINER_SOURCE_DIR) + "/configs/" + yaml);
+    // The shaped file has 64 layers, for its pipeline stages; DeepSeek-V3 has 61.
+    if (std::string(yaml) == "deepseek-v3-shaped.yaml") spec.model.n_layer = 61;
     CHECK_NOTHROW(check_hf_config(path, model_config(spec)));
   }
+  // The hub file whole: its fp8 blocks and DeepSeek's YaRN softmax scale are not read.
+  Json hub = parse_json(deepseek_v3, "deepseek_v3");
+  hub.set("quantization_config", parse_json(R"({"activation_scheme": "dynamic", "fmt": "e4m3",
+    "quant_method": "fp8", "weight_block_size": [128, 128]})", "q"));
+  hub.set("rope_scaling", parse_json(R"({"beta_fast": 32, "beta_slow": 1, "factor": 40, "mscale": 1.0,
+    "mscale_all_dim": 1.0, "original_max_position_embeddings": 4096, "type": "yarn"})", "r"));
+  const std::string path = (dir / "deepseek-v3-hub.json").string();
+  replace_file_atomically(path, hub.dump(2));
+  JobSpec spec = load_job_spec(std::string(TRAINER_SOURCE_DIR) + "/configs/deepseek-v3-shaped.yaml");
+  spec.model.n_layer = 61;
+  CHECK_THROWS_WITH(check_hf_config(path, model_config(spec)),
+                    Contains("not fp8 blocks with weight_scale_inv") && Contains("rope_scaling is yarn scaling, "
+                             "but the job has no model.rope_scaling"));
   fs::remove_all(dir);
 }
