@@ -103,9 +103,9 @@ void check_deepseek_config(const ConfigCheck& c, const model::ModelConfig& cfg) 
   c.same_int("qk_rope_head_dim", 64, a.qk_rope, "model.mla.qk_rope_head_dim");
   c.same_int("v_head_dim", 128, a.v_dim, "model.mla.v_head_dim");
   // transformers' RoPE rotates head_dim dims, which DeepseekV3Config sets to qk_rope_head_dim.
-  const double rope = c.number("qk_rope_head_dim", 64);
-  c.require(c.number("head_dim", rope) == rope, "head_dim is {}, but qk_rope_head_dim is {}: transformers "
-            "would rotate head_dim dims of each q/k head", c.number("head_dim", rope), rope);
+  const double rope = c.number("qk_rope_head_dim", 64), head_dim = c.number("head_dim", rope);
+  c.require(head_dim == rope, "head_dim is {}, but qk_rope_head_dim is {}: transformers would rotate "
+            "head_dim dims of each q/k head", head_dim, rope);
 
   const double layers = c.number("num_hidden_layers", 61);
   const double first_moe = c.number("first_k_dense_replace", 3);
@@ -148,6 +148,7 @@ DeepseekSource deepseek_source(const std::string& path) {
 HostTensor deepseek_rope_rows(const model::ModelConfig& cfg, const std::string& ours, HostTensor t,
                               bool to_hf) {
   const model::MlaConfig& a = cfg.mla;
+  if (!a.enabled) return t;  // a llama's q_proj is rotate-half in both layouts
   const int64_t r = a.qk_rope, half = r / 2;
   std::vector<int64_t> starts;  // each RoPE part's first row
   if (ends_with(ours, ".self_attn.q_b_proj.weight") || ends_with(ours, ".self_attn.q_proj.weight")) {

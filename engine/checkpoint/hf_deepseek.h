@@ -42,7 +42,7 @@ DeepseekSource deepseek_source(const std::string& path);
 // `t`, our parameter `ours` (global, (out, in)), with the rows of its RoPE
 // parts (each q head's last qk_rope_head_dim rows of q_b_proj or q_proj,
 // kv_a_proj_with_mqa's last qk_rope_head_dim) reordered to interleaved pairs
-// (to_hf) or from them; any other tensor as it is.
+// (to_hf) or from them; any other tensor (and any model without mla) as it is.
 HostTensor deepseek_rope_rows(const model::ModelConfig& cfg, const std::string& ours, HostTensor t,
                               bool to_hf);
 

@@ -53,18 +53,17 @@ std::vector<HfTensor> hf_tensors(const model::ModelConfig& cfg,
       continue;  // fused into c_attn below
     else if (!cfg.is_llama() && gpt2_conv1d_weight(n))
       out.push_back({n, {shape[1], shape[0]}, [=] { return transpose(read(n)); }});
-    else if (cfg.mla.enabled)
-      out.push_back({hf_tensor_name(cfg, n), shape, [=] { return deepseek_rope_rows(cfg, n, read(n), true); }});
     else
-      out.push_back({hf_tensor_name(cfg, n), shape, [=] { return read(n); }});
+      out.push_back({hf_tensor_name(cfg, n), shape, [=] { return deepseek_rope_rows(cfg, n, read(n), true); }});
   }
   // DeepseekV3ForCausalLM's router always adds its expert-choice bias: zero
   // for a model without aux_free's.
-  for (int l = 0; l < cfg.n_layer && cfg.mla.enabled && cfg.moe.balance != model::MoeBalance::aux_free; ++l) {
-    if (!cfg.is_moe_layer(l)) continue;
+  if (cfg.mla.enabled && cfg.moe.balance != model::MoeBalance::aux_free) {
     const int64_t E = cfg.moe.n_experts;
-    out.push_back({fmt::format("model.layers.{}.mlp.gate.e_score_correction_bias", l), {E},
-                   [=] { return HostTensor{{E}, std::vector<float>(static_cast<size_t>(E), 0.0f)}; }});
+    for (int l = 0; l < cfg.n_layer; ++l)
+      if (cfg.is_moe_layer(l))
+        out.push_back({fmt::format("model.layers.{}.mlp.gate.e_score_correction_bias", l), {E},
+                       [=] { return HostTensor{{E}, std::vector<float>(static_cast<size_t>(E), 0.0f)}; }});
   }
   for (int l = 0; l < cfg.n_layer && !cfg.is_llama(); ++l) {
     const std::string p = fmt::format("transformer.h.{}.attn.", l);

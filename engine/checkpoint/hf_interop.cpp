@@ -207,7 +207,7 @@ HostTensor from_hf(const HfSource& src, const model::ParamSpec& spec, const mode
   TRAINER_INPUT_CHECK(t.shape == want, "{}: tensor \"{}\" has shape {}, the model expects {}{}",
                       src.file_of(source), source, shape_str(t.shape), shape_str(want),
                       conv1d ? " after transposing Conv1D (in, out)" : "");
-  return cfg.mla.enabled && interleaved ? deepseek_rope_rows(cfg, n, std::move(t), false) : t;
+  return interleaved ? deepseek_rope_rows(cfg, n, std::move(t), false) : t;
 }
 
 }  // namespace
