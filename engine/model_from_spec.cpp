@@ -94,7 +94,8 @@ model::ModelConfig model_config(const JobSpec& spec) {
     c.rope_scaling = yarn_scaling(rs.factor, rs.original_max_position_embeddings, rs.beta_fast,
                                   rs.beta_slow, rs.attention_factor.value_or(0.0),
                                   m.mla.enabled ? m.mla.qk_rope_head_dim : m.head_dim(),
-                                  m.rope_theta);
+                                  m.rope_theta, rs.mscale.value_or(0.0),
+                                  rs.mscale_all_dim.value_or(0.0));
   else if (rs.enabled)
     c.rope_scaling = {.factor = rs.factor,
                       .low_freq_factor = rs.low_freq_factor,

@@ -20,6 +20,7 @@ void Mla::declare(Buffers& buf, const std::string& prefix, const ModelConfig& cf
                 "{}: multi-head latent attention needs llama, one KV head per head and "
                 "v_head_dim <= the q/k head", prefix);
   rotary_ = Rope(cfg.rope_theta, cfg.rope_scaling);
+  q_scale_ = static_cast<float>(mla_softmax_multiplier(cfg.rope_scaling));
   B_ = batch.B, T_ = batch.T, H_ = cfg.local_heads();
   D_ = m.qk_dim(), nope_ = m.qk_nope, rope_ = m.qk_rope, v_ = m.v_dim;
   core_ = AttentionCore(cfg, batch, H_, H_, D_, window);
@@ -83,6 +84,7 @@ void Mla::forward(const LayerEnv& env, const Scratch& s, Tensor out, Tensor in) 
     q_proj_.forward(env, q, x);
   }
   rope_query(env, s, q, true);
+  if (q_scale_ != 1.0f) scale(ctx, q, q_scale_);  // backward's attention reads these q too
   // The latent and the shared RoPE key part.
   Tensor latent = b.get(s.mla_latent), k_rope = rows(b.get(s.mla_rope), 1, rope_);
   kv_a_.forward(env, latent, x);
@@ -142,7 +144,8 @@ void Mla::backward(const LayerEnv& env, const Scratch& s, Tensor dinp, Tensor do
   Tensor x = io_.saved_input(env, in);
   Tensor dx = io_.dinput(env, s, dinp), tmp = io_.dinput_tmp(env, s);
   kv_a_.backward(env, dx, dlatent, x);
-  // The queries: RoPE's backward on their rope columns, then the projections.
+  // The queries: the softmax multiplier's and RoPE's backward, then the projections.
+  if (q_scale_ != 1.0f) scale(ctx, rows(dq, H_, D_), q_scale_);
   rope_query(env, s, dq, false);
   if (q_lora_ > 0) {
     Tensor dq_normed = rows(b.get(s.mla_grad_a), 1, q_lora_).view({N, q_lora_});

@@ -6,7 +6,8 @@
 //   latent:   [c_kv | k_rope] = kv_a(x); k_rope gets RoPE and is every head's;
 //   keys and values: [k_nope | v] = kv_b(norm(c_kv)) per head; a key head is
 //             [k_nope | k_rope], a value head v;
-//   out = o_proj(attention(q, k, v)).
+//   out = o_proj(attention(q, k, v)), softmax scale D^-0.5 (times DeepSeek's YaRN
+//   multiplier m(mscale_all_dim)^2 with rope_scaling.mscale_all_dim).
 // Tensor parallelism splits q_b (or q_proj), kv_b and o_proj by heads, as the
 // attention layer does; the down-projections q_a and kv_a and their norms are
 // whole on every tp rank, each rank's gradient of them covering its own heads
@@ -50,6 +51,9 @@ class Mla {
   Rope rotary_;
   int64_t B_ = 0, T_ = 0, H_ = 0;  // H_: heads on this rank
   int64_t D_ = 0, nope_ = 0, rope_ = 0, v_ = 0, q_lora_ = 0, kv_lora_ = 0;
+  // DeepSeek's YaRN softmax multiplier (mla_softmax_multiplier), applied to the
+  // queries: the kernels' scale is fixed at D^-0.5.
+  float q_scale_ = 1.0f;
   TpIo io_;
   Linear q_a_, q_b_, q_proj_, kv_a_, kv_b_, o_proj_;
   Norm q_a_norm_, kv_a_norm_;

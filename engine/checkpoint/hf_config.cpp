@@ -196,9 +196,6 @@ const char* rope_type_name(RopeKind kind) {
   return kind == RopeKind::linear ? "linear" : kind == RopeKind::yarn ? "yarn" : "llama3";
 }
 
-// transformers' YaRN attention factor when the config gives none.
-double yarn_default_attention(double factor) { return factor <= 1 ? 1.0 : 0.1 * std::log(factor) + 1.0; }
-
 // rope_type ("default" when there is no scaling) from rope_scaling or
 // transformers 5's rope_parameters (`key`), against model.rope_scaling.
 void check_rope_scaling(const ConfigCheck& c, const model::ModelConfig& cfg, const std::string& rope_type,
@@ -249,10 +246,15 @@ void check_rope_scaling(const ConfigCheck& c, const model::ModelConfig& cfg, con
              "model.rope_scaling.original_max_position_embeddings");
   s.same_float("beta_fast", 32.0, ours.beta_fast, "model.rope_scaling.beta_fast");
   s.same_float("beta_slow", 1.0, ours.beta_slow, "model.rope_scaling.beta_slow");
-  s.same_float("attention_factor", yarn_default_attention(factor), ours.attention_factor,
-               "model.rope_scaling.attention_factor");
-  s.off("mscale", "this trainer's YaRN attention factor is the default or attention_factor");
-  s.off("mscale_all_dim", "this trainer's YaRN attention factor is the default or attention_factor");
+  // DeepSeek's pair: transformers reads mscale only beside mscale_all_dim.
+  const double mscale = s.number("mscale", 0.0), mscale_all_dim = s.number("mscale_all_dim", 0.0);
+  s.same_float("mscale", 0.0, ours.mscale, "model.rope_scaling.mscale");
+  s.same_float("mscale_all_dim", 0.0, ours.mscale_all_dim, "model.rope_scaling.mscale_all_dim");
+  s.same_float("attention_factor",
+               mscale > 0 && mscale_all_dim > 0
+                   ? yarn_mscale(factor, mscale) / yarn_mscale(factor, mscale_all_dim)
+                   : yarn_mscale(factor, 1.0),
+               ours.attention_factor, "model.rope_scaling.attention_factor");
   const Json* truncate = s.get("truncate");
   s.require(!truncate || (truncate->kind() == Json::Kind::boolean && truncate->as_bool()),
             "{}.truncate is {}: this trainer rounds YaRN's ramp ends as truncate: true", key,
@@ -441,6 +443,8 @@ Json rope_scaling_json(const RopeScaling& rs) {
     scaling.set("beta_fast", Json::real(rs.beta_fast));
     scaling.set("beta_slow", Json::real(rs.beta_slow));
     scaling.set("attention_factor", Json::real(rs.attention_factor));
+    if (rs.mscale > 0) scaling.set("mscale", Json::real(rs.mscale));
+    if (rs.mscale_all_dim > 0) scaling.set("mscale_all_dim", Json::real(rs.mscale_all_dim));
   }
   return scaling;
 }

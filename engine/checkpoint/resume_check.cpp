@@ -20,14 +20,16 @@ std::string describe(const MlaSpec& m) {
                      m.kv_lora_rank, m.qk_nope_head_dim, m.qk_rope_head_dim, m.v_head_dim);
 }
 
+std::string double_or_null(const std::optional<double>& v) { return v ? fmt::format("{}", *v) : "null"; }
+
 std::string describe(const RopeScalingSpec& r) {
   if (!r.enabled) return "null";
   if (r.type == RopeType::linear) return fmt::format("{{type linear, factor {}}}", r.factor);
   if (r.type == RopeType::yarn)
     return fmt::format("{{type yarn, factor {}, original_max_position_embeddings {}, beta_fast {}, "
-                       "beta_slow {}, attention_factor {}}}",
+                       "beta_slow {}, attention_factor {}, mscale {}, mscale_all_dim {}}}",
                        r.factor, r.original_max_position_embeddings, r.beta_fast, r.beta_slow,
-                       r.attention_factor ? fmt::format("{}", *r.attention_factor) : "null");
+                       double_or_null(r.attention_factor), double_or_null(r.mscale), double_or_null(r.mscale_all_dim));
   return fmt::format("{{factor {}, low_freq_factor {}, high_freq_factor {}, "
                      "original_max_position_embeddings {}}}",
                      r.factor, r.low_freq_factor, r.high_freq_factor,

@@ -69,6 +69,10 @@ struct RopeScalingSpec {
   double beta_fast = 32.0;                   // yarn: > beta_slow
   double beta_slow = 1.0;                    // yarn: > 0
   std::optional<double> attention_factor;    // yarn: > 0; null = 0.1 ln(factor) + 1
+  // yarn, DeepSeek's (> 0 or null): the default attention_factor becomes
+  // m(mscale) / m(mscale_all_dim), m(x) = 0.1 x ln(factor) + 1, and model.mla's
+  // softmax scale is multiplied by m(mscale_all_dim)^2.
+  std::optional<double> mscale, mscale_all_dim;
   bool operator==(const RopeScalingSpec&) const = default;
 };
 

@@ -29,6 +29,11 @@ void check_mla(const ModelSpec& m, const SpecReader& r) {
 }
 
 void check_model(const ModelSpec& m, const SpecReader& r) {
+  // Only DeepseekV3Attention scales its softmax by it: on another attention it would half-apply.
+  if (m.rope_scaling.mscale_all_dim && !m.mla.enabled)
+    r.fail("model.rope_scaling.mscale_all_dim",
+           "DeepSeek's YaRN softmax scale, a key of model.mla models only (for another attention "
+           "give the attention factor itself as attention_factor)");
   if (m.mla.enabled) {
     check_mla(m, r);
     check_moe(m, r);

@@ -117,10 +117,12 @@ std::string job_spec_to_yaml(const JobSpec& spec) {
                        num(rs.high_freq_factor));
     if (rs.type != RopeType::linear)
       y += fmt::format("    original_max_position_embeddings: {}\n", rs.original_max_position_embeddings);
+    auto opt = [&](const std::optional<double>& v) { return v ? num(*v) : std::string("null"); };
     if (rs.type == RopeType::yarn)
-      y += fmt::format("    beta_fast: {}\n    beta_slow: {}\n    attention_factor: {}\n",
-                       num(rs.beta_fast), num(rs.beta_slow),
-                       rs.attention_factor ? num(*rs.attention_factor) : "null");
+      y += fmt::format("    beta_fast: {}\n    beta_slow: {}\n    attention_factor: {}\n"
+                       "    mscale: {}\n    mscale_all_dim: {}\n",
+                       num(rs.beta_fast), num(rs.beta_slow), opt(rs.attention_factor),
+                       opt(rs.mscale), opt(rs.mscale_all_dim));
   } else {
     y += "  rope_scaling: null\n";
   }

@@ -173,7 +173,9 @@ void read_rope_scaling(Section s, RopeScalingSpec& rs) {
                                  {"high_freq_factor", "llama3"},
                                  {"beta_fast", "yarn"},
                                  {"beta_slow", "yarn"},
-                                 {"attention_factor", "yarn"}};
+                                 {"attention_factor", "yarn"},
+                                 {"mscale", "yarn"},
+                                 {"mscale_all_dim", "yarn"}};
   for (const auto& [key, type] : only)
     if (s.has(key) && std::string(type) != to_string(rs.type))
       r.fail(s.path(key), fmt::format("a key of type {}, not of type {}", type, to_string(rs.type)));
@@ -200,6 +202,17 @@ void read_rope_scaling(Section s, RopeScalingSpec& rs) {
     r.check_min(s.path("attention_factor"), a, 0, /*strict=*/true);
     rs.attention_factor = a;
   }
+  for (auto [key, value] : {std::pair{"mscale", &rs.mscale}, {"mscale_all_dim", &rs.mscale_all_dim}})
+    if (s.has(key) && !s.is_null(key)) {
+      double m = 0;
+      s.read(key, m);
+      r.check_min(s.path(key), m, 0, /*strict=*/true);
+      *value = m;
+    }
+  // transformers reads mscale only beside mscale_all_dim: alone it would do nothing.
+  if (rs.mscale && !rs.mscale_all_dim)
+    r.fail(s.path("mscale"), "needs mscale_all_dim beside it (YaRN's attention factor is "
+                             "m(mscale) / m(mscale_all_dim); transformers ignores mscale alone)");
 }
 
 void read_model(Section s, ModelSpec& m) {

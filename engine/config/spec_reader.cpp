@@ -33,7 +33,8 @@ KeyNode build_key_tree() {
   model.children.push_back(leaves("rope_scaling", {"type", "factor", "low_freq_factor",
                                                    "high_freq_factor",
                                                    "original_max_position_embeddings", "beta_fast",
-                                                   "beta_slow", "attention_factor"}));
+                                                   "beta_slow", "attention_factor", "mscale",
+                                                   "mscale_all_dim"}));
   model.children.push_back(leaves("mla", {"q_lora_rank", "kv_lora_rank", "qk_nope_head_dim",
                                           "qk_rope_head_dim", "v_head_dim"}));
   model.children.push_back(leaves("moe", {"n_experts", "top_k", "n_shared_experts",

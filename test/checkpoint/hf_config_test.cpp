@@ -83,6 +83,12 @@ model::ModelConfig deepseek_cfg() {
   c.moe.balance = model::MoeBalance::aux_free;
   return c;
 }
+// DeepSeek-V3 under YaRN with DeepSeek's mscale pair (x4 over 16 positions).
+model::ModelConfig deepseek_yarn_cfg() {
+  model::ModelConfig c = deepseek_cfg();
+  c.rope_scaling = yarn_scaling(4.0, 16.0, 32.0, 1.0, 0.0, c.mla.qk_rope, c.rope_theta, 1.0, 0.6);
+  return c;
+}
 model::ModelConfig mla_dense_cfg() {
   model::ModelConfig c = deepseek_cfg();
   c.moe_enabled = false, c.mla.q_lora_rank = 0;
@@ -141,7 +147,7 @@ TEST_CASE("hf config: each family's own config.json passes its check", "[cpu][ch
        {gpt2_cfg(), llama_cfg(), qwen2_cfg(), qwen3_cfg(), mixtral_cfg(), qwen3_moe_cfg(), qwen2_moe_cfg(),
         yarn_cfg(), linear_cfg(), mistral_cfg(), windowed(qwen2_cfg()), windowed(qwen3_cfg()),
         windowed(mixtral_cfg()), windowed(qwen3_moe_cfg()), windowed(qwen2_moe_cfg()), windowed(yarn_cfg()),
-        deepseek_cfg(), mla_dense_cfg()}) {
+        deepseek_cfg(), mla_dense_cfg(), deepseek_yarn_cfg()}) {
     std::string path = config_with(cfg, "", nullptr);
     CHECK_NOTHROW(check_hf_config(path, cfg));
   }
@@ -483,7 +489,8 @@ TEST_CASE("hf config: a differing hyper-parameter is named with the job key", "[
   CHECK_NOTHROW(check_hf_config(yarn_with("attention_factor", nullptr), yarn_cfg()));  // default 0.1 ln 4 + 1
   CHECK_THROWS_WITH(check_hf_config(yarn_with("attention_factor", &one), yarn_cfg()),
                     Contains("rope_scaling.attention_factor is 1, but model.rope_scaling.attention_factor is 1.1386"));
-  CHECK_THROWS_WITH(check_hf_config(yarn_with("mscale", &one), yarn_cfg()), Contains("mscale is 1: this trainer's YaRN"));
+  CHECK_THROWS_WITH(check_hf_config(yarn_with("mscale", &one), yarn_cfg()),
+                    Contains("rope_scaling.mscale is 1, but model.rope_scaling.mscale is 0"));
   CHECK_THROWS_WITH(check_hf_config(yarn_with("truncate", &no), yarn_cfg()),
                     Contains("rope_scaling.truncate is false: this trainer rounds YaRN's ramp ends"));
   CHECK_THROWS_WITH(check_hf_config(config_with(yarn_cfg(), "", nullptr), scaled),
@@ -565,6 +572,34 @@ TEST_CASE("hf config: a differing hyper-parameter is named with the job key", "[
   CHECK_THROWS_WITH(check_hf_config(config_with(mixtral_cfg(), "", nullptr), every2),
                     Contains("a Mixtral model has an MoE in every layer, but model.moe.every is 2"));
   fs::remove_all(scratch_dir());
+}
+
+TEST_CASE("hf config: DeepSeek's YaRN mscale pair exports and is checked as DeepseekV3Config's keys",
+          "[cpu][checkpoint]") {
+  const model::ModelConfig cfg = deepseek_yarn_cfg();
+  const Json exported = parse_json(hf_config_json(cfg), "c").at("rope_scaling");
+  CHECK(exported.at("mscale").as_number() == 1.0);
+  CHECK(exported.at("mscale_all_dim").as_number() == 0.6);
+  CHECK(exported.at("attention_factor").as_number() ==
+        Approx((0.1 * std::log(4.0) + 1) / (0.06 * std::log(4.0) + 1)));
+  // As DeepSeek publishes it: "type" (transformers 4's key) and no attention_factor, which
+  // transformers then computes from the pair.
+  Json hub = parse_json(R"({"beta_fast": 32, "beta_slow": 1, "factor": 4, "mscale": 1.0,
+    "mscale_all_dim": 0.6, "original_max_position_embeddings": 16, "type": "yarn"})", "r");
+  CHECK_NOTHROW(check_hf_config(config_with(cfg, "rope_scaling", &hub), cfg));
+  hub.set("mscale_all_dim", Json(1.0));
+  CHECK_THROWS_WITH(check_hf_config(config_with(cfg, "rope_scaling", &hub), cfg),
+                    Contains("rope_scaling.mscale_all_dim is 1, but model.rope_scaling.mscale_all_dim is 0.6") &&
+                        Contains("rope_scaling.attention_factor is 1, but model.rope_scaling.attention_factor "
+                                 "is 1.0511"));
+  // Without the pair the job's softmax multiplier and attention factor are not the file's.
+  CHECK_THROWS_WITH(check_hf_config(config_with(cfg, "rope_scaling", nullptr), cfg),
+                    Contains("plain RoPE, but model.rope_scaling is set"));
+  model::ModelConfig no_pair = cfg;
+  no_pair.rope_scaling = yarn_scaling(4.0, 16.0, 32.0, 1.0, 0.0, cfg.mla.qk_rope, cfg.rope_theta);
+  CHECK_THROWS_WITH(check_hf_config(config_with(cfg, "", nullptr), no_pair),
+                    Contains("rope_scaling.mscale is 1, but model.rope_scaling.mscale is 0") &&
+                        Contains("rope_scaling.mscale_all_dim is 0.6, but model.rope_scaling.mscale_all_dim is 0"));
 }
 
 TEST_CASE("hf config: a model no transformers class computes is refused by its key",
@@ -753,8 +788,8 @@ TEST_CASE("hf config: configs/llama-1b.yaml is Llama 3.2 1B, configs/llama-8b.ya
     "rms_norm_eps": 1e-05, "rope_theta": 10000.0, "sliding_window": 4096,
     "tie_word_embeddings": false, "torch_dtype": "bfloat16", "transformers_version": "4.34.0.dev0",
     "use_cache": true, "vocab_size": 32000})";
-  // deepseek-ai/DeepSeek-V3's architecture keys, less its fp8 quantization_config and YaRN
-  // rope_scaling (with mscale), which are refused (below).
+  // deepseek-ai/DeepSeek-V3's architecture keys, less its fp8 quantization_config (refused,
+  // below) and its YaRN rope_scaling (checked below against the shaped job with it).
   const std::string deepseek_v3 = R"({"architectures": ["DeepseekV3ForCausalLM"], "attention_bias": false,
     "attention_dropout": 0.0, "aux_loss_alpha": 0.001, "bos_token_id": 0, "eos_token_id": 1, "ep_size": 1,
     "first_k_dense_replace": 3, "hidden_act": "silu", "hidden_size": 7168, "initializer_range": 0.02,
@@ -782,18 +817,22 @@ TEST_CASE("hf config: configs/llama-1b.yaml is Llama 3.2 1B, configs/llama-8b.ya
     if (std::string(yaml) == "deepseek-v3-shaped.yaml") spec.model.n_layer = 61;
     CHECK_NOTHROW(check_hf_config(path, model_config(spec)));
   }
-  // The hub file whole: its fp8 blocks and DeepSeek's YaRN softmax scale are not read.
+  // The hub file whole: its YaRN (with DeepSeek's mscale pair) is the shaped job's with the
+  // same rope_scaling; only its fp8 blocks are not read.
   Json hub = parse_json(deepseek_v3, "deepseek_v3");
-  hub.set("quantization_config", parse_json(R"({"activation_scheme": "dynamic", "fmt": "e4m3",
-    "quant_method": "fp8", "weight_block_size": [128, 128]})", "q"));
   hub.set("rope_scaling", parse_json(R"({"beta_fast": 32, "beta_slow": 1, "factor": 40, "mscale": 1.0,
     "mscale_all_dim": 1.0, "original_max_position_embeddings": 4096, "type": "yarn"})", "r"));
   const std::string path = (dir / "deepseek-v3-hub.json").string();
   replace_file_atomically(path, hub.dump(2));
   JobSpec spec = load_job_spec(std::string(TRAINER_SOURCE_DIR) + "/configs/deepseek-v3-shaped.yaml");
   spec.model.n_layer = 61;
+  spec.model.rope_scaling = {.enabled = true, .type = RopeType::yarn, .factor = 40,
+                             .original_max_position_embeddings = 4096, .mscale = 1.0, .mscale_all_dim = 1.0};
+  CHECK_NOTHROW(check_hf_config(path, model_config(spec)));
+  hub.set("quantization_config", parse_json(R"({"activation_scheme": "dynamic", "fmt": "e4m3",
+    "quant_method": "fp8", "weight_block_size": [128, 128]})", "q"));
+  replace_file_atomically(path, hub.dump(2));
   CHECK_THROWS_WITH(check_hf_config(path, model_config(spec)),
-                    Contains("not fp8 blocks with weight_scale_inv") && Contains("rope_scaling is yarn scaling, "
-                             "but the job has no model.rope_scaling"));
+                    Contains("not fp8 blocks with weight_scale_inv") && !Contains("rope_scaling"));
   fs::remove_all(dir);
 }

@@ -78,7 +78,7 @@ JobSpec fixture_job(const std::string& name) {
     s.model.n_kv_head = 2, s.model.d_ff = 48, s.model.head_size = 16;
     s.model.norm_eps = 1e-6, s.model.rope_theta = 1e6;
     s.model.qk_norm = s.model.tie_embeddings = true;
-  } else if (name == "deepseek_v3") {  // MLA; layer 0 dense, layer 1 DeepSeek's MoE
+  } else if (name == "deepseek_v3" || name == "deepseek_v3_yarn") {  // MLA; layer 0 dense, layer 1 DeepSeek's MoE
     s.model.n_kv_head = 4, s.model.d_ff = 48;
     s.model.norm_eps = 1e-6, s.model.rope_theta = 1e4;
     s.model.mla = {.enabled = true, .q_lora_rank = 24, .kv_lora_rank = 16, .qk_nope_head_dim = 8,
@@ -87,6 +87,9 @@ JobSpec fixture_job(const std::string& name) {
     m.enabled = true, m.n_experts = 8, m.top_k = 2, m.d_ff_expert = 12, m.n_shared_experts = 1;
     m.first_dense = 1, m.balance = Balance::aux_free, m.score = RouterScore::sigmoid;
     m.topk_scaling_factor = 2.5, m.n_groups = 4, m.top_groups = 2;
+    if (name == "deepseek_v3_yarn")  // DeepSeek's YaRN: x4 over 16 positions, mscale 1 and mscale_all_dim 0.6
+      s.model.rope_scaling = {.enabled = true, .type = RopeType::yarn, .factor = 4,
+                              .original_max_position_embeddings = 16, .mscale = 1.0, .mscale_all_dim = 0.6};
   } else if (name == "mixtral") {
     s.model.n_kv_head = 2;
     s.model.norm_eps = 1e-5, s.model.rope_theta = 1e6;
@@ -152,9 +155,10 @@ std::pair<double, double> logits_against_reference(const JobSpec& spec, const st
 }  // namespace
 
 TEST_CASE("hf fixtures: init_from computes transformers' logits (gpt2, llama, llama3, llama_yarn, "
-          "qwen2, qwen3, mixtral, qwen3_moe, qwen2_moe, mistral, deepseek_v3)", "[cpu][checkpoint]") {
+          "qwen2, qwen3, mixtral, qwen3_moe, qwen2_moe, mistral, deepseek_v3, deepseek_v3_yarn)",
+          "[cpu][checkpoint]") {
   for (const std::string name : {"gpt2", "llama", "llama3", "llama_yarn", "qwen2", "qwen3", "mixtral",
-                                 "qwen3_moe", "qwen2_moe", "mistral", "deepseek_v3"}) {
+                                 "qwen3_moe", "qwen2_moe", "mistral", "deepseek_v3", "deepseek_v3_yarn"}) {
     INFO(name);
     const std::string dir = kFixtures + name;
     const auto [worst, largest] = logits_against_reference(fixture_job(name), dir, dir);

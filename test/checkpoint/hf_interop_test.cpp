@@ -141,12 +141,13 @@ JobSpec deepseek_dense_spec(const fs::path& dir) {
 
 // gpt2, llama, Qwen2- and Qwen3-style llama, Mixtral-, Qwen3-MoE- and
 // Qwen2-MoE-style MoE llama, a windowed llama (Mistral) and Qwen2, and
-// DeepSeek-V3's MLA (with its MoE, with aux_loss balancing, and dense), each with its name.
+// DeepSeek-V3's MLA (with its MoE, with aux_loss balancing, under YaRN with
+// DeepSeek's mscale pair, and dense), each with its name.
 std::vector<std::pair<std::string, JobSpec>> hf_jobs(const std::string& prefix) {
   std::vector<std::pair<std::string, JobSpec>> jobs;
   for (const std::string name : {"gpt2", "llama", "llama_yarn", "qwen2", "qwen3", "mixtral", "qwen3_moe",
                                  "qwen2_moe", "mistral", "qwen2_window", "deepseek_v3", "deepseek_v3_aux_loss",
-                                 "mla_dense"}) {
+                                 "deepseek_v3_yarn", "mla_dense"}) {
     fs::path dir = fresh_temp_dir(prefix + "_" + name);
     JobSpec s = name == "gpt2"      ? tiny_spec(Family::gpt2, dir)
                 : name == "llama"   ? tiny_spec(Family::llama, dir)
@@ -161,6 +162,9 @@ std::vector<std::pair<std::string, JobSpec>> hf_jobs(const std::string& prefix) 
                 : name.rfind("deepseek", 0) == 0 ? deepseek_spec(dir)
                                     : qwen3_moe_spec(dir);
     if (name == "deepseek_v3_aux_loss") s.model.moe.balance = Balance::aux_loss;
+    if (name == "deepseek_v3_yarn")  // DeepSeek's YaRN, its mscale pair in config.json
+      s.model.rope_scaling = {.enabled = true, .type = RopeType::yarn, .factor = 4,
+                              .original_max_position_embeddings = 16, .mscale = 0.8, .mscale_all_dim = 0.5};
     jobs.emplace_back(name, s);
   }
   return jobs;

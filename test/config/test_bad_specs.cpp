@@ -104,6 +104,17 @@ const std::vector<Bad>& bad_specs() {
       {"yarn attention factor 0",
        kData + "model:\n  family: llama\n  rope_scaling: {type: yarn, attention_factor: 0}\n", {},
        "job.yaml:6: model.rope_scaling.attention_factor: must be > 0, got 0"},
+      {"mscale on llama3", kData + "model:\n  family: llama\n  rope_scaling: {mscale: 1}\n", {},
+       "job.yaml:6: model.rope_scaling.mscale: a key of type yarn, not of type llama3"},
+      {"mscale alone", kData + "model:\n  family: llama\n  rope_scaling: {type: yarn, mscale: 0.7}\n", {},
+       "job.yaml:6: model.rope_scaling.mscale: needs mscale_all_dim beside it (YaRN's attention factor "
+       "is m(mscale) / m(mscale_all_dim); transformers ignores mscale alone)"},
+      {"mscale_all_dim 0", kData + "model:\n  family: llama\n  rope_scaling: {type: yarn, mscale_all_dim: 0}\n",
+       {}, "job.yaml:6: model.rope_scaling.mscale_all_dim: must be > 0, got 0"},
+      {"mscale_all_dim without mla",
+       kData + "model:\n  family: llama\n  rope_scaling: {type: yarn, mscale: 1, mscale_all_dim: 1}\n", {},
+       "job.yaml:6: model.rope_scaling.mscale_all_dim: DeepSeek's YaRN softmax scale, a key of model.mla "
+       "models only (for another attention give the attention factor itself as attention_factor)"},
       {"rope scaling bands reversed",
        kData + "model:\n  family: llama\n  rope_scaling: {low_freq_factor: 4, high_freq_factor: 2}\n", {},
        "job.yaml:6: model.rope_scaling.high_freq_factor: must be above low_freq_factor (4), got 2"},

@@ -354,6 +354,14 @@ checkpoint: {resume: "/x/y z"}
     CHECK(y.model.rope_scaling.beta_fast == 16.0);
     CHECK(y.model.rope_scaling.beta_slow == 2.0);
     CHECK(y.model.rope_scaling.attention_factor == 1.25);
+    // DeepSeek-V2-Lite's pair, on an MLA model.
+    const JobSpec d = parse(kData + std::string("model: {family: llama, mla: {q_lora_rank: null}, rope_scaling: "
+                                                "{type: yarn, factor: 40, original_max_position_embeddings: 4096, "
+                                                "mscale: 0.707, mscale_all_dim: 0.707}}\n"));
+    CHECK(d.model.rope_scaling.mscale == 0.707);
+    CHECK(d.model.rope_scaling.mscale_all_dim == 0.707);
+    CHECK_FALSE(d.model.rope_scaling.attention_factor.has_value());
+    CHECK(round_trip(d) == d);
   }
   SECTION("a spec built in code") {
     JobSpec s = parse(kData);

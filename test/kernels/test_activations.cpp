@@ -262,6 +262,16 @@ TEST_CASE("rope with YaRN and linear scaling: transformers' frequencies and atte
   CHECK(yarn.ramp_low == 5.0);
   CHECK(yarn.ramp_high == 12.0);
   CHECK(yarn.attention_factor == Approx(1.1386294361));
+  CHECK(mla_softmax_multiplier(yarn) == 1.0);
+  // DeepSeek's mscale pair: the attention factor m(1) / m(0.5) with m(x) = 0.1 x ln 4 + 1, and
+  // MLA's softmax multiplier m(0.5)^2; V2-Lite's equal pair (factor 40) leaves the factor at 1.
+  const RopeScaling pair = yarn_scaling(4.0, 4096.0, 32.0, 1.0, 0.0, D, theta, 1.0, 0.5);
+  CHECK(pair.attention_factor == Approx(1.0648216254));
+  CHECK(mla_softmax_multiplier(pair) == Approx(1.1434339663));
+  CHECK(yarn_scaling(4.0, 4096.0, 32.0, 1.0, 1.5, D, theta, 1.0, 0.5).attention_factor == 1.5);
+  const RopeScaling lite = yarn_scaling(40.0, 4096.0, 32.0, 1.0, 0.0, D, theta, 0.707, 0.707);
+  CHECK(lite.attention_factor == 1.0);
+  CHECK(mla_softmax_multiplier(lite) == Approx(1.5896261651));
   RopeScaling linear{.factor = 4, .kind = RopeKind::linear};
   std::vector<double> linear_f(static_cast<size_t>(D / 2));
   for (int64_t i = 0; i < D / 2; ++i) linear_f[static_cast<size_t>(i)] = std::pow(double(theta), -2.0 * i / D) / 4;

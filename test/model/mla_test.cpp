@@ -3,7 +3,8 @@
 // here from DeepSeek-V3's equations (RMSNorm, the q and kv latents, RoPE on
 // the rope parts with one shared key part, softmax over q.k / sqrt(qk head),
 // SwiGLU MLP, LM head), with and without a q latent; the gradients match
-// finite differences; the FLOPs count its projections and its value heads.
+// finite differences, also under YaRN with DeepSeek's mscale pair (its softmax
+// multiplier); the FLOPs count its projections and its value heads.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -80,10 +81,13 @@ Mat rmsnorm(const Mat& x, const Mat& w, int64_t N, int64_t C, double eps) {
   return y;
 }
 
-// Hugging Face's rotate-half RoPE on d values at position pos.
-void rope(double* v, int64_t d, int64_t pos, double theta) {
+// Hugging Face's rotate-half RoPE on d values at position pos, with the
+// config's scaling (YaRN's frequencies, and its attention factor on cos and sin).
+void rope(double* v, int64_t d, int64_t pos, double theta, const RopeScaling& rs) {
+  const double mag = rs.active() ? rs.attention_factor : 1.0;
   for (int64_t i = 0; i < d / 2; ++i) {
-    const double a = pos * std::pow(theta, -2.0 * i / d), c = std::cos(a), s = std::sin(a);
+    const double a = pos * scaled_inv_freq(std::pow(theta, -2.0 * i / d), i, rs);
+    const double c = mag * std::cos(a), s = mag * std::sin(a);
     const double x1 = v[i], x2 = v[i + d / 2];
     v[i] = x1 * c - x2 * s;
     v[i + d / 2] = x2 * c + x1 * s;
@@ -100,6 +104,11 @@ std::vector<double> reference_losses(const ModelConfig& cfg, const Params& P,
   const int64_t dn = m.qk_nope, dr = m.qk_rope, dv = m.v_dim, D = dn + dr, Lq = m.q_lora_rank,
                 Lkv = m.kv_lora_rank;
   const double eps = cfg.norm_eps, theta = cfg.rope_theta;
+  // DeepseekV3Attention: scaling = qk_head_dim^-0.5 x yarn_get_mscale(factor, mscale_all_dim)^2.
+  const RopeScaling& rs = cfg.rope_scaling;
+  const double mscale = rs.active() && rs.mscale_all_dim > 0
+                            ? 0.1 * rs.mscale_all_dim * std::log(rs.factor) + 1.0 : 1.0;
+  const double softmax_scale = mscale * mscale / std::sqrt(double(D));
   Mat h(T * C);
   const Mat& emb = P["model.embed_tokens.weight"];
   for (int64_t t = 0; t < T; ++t)
@@ -116,8 +125,8 @@ std::vector<double> reference_losses(const ModelConfig& cfg, const Params& P,
     for (int64_t t = 0; t < T; ++t) {
       for (int64_t i = 0; i < Lkv; ++i) ckv[t * Lkv + i] = lat[t * (Lkv + dr) + i];
       for (int64_t i = 0; i < dr; ++i) kr[t * dr + i] = lat[t * (Lkv + dr) + Lkv + i];
-      rope(&kr[t * dr], dr, t, theta);
-      for (int64_t hh = 0; hh < H; ++hh) rope(&q[(t * H + hh) * D + dn], dr, t, theta);
+      rope(&kr[t * dr], dr, t, theta, rs);
+      for (int64_t hh = 0; hh < H; ++hh) rope(&q[(t * H + hh) * D + dn], dr, t, theta, rs);
     }
     const Mat kv = linear(rmsnorm(ckv, P[p + "self_attn.kv_a_layernorm.weight"], T, Lkv, eps),
                           P[p + "self_attn.kv_b_proj.weight"], T, Lkv, H * (dn + dv));
@@ -131,7 +140,7 @@ std::vector<double> reference_losses(const ModelConfig& cfg, const Params& P,
           for (int64_t i = 0; i < dn; ++i)
             dot += q[(t * H + hh) * D + i] * kv[(u * H + hh) * (dn + dv) + i];
           for (int64_t i = 0; i < dr; ++i) dot += q[(t * H + hh) * D + dn + i] * kr[u * dr + i];
-          s[u] = dot / std::sqrt(double(D));
+          s[u] = dot * softmax_scale;
           mx = std::max(mx, s[u]);
         }
         double z = 0;
@@ -187,6 +196,41 @@ TEST_CASE("MLA model gradients match finite differences", "[cpu][model][mla]") {
     run.set_tokens(random_ids(12, 5), random_ids(12, 6));
     testing::check_sampled_gradients(run, 17);
   }
+}
+
+// DeepSeek's YaRN: the mscale pair sets the attention factor on cos and sin
+// (m(1) / m(0.6)) and multiplies the softmax scale by m(0.6)^2, m(x) = 0.1 x ln 4 + 1.
+static ModelConfig mla_yarn_config() {
+  ModelConfig cfg = mla_config(8);
+  cfg.rope_scaling = yarn_scaling(4.0, 8.0, 32.0, 1.0, 0.0, cfg.mla.qk_rope, cfg.rope_theta, 1.0, 0.6);
+  return cfg;
+}
+
+TEST_CASE("MLA under YaRN with DeepSeek's mscale pair: losses equal the equations, gradients finite "
+          "differences", "[cpu][model][mla]") {
+  const ModelConfig cfg = mla_yarn_config();
+  REQUIRE(cfg.rope_scaling.attention_factor == Approx((0.1 * std::log(4.0) + 1) / (0.06 * std::log(4.0) + 1)));
+  const int64_t T = 12;
+  testing::ModelRun run(cfg, 1, T);
+  const std::vector<int32_t> ids = random_ids(T, 7), targets = random_ids(T, 8);
+  run.set_tokens(ids, targets);
+  const std::vector<float> got = run.losses();
+  const Params params(run.model);
+  const std::vector<double> want = reference_losses(cfg, params, ids, targets);
+  // The softmax multiplier matters: without it the equations give other losses.
+  ModelConfig plain_softmax = cfg;
+  plain_softmax.rope_scaling.mscale_all_dim = 0;
+  const std::vector<double> other = reference_losses(plain_softmax, params, ids, targets);
+  double moved = 0;
+  for (int64_t t = 0; t < T; ++t) {
+    INFO("position " << t);
+    CHECK(got[t] == Approx(want[t]).epsilon(1e-5));
+    moved = std::max(moved, std::fabs(other[t] - want[t]));
+  }
+  CHECK(moved > 1e-3);
+  testing::ModelRun grads(cfg, 2, 6);
+  grads.set_tokens(random_ids(12, 9), random_ids(12, 10));
+  testing::check_sampled_gradients(grads, 17);
 }
 
 TEST_CASE("MLA counts its projections and value heads in the FLOPs", "[cpu][model][mla]") {

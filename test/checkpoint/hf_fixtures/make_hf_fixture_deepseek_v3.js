@@ -17,10 +17,18 @@
 // routed_scaling_factor; plus the ungated shared experts' MLP of
 // moe_intermediate_size x n_shared_experts).
 //
+// deepseek_v3_yarn is the same model under YaRN as DeepSeek configures it
+// (rope_scaling type yarn with mscale and mscale_all_dim): the inverse
+// frequencies of _compute_yarn_parameters (truncate true), cos and sin times
+// attention_factor = yarn_get_mscale(factor, mscale) /
+// yarn_get_mscale(factor, mscale_all_dim), and DeepseekV3Attention's softmax
+// scale qk_head_dim^-0.5 x yarn_get_mscale(factor, mscale_all_dim)^2.
+//
 //   node make_hf_fixture_deepseek_v3.js OUTDIR
 //
-// writes OUTDIR/deepseek_v3/ as make_hf_fixtures.js writes its fixtures
-// (same helpers, PRNG, file formats and mutation report).
+// writes OUTDIR/deepseek_v3/ and OUTDIR/deepseek_v3_yarn/ as
+// make_hf_fixtures.js writes its fixtures (same helpers, PRNG, file formats
+// and mutation report).
 'use strict';
 
 const H = require('./make_hf_fixtures.js');
@@ -39,6 +47,15 @@ const CFG = {
   rope_interleave: true, rope_scaling: null, rope_theta: F(10000.0), routed_scaling_factor: F(2.5),
   tie_word_embeddings: false, topk_group: 2, torch_dtype: 'float32', use_cache: true, v_head_dim: 6,
   vocab_size: V,
+};
+// x4 over 16 positions (max_position_embeddings 64 = 4 x 16, as transformers 4
+// derives the factor); mscale 1 and mscale_all_dim 0.6, so both the attention
+// factor and the softmax multiplier differ from 1. "type" is DeepSeek's own key,
+// "rope_type" the one transformers adds.
+const YARN_CFG = {
+  ...CFG,
+  rope_scaling: { beta_fast: 32, beta_slow: 1, factor: F(4.0), mscale: F(1.0), mscale_all_dim: F(0.6),
+    original_max_position_embeddings: 16, rope_type: 'yarn', type: 'yarn' },
 };
 const LATENT_EPS = 1e-6;  // DeepseekV3RMSNorm(q_lora_rank) / (kv_lora_rank): the class default
 
@@ -136,11 +153,22 @@ function mlp(y, S, p, I) {
 // opts (mutations): rope 'interleaved' (correct, rope_interleave) | 'half'
 // (rope_interleave ignored); qLayout 'rope_first'; kvbLayout 'v_first';
 // kvaLayout 'rope_first'; scale 'qk' (correct) | 'v'; latentEps (in place of
-// 1e-6); noShared; and route()'s.
+// 1e-6); noShared; and route()'s. opts.cfg: YARN_CFG (default CFG), with
+// the mutations noMultiplier (softmax scale without mscale_all_dim's factor),
+// unsquared (that factor not squared) and plainAttentionFactor (0.1 ln f + 1,
+// the pair ignored).
 function forward(S, opts = {}) {
-  const c = CFG, D = c.hidden_size, Hh = c.num_attention_heads, nope = c.qk_nope_head_dim, r = c.qk_rope_head_dim;
+  const c = opts.cfg || CFG, D = c.hidden_size, Hh = c.num_attention_heads, nope = c.qk_nope_head_dim, r = c.qk_rope_head_dim;
   const vd = c.v_head_dim, qk = nope + r, kvl = c.kv_lora_rank, eps = configValue(c, 'rms_norm_eps');
-  const inv = H.defaultInvFreq(configValue(c, 'rope_theta'), r);
+  let inv = H.defaultInvFreq(configValue(c, 'rope_theta'), r), mag = 1, multiplier = 1;
+  const rs = c.rope_scaling;
+  if (rs) {
+    inv = H.yarnInvFreq(inv, c).inv;
+    const f = configValue(rs, 'factor'), m = (x) => (f <= 1 ? 1 : 0.1 * x * Math.log(f) + 1);
+    const ms = configValue(rs, 'mscale'), msa = configValue(rs, 'mscale_all_dim');
+    mag = ms && msa && !opts.plainAttentionFactor ? m(ms) / m(msa) : m(1);
+    if (msa && !opts.noMultiplier) multiplier = opts.unsquared ? m(msa) : m(msa) * m(msa);
+  }
   const latentEps = opts.latentEps === undefined ? LATENT_EPS : opts.latentEps;
   const emb = S.get('model.embed_tokens.weight');
   let h = IDS.map((id) => Float64Array.from(emb.subarray(id * D, (id + 1) * D)));
@@ -158,13 +186,13 @@ function forward(S, opts = {}) {
     const [kAt, vAt] = opts.kvbLayout === 'v_first' ? [vd, 0] : [0, nope];
     let qRot = cols(q, Hh, qk, qRotAt, r), kRot = cols(kva, 1, kvl + r, kRotAt, r);
     if ((opts.rope || 'interleaved') === 'interleaved') { qRot = deinterleave(qRot, Hh, r); kRot = deinterleave(kRot, 1, r); }
-    qRot = H.applyRope(qRot, Hh, r, inv, 'half');
-    kRot = H.applyRope(kRot, 1, r, inv, 'half');
+    qRot = H.applyRope(qRot, Hh, r, inv, 'half', mag);
+    kRot = H.applyRope(kRot, 1, r, inv, 'half', mag);
     const kRotAll = kRot.map((row) => { const o = new Float64Array(Hh * r); for (let hh = 0; hh < Hh; hh++) o.set(row, hh * r); return o; });
     const query = cat(cols(q, Hh, qk, qPassAt, nope), qRot, Hh, nope, r);
     const key = cat(cols(kvb, Hh, nope + vd, kAt, nope), kRotAll, Hh, nope, r);
     const value = cols(kvb, Hh, nope + vd, vAt, vd);
-    const scale = Math.pow(opts.scale === 'v' ? vd : qk, -0.5);
+    const scale = Math.pow(opts.scale === 'v' ? vd : qk, -0.5) * multiplier;
     h = add(h, linear(attention(query, key, value, Hh, qk, vd, scale), g('self_attn.o_proj.weight'), null, Hh * vd, D));
     const y = rmsNorm(h, g('post_attention_layernorm.weight'), eps);
     if (l < c.first_k_dense_replace) { h = add(h, mlp(y, S, p + 'mlp.', c.intermediate_size)); continue; }
@@ -187,23 +215,29 @@ function forward(S, opts = {}) {
   return { logits: linear(h, S.get('lm_head.weight'), null, D, V), routing };
 }
 
-function main() {
-  const outDir = process.argv[2];
-  if (!outDir) { console.error('usage: node make_hf_fixture_deepseek_v3.js OUTDIR'); process.exit(2); }
-  const QK_STD = 0.5, BIAS_STD = 0.15, GAP = 1e-3, E = CFG.n_routed_experts;
-  // The first seed whose routing is robust and uses every expert.
+const QK_STD = 0.5, BIAS_STD = 0.15;
+
+// The first seed from 0xDEE53001 whose routing under cfg is robust and uses every expert.
+function robustSeed(cfg, name) {
+  const GAP = 1e-3, E = CFG.n_routed_experts;
   let seed = 0xDEE53001, tries = 0, S, res;
   for (;;) {
     tries++;
     S = weights(seed, QK_STD, BIAS_STD);
-    res = forward(S);
+    res = forward(S, { cfg });
     const all = res.routing.flat();
     const ok = all.every((r) => r.groupGap > GAP && r.expertGap > GAP && r.positive) &&
       res.routing.every((L) => new Set(L.flatMap((r) => r.sel)).size === E);
-    if (ok) break;
+    if (ok) return { seed, tries, S, res };
     seed = (seed + 1) >>> 0;
-    if (tries > 5000) throw new Error('no deepseek_v3 seed found');
+    if (tries > 5000) throw new Error(`no ${name} seed found`);
   }
+}
+
+function main() {
+  const outDir = process.argv[2];
+  if (!outDir) { console.error('usage: node make_hf_fixture_deepseek_v3.js OUTDIR'); process.exit(2); }
+  const { seed, tries, S, res } = robustSeed(CFG, 'deepseek_v3');
   const real = res.logits, all = res.routing.flat();
   const minGroup = Math.min(...all.map((r) => r.groupGap)), minExpert = Math.min(...all.map((r) => r.expertGap));
   console.log(`deepseek_v3 (DeepseekV3ForCausalLM), seed ${H.hex(seed)} (accepted after ${tries} tries), q/kv projections std ${QK_STD}, e_score_correction_bias std ${BIAS_STD}`);
@@ -226,6 +260,21 @@ function main() {
   ]);
   H.writeModel(outDir, 'deepseek_v3', CFG, S, real,
     `DeepseekV3ForCausalLM forward (eager, fp32 weights, computed in float64 by an independent JS implementation), batch 1, positions 0..${T - 1}, no padding; MLA (4 heads, q_lora 24, kv_lora 16, q/k heads 8 nope + 4 rope, v heads 6, rope_interleave, scale 12^-0.5); layer 0 a dense MLP (first_k_dense_replace 1), layer 1 DeepseekV3MoE: sigmoid router with e_score_correction_bias, 8 experts in 4 groups, top-2 groups then top-2 experts, renormalised x 2.5, one shared expert (moe_intermediate 12); min group gap ${minGroup.toExponential(3)}, min expert gap ${minExpert.toExponential(3)}, every expert used; untied lm_head; weights seed ${H.hex(seed)} (mulberry32 + Box-Muller)`);
+
+  // The same model under DeepSeek's YaRN.
+  const y = robustSeed(YARN_CFG, 'deepseek_v3_yarn'), yAll = y.res.routing.flat();
+  const yGroup = Math.min(...yAll.map((r) => r.groupGap)), yExpert = Math.min(...yAll.map((r) => r.expertGap));
+  const yInv = H.yarnInvFreq(H.defaultInvFreq(10000, CFG.qk_rope_head_dim), YARN_CFG);
+  console.log(`deepseek_v3_yarn, seed ${H.hex(y.seed)} (accepted after ${y.tries} tries); YaRN ramp from pair ${yInv.low} to ${yInv.high}, inv_freq [${yInv.inv.map((v) => v.toPrecision(6)).join(', ')}]; min group gap ${yGroup.toExponential(3)}, min expert gap ${yExpert.toExponential(3)}`);
+  const my = (o) => forward(y.S, { cfg: YARN_CFG, ...o }).logits;
+  H.report('deepseek_v3_yarn', y.res.logits, [
+    ['(y1) softmax scale without m(mscale_all_dim)^2', my({ noMultiplier: true }), true],
+    ['(y2) m(mscale_all_dim) not squared', my({ unsquared: true }), true],
+    ['(y3) attention factor 0.1 ln(factor) + 1 (the mscale pair ignored)', my({ plainAttentionFactor: true }), true],
+    ['(y4) plain RoPE (no YaRN)', forward(y.S, { cfg: CFG }).logits, true],
+  ]);
+  H.writeModel(outDir, 'deepseek_v3_yarn', YARN_CFG, y.S, y.res.logits,
+    `deepseek_v3 (same shapes and weight scales) under YaRN as DeepSeek configures it: factor 4 over original_max_position_embeddings 16 (max_position_embeddings 64), beta 32/1, mscale 1, mscale_all_dim 0.6: cos and sin x m(1)/m(0.6), softmax scale 12^-0.5 x m(0.6)^2, m(x) = 0.1 x ln 4 + 1; min group gap ${yGroup.toExponential(3)}, min expert gap ${yExpert.toExponential(3)}, every expert used; weights seed ${H.hex(y.seed)}`);
 }
 
 main();

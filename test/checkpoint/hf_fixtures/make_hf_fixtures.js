@@ -1006,6 +1006,6 @@ function printRouting(cfg, res) {
 // make_hf_fixture_deepseek_v3.js builds on these.
 module.exports = {
   Store, F, configValue, linear, rmsNorm, add, silu, softmax, zeros, defaultInvFreq, applyRope,
-  maxAbs, maxDiff, hex, writeModel, report, V, T, IDS, SCALE,
+  yarnInvFreq, maxAbs, maxDiff, hex, writeModel, report, V, T, IDS, SCALE,
 };
 if (require.main === module) main();
