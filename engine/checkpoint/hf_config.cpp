@@ -17,6 +17,7 @@
 #include "engine/checkpoint/files.h"
 #include "engine/checkpoint/hf_config_check.h"
 #include "engine/checkpoint/hf_deepseek.h"
+#include "engine/checkpoint/hf_fp8.h"
 #include "engine/checkpoint/hf_host_tensor.h"
 #include "engine/json.h"
 #include "kernels/error.h"
@@ -642,6 +643,7 @@ void check_hf_config(const std::string& config_path, const model::ModelConfig& c
   } else {
     check_llama_like(c, cfg, type);
   }
+  check_quantization(c);
   c.finish();
 }
 

@@ -89,9 +89,6 @@ void check_deepseek_config(const ConfigCheck& c, const model::ModelConfig& cfg) 
   const std::string act = c.text("hidden_act", "silu");
   c.require(act == "silu", "hidden_act is \"{}\": this trainer's llama computes SwiGLU (silu)", act);
   c.off("attention_bias", "this trainer's multi-head latent attention has no biases");
-  const Json* quant = c.get("quantization_config");
-  c.require(!quant, "quantization_config is {}: this trainer reads F32, BF16 or F16 weights, not fp8 blocks "
-            "with weight_scale_inv (dequantize the checkpoint first)", quant ? quant->dump() : "");
 
   // q_lora_rank null: q_proj straight from the hidden state.
   const double q_lora = c.window("q_lora_rank", 1536);

@@ -15,6 +15,7 @@
 #include "engine/checkpoint/files.h"
 #include "engine/checkpoint/hf_config.h"
 #include "engine/checkpoint/hf_deepseek.h"
+#include "engine/checkpoint/hf_fp8.h"
 #include "engine/checkpoint/safetensors.h"
 #include "engine/checkpoint/state_range.h"
 #include "engine/json.h"
@@ -44,7 +45,8 @@ HostTensor resize_rows(HostTensor t, int64_t n) {
 class HfSource {
  public:
   // `expected`: the class whose tensors the job's model reads (named when one is missing).
-  HfSource(const std::string& path, std::string expected) : expected_(std::move(expected)) {
+  HfSource(const std::string& path, std::string expected)
+      : expected_(std::move(expected)), fp8_(fp8_blocks(path)) {
     if (fs::is_directory(path)) {
       fs::path index = fs::path(path) / "model.safetensors.index.json";
       fs::path single = fs::path(path) / "model.safetensors";
@@ -81,6 +83,13 @@ class HfSource {
     TRAINER_INPUT_CHECK(!found.empty(), "{}: no tensor \"{}\" (expected a {} checkpoint)", origin(),
                         name, expected_);
     const SafetensorsFile& f = file(where_.at(found));
+    if (f.tensor(found).dtype == "F8_E4M3") {  // fine-grained fp8 (hf_fp8.h): its scales may be in another shard
+      const std::string scale = found + "_scale_inv";
+      TRAINER_INPUT_CHECK(where_.count(scale), "{}: tensor \"{}\" is F8_E4M3 but the checkpoint has no "
+                          "\"{}\" (this trainer reads fp8 weights with per-block scales, as DeepSeek-V3's)",
+                          f.path(), found, scale);
+      return dequantize_fp8(f, found, file(where_.at(scale)), scale, fp8_);
+    }
     return {f.tensor(found).shape, f.read_f32(found)};
   }
 
@@ -155,6 +164,7 @@ class HfSource {
   std::string origin() const { return origin_.empty() ? where_.begin()->second : origin_; }
 
   std::string expected_;
+  Fp8Blocks fp8_;
   std::map<std::string, std::string> where_;
   std::string origin_;
   mutable std::map<std::string, std::unique_ptr<SafetensorsFile>> open_;

@@ -27,9 +27,13 @@ std::string describe(const RopeScalingSpec& r) {
   if (r.type == RopeType::linear) return fmt::format("{{type linear, factor {}}}", r.factor);
   if (r.type == RopeType::yarn)
     return fmt::format("{{type yarn, factor {}, original_max_position_embeddings {}, beta_fast {}, "
-                       "beta_slow {}, attention_factor {}, mscale {}, mscale_all_dim {}}}",
+                       "beta_slow {}, attention_factor {}{}}}",
                        r.factor, r.original_max_position_embeddings, r.beta_fast, r.beta_slow,
-                       double_or_null(r.attention_factor), double_or_null(r.mscale), double_or_null(r.mscale_all_dim));
+                       double_or_null(r.attention_factor),
+                       r.mscale || r.mscale_all_dim
+                           ? fmt::format(", mscale {}, mscale_all_dim {}", double_or_null(r.mscale),
+                                         double_or_null(r.mscale_all_dim))
+                           : std::string());
   return fmt::format("{{factor {}, low_freq_factor {}, high_freq_factor {}, "
                      "original_max_position_embeddings {}}}",
                      r.factor, r.low_freq_factor, r.high_freq_factor,

@@ -22,6 +22,7 @@ size_t safetensors_dtype_size(const std::string& dtype) {
   if (dtype == "F32") return 4;
   if (dtype == "BF16" || dtype == "F16") return 2;
   if (dtype == "F64") return 8;
+  if (dtype == "F8_E4M3") return 1;  // fine-grained fp8 checkpoints (hf_fp8.h), read with their scales
   return 0;
 }
 
@@ -226,6 +227,9 @@ std::vector<float> SafetensorsFile::read_f32(const std::string& name) const {
   size_t n = static_cast<size_t>(t.numel());
   std::vector<float> out(n);
   if (n == 0) return out;  // memcpy from a null vector's data() is undefined even for 0 bytes
+  // Codes mean nothing without their block scales (hf_fp8.h dequantizes them).
+  TRAINER_INPUT_CHECK(t.dtype != "F8_E4M3", "{}: tensor \"{}\" is F8_E4M3, read here as F32, BF16, F16 or "
+                      "F64 only (fp8 weights are read with their weight_scale_inv)", path_, name);
   if (t.dtype == "F32") {
     std::memcpy(out.data(), t.data, n * 4);
   } else if (t.dtype == "F64") {

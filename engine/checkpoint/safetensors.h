@@ -19,7 +19,8 @@ class MappedFile;
 
 namespace trainer::engine::checkpoint {
 
-// Safetensors dtype names this project reads ("F32", "BF16", "F16", "F64") and
+// Safetensors dtype names this project reads ("F32", "BF16", "F16", "F64", and
+// "F8_E4M3" codes, which only hf_fp8.h reads, with their scales) and
 // their element sizes; other names are refused with InputError.
 size_t safetensors_dtype_size(const std::string& dtype);
 

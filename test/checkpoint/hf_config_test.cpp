@@ -369,9 +369,20 @@ TEST_CASE("hf config: a differing hyper-parameter is named with the job key", "[
       {deepseek_cfg(), "scoring_func", Json("softmax"), "scoring_func is \"softmax\": DeepSeek-V3 routes by sigmoid"},
       {deepseek_cfg(), "topk_method", Json("greedy"), "topk_method is \"greedy\": DeepSeek-V3 chooses"},
       {deepseek_cfg(), "attention_bias", Json(true), "attention_bias is true: this trainer's multi-head latent"},
-      {deepseek_cfg(), "quantization_config", parse_json(R"({"quant_method": "fp8"})", "q"),
-       "quantization_config is {\"quant_method\":\"fp8\"}: this trainer reads F32, BF16 or F16 weights, "
-       "not fp8 blocks with weight_scale_inv"},
+      // Fine-grained fp8 is read (hf_fp8.h); other quantizations and fp8 variants are not.
+      {deepseek_cfg(), "quantization_config", parse_json(R"({"quant_method": "bitsandbytes"})", "q"),
+       "quantization_config.quant_method is \"bitsandbytes\": this trainer reads fine-grained fp8 checkpoints"},
+      {llama_cfg(), "quantization_config", parse_json(R"({"quant_method": "gptq", "bits": 4})", "q"),
+       "quantization_config.quant_method is \"gptq\": this trainer reads fine-grained fp8 checkpoints"},
+      {deepseek_cfg(), "quantization_config", parse_json(R"({"quant_method": "fp8", "fmt": "e5m2"})", "q"),
+       "quantization_config.fmt is \"e5m2\": this trainer reads E4M3 fp8 weights"},
+      {qwen3_cfg(), "quantization_config", parse_json(R"({"quant_method": "fp8", "activation_scheme": "static"})", "q"),
+       "quantization_config.activation_scheme is \"static\": this trainer reads checkpoints without static "
+       "activation scales"},
+      {deepseek_cfg(), "quantization_config", parse_json(R"({"quant_method": "fp8", "weight_block_size": [128]})", "q"),
+       "quantization_config.weight_block_size is [128]: expected [rows, columns] of whole numbers >= 1"},
+      {deepseek_cfg(), "quantization_config", parse_json(R"({"quant_method": "fp8", "weight_block_size": [0, 128]})", "q"),
+       "quantization_config.weight_block_size is [0,128]: expected [rows, columns]"},
       {deepseek_cfg(), "model_type", Json("llama"),
        "model_type is \"llama\", but the job's model is deepseek_v3 (model.family llama with model.mla): "
        "Llama is model.family llama without"},
@@ -788,8 +799,8 @@ TEST_CASE("hf config: configs/llama-1b.yaml is Llama 3.2 1B, configs/llama-8b.ya
     "rms_norm_eps": 1e-05, "rope_theta": 10000.0, "sliding_window": 4096,
     "tie_word_embeddings": false, "torch_dtype": "bfloat16", "transformers_version": "4.34.0.dev0",
     "use_cache": true, "vocab_size": 32000})";
-  // deepseek-ai/DeepSeek-V3's architecture keys, less its fp8 quantization_config (refused,
-  // below) and its YaRN rope_scaling (checked below against the shaped job with it).
+  // deepseek-ai/DeepSeek-V3's architecture keys, less its fp8 quantization_config and its
+  // YaRN rope_scaling (both checked below, against the shaped job with that YaRN).
   const std::string deepseek_v3 = R"({"architectures": ["DeepseekV3ForCausalLM"], "attention_bias": false,
     "attention_dropout": 0.0, "aux_loss_alpha": 0.001, "bos_token_id": 0, "eos_token_id": 1, "ep_size": 1,
     "first_k_dense_replace": 3, "hidden_act": "silu", "hidden_size": 7168, "initializer_range": 0.02,
@@ -818,7 +829,7 @@ TEST_CASE("hf config: configs/llama-1b.yaml is Llama 3.2 1B, configs/llama-8b.ya
     CHECK_NOTHROW(check_hf_config(path, model_config(spec)));
   }
   // The hub file whole: its YaRN (with DeepSeek's mscale pair) is the shaped job's with the
-  // same rope_scaling; only its fp8 blocks are not read.
+  // same rope_scaling, and its fp8 blocks are read (dequantized, hf_fp8.h).
   Json hub = parse_json(deepseek_v3, "deepseek_v3");
   hub.set("rope_scaling", parse_json(R"({"beta_fast": 32, "beta_slow": 1, "factor": 40, "mscale": 1.0,
     "mscale_all_dim": 1.0, "original_max_position_embeddings": 4096, "type": "yarn"})", "r"));
@@ -832,7 +843,6 @@ TEST_CASE("hf config: configs/llama-1b.yaml is Llama 3.2 1B, configs/llama-8b.ya
   hub.set("quantization_config", parse_json(R"({"activation_scheme": "dynamic", "fmt": "e4m3",
     "quant_method": "fp8", "weight_block_size": [128, 128]})", "q"));
   replace_file_atomically(path, hub.dump(2));
-  CHECK_THROWS_WITH(check_hf_config(path, model_config(spec)),
-                    Contains("not fp8 blocks with weight_scale_inv") && !Contains("rope_scaling"));
+  CHECK_NOTHROW(check_hf_config(path, model_config(spec)));
   fs::remove_all(dir);
 }

@@ -2,7 +2,8 @@
 // hf_fixtures/ holds tiny GPT2LMHeadModel, LlamaForCausalLM (plain RoPE and
 // Llama 3.1 rope_scaling, and YaRN), Qwen2ForCausalLM, Qwen3ForCausalLM, MixtralForCausalLM,
 // Qwen3MoeForCausalLM, Qwen2MoeForCausalLM and MistralForCausalLM (a sliding window of 4 keys
-// over 16 tokens) checkpoints
+// over 16 tokens) checkpoints, and DeepseekV3ForCausalLM ones (plain, under DeepSeek's YaRN,
+// and in fine-grained fp8 blocks with their scales),
 // and the logits their transformers forward
 // computes (make_hf_fixtures.js, written from transformers' modeling code
 // without reading this trainer's). Loading each and running this trainer's
@@ -19,6 +20,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -78,7 +80,7 @@ JobSpec fixture_job(const std::string& name) {
     s.model.n_kv_head = 2, s.model.d_ff = 48, s.model.head_size = 16;
     s.model.norm_eps = 1e-6, s.model.rope_theta = 1e6;
     s.model.qk_norm = s.model.tie_embeddings = true;
-  } else if (name == "deepseek_v3" || name == "deepseek_v3_yarn") {  // MLA; layer 0 dense, layer 1 DeepSeek's MoE
+  } else if (name.rfind("deepseek_v3", 0) == 0) {  // MLA; layer 0 dense, layer 1 DeepSeek's MoE
     s.model.n_kv_head = 4, s.model.d_ff = 48;
     s.model.norm_eps = 1e-6, s.model.rope_theta = 1e4;
     s.model.mla = {.enabled = true, .q_lora_rank = 24, .kv_lora_rank = 16, .qk_nope_head_dim = 8,
@@ -155,10 +157,11 @@ std::pair<double, double> logits_against_reference(const JobSpec& spec, const st
 }  // namespace
 
 TEST_CASE("hf fixtures: init_from computes transformers' logits (gpt2, llama, llama3, llama_yarn, "
-          "qwen2, qwen3, mixtral, qwen3_moe, qwen2_moe, mistral, deepseek_v3, deepseek_v3_yarn)",
-          "[cpu][checkpoint]") {
+          "qwen2, qwen3, mixtral, qwen3_moe, qwen2_moe, mistral, deepseek_v3, deepseek_v3_yarn, "
+          "deepseek_v3_fp8)", "[cpu][checkpoint]") {
   for (const std::string name : {"gpt2", "llama", "llama3", "llama_yarn", "qwen2", "qwen3", "mixtral",
-                                 "qwen3_moe", "qwen2_moe", "mistral", "deepseek_v3", "deepseek_v3_yarn"}) {
+                                 "qwen3_moe", "qwen2_moe", "mistral", "deepseek_v3", "deepseek_v3_yarn",
+                                 "deepseek_v3_fp8"}) {
     INFO(name);
     const std::string dir = kFixtures + name;
     const auto [worst, largest] = logits_against_reference(fixture_job(name), dir, dir);
@@ -231,5 +234,82 @@ TEST_CASE("hf fixtures: the deepseek_v3 fixture needs its RoPE rows de-interleav
   checkpoint::replace_file_atomically((dir / "config.json").string(), config.dump(2));
   const auto [mtp_worst, mtp_largest] = logits_against_reference(spec, dir.string(), fixture);
   CHECK(mtp_worst <= 1e-5 * mtp_largest);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("hf fixtures: the deepseek_v3_fp8 fixture's fp8 blocks are read with their scales; a scale "
+          "missing, misshapen or blocked otherwise and a NaN code are refused by name", "[cpu][checkpoint]") {
+  namespace fs = std::filesystem;
+  using Catch::Matchers::Contains;
+  const std::string fixture = kFixtures + "deepseek_v3_fp8";
+  const JobSpec spec = fixture_job("deepseek_v3_fp8");
+  const fs::path dir = testing::fresh_temp_dir("hf_fixture_deepseek_v3_fp8");
+  fs::create_directories(dir);
+  const checkpoint::SafetensorsFile src(fixture + "/model.safetensors");
+  const std::string qa = "model.layers.0.self_attn.q_a_proj.weight", qa_scale = qa + "_scale_inv";
+  REQUIRE(src.tensor(qa).dtype == "F8_E4M3");
+  REQUIRE(src.tensor(qa).shape == std::vector<int64_t>({24, 32}));
+  REQUIRE(src.tensor(qa_scale).shape == std::vector<int64_t>({2, 4}));  // blocks of 16 x 8
+  // The fixture's tensors into dir/model.safetensors, `edit` changing or (returning false) dropping one.
+  std::vector<std::vector<uint8_t>> kept;
+  auto rewrite = [&](const std::function<bool(const std::string&, checkpoint::TensorView&)>& edit) {
+    checkpoint::SafetensorsWriter w;
+    kept.clear();
+    kept.reserve(src.tensors().size());
+    for (const auto& [name, view] : src.tensors()) {
+      checkpoint::TensorView v = view;
+      kept.emplace_back(view.data, view.data + view.bytes);
+      v.data = kept.back().data();
+      if (!edit(name, v)) continue;
+      w.add(name, v.dtype, v.shape, v.data, v.bytes);
+    }
+    fs::remove(dir / "model.safetensors");  // the writer makes a new file
+    w.write((dir / "model.safetensors").string());
+  };
+  const std::string config_text = checkpoint::read_text_file(fixture + "/config.json");
+  auto write_config = [&](const std::string& text) {
+    checkpoint::replace_file_atomically((dir / "config.json").string(), text);
+  };
+  Trainer t(spec, testing::quiet_options());
+  auto load = [&](const std::string& path) {
+    checkpoint::load_hf_weights(path, model_config(spec), t.model().buffers(), t.context());
+  };
+  // Whole, the logits are the reference's (the test above); here, the refusals.
+  write_config(config_text);
+  rewrite([&](const std::string& name, checkpoint::TensorView&) { return name != qa_scale; });
+  CHECK_THROWS_WITH(load(dir.string()),
+                    Contains("tensor \"" + qa + "\" is F8_E4M3 but the checkpoint has no \"" + qa_scale + "\""));
+  rewrite([&](const std::string& name, checkpoint::TensorView& v) {
+    if (name == qa_scale) v.shape = {4, 2};
+    return true;
+  });
+  CHECK_THROWS_WITH(load(dir.string()),
+                    Contains("tensor \"" + qa_scale + "\" has shape [4, 2], expected [2, 4]: one scale per "
+                             "block of \"" + qa + "\" [24, 32] in") &&
+                        Contains("config.json's quantization_config.weight_block_size [16, 8]"));
+  rewrite([&](const std::string& name, checkpoint::TensorView& v) {
+    if (name == qa) const_cast<uint8_t*>(v.data)[1 * 32 + 5] = 0xFF;
+    return true;
+  });
+  CHECK_THROWS_WITH(load(dir.string()),
+                    Contains("tensor \"" + qa + "\" holds the fp8 NaN code 0xFF at [1, 5] (a corrupt weight)"));
+  // Blocks of 8 x 16 in config.json: the scales' grid is not the file's.
+  rewrite([](const std::string&, checkpoint::TensorView&) { return true; });
+  Json config = parse_json(config_text, "config.json");
+  Json q = Json::object();
+  for (const auto& [k, v] : config.at("quantization_config").members()) q.set(k, v);
+  q.set("weight_block_size", parse_json("[8, 16]", "blocks"));
+  config.set("quantization_config", std::move(q));
+  write_config(config.dump(2));
+  CHECK_THROWS_WITH(load(dir.string()), Contains("has shape [2, 4], expected [3, 2]") &&
+                                            Contains("weight_block_size [8, 16]"));
+  // The file alone (no config.json): DeepSeek's default 128 x 128 blocks.
+  CHECK_THROWS_WITH(load((dir / "model.safetensors").string()),
+                    Contains("has shape [2, 4], expected [1, 1]") &&
+                        Contains("the default 128 x 128 blocks (no config.json quantization_config)"));
+  // Another quantization in config.json is named by its key.
+  config.set("quantization_config", parse_json(R"({"quant_method": "awq", "bits": 4})", "q"));
+  write_config(config.dump(2));
+  CHECK_THROWS_WITH(load(dir.string()), Contains("quantization_config.quant_method is \"awq\""));
   fs::remove_all(dir);
 }

@@ -131,6 +131,14 @@ TEST_CASE("resume: model_differences names MoE structure, not its training setti
         std::vector<std::string>{"model.rope_scaling is null in the checkpoint, {type yarn, factor 4, "
                                  "original_max_position_embeddings 8192, beta_fast 32, beta_slow 1, "
                                  "attention_factor null} in this job"});
+  // DeepSeek's mscale pair is named when set.
+  ModelSpec deepseek_yarn = yarn;
+  deepseek_yarn.rope_scaling.mscale = 1.0, deepseek_yarn.rope_scaling.mscale_all_dim = 0.5;
+  CHECK(model_differences(yarn, deepseek_yarn) ==
+        std::vector<std::string>{"model.rope_scaling is {type yarn, factor 4, original_max_position_embeddings "
+                                 "8192, beta_fast 32, beta_slow 1, attention_factor null} in the checkpoint, "
+                                 "{type yarn, factor 4, original_max_position_embeddings 8192, beta_fast 32, "
+                                 "beta_slow 1, attention_factor null, mscale 1, mscale_all_dim 0.5} in this job"});
 }
 
 TEST_CASE("resume: the data continues after the samples the checkpoint consumed",

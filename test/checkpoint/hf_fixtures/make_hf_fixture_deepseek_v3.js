@@ -217,14 +217,87 @@ function forward(S, opts = {}) {
 
 const QK_STD = 0.5, BIAS_STD = 0.15;
 
-// The first seed from 0xDEE53001 whose routing under cfg is robust and uses every expert.
-function robustSeed(cfg, name) {
+// ---- DeepSeek's fp8 checkpoints (quantization_config {quant_method: fp8,
+// fmt: e4m3, weight_block_size: [bo, bi]}): each quantized weight W (out, in)
+// is stored as E4M3 codes q plus a F32 weight_scale_inv s of
+// (ceil(out/bo), ceil(in/bi)) blocks, and W[r][c] = e4m3(q[r][c]) x
+// s[r/bo][c/bi] (DeepSeek's weight_dequant, transformers' FP8Linear). The
+// layers' projection and expert weights are quantized; the router
+// (mlp.gate), norms, embeddings and lm_head are not.
+const FP8_BLOCK = [16, 8];  // not square, so a transposed block grid shows
+const FP8_CFG = {
+  ...CFG,
+  quantization_config: { activation_scheme: 'dynamic', fmt: 'e4m3', quant_method: 'fp8', weight_block_size: FP8_BLOCK },
+};
+function e4m3Decode(c) {
+  const sign = c & 0x80 ? -1 : 1, e = (c >> 3) & 0xF, m = c & 7;
+  return sign * (e === 0 ? m * Math.pow(2, -9) : (1 + m / 8) * Math.pow(2, e - 7));
+}
+const roundEven = (v) => { const f = Math.floor(v), d = v - f; return d > 0.5 ? f + 1 : d < 0.5 ? f : (f % 2 === 0 ? f : f + 1); };
+function e4m3Encode(x) {
+  const sign = x < 0 ? 0x80 : 0, a = Math.abs(x);
+  if (a >= 448) return sign | 0x7E;  // saturate (the block scale keeps |x| <= 448)
+  let e = Math.floor(Math.log2(a));
+  if (a === 0 || e < -6) {  // subnormal: multiples of 2^-9
+    const m = roundEven(a / Math.pow(2, -9));
+    return sign | (m >= 8 ? 0x08 : m);
+  }
+  if (Math.pow(2, e) > a) e--;
+  if (Math.pow(2, e + 1) <= a) e++;
+  let m = roundEven((a / Math.pow(2, e) - 1) * 8);
+  if (m === 8) { m = 0; e++; }
+  return sign | ((e + 7) << 3) | m;
+}
+const fp8Quantized = (name, shape) => shape.length === 2 && name.startsWith('model.layers.') && !name.endsWith('mlp.gate.weight');
+// The fp8 checkpoint of S: codes and scales (per block, amax / 448).
+function quantizeFp8(S) {
+  const file = new H.Store(0);
+  const [bo, bi] = FP8_BLOCK;
+  for (const [name, { shape, data }] of S.t) {
+    if (!fp8Quantized(name, shape)) { file.add(name, shape, (i) => data[i]); continue; }
+    const [R, C] = shape, bc = Math.ceil(C / bi), scale = new Float32Array(Math.ceil(R / bo) * bc);
+    const block = (r, c) => Math.floor(r / bo) * bc + Math.floor(c / bi);
+    for (let r = 0; r < R; r++) for (let c = 0; c < C; c++) scale[block(r, c)] = Math.max(scale[block(r, c)], Math.abs(data[r * C + c]));
+    for (let k = 0; k < scale.length; k++) scale[k] = Math.fround(scale[k] / 448);
+    const codes = new Uint8Array(R * C);
+    for (let r = 0; r < R; r++) for (let c = 0; c < C; c++) codes[r * C + c] = e4m3Encode(data[r * C + c] / scale[block(r, c)]);
+    file.addCodes(name, shape, codes);
+    file.add(name + '_scale_inv', [Math.ceil(R / bo), bc], (k) => scale[k]);
+  }
+  return file;
+}
+// The weights an fp8 file holds, as the forward reads them. mut (mutations):
+// 'divide' (W = q / s), 'transposed' (block (c/bo, r/bi), clamped),
+// 'one_scale' (every block's scale the first's).
+function dequantFp8(file, mut) {
+  const dense = new Map(), [bo, bi] = FP8_BLOCK;
+  for (const [name, { shape, data, dtype }] of file.t) {
+    if (name.endsWith('_scale_inv')) continue;
+    if (dtype !== 'F8_E4M3') { dense.set(name, data); continue; }
+    const [R, C] = shape, s = file.get(name + '_scale_inv'), [br, bc] = file.t.get(name + '_scale_inv').shape;
+    const at = (r, c) => mut === 'one_scale' ? 0
+      : mut === 'transposed' ? Math.min(Math.floor(c / bo), br - 1) * bc + Math.min(Math.floor(r / bi), bc - 1)
+      : Math.floor(r / bo) * bc + Math.floor(c / bi);
+    const w = new Float64Array(R * C);
+    for (let r = 0; r < R; r++) for (let c = 0; c < C; c++) {
+      const v = e4m3Decode(data[r * C + c]), k = at(r, c);
+      w[r * C + c] = mut === 'divide' ? v / s[k] : v * s[k];
+    }
+    dense.set(name, w);
+  }
+  return { t: dense, get: (n) => { const d = dense.get(n); if (!d) throw new Error('missing ' + n); return d; } };
+}
+
+// The first seed from 0xDEE53001 whose routing under cfg is robust and uses
+// every expert; `fp8`: with the weights as the fp8 checkpoint holds them.
+function robustSeed(cfg, name, fp8 = false) {
   const GAP = 1e-3, E = CFG.n_routed_experts;
   let seed = 0xDEE53001, tries = 0, S, res;
   for (;;) {
     tries++;
     S = weights(seed, QK_STD, BIAS_STD);
-    res = forward(S, { cfg });
+    if (fp8) S = quantizeFp8(S);
+    res = forward(fp8 ? dequantFp8(S) : S, { cfg });
     const all = res.routing.flat();
     const ok = all.every((r) => r.groupGap > GAP && r.expertGap > GAP && r.positive) &&
       res.routing.every((L) => new Set(L.flatMap((r) => r.sel)).size === E);
@@ -275,6 +348,29 @@ function main() {
   ]);
   H.writeModel(outDir, 'deepseek_v3_yarn', YARN_CFG, y.S, y.res.logits,
     `deepseek_v3 (same shapes and weight scales) under YaRN as DeepSeek configures it: factor 4 over original_max_position_embeddings 16 (max_position_embeddings 64), beta 32/1, mscale 1, mscale_all_dim 0.6: cos and sin x m(1)/m(0.6), softmax scale 12^-0.5 x m(0.6)^2, m(x) = 0.1 x ln 4 + 1; min group gap ${yGroup.toExponential(3)}, min expert gap ${yExpert.toExponential(3)}, every expert used; weights seed ${H.hex(y.seed)}`);
+
+  // The same model as DeepSeek publishes its weights: fp8 blocks.
+  const q = robustSeed(FP8_CFG, 'deepseek_v3_fp8', true), qAll = q.res.routing.flat();
+  const qGroup = Math.min(...qAll.map((r) => r.groupGap)), qExpert = Math.min(...qAll.map((r) => r.expertGap));
+  let fp8Tensors = 0, worstRel = 0;
+  const plain = weights(q.seed, QK_STD, BIAS_STD), deq = dequantFp8(q.S);
+  for (const [name, { dtype }] of q.S.t) if (dtype === 'F8_E4M3') {
+    fp8Tensors++;
+    const a = plain.get(name), b = deq.get(name);
+    let amax = 0, err = 0;
+    for (let i = 0; i < a.length; i++) { amax = Math.max(amax, Math.abs(a[i])); err = Math.max(err, Math.abs(a[i] - b[i])); }
+    worstRel = Math.max(worstRel, err / amax);
+  }
+  console.log(`deepseek_v3_fp8, seed ${H.hex(q.seed)} (accepted after ${q.tries} tries); ${fp8Tensors} weights in fp8 blocks of ${FP8_BLOCK.join('x')}, worst |w - dequantized| ${worstRel.toExponential(3)} of the tensor's max; min group gap ${qGroup.toExponential(3)}, min expert gap ${qExpert.toExponential(3)}`);
+  const mq = (mut) => forward(dequantFp8(q.S, mut), { cfg: FP8_CFG }).logits;
+  H.report('deepseek_v3_fp8', q.res.logits, [
+    ['(f1) weight_scale_inv divided by, not multiplied', mq('divide'), true],
+    ['(f2) the block grid transposed', mq('transposed'), true],
+    ['(f3) one scale for the whole tensor', mq('one_scale'), true],
+    ['(info) the unquantized weights', forward(plain, { cfg: FP8_CFG }).logits, false],
+  ]);
+  H.writeModel(outDir, 'deepseek_v3_fp8', FP8_CFG, q.S, q.res.logits,
+    `deepseek_v3 (same shapes and weight scales) as DeepSeek publishes its weights: quantization_config fp8 e4m3, weight_block_size [${FP8_BLOCK.join(', ')}]; the layers' projection and expert weights (${fp8Tensors} tensors) are F8_E4M3 codes with a F32 weight_scale_inv per block (amax / 448), W = e4m3(q) x s[r/${FP8_BLOCK[0]}][c/${FP8_BLOCK[1]}]; the router, norms, embeddings and lm_head F32; logits of the dequantized weights; min group gap ${qGroup.toExponential(3)}, min expert gap ${qExpert.toExponential(3)}, every expert used; weights seed ${H.hex(q.seed)}`);
 }
 
 main();

@@ -65,7 +65,13 @@ class Store {
   }
   randn(name, shape, std, mean = 0) { return this.add(name, shape, () => mean + std * this.normal()); }
   get(name) { const x = this.t.get(name); if (!x) throw new Error('missing ' + name); return x.data; }
+  // A tensor of raw fp8 E4M3 codes (Uint8Array), written as dtype F8_E4M3.
+  addCodes(name, shape, codes) {
+    if (this.t.has(name)) throw new Error('dup ' + name);
+    this.t.set(name, { shape, data: codes, dtype: 'F8_E4M3' });
+  }
 }
+const elemBytes = (dtype) => (dtype === 'F8_E4M3' ? 1 : 4);
 
 // ------------------------------------------------------ safetensors IO ----
 function writeSafetensors(file, store) {
@@ -73,9 +79,9 @@ function writeSafetensors(file, store) {
   const header = { __metadata__: { format: 'pt' } };
   let off = 0;
   for (const n of names) {
-    const { shape, data } = store.t.get(n);
-    header[n] = { dtype: 'F32', shape, data_offsets: [off, off + data.length * 4] };
-    off += data.length * 4;
+    const { shape, data, dtype = 'F32' } = store.t.get(n);
+    header[n] = { dtype, shape, data_offsets: [off, off + data.length * elemBytes(dtype)] };
+    off += data.length * elemBytes(dtype);
   }
   let hjson = JSON.stringify(header);
   while ((8 + Buffer.byteLength(hjson)) % 8 !== 0) hjson += ' ';
@@ -85,8 +91,9 @@ function writeSafetensors(file, store) {
   hbuf.copy(out, 8);
   let p = 8 + hbuf.length;
   for (const n of names) {
-    const { data } = store.t.get(n);
-    for (let i = 0; i < data.length; i++, p += 4) out.writeFloatLE(data[i], p);
+    const { data, dtype = 'F32' } = store.t.get(n);
+    if (dtype === 'F8_E4M3') for (let i = 0; i < data.length; i++, p += 1) out.writeUInt8(data[i], p);
+    else for (let i = 0; i < data.length; i++, p += 4) out.writeFloatLE(data[i], p);
   }
   fs.writeFileSync(file, out);
   return out.length;
@@ -103,8 +110,9 @@ function readSafetensors(file) {
   for (const [k, v] of Object.entries(header)) {
     if (k === '__metadata__') continue;
     const [b, e] = v.data_offsets;
-    const vals = new Float32Array((e - b) / 4);
-    for (let i = 0; i < vals.length; i++) vals[i] = buf.readFloatLE(base + b + 4 * i);
+    const fp8 = v.dtype === 'F8_E4M3';
+    const vals = fp8 ? new Uint8Array(e - b) : new Float32Array((e - b) / 4);
+    for (let i = 0; i < vals.length; i++) vals[i] = fp8 ? buf.readUInt8(base + b + i) : buf.readFloatLE(base + b + 4 * i);
     tensors[k] = { dtype: v.dtype, shape: v.shape, begin: b, end: e, data: vals };
   }
   return { headerLen: n, headerText: htxt, header, tensors, fileLen: buf.length, dataLen: buf.length - base };
@@ -123,7 +131,7 @@ function selfCheckSafetensors(file, store) {
   for (const n of sorted) {
     const t = r.tensors[n], s = store.t.get(n);
     if (!s) fail('unexpected ' + n);
-    if (t.dtype !== 'F32') fail('dtype ' + n);
+    if (t.dtype !== (s.dtype || 'F32')) fail('dtype ' + n);
     if (JSON.stringify(t.shape) !== JSON.stringify(s.shape)) fail('shape ' + n);
     if (t.begin !== off) fail('not contiguous at ' + n);
     off = t.end;
