@@ -39,6 +39,7 @@ struct ExportArgs {
   int reference_tokens = 0;
   engine::checkpoint::HfExportOptions options;
   std::string max_shard_size = "5GB";
+  std::vector<int64_t> fp8_block;
 };
 
 Registrar reg("export", "export a checkpoint (Hugging Face safetensors + config.json)",
@@ -55,8 +56,15 @@ Registrar reg("export", "export a checkpoint (Hugging Face safetensors + config.
   sub.add_option("--tokenizer", args->options.tokenizer,
                  "instead of --vocab/--merges: the Hugging Face tokenizer.json the data was tokenized "
                  "with (e.g. Llama 3's or Llama 2's), exported for PreTrainedTokenizerFast");
-  sub.add_option("--dtype", args->options.dtype, "the weights' dtype: fp32, bf16 or fp16 (rounded to nearest even)")
-      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
+  sub.add_option("--dtype", args->options.dtype,
+                 "the weights' dtype: fp32, bf16 or fp16 (rounded to nearest even), or fp8: the layers' "
+                 "projection and expert weights in fine-grained fp8 blocks with per-block "
+                 "weight_scale_inv, the rest bf16, as DeepSeek-V3's hub files (Llama, Mistral, Qwen2, "
+                 "Qwen3 and DeepSeek-V3 models)")
+      ->check(CLI::IsMember({"fp32", "bf16", "fp16", "fp8"}));
+  sub.add_option("--fp8-block", args->fp8_block,
+                 "with --dtype fp8: the blocks' rows and columns (default 128 128, DeepSeek's)")
+      ->expected(2);
   sub.add_option("--max-shard-size", args->max_shard_size,
                  "above it, model-0000i-of-0000n.safetensors shards and an index, as save_pretrained "
                  "(5GB, 500MB, 2GiB or bytes)");
@@ -71,6 +79,10 @@ Registrar reg("export", "export a checkpoint (Hugging Face safetensors + config.
                         "--reference-logits: expected a number of tokens (>= 1; 0 = none), got {}",
                         args->reference_tokens);
     args->options.max_shard_bytes = parse_size(args->max_shard_size, "--max-shard-size");
+    TRAINER_INPUT_CHECK(args->fp8_block.empty() || args->options.dtype == "fp8",
+                        "--fp8-block: sizes the blocks of --dtype fp8, but --dtype is {}", args->options.dtype);
+    if (!args->fp8_block.empty())
+      args->options.fp8_block_rows = args->fp8_block[0], args->options.fp8_block_cols = args->fp8_block[1];
     engine::checkpoint::check_output_dir(args->out, "--out");
     std::string step_dir = engine::checkpoint::export_hf(args->source, args->out, stdout, args->options);
     if (args->reference_tokens > 0)

@@ -623,6 +623,8 @@ std::string hf_config_json(const model::ModelConfig& cfg, const HfConfigExtras& 
   j.set("tie_word_embeddings", Json(cfg.tie_embeddings));
   j.set("initializer_range", Json::real(tidy(cfg.init_std)));
   j.set("torch_dtype", Json(extras.torch_dtype));
+  if (extras.fp8_block_rows > 0)
+    j.set("quantization_config", fp8_quantization_config(cfg, extras.fp8_block_rows, extras.fp8_block_cols));
   return j.dump(2) + "\n";
 }
 

@@ -41,6 +41,7 @@ std::string hf_tensor_name(const model::ModelConfig& cfg, const std::string& our
 struct HfConfigExtras {
   std::string torch_dtype = "float32";  // "float32", "bfloat16", "float16"
   int bos_id = -1, eos_id = -1;
+  int64_t fp8_block_rows = 0, fp8_block_cols = 0;  // > 0: fp8 blocks (hf_fp8.h), quantization_config
 };
 
 // config.json text for hf_architecture(cfg) (keys exactly as transformers names them).

@@ -13,6 +13,7 @@
 #include "engine/checkpoint/files.h"
 #include "engine/checkpoint/hf_config.h"
 #include "engine/checkpoint/hf_deepseek.h"
+#include "engine/checkpoint/hf_fp8.h"
 #include "engine/checkpoint/hf_interop.h"
 #include "engine/checkpoint/hf_tokenizer.h"
 #include "engine/checkpoint/safetensors.h"
@@ -91,24 +92,56 @@ std::vector<HfTensor> hf_tensors(const model::ModelConfig& cfg,
   return out;
 }
 
+int64_t numel(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+// fp8: the layers' projection weights in fp8 blocks with their F32 scales
+// (hf_fp8.h), every other tensor in bf16, as DeepSeek's hub files.
 struct ExportDtype {
   const char* safetensors;  // "F32", "BF16", "F16"
   const char* torch;        // config.json's torch_dtype
   size_t bytes;
   DType dtype;
+  bool fp8 = false;
 };
 
 ExportDtype export_dtype(const std::string& name) {
   if (name == "fp32") return {"F32", "float32", 4, DType::f32};
   if (name == "bf16") return {"BF16", "bfloat16", 2, DType::bf16};
   if (name == "fp16") return {"F16", "float16", 2, DType::f16};
-  throw InputError(fmt::format("--dtype: '{}' is not an export dtype (expected fp32, bf16 or fp16)", name));
+  if (name == "fp8") return {"BF16", "bfloat16", 2, DType::bf16, true};
+  throw InputError(fmt::format("--dtype: '{}' is not an export dtype (expected fp32, bf16, fp16 or fp8)", name));
 }
 
-int64_t numel(const std::vector<int64_t>& shape) {
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
-  return n;
+// One file entry: a tensor as the dtype says, or an fp8 weight's codes or scales.
+struct Entry {
+  const HfTensor* t;
+  enum Part { whole, codes, scales } part;
+  std::string name;
+  std::vector<int64_t> shape;
+  std::string dtype;
+  uint64_t bytes;
+};
+
+std::vector<Entry> file_entries(const std::vector<HfTensor>& tensors, const ExportDtype& dtype,
+                                int64_t block_rows, int64_t block_cols) {
+  std::vector<Entry> out;
+  for (const HfTensor& t : tensors) {
+    const uint64_t n = static_cast<uint64_t>(numel(t.shape));
+    if (!dtype.fp8 || !fp8_exported(t.name, t.shape)) {
+      out.push_back({&t, Entry::whole, t.name, t.shape, dtype.safetensors, n * dtype.bytes});
+      continue;
+    }
+    const std::vector<int64_t> grid{(t.shape[0] + block_rows - 1) / block_rows,
+                                    (t.shape[1] + block_cols - 1) / block_cols};
+    out.push_back({&t, Entry::codes, t.name, t.shape, "F8_E4M3", n});
+    out.push_back({&t, Entry::scales, t.name + "_scale_inv", grid, "F32",
+                   static_cast<uint64_t>(numel(grid)) * 4});
+  }
+  return out;
 }
 
 // HF's shard file names (save_pretrained's).
@@ -137,6 +170,7 @@ std::string export_hf(const std::string& path, const std::string& out_dir, FILE*
     throw InputError(fmt::format("export {}: {}", step_dir, e.what()));
   }
   const ExportDtype dtype = export_dtype(options.dtype);
+  if (dtype.fp8) check_fp8_export(cfg, architecture);
   TRAINER_INPUT_CHECK(options.max_shard_bytes > 0, "--max-shard-size: expected a size above 0");
   TRAINER_INPUT_CHECK(options.vocab.empty() == options.merges.empty(),
                       "--vocab and --merges: give both (the tokenizer's two files) or neither");
@@ -162,19 +196,22 @@ std::string export_hf(const std::string& path, const std::string& out_dir, FILE*
     return t;
   };
   const std::vector<HfTensor> tensors = hf_tensors(cfg, ours, read);
+  const int64_t block_rows = options.fp8_block_rows, block_cols = options.fp8_block_cols;
+  TRAINER_INPUT_CHECK(block_rows >= 1 && block_cols >= 1, "--fp8-block: expected rows and columns >= 1, got "
+                      "{} x {}", block_rows, block_cols);
+  const std::vector<Entry> entries = file_entries(tensors, dtype, block_rows, block_cols);
 
   // save_pretrained's split: a new shard when the next tensor would overflow this one.
-  std::vector<std::vector<const HfTensor*>> shards;
+  std::vector<std::vector<const Entry*>> shards;
   uint64_t in_shard = 0, total = 0;
-  for (const HfTensor& t : tensors) {
-    const uint64_t bytes = static_cast<uint64_t>(numel(t.shape)) * dtype.bytes;
-    if (shards.empty() || (in_shard > 0 && in_shard + bytes > options.max_shard_bytes)) {
+  for (const Entry& e : entries) {
+    if (shards.empty() || (in_shard > 0 && in_shard + e.bytes > options.max_shard_bytes)) {
       shards.emplace_back();
       in_shard = 0;
     }
-    shards.back().push_back(&t);
-    in_shard += bytes;
-    total += bytes;
+    shards.back().push_back(&e);
+    in_shard += e.bytes;
+    total += e.bytes;
   }
 
   fs::create_directories(out_dir);
@@ -185,15 +222,24 @@ std::string export_hf(const std::string& path, const std::string& out_dir, FILE*
     const std::string file = shard_name(i, shards.size());
     SafetensorsWriter w;
     w.set_metadata("format", "pt");  // transformers refuses files without it
-    for (const HfTensor* t : shards[i]) {
-      weight_map.set(t->name, Json(file));
-      w.add_lazy(t->name, dtype.safetensors, t->shape, [t, dtype](void* dst) {
+    for (const Entry* e : shards[i]) {
+      weight_map.set(e->name, Json(file));
+      // An fp8 weight's codes and scales each compute it again: they may be in different shards.
+      w.add_lazy(e->name, e->dtype, e->shape, [e, dtype, block_rows, block_cols](void* dst) {
+        const HfTensor* t = e->t;
         HostTensor h = t->make();
         TRAINER_CHECK(h.shape == t->shape, "export: {} computed with another shape", t->name);
-        if (dtype.dtype == DType::f32)
+        if (e->part != Entry::whole) {
+          const Fp8Weight q = quantize_fp8(h, block_rows, block_cols);
+          if (e->part == Entry::codes)
+            std::memcpy(dst, q.codes.data(), q.codes.size());
+          else
+            std::memcpy(dst, q.scales.data.data(), q.scales.data.size() * sizeof(float));
+        } else if (dtype.dtype == DType::f32) {
           std::memcpy(dst, h.data.data(), h.data.size() * sizeof(float));
-        else
+        } else {
           cpu::from_f32(dtype.dtype, h.data.data(), dst, static_cast<int64_t>(h.data.size()));
+        }
       });
     }
     replace_file_with((dir / file).string(), [&](const std::string& tmp) { w.write(tmp); });
@@ -216,7 +262,9 @@ std::string export_hf(const std::string& path, const std::string& out_dir, FILE*
   replace_file_atomically((dir / "config.json").string(),
                           hf_config_json(cfg, {.torch_dtype = dtype.torch,
                                                .bos_id = tok ? tok->bos_id() : -1,
-                                               .eos_id = tok ? tok->eos_id() : -1}));
+                                               .eos_id = tok ? tok->eos_id() : -1,
+                                               .fp8_block_rows = dtype.fp8 ? block_rows : 0,
+                                               .fp8_block_cols = dtype.fp8 ? block_cols : 0}));
   for (const auto& entry : fs::directory_iterator(dir)) {
     const std::string f = entry.path().filename().string();
     if (is_model_file(f) && !written.count(f)) fs::remove(entry.path(), ec);  // an earlier export's
@@ -226,7 +274,9 @@ std::string export_hf(const std::string& path, const std::string& out_dir, FILE*
                                            : fmt::format("{} shards + model.safetensors.index.json",
                                                          shards.size());
     fmt::print(log, "exported {} (step {}) as {} model: {}/{} ({} tensors, {}, {:.1f} MB), config.json\n",
-               step_dir, reader.step(), architecture, out_dir, files, tensors.size(), options.dtype,
+               step_dir, reader.step(), architecture, out_dir, files, entries.size(),
+               dtype.fp8 ? fmt::format("fp8 blocks of {} x {}, the rest bf16", block_rows, block_cols)
+                         : options.dtype,
                total / 1e6);
     if (tok)
       fmt::print(log, "tokenizer: {}/{}, tokenizer_config.json, special_tokens_map.json\n", out_dir,

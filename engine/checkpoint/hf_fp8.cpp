@@ -4,6 +4,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
 
 #include "engine/checkpoint/files.h"
@@ -88,6 +90,55 @@ HostTensor dequantize_fp8(const SafetensorsFile& file, const std::string& name,
       t.data[r * C + c] = e4m3_to_f32(code) * s[(r / blocks.rows) * bc + c / blocks.cols];
     }
   return t;
+}
+
+void check_fp8_export(const model::ModelConfig& cfg, const std::string& architecture) {
+  const bool dense_llama = cfg.is_llama() && !cfg.moe_enabled;
+  TRAINER_INPUT_CHECK(dense_llama || cfg.mla.enabled, "--dtype fp8: writes fine-grained fp8 for "
+                      "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM and "
+                      "DeepseekV3ForCausalLM models, not {} ({}; export bf16 instead)", architecture,
+                      cfg.is_llama() ? "its routers are nn.Linear layers transformers would expect in fp8 "
+                                       "unless named in modules_to_not_convert"
+                                     : "GPT-2's Conv1D layers are not quantized by transformers' fp8 loader");
+}
+
+bool fp8_exported(const std::string& name, const std::vector<int64_t>& shape) {
+  return shape.size() == 2 && name.rfind("model.layers.", 0) == 0 && ends_with(name, ".weight") &&
+         !ends_with(name, ".mlp.gate.weight");
+}
+
+Fp8Weight quantize_fp8(const HostTensor& w, int64_t block_rows, int64_t block_cols) {
+  TRAINER_CHECK(w.shape.size() == 2, "quantize_fp8: a {}-d tensor", w.shape.size());
+  const int64_t R = w.shape[0], C = w.shape[1];
+  const int64_t br = (R + block_rows - 1) / block_rows, bc = (C + block_cols - 1) / block_cols;
+  Fp8Weight q{std::vector<uint8_t>(static_cast<size_t>(R * C)),
+              HostTensor{{br, bc}, std::vector<float>(static_cast<size_t>(br * bc), 0.0f)}};
+  auto block = [&](int64_t r, int64_t c) { return (r / block_rows) * bc + c / block_cols; };
+  for (int64_t r = 0; r < R; ++r)
+    for (int64_t c = 0; c < C; ++c)
+      q.scales.data[block(r, c)] = std::max(q.scales.data[block(r, c)], std::fabs(w.data[r * C + c]));
+  for (float& s : q.scales.data) s = s > 0 ? s / 448.0f : 1.0f;
+  for (int64_t r = 0; r < R; ++r)
+    for (int64_t c = 0; c < C; ++c) q.codes[r * C + c] = f32_to_e4m3(w.data[r * C + c] / q.scales.data[block(r, c)]);
+  return q;
+}
+
+Json fp8_quantization_config(const model::ModelConfig& cfg, int64_t block_rows, int64_t block_cols) {
+  Json q = Json::object();
+  q.set("activation_scheme", Json("dynamic"));
+  q.set("fmt", Json("e4m3"));
+  // DeepSeek-V3's hub config has no such key; Qwen3's -FP8 ones name lm_head.
+  if (!cfg.mla.enabled) {
+    Json keep = Json::array();
+    keep.push(Json("lm_head"));
+    q.set("modules_to_not_convert", std::move(keep));
+  }
+  q.set("quant_method", Json("fp8"));
+  Json blocks = Json::array();
+  blocks.push(Json(block_rows));
+  blocks.push(Json(block_cols));
+  q.set("weight_block_size", std::move(blocks));
+  return q;
 }
 
 }  // namespace trainer::engine::checkpoint

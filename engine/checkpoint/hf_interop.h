@@ -37,8 +37,12 @@ struct HfExportOptions {
   // model: GPT-2 BPE files (vocab and merges, both or neither), or a Hugging
   // Face tokenizer.json (not with them).
   std::string vocab, merges, tokenizer;
-  // The files' dtype: "fp32", "bf16" (round to nearest even) or "fp16".
+  // The files' dtype: "fp32", "bf16" (round to nearest even), "fp16", or
+  // "fp8": the layers' projection and expert weights in fine-grained fp8
+  // blocks of fp8_block_rows x fp8_block_cols with their scales, the rest
+  // bf16, as DeepSeek-V3's hub files (hf_fp8.h).
   std::string dtype = "fp32";
+  int64_t fp8_block_rows = 128, fp8_block_cols = 128;
   // save_pretrained's default: above it the weights go to
   // model-0000i-of-0000n.safetensors shards and model.safetensors.index.json.
   uint64_t max_shard_bytes = 5'000'000'000ull;

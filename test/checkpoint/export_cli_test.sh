@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # export_cli_test.sh TRAINER WORKDIR: `trainer export` refuses a missing
-# checkpoint, an unknown format or dtype, a bad shard size, a negative reference length and an
+# checkpoint, an unknown format or dtype, fp8 block sizes without fp8, a bad shard size, a negative
+# reference length and an
 # output path that is a file with exit
 # 2 and one line, writing nothing.
 set -uo pipefail
@@ -25,6 +26,8 @@ check 2 "^trainer: error: --reference-logits: expected a number of tokens (>= 1;
 check 2 "^trainer: error: --max-shard-size: 'lots' is not a size (expected e.g. 5GB, 500MB, 2GiB or bytes)$" \
   export "$work/empty" --out "$work/hf" --max-shard-size lots
 check 2 "--dtype: fp64 not in" export "$work/empty" --out "$work/hf" --dtype fp64
+check 2 "^trainer: error: --fp8-block: sizes the blocks of --dtype fp8, but --dtype is bf16$" \
+  export "$work/empty" --out "$work/hf" --dtype bf16 --fp8-block 64 64
 echo "a file" >"$work/afile"
 check 2 "^trainer: error: --out: $work/afile: it exists and is not a directory$" \
   export "$work/empty" --out "$work/afile"
@@ -32,4 +35,4 @@ check 2 "^trainer: error: --out: $work/afile/hf: $work/afile exists and is not a
   export "$work/empty" --out "$work/afile/hf"
 [[ ! -e "$work/hf" ]] || { echo "FAILED: $work/hf was created"; exit 1; }
 rm -rf "$work"
-echo "export cli: 8 refusals ok"
+echo "export cli: 9 refusals ok"

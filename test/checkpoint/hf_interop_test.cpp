@@ -17,6 +17,7 @@
 
 #include "engine/checkpoint/checkpoint.h"
 #include "engine/checkpoint/files.h"
+#include "engine/checkpoint/hf_config.h"
 #include "engine/checkpoint/hf_interop.h"
 #include "engine/checkpoint/safetensors.h"
 #include "engine/data/tokenizer.h"
@@ -143,30 +144,32 @@ JobSpec deepseek_dense_spec(const fs::path& dir) {
 // Qwen2-MoE-style MoE llama, a windowed llama (Mistral) and Qwen2, and
 // DeepSeek-V3's MLA (with its MoE, with aux_loss balancing, under YaRN with
 // DeepSeek's mscale pair, and dense), each with its name.
+JobSpec hf_job(const std::string& prefix, const std::string& name) {
+  fs::path dir = fresh_temp_dir(prefix + "_" + name);
+  JobSpec s = name == "gpt2"      ? tiny_spec(Family::gpt2, dir)
+              : name == "llama"   ? tiny_spec(Family::llama, dir)
+              : name == "llama_yarn" ? yarn_spec(dir)
+              : name == "mistral" ? mistral_spec(dir)
+              : name == "qwen2_window" ? qwen2_window_spec(dir)
+              : name == "qwen2"   ? qwen2_spec(dir)
+              : name == "qwen3"   ? qwen3_spec(dir)
+              : name == "mixtral" ? mixtral_spec(dir)
+              : name == "qwen2_moe" ? qwen2_moe_spec(dir)
+              : name == "mla_dense" ? deepseek_dense_spec(dir)
+              : name.rfind("deepseek", 0) == 0 ? deepseek_spec(dir)
+                                  : qwen3_moe_spec(dir);
+  if (name == "deepseek_v3_aux_loss") s.model.moe.balance = Balance::aux_loss;
+  if (name == "deepseek_v3_yarn")  // DeepSeek's YaRN, its mscale pair in config.json
+    s.model.rope_scaling = {.enabled = true, .type = RopeType::yarn, .factor = 4,
+                            .original_max_position_embeddings = 16, .mscale = 0.8, .mscale_all_dim = 0.5};
+  return s;
+}
 std::vector<std::pair<std::string, JobSpec>> hf_jobs(const std::string& prefix) {
   std::vector<std::pair<std::string, JobSpec>> jobs;
   for (const std::string name : {"gpt2", "llama", "llama_yarn", "qwen2", "qwen3", "mixtral", "qwen3_moe",
                                  "qwen2_moe", "mistral", "qwen2_window", "deepseek_v3", "deepseek_v3_aux_loss",
-                                 "deepseek_v3_yarn", "mla_dense"}) {
-    fs::path dir = fresh_temp_dir(prefix + "_" + name);
-    JobSpec s = name == "gpt2"      ? tiny_spec(Family::gpt2, dir)
-                : name == "llama"   ? tiny_spec(Family::llama, dir)
-                : name == "llama_yarn" ? yarn_spec(dir)
-                : name == "mistral" ? mistral_spec(dir)
-                : name == "qwen2_window" ? qwen2_window_spec(dir)
-                : name == "qwen2"   ? qwen2_spec(dir)
-                : name == "qwen3"   ? qwen3_spec(dir)
-                : name == "mixtral" ? mixtral_spec(dir)
-                : name == "qwen2_moe" ? qwen2_moe_spec(dir)
-                : name == "mla_dense" ? deepseek_dense_spec(dir)
-                : name.rfind("deepseek", 0) == 0 ? deepseek_spec(dir)
-                                    : qwen3_moe_spec(dir);
-    if (name == "deepseek_v3_aux_loss") s.model.moe.balance = Balance::aux_loss;
-    if (name == "deepseek_v3_yarn")  // DeepSeek's YaRN, its mscale pair in config.json
-      s.model.rope_scaling = {.enabled = true, .type = RopeType::yarn, .factor = 4,
-                              .original_max_position_embeddings = 16, .mscale = 0.8, .mscale_all_dim = 0.5};
-    jobs.emplace_back(name, s);
-  }
+                                 "deepseek_v3_yarn", "mla_dense"})
+    jobs.emplace_back(name, hf_job(prefix, name));
   return jobs;
 }
 
@@ -755,6 +758,98 @@ TEST_CASE("hf: bf16/fp16 exports sharded as save_pretrained load back rounded an
   CHECK(model_files == 1);
   CHECK(fs::exists(out / "model.safetensors"));
   fs::remove_all(dir);
+}
+
+TEST_CASE("hf: fp8 exports write the layers' projections in fp8 blocks with their scales, the rest "
+          "bf16, and load back within fp8's rounding", "[cpu][checkpoint]") {
+  for (const std::string name : {"qwen2", "deepseek_v3"}) {
+    INFO(name);
+    const JobSpec spec = hf_job("hf_fp8", name);
+    fs::path dir = spec.run.dir;
+    Trainer a(spec, quiet_options());
+    fs::path out = trained_export(dir, a, spec);
+    HfExportOptions o;
+    o.dtype = "fp8";
+    o.fp8_block_rows = 16, o.fp8_block_cols = 8;  // not square: a transposed grid would show
+    export_hf(dir.string(), out.string(), nullptr, o);
+    Json cfg = parse_json(read_text_file((out / "config.json").string()), "config.json");
+    CHECK(cfg.at("torch_dtype").as_string() == "bfloat16");
+    const Json& q = cfg.at("quantization_config");
+    CHECK(q.at("quant_method").as_string() == "fp8");
+    CHECK(q.at("fmt").as_string() == "e4m3");
+    CHECK(q.at("activation_scheme").as_string() == "dynamic");
+    CHECK(q.at("weight_block_size").items()[0].as_int() == 16);
+    CHECK(q.at("weight_block_size").items()[1].as_int() == 8);
+    CHECK((q.find("modules_to_not_convert") != nullptr) == (name == "qwen2"));  // DeepSeek's hub has none
+    SafetensorsFile f((out / "model.safetensors").string());
+    int quantized = 0;
+    std::map<std::string, float> block_max;  // per quantized tensor: its largest |w|
+    for (const auto& [n, view] : f.tensors()) {
+      INFO(n);
+      const bool layer_weight = n.rfind("model.layers.", 0) == 0 && view.shape.size() == 2 &&
+                                n.size() > 7 && n.compare(n.size() - 7, 7, ".weight") == 0;
+      const bool router = n.find(".mlp.gate.weight") != std::string::npos;
+      if (n.find("_scale_inv") != std::string::npos) {
+        const auto& w = f.tensor(n.substr(0, n.size() - 10)).shape;
+        CHECK(view.dtype == "F32");
+        CHECK(view.shape == std::vector<int64_t>{(w[0] + 15) / 16, (w[1] + 7) / 8});
+      } else if (layer_weight && !router) {
+        CHECK(view.dtype == "F8_E4M3");
+        CHECK(f.has(n + "_scale_inv"));
+        ++quantized;
+      } else {
+        CHECK(view.dtype == "BF16");  // norms, biases, embeddings, lm_head, DeepSeek's router
+      }
+    }
+    CHECK(quantized >= 7 * spec.model.n_layer);
+    // Back in: each quantized weight within fp8's rounding of its block (at most 1/16 of the
+    // block's largest |w|, and exactly the block's largest itself), the rest bf16-rounded.
+    Trainer b(spec, quiet_options());
+    load_hf_weights(out.string(), model_config(spec), b.model().buffers(), b.context());
+    const auto pa = params_of(a), pb = params_of(b);
+    const model::ModelConfig mc = model_config(spec);
+    for (const auto& [n, want] : pa) {
+      INFO(n);
+      const std::vector<float>& got = pb.at(n);
+      const std::string hf = hf_tensor_name(mc, n);
+      if (!f.has(hf) || f.tensor(hf).dtype != "F8_E4M3") {
+        const bool table = n.find("embed_tokens") != std::string::npos || n.find("lm_head") != std::string::npos;
+        const size_t valid = table ? size_t(spec.model.vocab_size) * spec.model.d_model : want.size();
+        for (size_t j = 0; j < want.size(); ++j)  // padding rows load as zeros
+          CHECK(got[j] == (j >= valid ? 0.0f : round_to_bf16(want[j])));
+        continue;
+      }
+      // The imported weight in our layout (DeepSeek's RoPE rows reordered back): compare
+      // per element against the block bound of the exported tensor's scales.
+      const std::vector<float> scales = f.read_f32(hf + "_scale_inv");
+      const float largest = *std::max_element(scales.begin(), scales.end()) * 448.0f;
+      double worst = 0;
+      for (size_t j = 0; j < want.size(); ++j) worst = std::max(worst, double(std::fabs(got[j] - want[j])));
+      CHECK(worst <= largest / 16.0f * 1.0001f);
+      CHECK(worst > 0);  // fp8 rounded something
+    }
+    // The logits move by fp8's rounding only.
+    auto [la, xa] = forward(a, spec.model.vocab_size);
+    auto [lb, xb] = forward(b, spec.model.vocab_size);
+    double loss_a = 0, loss_b = 0;
+    for (size_t j = 0; j < la.size(); ++j) loss_a += la[j], loss_b += lb[j];
+    CHECK(std::fabs(loss_b - loss_a) <= 0.05 * std::fabs(loss_a));
+    fs::remove_all(dir);
+  }
+  // GPT-2 (Conv1D) and the MoE classes with nn.Linear routers are refused before anything is written.
+  for (const std::string name : {"gpt2", "mixtral"}) {
+    INFO(name);
+    const JobSpec spec = hf_job("hf_fp8_refused", name);
+    fs::path dir = spec.run.dir;
+    Trainer a(spec, quiet_options());
+    trained_export(dir, a, spec);
+    HfExportOptions o;
+    o.dtype = "fp8";
+    CHECK_THROWS_WITH(export_hf(dir.string(), (dir / "fp8").string(), nullptr, o),
+                      Catch::Matchers::Contains("--dtype fp8: writes fine-grained fp8 for LlamaForCausalLM"));
+    CHECK(!fs::exists(dir / "fp8"));
+    fs::remove_all(dir);
+  }
 }
 
 TEST_CASE("hf: bf16 weights without the transformer. prefix, sharded by an index",
