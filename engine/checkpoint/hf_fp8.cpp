@@ -23,10 +23,12 @@ namespace {
 bool block_pair(const Json* v, int64_t& rows, int64_t& cols) {
   if (!v || v->kind() != Json::Kind::array || v->items().size() != 2) return false;
   const Json &r = v->items()[0], &c = v->items()[1];
-  if (!r.is_number() || !c.is_number() || r.as_number() < 1 || c.as_number() < 1 ||
-      r.as_number() != static_cast<double>(static_cast<int64_t>(r.as_number())) ||
-      c.as_number() != static_cast<double>(static_cast<int64_t>(c.as_number())))
-    return false;
+  // Bounded before the casts: a block past 2^30 rows is no weight's.
+  auto whole = [](const Json& x) {
+    return x.is_number() && x.as_number() >= 1 && x.as_number() <= double(1 << 30) &&
+           x.as_number() == std::floor(x.as_number());
+  };
+  if (!whole(r) || !whole(c)) return false;
   rows = static_cast<int64_t>(r.as_number()), cols = static_cast<int64_t>(c.as_number());
   return true;
 }

@@ -383,6 +383,8 @@ TEST_CASE("hf config: a differing hyper-parameter is named with the job key", "[
        "quantization_config.weight_block_size is [128]: expected [rows, columns] of whole numbers >= 1"},
       {deepseek_cfg(), "quantization_config", parse_json(R"({"quant_method": "fp8", "weight_block_size": [0, 128]})", "q"),
        "quantization_config.weight_block_size is [0,128]: expected [rows, columns]"},
+      {deepseek_cfg(), "quantization_config", parse_json(R"({"quant_method": "fp8", "weight_block_size": [1e40, 128.5]})", "q"),
+       "quantization_config.weight_block_size is [1e+40,128.5]: expected [rows, columns]"},
       {deepseek_cfg(), "model_type", Json("llama"),
        "model_type is \"llama\", but the job's model is deepseek_v3 (model.family llama with model.mla): "
        "Llama is model.family llama without"},
