@@ -4,7 +4,8 @@
 # (model.init_from) on one rank and on LAYOUT ("NP [--set ...]"), and
 # requires the same losses within 1e-5 relative: the import must give every
 # rank exactly its part of each tensor (a KV head's rows when heads are
-# replicated over tp, a ZeRO-3 rank its shard).
+# replicated over tp, a ZeRO-3 rank its shard). HF_EXPORT_ARGS: more export
+# options (--dtype fp8: each rank dequantizes its part of every fp8 block).
 set -euo pipefail
 fx=$1 trainer=$2 mpiexec=$3 job=$4 layout=$5
 cd "$fx"
@@ -13,7 +14,8 @@ tag=$(echo "$job $layout" | tr -c 'a-zA-Z0-9' '_')
 base=runs/kvhf_base_$tag hf=runs/kvhf_model_$tag ref=runs/kvhf_ref_$tag dst=runs/kvhf_dst_$tag
 rm -rf "$base" "$hf" "$ref" "$dst"
 "$trainer" train "$job" --set run.dir="$base" --set train.steps=5 --set checkpoint.every=5 >/dev/null
-"$trainer" export "$base/checkpoints/step_000005" --format hf --out "$hf" >/dev/null
+# shellcheck disable=SC2086
+"$trainer" export "$base/checkpoints/step_000005" --format hf --out "$hf" ${HF_EXPORT_ARGS:-} >/dev/null
 "$trainer" train "$job" --set run.dir="$ref" --set model.init_from="$hf" >/dev/null
 read -r np extra <<<"$layout"
 # shellcheck disable=SC2086

@@ -98,6 +98,9 @@ grep -q 'type: yarn' mesh_llama_yarn.yaml
 sed 's/max_seq_len: 16}/max_seq_len: 16,\n        rope_scaling: {type: yarn, factor: 4, original_max_position_embeddings: 8, mscale: 1, mscale_all_dim: 0.6}}/' \
   mesh_llama_mla.yaml >mesh_llama_mla_yarn.yaml
 grep -q 'mscale_all_dim: 0.6' mesh_llama_mla_yarn.yaml
+# DeepseekV3ForCausalLM's latent norms take eps 1e-6: the MLA job as its Hugging Face class.
+sed 's/max_seq_len: 16}/max_seq_len: 16, norm_eps: 1.0e-6}/' mesh_llama_mla.yaml >mesh_llama_mla_hf.yaml
+grep -q 'norm_eps: 1.0e-6' mesh_llama_mla_hf.yaml
 # Four layers, so pp 4 has one per stage (and pp 2 two).
 for family in gpt2 llama; do sed 's/n_layer: 2/n_layer: 4/' mesh_$family.yaml >mesh_${family}_l4.yaml; done
 # Mixed precision on meshes (the single-rank reference in the same precision).
