@@ -218,23 +218,36 @@ std::string export_hf(const std::string& path, const std::string& out_dir, FILE*
   const fs::path dir(out_dir);
   std::set<std::string> written;
   Json weight_map = Json::object();
+  // Files are filled in entry order, so an fp8 weight's scales come right
+  // after its codes (the next fill, in this shard or the next): the codes'
+  // fill keeps them, and each weight is read and quantized once.
+  struct {
+    const HfTensor* t = nullptr;
+    HostTensor scales;
+  } kept;
   for (size_t i = 0; i < shards.size(); ++i) {
     const std::string file = shard_name(i, shards.size());
     SafetensorsWriter w;
     w.set_metadata("format", "pt");  // transformers refuses files without it
     for (const Entry* e : shards[i]) {
       weight_map.set(e->name, Json(file));
-      // An fp8 weight's codes and scales each compute it again: they may be in different shards.
-      w.add_lazy(e->name, e->dtype, e->shape, [e, dtype, block_rows, block_cols](void* dst) {
+      w.add_lazy(e->name, e->dtype, e->shape, [e, dtype, block_rows, block_cols, &kept](void* dst) {
         const HfTensor* t = e->t;
+        if (e->part == Entry::scales && kept.t == t) {
+          std::memcpy(dst, kept.scales.data.data(), kept.scales.data.size() * sizeof(float));
+          kept.t = nullptr;
+          return;
+        }
         HostTensor h = t->make();
         TRAINER_CHECK(h.shape == t->shape, "export: {} computed with another shape", t->name);
         if (e->part != Entry::whole) {
-          const Fp8Weight q = quantize_fp8(h, block_rows, block_cols);
-          if (e->part == Entry::codes)
+          Fp8Weight q = quantize_fp8(h, block_rows, block_cols);
+          if (e->part == Entry::codes) {
             std::memcpy(dst, q.codes.data(), q.codes.size());
-          else
+            kept.t = t, kept.scales = std::move(q.scales);
+          } else {
             std::memcpy(dst, q.scales.data.data(), q.scales.data.size() * sizeof(float));
+          }
         } else if (dtype.dtype == DType::f32) {
           std::memcpy(dst, h.data.data(), h.data.size() * sizeof(float));
         } else {

@@ -18,6 +18,7 @@
 #include "engine/checkpoint/checkpoint.h"
 #include "engine/checkpoint/files.h"
 #include "engine/checkpoint/hf_config.h"
+#include "engine/checkpoint/hf_host_tensor.h"
 #include "engine/checkpoint/hf_interop.h"
 #include "engine/checkpoint/safetensors.h"
 #include "engine/data/tokenizer.h"
@@ -787,9 +788,9 @@ TEST_CASE("hf: fp8 exports write the layers' projections in fp8 blocks with thei
     for (const auto& [n, view] : f.tensors()) {
       INFO(n);
       const bool layer_weight = n.rfind("model.layers.", 0) == 0 && view.shape.size() == 2 &&
-                                n.size() > 7 && n.compare(n.size() - 7, 7, ".weight") == 0;
+                                ends_with(n, ".weight");
       const bool router = n.find(".mlp.gate.weight") != std::string::npos;
-      if (n.find("_scale_inv") != std::string::npos) {
+      if (ends_with(n, "_scale_inv")) {
         const auto& w = f.tensor(n.substr(0, n.size() - 10)).shape;
         CHECK(view.dtype == "F32");
         CHECK(view.shape == std::vector<int64_t>{(w[0] + 15) / 16, (w[1] + 7) / 8});
@@ -802,6 +803,25 @@ TEST_CASE("hf: fp8 exports write the layers' projections in fp8 blocks with thei
       }
     }
     CHECK(quantized >= 7 * spec.model.n_layer);
+    {
+      // Sharded small, a weight's codes and scales fall in different files: the same bytes.
+      HfExportOptions small = o;
+      small.max_shard_bytes = 1500;
+      const fs::path sharded = dir / "hf_fp8_sharded";
+      export_hf(dir.string(), sharded.string(), nullptr, small);
+      Json index = parse_json(read_text_file((sharded / "model.safetensors.index.json").string()), "index");
+      int split = 0;
+      for (const auto& [n, view] : f.tensors()) {
+        INFO(n);
+        const std::string file = index.at("weight_map").at(n).as_string();
+        SafetensorsFile part((sharded / file).string());
+        const checkpoint::TensorView& v = part.tensor(n);
+        CHECK(std::vector<uint8_t>(v.data, v.data + v.bytes) == std::vector<uint8_t>(view.data, view.data + view.bytes));
+        if (ends_with(n, "_scale_inv"))
+          split += index.at("weight_map").at(n.substr(0, n.size() - 10)).as_string() != file;
+      }
+      CHECK(split > 0);
+    }
     // Back in: each quantized weight within fp8's rounding of its block (at most 1/16 of the
     // block's largest |w|, and exactly the block's largest itself), the rest bf16-rounded.
     Trainer b(spec, quiet_options());
