@@ -139,6 +139,7 @@ model::ModelConfig model_config(const JobSpec& spec) {
   c.moe.top_groups = e.top_groups;
   c.moe.aux_loss_coeff = static_cast<float>(e.aux_loss_coeff);
   c.moe.z_loss_coeff = static_cast<float>(e.z_loss_coeff);
+  c.moe.seq_aux_loss_coeff = static_cast<float>(e.seq_aux_loss_coeff);
   c.moe.capacity_factor = e.capacity_factor ? static_cast<float>(*e.capacity_factor) : 0.0f;
   return c;
 }

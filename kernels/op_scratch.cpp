@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "kernels/memory.h"
+#include "kernels/moe_seq_aux.h"
 
 namespace trainer {
 namespace {
@@ -128,6 +129,9 @@ size_t moe_plan_scratch_bytes(int64_t assignments, int64_t E) {
 int64_t moe_router_sum_chunks(int64_t N) { return std::clamp<int64_t>((N + 31) / 32, 1, 1024); }
 size_t moe_router_sums_scratch_bytes(int64_t N, int64_t E) {
   return static_cast<size_t>(moe_router_sum_chunks(N) * (E + 1)) * sizeof(double);
+}
+size_t moe_seq_aux_scratch_bytes(int64_t N) {
+  return static_cast<size_t>(std::max<int64_t>(N, 1)) * sizeof(SeqAuxRow);
 }
 
 }  // namespace trainer

@@ -103,5 +103,7 @@ size_t moe_plan_scratch_bytes(int64_t assignments, int64_t E);
 // moe_router_sums over N tokens: blocks of rows, each writing E + 1 double partials.
 int64_t moe_router_sum_chunks(int64_t N);
 size_t moe_router_sums_scratch_bytes(int64_t N, int64_t E);
+// moe_seq_aux_sums over N tokens: each token's row reduction (SeqAuxRow).
+size_t moe_seq_aux_scratch_bytes(int64_t N);
 
 }  // namespace trainer

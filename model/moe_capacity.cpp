@@ -29,6 +29,25 @@ std::vector<TokenRun> token_runs(const parallel::CpLayout& cp, int64_t sequences
   return runs;
 }
 
+std::vector<int32_t> seq_row_table(const std::vector<TokenRun>& runs, int64_t sequences,
+                                   int64_t seq_len) {
+  std::vector<int32_t> table(2 * sequences, 0);
+  for (const TokenRun& r : runs) {
+    const int64_t b = r.global_begin / seq_len;
+    TRAINER_CHECK(b >= 0 && b < sequences && (r.global_begin + r.length - 1) / seq_len == b,
+                  "seq_row_table: a run of {} tokens from {} is not inside one of {} sequences of {}",
+                  r.length, r.global_begin, sequences, seq_len);
+    int32_t& first = table[2 * b];
+    int32_t& rows = table[2 * b + 1];
+    if (rows == 0) first = static_cast<int32_t>(r.local_begin);
+    TRAINER_CHECK(first + rows == r.local_begin,
+                  "seq_row_table: sequence {}'s rows are not contiguous (row {} after [{}, {}))", b,
+                  r.local_begin, first, first + rows);
+    rows += static_cast<int32_t>(r.length);
+  }
+  return table;
+}
+
 std::vector<int32_t> run_table(const std::vector<TokenRun>& runs, int64_t runs_max) {
   TRAINER_CHECK(static_cast<int64_t>(runs.size()) <= runs_max, "run_table: {} runs over room for {}",
                 runs.size(), runs_max);

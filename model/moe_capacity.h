@@ -32,6 +32,13 @@ struct TokenRun {
 std::vector<TokenRun> token_runs(const parallel::CpLayout& cp, int64_t sequences, int64_t tp,
                                  int64_t tp_rank);
 
+// kernels/moe_seq_aux.h's seq_rows table, (sequences, 2) row-major: each
+// sequence's (first local row, rows) among the rank's runs (a sequence's rows
+// are one contiguous range: the local rows are in sequence order), 0 rows for
+// a sequence the rank holds none of. seq_len: tokens per whole sequence.
+std::vector<int32_t> seq_row_table(const std::vector<TokenRun>& runs, int64_t sequences,
+                                   int64_t seq_len);
+
 // moe_run_loads' runs table (kernels/moe_capacity.h), (runs_max, 2) row-major:
 // (first local row, length) per run, zero-length rows after the rank's runs.
 std::vector<int32_t> run_table(const std::vector<TokenRun>& runs, int64_t runs_max);

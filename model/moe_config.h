@@ -15,6 +15,9 @@ struct MoeConfig {
   MoeBalance balance = MoeBalance::aux_loss;
   float aux_loss_coeff = 0.01f;   // used when balance == aux_loss
   float z_loss_coeff = 0.0f;      // router z-loss: coeff * mean_n logsumexp(logits_n)^2; 0 = off
+  // DeepSeek-V3's complementary sequence-wise balance loss (kernels/moe_seq_aux.h),
+  // with any `balance`; 0 = off.
+  float seq_aux_loss_coeff = 0.0f;
   float capacity_factor = 0.0f;   // <= 0: dropless; else capacity = ceil(cf * N * K / E)
   bool sigmoid = false;           // DeepSeek-V3 scores; softmax otherwise
   bool normalize_topk = true;     // combine weights = chosen scores / their sum

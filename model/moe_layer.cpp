@@ -9,6 +9,7 @@
 #include "kernels/memory.h"
 #include "kernels/moe_capacity.h"
 #include "kernels/moe_routing.h"
+#include "kernels/moe_seq_aux.h"
 #include "kernels/moe_stats.h"
 #include "kernels/op_scratch.h"
 #include "kernels/sigmoid_gate.h"
@@ -188,6 +189,18 @@ void Moe::declare(Buffers& buf, const std::string& prefix, const ModelConfig& cf
   // one copy of per micro-batch in flight.
   step_ = buf.add(G, p + "step_counts", {2, E_});
   step_aux_ = buf.add(G, p + "step_aux_loss", {1});
+  if (moe.seq_aux_loss_coeff > 0) {
+    // The layout fixes which of this rank's rows belong to which sequence.
+    const int64_t tp_share = sp_ ? tp_ : 1;
+    const parallel::CpLayout layout = cp_layout(cfg, batch);
+    seq_len_ = layout.seq;
+    seq_rows_host_ = seq_row_table(token_runs(layout, batch.B, tp_share, sp_ ? tp_rank_ : 0),
+                                   batch.B, seq_len_);
+    seq_rows_ = buf.add(G, p + "seq_aux_rows", {batch.B, 2}, DType::i32);
+    seq_sums_ = buf.add(A, p + "seq_aux_sums", {batch.B, 2 * E_}, DType::f64);
+    seq_loss_ = buf.add(G, p + "seq_aux_loss", {1});
+    buf.declare_op_scratch(moe_seq_aux_scratch_bytes(N_));
+  }
   // The backward's temporaries (and the fp32 router input) are spent before
   // the layer returns: every MoE layer of the model shares one copy.
   auto temp = [&](const char* name, std::vector<int64_t> shape, DType dtype) {
@@ -320,6 +333,15 @@ Tensor Moe::capacity_taken(const LayerEnv& env, Tensor topk_idx) const {
   return out;
 }
 
+Tensor Moe::seq_rows(const Buffers& b) const {
+  Tensor rows = b.get(seq_rows_);
+  if (seq_rows_at_ != rows.data) {
+    copy_from_host(rows, seq_rows_host_.data());
+    seq_rows_at_ = rows.data;
+  }
+  return rows;
+}
+
 parallel::Communicator& Moe::ep_group(const LayerEnv& env) const {
   TRAINER_CHECK(env.ep != nullptr && env.ep->size() == ep_,
                 "MoE layer split over ep {} but the layer environment's ep group has {} ranks",
@@ -409,6 +431,15 @@ void Moe::forward(const LayerEnv& env, Tensor out, Tensor in) const {
   moe_router_losses(ctx, b.get(losses_), b.get(load_), count ? b.get(step_) : Tensor{},
                     count ? b.get(step_aux_) : Tensor{}, sums, Ng_, K_, balance_coeff,
                     moe_.z_loss_coeff);
+  if (seq_sums_ >= 0) {
+    // Per sequence: the ranks holding parts of a sequence add their rows' sums.
+    Tensor seq = b.get(seq_sums_);
+    moe_seq_aux_sums(ctx, seq, logits, seq_rows(b), K_, moe_.sigmoid);
+    if (sp_) env.tp.all_reduce(seq, parallel::ReduceOp::sum);
+    if (cp_ > 1) env.cp->all_reduce(seq, parallel::ReduceOp::sum);
+    moe_seq_aux_loss(ctx, b.get(seq_loss_), count ? b.get(step_aux_) : Tensor{}, seq, seq_len_, K_,
+                     moe_.seq_aux_loss_coeff);
+  }
 }
 
 void Moe::backward(const LayerEnv& env, Tensor dinp, Tensor dout, Tensor in, float dloss) const {
@@ -466,6 +497,9 @@ void Moe::backward(const LayerEnv& env, Tensor dinp, Tensor dout, Tensor in, flo
   if (moe_.topk_scaling != 1.0f) scale(ctx, dtopk, moe_.topk_scaling);
   moe_route_backward(ctx, b.get(dlogits_), dtopk, b.get(logits_), b.get(probs_),
                      b.get(topk_idx_), dprob, z_grad, moe_.sigmoid, moe_.normalize_topk);
+  if (seq_sums_ >= 0)
+    moe_seq_aux_backward(ctx, b.get(dlogits_), b.get(logits_), seq_rows(b), b.get(seq_sums_),
+                         seq_len_, K_, dloss * moe_.seq_aux_loss_coeff, moe_.sigmoid);
   // The shared expert gate reads the router's input: its input gradient joins the router's.
   auto gate_backward = [&](Tensor x, Tensor dx) {
     if (shared_gate_.index < 0) return;
@@ -491,7 +525,9 @@ float Moe::aux_loss(const Buffers& buf) const {
   float l[2];
   copy_to_host(l, buf.get(losses_));
   const float balance = moe_.balance == MoeBalance::aux_loss ? moe_.aux_loss_coeff * l[0] : 0.0f;
-  return balance + moe_.z_loss_coeff * l[1];
+  float seq = 0.0f;
+  if (seq_loss_ >= 0) copy_to_host(&seq, buf.get(seq_loss_));
+  return balance + moe_.z_loss_coeff * l[1] + moe_.seq_aux_loss_coeff * seq;
 }
 
 void Moe::reset_step_stats(Context& ctx, const Buffers& buf) const {

@@ -79,7 +79,8 @@ class Moe {
   void backward(const LayerEnv& env, Tensor dinp, Tensor dout, Tensor in, float dloss) const;
 
   // The last forward's auxiliary loss: aux_loss_coeff * balance (aux_loss
-  // only) + z_loss_coeff * z. Reading it waits for the device.
+  // only) + z_loss_coeff * z + seq_aux_loss_coeff * the sequence-wise balance.
+  // Reading it waits for the device.
   float aux_loss(const Buffers& buf) const;
   // The step counters: (2, E) f32, row 0 the load before dropping, row 1 after.
   // Sum it over the data-parallel group before stats() / update_bias().
@@ -173,6 +174,15 @@ class Moe {
   int share_self_ = 0;                             // this rank's row there
   int64_t runs_max_ = 0;
   BufferId step_ = -1, step_aux_ = -1;   // scratch: (2, E) step counters, (1) summed aux loss
+  // The sequence-wise balance loss (seq_aux_loss_coeff > 0, kernels/moe_seq_aux.h):
+  // this rank's rows of each sequence, (B, 2) i32 scratch uploaded once per
+  // place (seq_rows_host_); the per-sequence sums (B, 2E) f64, an activation the
+  // backward reads; the last forward's loss (1) f32 scratch.
+  BufferId seq_rows_ = -1, seq_sums_ = -1, seq_loss_ = -1;
+  std::vector<int32_t> seq_rows_host_;
+  mutable const void* seq_rows_at_ = nullptr;
+  int64_t seq_len_ = 0;  // tokens per whole sequence
+  Tensor seq_rows(const Buffers& b) const;
   // Scratch (live within backward).
   BufferId dys_ = -1, dxs_ = -1, dh1_ = -1, dh3_ = -1, dact_ = -1;   // (S, C) (R, Fe)
   BufferId dyr_ = -1, dxr_ = -1;                                      // ep > 1: (R, C)

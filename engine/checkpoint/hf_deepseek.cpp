@@ -65,6 +65,10 @@ void deepseek_config(const model::ModelConfig& cfg, Json& j) {
   // DeepSeek's own modeling code and vLLM read these two.
   j.set("scoring_func", Json("sigmoid"));
   j.set("topk_method", Json("noaux_tc"));
+  // Training-only, for the record (as router_aux_loss_coef for Mixtral): DeepSeek's
+  // MoEGate takes alpha with seq_aux true as the sequence-wise balance loss.
+  j.set("aux_loss_alpha", Json::real(tidy(m.seq_aux_loss_coeff)));
+  j.set("seq_aux", Json(true));
   j.set("num_nextn_predict_layers", Json(int64_t{0}));
   j.set("hidden_act", Json("silu"));
   j.set("max_position_embeddings", Json(max_position_embeddings(cfg)));

@@ -52,6 +52,7 @@ struct MoESpec {
   int top_groups = 1;             // 1..n_groups: the groups a token's experts come from (topk_group)
   double aux_loss_coeff = 0.01;   // >= 0
   double z_loss_coeff = 0.0;      // >= 0: router z-loss weight (0 = off)
+  double seq_aux_loss_coeff = 0.0;  // >= 0: sequence-wise balance loss weight (0 = off)
   double bias_update_rate = 1e-3; // >= 0: aux_free expert-bias step per optimizer step
   std::optional<double> capacity_factor;  // null = dropless; else > 0
   bool operator==(const MoESpec&) const = default;

@@ -133,6 +133,8 @@ void read_moe(Section s, MoESpec& moe) {
   s.reader().check_min(s.path("aux_loss_coeff"), moe.aux_loss_coeff, 0);
   s.read("z_loss_coeff", moe.z_loss_coeff);
   s.reader().check_min(s.path("z_loss_coeff"), moe.z_loss_coeff, 0);
+  s.read("seq_aux_loss_coeff", moe.seq_aux_loss_coeff);
+  s.reader().check_min(s.path("seq_aux_loss_coeff"), moe.seq_aux_loss_coeff, 0);
   s.read("bias_update_rate", moe.bias_update_rate);
   s.reader().check_min(s.path("bias_update_rate"), moe.bias_update_rate, 0);
   if (s.has("capacity_factor") && !s.is_null("capacity_factor")) {

@@ -40,7 +40,7 @@ KeyNode build_key_tree() {
   model.children.push_back(leaves("moe", {"n_experts", "top_k", "n_shared_experts",
                                           "shared_expert_gate", "d_ff_expert",
                                           "every", "first_dense", "balance", "score", "normalize_topk", "topk_scaling_factor",
-                                          "n_groups", "top_groups", "aux_loss_coeff", "z_loss_coeff",
+                                          "n_groups", "top_groups", "aux_loss_coeff", "z_loss_coeff", "seq_aux_loss_coeff",
                                           "bias_update_rate", "capacity_factor"}));
   return KeyNode{
       "",

@@ -615,6 +615,18 @@ TEST_CASE("hf config: DeepSeek's YaRN mscale pair exports and is checked as Deep
                         Contains("rope_scaling.mscale_all_dim is 0.6, but model.rope_scaling.mscale_all_dim is 0"));
 }
 
+TEST_CASE("hf config: DeepSeek's sequence-wise balance loss exports as aux_loss_alpha, seq_aux",
+          "[cpu][checkpoint]") {
+  model::ModelConfig cfg = deepseek_cfg();
+  CHECK(parse_json(hf_config_json(cfg), "c").at("aux_loss_alpha").as_number() == 0.0);
+  cfg.moe.seq_aux_loss_coeff = 1e-4f;
+  const Json j = parse_json(hf_config_json(cfg), "c");
+  CHECK(j.at("aux_loss_alpha").as_number() == 1e-4);
+  CHECK(j.at("seq_aux").as_bool());
+  CHECK_NOTHROW(check_hf_config(config_with(cfg, "", nullptr), cfg));
+  fs::remove_all(scratch_dir());
+}
+
 TEST_CASE("hf config: a model no transformers class computes is refused by its key",
           "[cpu][checkpoint]") {
   using Change = std::function<void(model::ModelConfig&)>;
@@ -840,7 +852,7 @@ TEST_CASE("hf config: configs/llama-1b.yaml is Llama 3.2 1B, configs/llama-8b.ya
   JobSpec spec = load_job_spec(std::string(TRAINER_SOURCE_DIR) + "/configs/deepseek-v3-shaped.yaml");
   spec.model.n_layer = 61;
   spec.model.rope_scaling = {.enabled = true, .type = RopeType::yarn, .factor = 40,
-                             .original_max_position_embeddings = 4096, .mscale = 1.0, .mscale_all_dim = 1.0};
+                             .original_max_position_embeddings = 4096, .attention_factor = std::nullopt, .mscale = 1.0, .mscale_all_dim = 1.0};
   CHECK_NOTHROW(check_hf_config(path, model_config(spec)));
   hub.set("quantization_config", parse_json(R"({"activation_scheme": "dynamic", "fmt": "e4m3",
     "quant_method": "fp8", "weight_block_size": [128, 128]})", "q"));

@@ -91,7 +91,7 @@ JobSpec fixture_job(const std::string& name) {
     m.topk_scaling_factor = 2.5, m.n_groups = 4, m.top_groups = 2;
     if (name == "deepseek_v3_yarn")  // DeepSeek's YaRN: x4 over 16 positions, mscale 1 and mscale_all_dim 0.6
       s.model.rope_scaling = {.enabled = true, .type = RopeType::yarn, .factor = 4,
-                              .original_max_position_embeddings = 16, .mscale = 1.0, .mscale_all_dim = 0.6};
+                              .original_max_position_embeddings = 16, .attention_factor = std::nullopt, .mscale = 1.0, .mscale_all_dim = 0.6};
   } else if (name == "mixtral") {
     s.model.n_kv_head = 2;
     s.model.norm_eps = 1e-5, s.model.rope_theta = 1e6;

@@ -162,7 +162,7 @@ JobSpec hf_job(const std::string& prefix, const std::string& name) {
   if (name == "deepseek_v3_aux_loss") s.model.moe.balance = Balance::aux_loss;
   if (name == "deepseek_v3_yarn")  // DeepSeek's YaRN, its mscale pair in config.json
     s.model.rope_scaling = {.enabled = true, .type = RopeType::yarn, .factor = 4,
-                            .original_max_position_embeddings = 16, .mscale = 0.8, .mscale_all_dim = 0.5};
+                            .original_max_position_embeddings = 16, .attention_factor = std::nullopt, .mscale = 0.8, .mscale_all_dim = 0.5};
   return s;
 }
 std::vector<std::pair<std::string, JobSpec>> hf_jobs(const std::string& prefix) {

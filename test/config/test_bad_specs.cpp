@@ -219,6 +219,8 @@ const std::vector<Bad>& bad_specs() {
       {"every layer dense", kData + "model:\n  n_layer: 4\n  moe:\n    every: 2\n    first_dense: 4\n", {},
        "job.yaml:8: model.moe.first_dense: must be <= 3 (the last layer model.moe.every 2 makes an MoE "
        "layer, of model.n_layer 4), got 4 (no layer would be a MoE layer)"},
+      {"negative seq aux loss", kData + "model:\n  moe:\n    seq_aux_loss_coeff: -1e-4\n", {},
+       "job.yaml:6: model.moe.seq_aux_loss_coeff: must be >= 0, got -0.0001"},
       {"topk scaling 0", kData + "model:\n  moe:\n    topk_scaling_factor: 0\n", {},
        "job.yaml:6: model.moe.topk_scaling_factor: must be > 0, got 0"},
       {"route groups uneven", kData + "model:\n  moe:\n    n_experts: 8\n    n_groups: 3\n", {},

@@ -162,6 +162,13 @@ grep -q 'qk_norm: true' mesh_qwen3_moe.yaml && grep -q 'normalize_topk: false' m
 # DeepSeek-V3's router: sigmoid scores (with the aux_free bias).
 sed 's/balance: aux_free/balance: aux_free, score: sigmoid/' mesh_moe_llama.yaml >mesh_moe_llama_sigmoid.yaml
 grep -q 'score: sigmoid' mesh_moe_llama_sigmoid.yaml
+# ...and its sequence-wise balance loss, over micro-batches of 3 sequences so
+# that tp 2 blocks and cp chunks cut sequences (rank 0 of tp 2 holds one and a
+# half): each sequence's counts must be summed over the ranks holding it.
+sed -e 's/score: sigmoid/score: sigmoid, seq_aux_loss_coeff: 0.05/' \
+    -e 's/micro_batch: 1, global_batch: 8/micro_batch: 3, global_batch: 6/' \
+  mesh_moe_llama_sigmoid.yaml >mesh_moe_seq_aux.yaml
+grep -q 'seq_aux_loss_coeff: 0.05' mesh_moe_seq_aux.yaml && grep -q 'micro_batch: 3' mesh_moe_seq_aux.yaml
 # ...and its group-limited routing: 8 experts in 4 groups of 2, each token's
 # two from its best 2 groups (with ep 4, a group per rank: node-limited).
 sed 's/n_experts: 4, top_k: 2,/n_experts: 8, top_k: 2, n_groups: 4, top_groups: 2,/' \

@@ -19,14 +19,15 @@ struct MoeHarness {
   int64_t N, C;
   std::vector<float> in, out, dout, dinp;
 
+  // `sequences` split the tokens (the sequence-wise balance loss sees them).
   MoeHarness(model::Family family, const model::MoeConfig& mc, int64_t tokens, int64_t C_,
-             uint64_t seed)
+             uint64_t seed, int64_t sequences = 1)
       : N(tokens), C(C_), in(N * C), out(N * C), dout(N * C), dinp(N * C) {
     model::ModelConfig cfg;
     cfg.family = family;
     cfg.d_model = static_cast<int>(C);
     cfg.n_layer = 2;
-    moe.declare(buf, "model.layers.0", cfg, mc, model::BatchShape{1, tokens});
+    moe.declare(buf, "model.layers.0", cfg, mc, model::BatchShape{sequences, tokens / sequences});
     for (int c = 0; c < model::kNumCategories; ++c) {
       arenas.emplace_back(buf.category_bytes(static_cast<model::Category>(c)) + 256, 0);
       char* base = arenas.back().data();

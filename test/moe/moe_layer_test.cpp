@@ -51,9 +51,9 @@ std::vector<int32_t> routing(const Buffers& b) {
 // perturbation changes the routing (top-k is piecewise) are skipped.
 // One thread: ~1600 tiny forwards are all OpenMP barriers otherwise on a busy
 // machine; the determinism test shows 1 and 2 threads agree bit for bit.
-void gradcheck(Family family, MoeConfig mc, bool aux_only) {
+void gradcheck(Family family, MoeConfig mc, bool aux_only, int64_t sequences = 1) {
   OmpThreads one(1);
-  MoeHarness h(family, mc, 6, 8, 21);
+  MoeHarness h(family, mc, 6, 8, 21, sequences);
   if (aux_only) std::fill(h.dout.begin(), h.dout.end(), 0.0f);
   if (mc.balance == MoeBalance::aux_free) {
     Tensor bias = h.buf.param(h.moe.selection_bias());
@@ -124,6 +124,20 @@ TEST_CASE("moe layer gradient: sigmoid top-2 renormalised, weights scaled by 2.5
   MoeConfig mc{.n_experts = 4, .top_k = 2, .d_ff_expert = 6, .balance = MoeBalance::aux_free,
                .sigmoid = true, .topk_scaling = 2.5f};
   gradcheck(Family::llama, mc, false);
+}
+
+// DeepSeek-V3's balancing: the aux_free bias plus the sequence-wise loss, over
+// two sequences of 3 tokens (each with its own counts); and with softmax
+// scores beside the batch-wise balance loss.
+TEST_CASE("moe layer gradient: sequence-wise balance loss", "[cpu][moe]") {
+  MoeConfig deepseek{.n_experts = 4, .top_k = 2, .d_ff_expert = 6, .balance = MoeBalance::aux_free,
+                     .seq_aux_loss_coeff = 0.7f, .sigmoid = true, .topk_scaling = 2.5f};
+  SECTION("sigmoid, output and aux") { gradcheck(Family::llama, deepseek, false, 2); }
+  SECTION("sigmoid, aux only") { gradcheck(Family::llama, deepseek, true, 2); }
+  MoeConfig softmax{.n_experts = 4, .top_k = 2, .n_shared_experts = 1, .d_ff_expert = 6,
+                    .balance = MoeBalance::aux_loss, .aux_loss_coeff = 0.3f,
+                    .seq_aux_loss_coeff = 0.7f};
+  SECTION("softmax, aux only") { gradcheck(Family::gpt2, softmax, true, 2); }
 }
 
 // Qwen3-MoE's norm_topk_prob: false (Megatron's pre-softmax router).
