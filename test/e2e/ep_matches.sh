@@ -12,7 +12,9 @@ cd "$fx"
 tag=$(echo "$job-$np-$*" | tr -c 'a-zA-Z0-9' '_')
 ref=runs/epref_$tag mesh=runs/epmesh_$tag
 rm -rf "$ref" "$mesh"
-OMP_NUM_THREADS=1 "$trainer" train "$job" --set run.dir="$ref" >/dev/null
+# The one-rank run, shared by every entry comparing against it (ref_run.sh).
+source "$(dirname "${BASH_SOURCE[0]}")/ref_run.sh"
+ref_run "$trainer" "$ref" "$job"
 OMP_NUM_THREADS=1 "$mpiexec" --allow-run-as-root --oversubscribe -np "$np" \
   "$trainer" train "$job" --set run.dir="$mesh" "$@" >/dev/null
 pick() {

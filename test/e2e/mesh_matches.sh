@@ -24,8 +24,9 @@ if [[ -n ${MESH_STEPS:-} ]]; then steps=$MESH_STEPS; common+=(--set "train.steps
 # MESH_PARAMS_NORM=1: both runs log the parameters' norm (log.params_norm),
 # compared step by step as well.
 if [[ -n ${MESH_PARAMS_NORM:-} ]]; then common+=(--set log.params_norm=true); fi
-OMP_NUM_THREADS=1 "$trainer" train "$job" --set run.dir="$ref" "${common[@]}" >"$ref.log" 2>&1 ||
-  { cat "$ref.log"; exit 1; }
+# The one-rank run, shared by every entry comparing against it (ref_run.sh).
+source "$(dirname "${BASH_SOURCE[0]}")/ref_run.sh"
+ref_run "$trainer" "$ref" "$job" "${common[@]}"
 OMP_NUM_THREADS=1 "$mpiexec" --allow-run-as-root --oversubscribe -np "$np" \
   "$trainer" train "$job" --set run.dir="$mesh" "${common[@]}" "$@" >"$mesh.log" 2>&1 ||
   { cat "$mesh.log"; exit 1; }
