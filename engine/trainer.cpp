@@ -679,7 +679,7 @@ void Trainer::finish_moe_step(StepRecord& r, int global_batch) {
   parallel::Communicator& dp = mesh_->comm(parallel::Axis::dp);
   // Every layer's step counters and aux-loss sum, gathered on the device: one
   // all-reduce and one read here, not one of each per layer.
-  double aux_sum = 0, imbalance = 0, dropped = 0;
+  double aux_sum = 0, seq_aux_sum = 0, imbalance = 0, dropped = 0;
   const int64_t L = static_cast<int64_t>(layers.size()), E = model_->config().moe.n_experts;
   Tensor summary = model_->gather_moe_step(ctx_);
   if (L > 0) {
@@ -689,7 +689,10 @@ void Trainer::finish_moe_step(StepRecord& r, int global_batch) {
     if (dp.size() > 1) dp.all_reduce(counts, parallel::ReduceOp::sum);
     std::vector<float> host(static_cast<size_t>(summary.numel()));
     copy_to_host(host.data(), summary);
-    for (int64_t i = 0; i < L; ++i) aux_sum += host[L * 2 * E + i];
+    for (int64_t i = 0; i < L; ++i) {
+      seq_aux_sum += host[L * 2 * E + L + i];
+      aux_sum += host[L * 2 * E + i] + host[L * 2 * E + L + i];
+    }
     const std::vector<int> units = model_->moe_layer_units();
     for (int64_t i = 0; i < L; ++i) {
       const model::Moe* m = layers[i];
@@ -710,10 +713,14 @@ void Trainer::finish_moe_step(StepRecord& r, int global_batch) {
   if (pipeline_) {  // the logging rank holds the first stage's layers only
     parallel::Communicator& pp = mesh_->comm(parallel::Axis::pp);
     aux_sum = parallel::group_sum(pp, aux_sum);
+    seq_aux_sum = parallel::group_sum(pp, seq_aux_sum);
     dropped = parallel::group_sum(pp, dropped);
     pp.all_reduce(Tensor(&imbalance, {1}, DType::f64), parallel::ReduceOp::max);
   }
-  r.moe_aux_loss = parallel::group_sum(dp, aux_sum) / (global_batch / spec_.train.micro_batch);
+  const double micro_batches = global_batch / spec_.train.micro_batch;
+  r.moe_aux_loss = parallel::group_sum(dp, aux_sum) / micro_batches;
+  if (spec_.model.moe.seq_aux_loss_coeff > 0)
+    r.moe_seq_aux_loss = parallel::group_sum(dp, seq_aux_sum) / micro_batches;
   r.moe_imbalance = imbalance;
   r.moe_dropped = dropped;
 }
@@ -811,8 +818,11 @@ void Trainer::log_step(const StepRecord& r) {
                        r.step == spec_.train.steps)) {
     std::string extra;  // MoE and loss-scale fields, when the job has them
     if (!std::isnan(r.moe_imbalance))
-      extra = fmt::format(" | moe aux {:.4f} imbalance {:.2f} dropped {:.0f}", r.moe_aux_loss,
-                        r.moe_imbalance, r.moe_dropped);
+      extra = fmt::format(" | moe aux {:.4f}{} imbalance {:.2f} dropped {:.0f}", r.moe_aux_loss,
+                          std::isnan(r.moe_seq_aux_loss)
+                              ? std::string()
+                              : fmt::format(" (seq {:.4f})", r.moe_seq_aux_loss),
+                          r.moe_imbalance, r.moe_dropped);
     if (!std::isnan(r.loss_scale)) extra += fmt::format(" | loss scale {:g}", r.loss_scale);
     if (r.global_batch > 0) extra += fmt::format(" | batch {}", r.global_batch);
     if (!std::isnan(r.params_norm)) extra += fmt::format(" | params norm {:.4f}", r.params_norm);
@@ -845,6 +855,8 @@ void Trainer::log_step(const StepRecord& r) {
       extra += fmt::format(", \"moe_aux_loss\": {}, \"moe_imbalance\": {}, \"moe_dropped\": {}",
                           json_number(r.moe_aux_loss, "{:.9g}"),
                           json_number(r.moe_imbalance, "{:.6g}"), json_number(r.moe_dropped, "{:.0f}"));
+    if (!std::isnan(r.moe_seq_aux_loss))
+      extra += fmt::format(", \"moe_seq_aux_loss\": {}", json_number(r.moe_seq_aux_loss, "{:.9g}"));
     if (!std::isnan(r.loss_scale))
       extra += fmt::format(", \"loss_scale\": {}, \"skipped\": {}", json_number(r.loss_scale, "{:g}"),
                            r.skipped);

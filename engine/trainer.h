@@ -53,6 +53,9 @@ struct StepRecord {
   // MoE only (NaN for a dense model): mean auxiliary loss per micro-batch,
   // the worst layer's load imbalance (max / mean tokens per expert), drops.
   double moe_aux_loss = std::nan(""), moe_imbalance = std::nan(""), moe_dropped = 0;
+  // Of moe_aux_loss, the sequence-wise balance loss (model.moe.seq_aux_loss_coeff
+  // > 0; NaN otherwise), with its coefficient, as Megatron's seq_load_balancing_loss.
+  double moe_seq_aux_loss = std::nan("");
   // fp16 only: the loss scale the step ran with (NaN otherwise), and whether
   // its gradients overflowed, so the update was skipped.
   double loss_scale = std::nan("");

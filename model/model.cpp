@@ -114,10 +114,10 @@ Model::Model(const ModelConfig& cfg, const BatchShape& batch) : cfg_(cfg), batch
   scratch_.declare(buf_, cfg_, batch_);
   const int64_t n_moe = static_cast<int64_t>(moe_layers().size());
   if (n_moe > 0) {
-    // The step counters of every MoE layer of this stage, then their aux-loss
-    // sums: one reduction and one read per step (gather_moe_step).
+    // The step counters of every MoE layer of this stage, then their two
+    // aux-loss sums: one reduction and one read per step (gather_moe_step).
     const int64_t E = cfg_.moe.n_experts;
-    moe_summary_ = buf_.add(Category::scratch, "moe.step_summary", {n_moe * (2 * E + 1)});
+    moe_summary_ = buf_.add(Category::scratch, "moe.step_summary", {n_moe * (2 * E + 2)});
   }
 }
 
@@ -409,6 +409,9 @@ Tensor Model::gather_moe_step(Context& ctx) const {
   for (int64_t i = 0; i < L; ++i) {
     copy(ctx, all.slice(i * 2 * E, (i + 1) * 2 * E), layers[i]->step_counts(buf_).view({2 * E}));
     copy(ctx, all.slice(L * 2 * E + i, L * 2 * E + i + 1), layers[i]->step_aux(buf_));
+    Tensor seq = all.slice(L * 2 * E + L + i, L * 2 * E + L + i + 1);
+    if (Tensor s = layers[i]->step_seq_aux(buf_); !s.empty()) copy(ctx, seq, s);
+    else fill(ctx, seq, 0.0f);
   }
   return all;
 }

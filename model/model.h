@@ -133,8 +133,9 @@ class Model {
   // Their blocks' parameter units (into buffers().param_units()), in the same order.
   std::vector<int> moe_layer_units() const;
   void reset_moe_stats(Context& ctx);
-  // Every MoE layer's step counters side by side, then their aux-loss sums:
-  // (L (2E) + L) f32, copied on the device (empty without MoE layers).
+  // Every MoE layer's step counters side by side, then their aux-loss sums
+  // (Moe::step_aux), then their sequence-wise balance loss sums (0 for a layer
+  // without): (L (2E) + 2L) f32, copied on the device (empty without MoE layers).
   Tensor gather_moe_step(Context& ctx) const;
 
   // Model FLOPs per token for forward + backward (GEMMs and attention, as in

@@ -199,6 +199,7 @@ void Moe::declare(Buffers& buf, const std::string& prefix, const ModelConfig& cf
     seq_rows_ = buf.add(G, p + "seq_aux_rows", {batch.B, 2}, DType::i32);
     seq_sums_ = buf.add(A, p + "seq_aux_sums", {batch.B, 2 * E_}, DType::f64);
     seq_loss_ = buf.add(G, p + "seq_aux_loss", {1});
+    step_seq_aux_ = buf.add(G, p + "step_seq_aux_loss", {1});
     buf.declare_op_scratch(moe_seq_aux_scratch_bytes(N_));
   }
   // The backward's temporaries (and the fp32 router input) are spent before
@@ -437,8 +438,8 @@ void Moe::forward(const LayerEnv& env, Tensor out, Tensor in) const {
     moe_seq_aux_sums(ctx, seq, logits, seq_rows(b), K_, moe_.sigmoid);
     if (sp_) env.tp.all_reduce(seq, parallel::ReduceOp::sum);
     if (cp_ > 1) env.cp->all_reduce(seq, parallel::ReduceOp::sum);
-    moe_seq_aux_loss(ctx, b.get(seq_loss_), count ? b.get(step_aux_) : Tensor{}, seq, seq_len_, K_,
-                     moe_.seq_aux_loss_coeff);
+    moe_seq_aux_loss(ctx, b.get(seq_loss_), count ? b.get(step_seq_aux_) : Tensor{}, seq, seq_len_,
+                     K_, moe_.seq_aux_loss_coeff);
   }
 }
 
@@ -533,6 +534,7 @@ float Moe::aux_loss(const Buffers& buf) const {
 void Moe::reset_step_stats(Context& ctx, const Buffers& buf) const {
   fill(ctx, buf.get(step_), 0.0f);
   fill(ctx, buf.get(step_aux_), 0.0f);
+  if (step_seq_aux_ >= 0) fill(ctx, buf.get(step_seq_aux_), 0.0f);
 }
 
 MoeStats Moe::stats(const Buffers& buf) const {

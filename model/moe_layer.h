@@ -86,9 +86,15 @@ class Moe {
   // Sum it over the data-parallel group before stats() / update_bias().
   Tensor step_counts(const Buffers& buf) const { return buf.get(step_); }
   void reset_step_stats(Context& ctx, const Buffers& buf) const;
-  // Sum of aux_loss() over the forwards since reset_step_stats, (1) f32 kept
-  // on the device: what the trainer reports (Model::gather_moe_step).
+  // Sum of aux_loss() over the forwards since reset_step_stats, its
+  // sequence-wise part left out (step_seq_aux), (1) f32 kept on the device:
+  // what the trainer reports (Model::gather_moe_step).
   Tensor step_aux(const Buffers& buf) const { return buf.get(step_aux_); }
+  // Of that, the sequence-wise balance loss's part, (1) f32 (seq_aux_loss_coeff
+  // > 0; empty otherwise): reported on its own, as Megatron does.
+  Tensor step_seq_aux(const Buffers& buf) const {
+    return step_seq_aux_ >= 0 ? buf.get(step_seq_aux_) : Tensor{};
+  }
   MoeStats stats(const Buffers& buf) const;
   // The stats of step counters already read: `step` (2E) as step_counts holds them.
   static MoeStats stats_of(const float* step, int64_t experts);
@@ -178,7 +184,7 @@ class Moe {
   // this rank's rows of each sequence, (B, 2) i32 scratch uploaded once per
   // place (seq_rows_host_); the per-sequence sums (B, 2E) f64, an activation the
   // backward reads; the last forward's loss (1) f32 scratch.
-  BufferId seq_rows_ = -1, seq_sums_ = -1, seq_loss_ = -1;
+  BufferId seq_rows_ = -1, seq_sums_ = -1, seq_loss_ = -1, step_seq_aux_ = -1;
   std::vector<int32_t> seq_rows_host_;
   mutable const void* seq_rows_at_ = nullptr;
   int64_t seq_len_ = 0;  // tokens per whole sequence

@@ -35,3 +35,8 @@ val() { grep '"val_loss"' "$1/metrics.jsonl" | sed 's/.*"val_loss": \([^}]*\)}.*
 paste <(val "$ref") <(val "$mesh") | awk '
   { n++; d = $1 - $2; if (d < 0) d = -d; if (NF != 2 || d > 1e-5 * $1) { bad++; print "eval " n ": " $1 " vs " $2 } }
   END { if (n) printf "%d evaluations compared\n", n; exit bad > 0 }'
+# The sequence-wise balance loss's own figure, when the job has one.
+seq_aux() { grep -o '"moe_seq_aux_loss": [^,}]*' "$1/metrics.jsonl" | sed 's/.*: //' || true; }
+paste <(seq_aux "$ref") <(seq_aux "$mesh") | awk '
+  { n++; d = $1 - $2; if (d < 0) d = -d; if (NF != 2 || d > 1e-5 * $1 + 1e-9) { bad++; print "seq aux " n ": " $1 " vs " $2 } }
+  END { if (n) printf "%d sequence-wise balance losses compared\n", n; exit bad > 0 }'

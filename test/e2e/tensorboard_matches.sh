@@ -18,7 +18,9 @@ job=(good.yaml --set run.dir="$dense" --set log.metrics=tensorboard --set data.v
 grep -q "resumed from" "$dense.resume.log" || { echo "FAIL: did not resume"; exit 1; }
 "$check" "$dense" 2
 "$trainer" train mesh_moe_eval.yaml --set run.dir="$moe" --set log.metrics=tensorboard \
-  --set precision.compute=fp16 --set train.steps=4 --set train.eval_every=2 >/dev/null
-grep -q '"moe_aux_loss".*"loss_scale"' "$moe/metrics.jsonl" || { echo "FAIL: no MoE or fp16 fields"; exit 1; }
+  --set precision.compute=fp16 --set train.steps=4 --set train.eval_every=2 \
+  --set model.moe.seq_aux_loss_coeff=0.01 >/dev/null
+grep -q '"moe_aux_loss".*"moe_seq_aux_loss".*"loss_scale"' "$moe/metrics.jsonl" ||
+  { echo "FAIL: no MoE, sequence-wise balance or fp16 fields"; exit 1; }
 "$check" "$moe" 1
 echo PASS

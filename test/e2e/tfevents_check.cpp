@@ -35,7 +35,8 @@ const std::map<std::string, Field> kFields = {
     {"memory_bytes", {"mem-reserved-bytes", false}}, {"global_batch", {"batch-size", false}},
     {"params_norm", {"params-norm", true}},
     {"moe_aux_loss", {"load_balancing_loss", true}}, {"moe_imbalance", {"moe-imbalance", false}},
-    {"moe_dropped", {"moe-dropped", false}}, {"loss_scale", {"loss-scale", false}},
+    {"moe_dropped", {"moe-dropped", false}}, {"moe_seq_aux_loss", {"seq_load_balancing_loss", true}},
+    {"loss_scale", {"loss-scale", false}},
     {"skipped", {"skipped", false}},       {"val_loss", {"lm loss validation", true}}};
 
 [[noreturn]] void fail(const std::string& what) { throw std::runtime_error(what); }

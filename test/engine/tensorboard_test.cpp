@@ -221,6 +221,13 @@ TEST_CASE("step scalars: MoE and loss-scale tags only when the job has them", "[
   CHECK(all[7].value == 3.0f);
   CHECK(all[8].value == 65536.0f);
   CHECK(all[9].value == 1.0f);
+  // The sequence-wise balance loss, when the job has one, after the drops.
+  r.moe_seq_aux_loss = 0.03125;
+  std::vector<Scalar> seq = tensorboard_step_scalars(r);
+  REQUIRE(seq.size() == all.size() + 1);
+  CHECK(seq[8].tag == "seq_load_balancing_loss");
+  CHECK(seq[8].value == 0.03125f);
+  r.moe_seq_aux_loss = std::nan("");
 
   // log.timers: each phase's slowest rank's time, as Megatron's "<timer>-time".
   r.times = StepTimes{PhaseSpread{0.5, 0.75, 1, 0}, PhaseSpread{10, 20, 0, 1},
