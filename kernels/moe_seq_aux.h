@@ -82,6 +82,28 @@ TRAINER_HOST_DEVICE inline double seq_aux_grad_factor(int64_t B, int64_t E, int6
   return double(E) / (double(B) * double(K) * double(T) * double(T));
 }
 
+// One token's gradient: dl (E) += d(factor * sum_e count[e] s'[e]) / d logits,
+// through s' = s / sum s (for softmax the identity, with the same result) and
+// the scores. count: its sequence's counts; factor: scale * seq_aux_grad_factor.
+TRAINER_HOST_DEVICE inline void seq_aux_row_backward(float* dl, const float* l, const double* count,
+                                                     int64_t E, int64_t K, double factor,
+                                                     bool sigmoid) {
+  const SeqAuxRow r = seq_aux_row(l, E, K, sigmoid);
+  double dot = 0;  // sum_e g[e] s'[e], g = d loss / d s'
+  for (int64_t e = 0; e < E; ++e) dot += factor * count[e] * seq_aux_score(l[e], r, sigmoid);
+  for (int64_t e = 0; e < E; ++e) {
+    const double g = factor * count[e];
+    double d;
+    if (sigmoid) {
+      const double sg = seq_aux_sigmoid(l[e]);
+      d = (g - dot) / r.denom * sg * (1.0 - sg);
+    } else {
+      d = seq_aux_score(l[e], r, sigmoid) * (g - dot);
+    }
+    dl[e] += static_cast<float>(d);
+  }
+}
+
 #define TRAINER_OPS(NS)                                                                       \
   namespace NS {                                                                              \
   /* sums (B, 2E) f64 written: per sequence, [0, E) the tokens whose top_k holds e, [E, 2E)   */ \

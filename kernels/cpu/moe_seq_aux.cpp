@@ -109,26 +109,8 @@ void moe_seq_aux_backward(Context&, Tensor dlogits, Tensor logits, Tensor seq_ro
   for (int64_t b = 0; b < B; ++b) {
     const double* count = s + b * 2 * E;
 #pragma omp parallel for schedule(static)
-    for (int64_t n = rng[b].first; n < rng[b].first + rng[b].second; ++n) {
-      const float* row = l + n * E;
-      const SeqAuxRow r = seq_aux_row(row, E, top_k, sigmoid);
-      // g[e] = d loss / d s'[e]; then through s' = s / sum s (which for softmax
-      // is the identity, and gives the same result) and the scores.
-      double dot = 0;
-      for (int64_t e = 0; e < E; ++e) dot += factor * count[e] * seq_aux_score(row[e], r, sigmoid);
-      for (int64_t e = 0; e < E; ++e) {
-        const double p = seq_aux_score(row[e], r, sigmoid);
-        const double g = factor * count[e];
-        double d;
-        if (sigmoid) {
-          const double sg = seq_aux_sigmoid(row[e]);
-          d = (g - dot) / r.denom * sg * (1.0 - sg);
-        } else {
-          d = p * (g - dot);
-        }
-        dl[n * E + e] += static_cast<float>(d);
-      }
-    }
+    for (int64_t n = rng[b].first; n < rng[b].first + rng[b].second; ++n)
+      seq_aux_row_backward(dl + n * E, l + n * E, count, E, top_k, factor, sigmoid);
   }
 }
 

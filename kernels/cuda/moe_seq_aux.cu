@@ -79,23 +79,7 @@ __global__ void seq_aux_backward_kernel(float* dlogits, const float* logits,
     if (n >= first && n < end) break;
   }
   if (b == B) return;  // a row of no sequence: untouched
-  const float* row = logits + n * E;
-  const double* count = sums + b * 2 * E;
-  const SeqAuxRow r = seq_aux_row(row, E, K, sigmoid);
-  double dot = 0;
-  for (int64_t e = 0; e < E; ++e) dot += factor * count[e] * seq_aux_score(row[e], r, sigmoid);
-  for (int64_t e = 0; e < E; ++e) {
-    const double p = seq_aux_score(row[e], r, sigmoid);
-    const double g = factor * count[e];
-    double d;
-    if (sigmoid) {
-      const double sg = seq_aux_sigmoid(row[e]);
-      d = (g - dot) / r.denom * sg * (1.0 - sg);
-    } else {
-      d = p * (g - dot);
-    }
-    dlogits[n * E + e] += static_cast<float>(d);
-  }
+  seq_aux_row_backward(dlogits + n * E, logits + n * E, sums + b * 2 * E, E, K, factor, sigmoid);
 }
 
 void check_args(const Tensor& sums, const Tensor& logits, const Tensor& seq_rows, int64_t top_k,

@@ -172,6 +172,12 @@ Tensor host_ints(std::vector<int32_t>& values, std::initializer_list<int64_t> sh
   return t;
 }
 
+std::vector<double> download_f64(const Tensor& t) {
+  std::vector<double> v(static_cast<size_t>(t.numel()));
+  copy_to_host(v.data(), t);
+  return v;
+}
+
 void expect_close(const std::string& what, const std::vector<float>& got,
                   const std::vector<float>& ref, Tolerance tol) {
   REQUIRE(got.size() == ref.size());

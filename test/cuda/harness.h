@@ -89,6 +89,8 @@ struct HostTensor {
   std::vector<float> values() const;
 };
 Tensor host_ints(std::vector<int32_t>& values, std::initializer_list<int64_t> shape);
+// A device fp64 tensor's values (the router statistics' sums).
+std::vector<double> download_f64(const Tensor& t);
 
 // The linear ops' paths: cuBLASLt's epilogues; the fallback kernels after a
 // plain GEMM (gemm_epilogues off); and the fallback with its fp32 staging cut

@@ -12,15 +12,6 @@
 #include "test/cuda/harness.h"
 
 namespace trainer::cuda_test {
-namespace {
-
-std::vector<double> download_f64(const Tensor& t) {
-  std::vector<double> v(t.numel());
-  copy_to_host(v.data(), t);
-  return v;
-}
-
-}  // namespace
 
 TEST_CASE("moe_seq_aux ops match the CPU op", "[cuda][moe]") {
   struct Shape {

@@ -18,12 +18,6 @@
 namespace trainer::cuda_test {
 namespace {
 
-std::vector<double> download_f64(const Tensor& t) {
-  std::vector<double> v(t.numel());
-  copy_to_host(v.data(), t);
-  return v;
-}
-
 // Router-like inputs: probs rows of a softmax, logits spread over [-6, 6].
 struct RouterInputs {
   std::vector<float> probs, logits;
