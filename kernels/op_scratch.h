@@ -103,7 +103,11 @@ size_t moe_plan_scratch_bytes(int64_t assignments, int64_t E);
 // moe_router_sums over N tokens: blocks of rows, each writing E + 1 double partials.
 int64_t moe_router_sum_chunks(int64_t N);
 size_t moe_router_sums_scratch_bytes(int64_t N, int64_t E);
-// moe_seq_aux_sums over N tokens: each token's row reduction (SeqAuxRow).
-size_t moe_seq_aux_scratch_bytes(int64_t N);
+// moe_seq_aux_sums over N tokens, B sequences, E experts: each token's row
+// reduction (SeqAuxRow), then each sequence's partial sums per chunk of
+// kMoeSeqAuxChunkRows rows (a sequence holds at most N rows).
+inline constexpr int64_t kMoeSeqAuxChunkRows = 64;
+int64_t moe_seq_aux_chunks(int64_t N);
+size_t moe_seq_aux_scratch_bytes(int64_t N, int64_t B, int64_t E);
 
 }  // namespace trainer

@@ -200,7 +200,7 @@ void Moe::declare(Buffers& buf, const std::string& prefix, const ModelConfig& cf
     seq_sums_ = buf.add(A, p + "seq_aux_sums", {batch.B, 2 * E_}, DType::f64);
     seq_loss_ = buf.add(G, p + "seq_aux_loss", {1});
     step_seq_aux_ = buf.add(G, p + "step_seq_aux_loss", {1});
-    buf.declare_op_scratch(moe_seq_aux_scratch_bytes(N_));
+    buf.declare_op_scratch(moe_seq_aux_scratch_bytes(N_, batch.B, E_));
   }
   // The backward's temporaries (and the fp32 router input) are spent before
   // the layer returns: every MoE layer of the model shares one copy.

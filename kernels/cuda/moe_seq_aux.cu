@@ -1,8 +1,10 @@
 // The sequence-wise balance loss on the device (kernels/moe_seq_aux.h), with the
 // per-token math of the header shared with the CPU op. Sums: one thread per
-// token reduces its row (the K-th pick and the normaliser) into scratch, then
-// one thread per (sequence, expert) adds its column over the sequence's rows in
-// row order, in double: no atomics, the CPU op's order, the same bits every run.
+// token reduces its row (the K-th pick and the normaliser) into scratch; one
+// thread per (sequence, chunk of 64 rows, expert) adds its column over the
+// chunk's rows; one thread per (sequence, column) adds the chunks in order. All
+// in double, no atomics: the same bits every run (a thread per column over a
+// whole sequence would leave most of the GPU idle: one block for B = 1, E = 256).
 // Backward: one thread per token (its gradient depends on its row alone).
 #include <algorithm>
 
@@ -17,8 +19,9 @@ constexpr int kThreads = 256;
 
 __global__ void seq_aux_rows_kernel(const float* logits, int64_t N, int64_t E, int64_t K,
                                     bool sigmoid, SeqAuxRow* rows) {
-  const int64_t n = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (n < N) rows[n] = seq_aux_row(logits + n * E, E, K, sigmoid);
+  for (int64_t n = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; n < N;
+       n += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    rows[n] = seq_aux_row(logits + n * E, E, K, sigmoid);
 }
 
 // The sequence's range, clamped into [0, N) (the model builds the table from the
@@ -32,22 +35,37 @@ __device__ inline void seq_range(const int32_t* seq_rows, int64_t b, int64_t N, 
   *end = e > N ? N : e;
 }
 
-__global__ void seq_aux_columns_kernel(const float* logits, const SeqAuxRow* rows,
-                                       const int32_t* seq_rows, int64_t N, int64_t E, bool sigmoid,
-                                       double* sums) {
-  const int64_t b = blockIdx.y;
+// partial[b][c] (2E): sequence b's chunk c, zeros past its rows.
+__global__ void seq_aux_chunks_kernel(const float* logits, const SeqAuxRow* rows,
+                                      const int32_t* seq_rows, int64_t N, int64_t E, int64_t chunks,
+                                      bool sigmoid, double* partial) {
+  const int64_t b = blockIdx.z, c = blockIdx.y;
   const int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (e >= E) return;
   int64_t first = 0, end = 0;
   seq_range(seq_rows, b, N, &first, &end);
+  const int64_t begin = first + c * kMoeSeqAuxChunkRows;
+  const int64_t stop = min(end, begin + kMoeSeqAuxChunkRows);
   double count = 0, score = 0;
-  for (int64_t n = first; n < end; ++n) {
+  for (int64_t n = begin; n < stop; ++n) {
     const float l = logits[n * E + e];
     count += seq_aux_chosen(l, e, rows[n]) ? 1.0 : 0.0;
     score += seq_aux_score(l, rows[n], sigmoid);
   }
-  sums[b * 2 * E + e] = count;
-  sums[b * 2 * E + E + e] = score;
+  double* out = partial + (b * chunks + c) * 2 * E;
+  out[e] = count;
+  out[E + e] = score;
+}
+
+__global__ void seq_aux_finish_kernel(const double* partial, int64_t B, int64_t E, int64_t chunks,
+                                      double* sums) {
+  for (int64_t j = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; j < B * 2 * E;
+       j += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t b = j / (2 * E), col = j % (2 * E);
+    double s = 0;
+    for (int64_t c = 0; c < chunks; ++c) s += partial[(b * chunks + c) * 2 * E + col];
+    sums[j] = s;
+  }
 }
 
 // One thread, the CPU op's order and roundings.
@@ -70,16 +88,17 @@ __global__ void seq_aux_backward_kernel(float* dlogits, const float* logits,
                                         const int32_t* seq_rows, const double* sums, int64_t N,
                                         int64_t E, int64_t B, int64_t K, double factor,
                                         bool sigmoid) {
-  const int64_t n = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (n >= N) return;
-  int64_t b = 0;
-  for (; b < B; ++b) {
-    int64_t first = 0, end = 0;
-    seq_range(seq_rows, b, N, &first, &end);
-    if (n >= first && n < end) break;
+  for (int64_t n = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; n < N;
+       n += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    int64_t b = 0;
+    for (; b < B; ++b) {
+      int64_t first = 0, end = 0;
+      seq_range(seq_rows, b, N, &first, &end);
+      if (n >= first && n < end) break;
+    }
+    if (b == B) continue;  // a row of no sequence: untouched
+    seq_aux_row_backward(dlogits + n * E, logits + n * E, sums + b * 2 * E, E, K, factor, sigmoid);
   }
-  if (b == B) return;  // a row of no sequence: untouched
-  seq_aux_row_backward(dlogits + n * E, logits + n * E, sums + b * 2 * E, E, K, factor, sigmoid);
 }
 
 void check_args(const Tensor& sums, const Tensor& logits, const Tensor& seq_rows, int64_t top_k,
@@ -98,17 +117,25 @@ void moe_seq_aux_sums(Context& ctx, Tensor sums, Tensor logits, Tensor seq_rows,
   CudaState& st = state_of(ctx);
   check_args(sums, logits, seq_rows, top_k, op);
   const int64_t N = logits.size(0), E = logits.size(1), B = seq_rows.size(0);
-  TRAINER_CHECK(B <= 65535, "{}: {} sequences; the grid takes at most 65535", op, B);
-  auto* rows = static_cast<SeqAuxRow*>(scratch(st, moe_seq_aux_scratch_bytes(N), op));
+  const int64_t chunks = moe_seq_aux_chunks(N);
+  TRAINER_CHECK(B <= 65535 && chunks <= 65535,
+                "{}: {} sequences of up to {} chunks of {} rows; the grid takes at most 65535 of each",
+                op, B, chunks, kMoeSeqAuxChunkRows);
+  auto* partial = static_cast<double*>(scratch(st, moe_seq_aux_scratch_bytes(N, B, E), op));
+  auto* rows = reinterpret_cast<SeqAuxRow*>(partial + B * chunks * 2 * E);
   if (N > 0) {
     seq_aux_rows_kernel<<<grid_for(N, kThreads), kThreads, 0, st.stream>>>(
         static_cast<const float*>(logits.data), N, E, top_k, sigmoid, rows);
     CUDA_LAUNCH_CHECK();
   }
-  const dim3 grid(static_cast<unsigned>((E + kThreads - 1) / kThreads), static_cast<unsigned>(B));
-  seq_aux_columns_kernel<<<grid, kThreads, 0, st.stream>>>(
+  const dim3 grid(static_cast<unsigned>((E + kThreads - 1) / kThreads), static_cast<unsigned>(chunks),
+                  static_cast<unsigned>(B));
+  seq_aux_chunks_kernel<<<grid, kThreads, 0, st.stream>>>(
       static_cast<const float*>(logits.data), rows, static_cast<const int32_t*>(seq_rows.data), N,
-      E, sigmoid, static_cast<double*>(sums.data));
+      E, chunks, sigmoid, partial);
+  CUDA_LAUNCH_CHECK();
+  seq_aux_finish_kernel<<<grid_for(B * 2 * E, kThreads), kThreads, 0, st.stream>>>(
+      partial, B, E, chunks, static_cast<double*>(sums.data));
   CUDA_LAUNCH_CHECK();
 }
 
