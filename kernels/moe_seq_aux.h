@@ -15,9 +15,10 @@
 //
 // A micro-batch's rows may be split over ranks (sequence parallelism, cp); each
 // rank's rows of one sequence are one contiguous range (a rank's rows are in
-// sequence order: model/moe_capacity.h), named by seq_rows (B, 2) i32 = (first row, rows), 0 rows for
-// a sequence the rank holds none of. `sums` (B, 2E) f64 is [counts | score
-// sums] per sequence, all-reduced over those ranks between sums and loss.
+// sequence order: model/moe_capacity.h), named by seq_rows (B, 2) i32 =
+// (first row, rows), 0 rows for a sequence the rank holds none of. `sums`
+// (B, 2E) f64 is [counts | score sums] per sequence, all-reduced over those
+// ranks between sums and loss.
 // logits and dlogits are fp32 (the router's); every sum is in double.
 #pragma once
 
