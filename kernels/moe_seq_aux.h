@@ -77,15 +77,16 @@ TRAINER_HOST_DEVICE inline bool seq_aux_chosen(float l, int64_t e, const SeqAuxR
   return l > r.kth || (l == r.kth && e <= r.kth_index);
 }
 
-// d loss / d s'[t, e] for a token of a sequence with counts c (E), times scale:
-// scale * E / (B K T^2) * c[e] (the counts are the whole sequence's, all-reduced).
-TRAINER_HOST_DEVICE inline double seq_aux_grad_factor(int64_t B, int64_t E, int64_t K, int64_t T) {
+// E / (B K T^2): the loss is this times sum_b sum_e counts[b, e] * score sums[b, e],
+// so d loss / d s'[t, e] is this times the token's sequence's count c[e] (the
+// whole sequence's, all-reduced).
+TRAINER_HOST_DEVICE inline double seq_aux_factor(int64_t B, int64_t E, int64_t K, int64_t T) {
   return double(E) / (double(B) * double(K) * double(T) * double(T));
 }
 
 // One token's gradient: dl (E) += d(factor * sum_e count[e] s'[e]) / d logits,
 // through s' = s / sum s (for softmax the identity, with the same result) and
-// the scores. count: its sequence's counts; factor: scale * seq_aux_grad_factor.
+// the scores. count: its sequence's counts; factor: scale * seq_aux_factor.
 TRAINER_HOST_DEVICE inline void seq_aux_row_backward(float* dl, const float* l, const double* count,
                                                      int64_t E, int64_t K, double factor,
                                                      bool sigmoid) {
@@ -138,6 +139,17 @@ inline void moe_seq_aux_backward(Context& ctx, Tensor dlogits, Tensor logits, Te
                                  bool sigmoid) {
   TRAINER_DISPATCH(ctx, moe_seq_aux_backward, dlogits, logits, seq_rows, sums, seq_len, top_k,
                    scale, sigmoid);
+}
+
+// moe_seq_aux_loss's checks of sums (B, 2E) f64, both backends': returns E.
+inline int64_t check_seq_aux_sums(const Tensor& sums, int64_t seq_len, int64_t top_k, const char* op) {
+  TRAINER_CHECK(sums.ndim == 2 && sums.size(1) >= 2 && sums.size(1) % 2 == 0 &&
+                    sums.dtype == DType::f64 && sums.contiguous(),
+                "{}: sums {} must be contiguous (B, 2E) fp64", op, sums.str());
+  const int64_t E = sums.size(1) / 2;
+  TRAINER_CHECK(seq_len > 0 && top_k >= 1 && top_k <= E, "{}: seq_len {} and top_k {} of {} experts",
+                op, seq_len, top_k, E);
+  return E;
 }
 
 // The shape checks both backends make (they cannot read seq_rows' values on the

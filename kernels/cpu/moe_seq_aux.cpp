@@ -3,6 +3,7 @@
 // alone, so nothing depends on the thread count.
 #include "kernels/moe_seq_aux.h"
 
+#include <algorithm>
 #include <vector>
 
 #include "kernels/cpu/cpu_common.h"
@@ -11,24 +12,27 @@ namespace trainer::cpu {
 
 namespace {
 
-// The (first row, rows) ranges, checked: inside the N rows and disjoint.
+// The (first row, rows) ranges, checked: inside the N rows and disjoint
+// (sorted by first row, each non-empty one ends where or before the next begins).
 std::vector<std::pair<int64_t, int64_t>> ranges(const Tensor& seq_rows, int64_t N, const char* op) {
   TRAINER_CHECK(seq_rows.device == Device::cpu, "{}: seq_rows {} must be on the CPU", op,
                 seq_rows.str());
   const int32_t* r = i32(seq_rows, op, "seq_rows");
   std::vector<std::pair<int64_t, int64_t>> out;
-  std::vector<char> used(N, 0);
   for (int64_t b = 0; b < seq_rows.size(0); ++b) {
     const int64_t first = r[2 * b], rows = r[2 * b + 1];
     TRAINER_CHECK(rows >= 0 && first >= 0 && first + rows <= N,
                   "{}: sequence {}'s rows [{}, {}) are outside the {} rows", op, b, first,
                   first + rows, N);
-    for (int64_t n = first; n < first + rows; ++n) {
-      TRAINER_CHECK(!used[n], "{}: row {} is in two sequences' ranges", op, n);
-      used[n] = 1;
-    }
     out.emplace_back(first, rows);
   }
+  std::vector<std::pair<int64_t, int64_t>> sorted;
+  for (const auto& range : out)
+    if (range.second > 0) sorted.push_back(range);
+  std::sort(sorted.begin(), sorted.end());
+  for (size_t i = 1; i < sorted.size(); ++i)
+    TRAINER_CHECK(sorted[i - 1].first + sorted[i - 1].second <= sorted[i].first,
+                  "{}: row {} is in two sequences' ranges", op, sorted[i].first);
   return out;
 }
 
@@ -72,11 +76,7 @@ void moe_seq_aux_sums(Context&, Tensor sums, Tensor logits, Tensor seq_rows, int
 void moe_seq_aux_loss(Context&, Tensor loss, Tensor step_aux, Tensor sums, int64_t seq_len,
                       int64_t top_k, float coeff) {
   const char* op = "moe_seq_aux_loss";
-  TRAINER_CHECK(sums.ndim == 2 && sums.size(1) >= 2 && sums.size(1) % 2 == 0,
-                "{}: sums {} must be (B, 2E)", op, sums.str());
-  const int64_t B = sums.size(0), E = sums.size(1) / 2;
-  TRAINER_CHECK(seq_len > 0 && top_k >= 1 && top_k <= E, "{}: seq_len {} and top_k {} of {} experts",
-                op, seq_len, top_k, E);
+  const int64_t E = check_seq_aux_sums(sums, seq_len, top_k, op), B = sums.size(0);
   const double* s = f64(sums, op, "sums");
   check_shape(loss, {1}, "moe_seq_aux_loss loss");
   float* out = f32(loss, op, "loss");
@@ -86,8 +86,7 @@ void moe_seq_aux_loss(Context&, Tensor loss, Tensor step_aux, Tensor sums, int64
     for (int64_t e = 0; e < E; ++e) seq += s[b * 2 * E + e] * s[b * 2 * E + E + e];
     total += seq;
   }
-  const double T = static_cast<double>(seq_len);
-  out[0] = static_cast<float>(total * (double(E) / (double(top_k) * T * T * double(B))));
+  out[0] = static_cast<float>(total * seq_aux_factor(B, E, top_k, seq_len));
   if (!step_aux.empty()) {
     check_shape(step_aux, {1}, "moe_seq_aux_loss step_aux");
     f32(step_aux, op, "step_aux")[0] += coeff * out[0];
@@ -105,7 +104,7 @@ void moe_seq_aux_backward(Context&, Tensor dlogits, Tensor logits, Tensor seq_ro
   const float* l = logits_of(logits, op);
   float* dl = f32(dlogits, op, "dlogits");
   const double* s = f64(sums, op, "sums");
-  const double factor = double(scale) * seq_aux_grad_factor(B, E, top_k, seq_len);
+  const double factor = double(scale) * seq_aux_factor(B, E, top_k, seq_len);
   for (int64_t b = 0; b < B; ++b) {
     const double* count = s + b * 2 * E;
 #pragma omp parallel for schedule(static)

@@ -69,8 +69,9 @@ __global__ void seq_aux_finish_kernel(const double* partial, int64_t B, int64_t 
 }
 
 // One thread, the CPU op's order and roundings.
+// factor: seq_aux_factor, computed on the host as the CPU op computes it.
 __global__ void seq_aux_loss_kernel(float* loss, float* step_aux, const double* sums, int64_t B,
-                                    int64_t E, double seq_len, double top_k, float coeff) {
+                                    int64_t E, double factor, float coeff) {
   if (threadIdx.x != 0 || blockIdx.x != 0) return;
   double total = 0;
   for (int64_t b = 0; b < B; ++b) {
@@ -79,8 +80,7 @@ __global__ void seq_aux_loss_kernel(float* loss, float* step_aux, const double* 
       seq = __dadd_rn(seq, __dmul_rn(sums[b * 2 * E + e], sums[b * 2 * E + E + e]));
     total = __dadd_rn(total, seq);
   }
-  const double scale = double(E) / (top_k * seq_len * seq_len * double(B));
-  loss[0] = static_cast<float>(__dmul_rn(total, scale));
+  loss[0] = static_cast<float>(__dmul_rn(total, factor));
   if (step_aux) step_aux[0] = __fadd_rn(step_aux[0], __fmul_rn(coeff, loss[0]));
 }
 
@@ -143,13 +143,8 @@ void moe_seq_aux_loss(Context& ctx, Tensor loss, Tensor step_aux, Tensor sums, i
                       int64_t top_k, float coeff) {
   const char* op = "moe_seq_aux_loss";
   CudaState& st = state_of(ctx);
-  TRAINER_CHECK(sums.ndim == 2 && sums.size(1) >= 2 && sums.size(1) % 2 == 0 &&
-                    sums.dtype == DType::f64 && sums.contiguous(),
-                "{}: sums {} must be contiguous (B, 2E) fp64", op, sums.str());
+  const int64_t E = check_seq_aux_sums(sums, seq_len, top_k, op), B = sums.size(0);
   check_cuda(sums, op, "sums");
-  const int64_t B = sums.size(0), E = sums.size(1) / 2;
-  TRAINER_CHECK(seq_len > 0 && top_k >= 1 && top_k <= E, "{}: seq_len {} and top_k {} of {} experts",
-                op, seq_len, top_k, E);
   check_shape(loss, {1}, "moe_seq_aux_loss loss");
   check_cuda(loss, op, "loss");
   check_dtype(loss, DType::f32, op, "loss");
@@ -160,8 +155,7 @@ void moe_seq_aux_loss(Context& ctx, Tensor loss, Tensor step_aux, Tensor sums, i
   }
   seq_aux_loss_kernel<<<1, 32, 0, st.stream>>>(
       static_cast<float*>(loss.data), static_cast<float*>(step_aux.data),
-      static_cast<const double*>(sums.data), B, E, static_cast<double>(seq_len),
-      static_cast<double>(top_k), coeff);
+      static_cast<const double*>(sums.data), B, E, seq_aux_factor(B, E, top_k, seq_len), coeff);
   CUDA_LAUNCH_CHECK();
 }
 
@@ -176,7 +170,7 @@ void moe_seq_aux_backward(Context& ctx, Tensor dlogits, Tensor logits, Tensor se
   check_dtype(dlogits, DType::f32, op, "dlogits");
   TRAINER_CHECK(seq_len > 0, "{}: seq_len {} must be positive", op, seq_len);
   if (N == 0) return;
-  const double factor = double(scale) * seq_aux_grad_factor(B, E, top_k, seq_len);
+  const double factor = double(scale) * seq_aux_factor(B, E, top_k, seq_len);
   seq_aux_backward_kernel<<<grid_for(N, kThreads), kThreads, 0, st.stream>>>(
       static_cast<float*>(dlogits.data), static_cast<const float*>(logits.data),
       static_cast<const int32_t*>(seq_rows.data), static_cast<const double*>(sums.data), N, E, B,
