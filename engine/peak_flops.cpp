@@ -3,8 +3,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <map>
 #include <vector>
+
+#include <omp.h>
 
 #include "kernels/linear.h"
 #include "kernels/memory.h"
@@ -37,6 +40,12 @@ double measure_gemm_flops(Context& ctx, int size, int repeats) {
   return best;
 }
 
+int quick_gemm_size() {
+  const double threads = std::max(1, omp_get_max_threads());
+  const int n = static_cast<int>(std::ceil(512 * std::cbrt(threads) / 64 - 1e-9)) * 64;
+  return std::clamp(n, 512, 2048);
+}
+
 double refine_cpu_peak(double peak, double achieved, int& remeasures,
                        const std::function<double()>& measure) {
   if (achieved <= peak || remeasures >= kMaxPeakRemeasures) return peak;
@@ -48,6 +57,7 @@ double peak_flops(Context& ctx, ComputeDtype dtype, int gemm_size) {
   if (ctx.device == Device::cpu) {
     // Measured once per size per process: every Trainer asks (tests build many).
     static std::map<int, double> measured;
+    if (gemm_size <= 0) gemm_size = quick_gemm_size();
     auto it = measured.find(gemm_size);
     if (it == measured.end()) it = measured.emplace(gemm_size, measure_gemm_flops(ctx, gemm_size)).first;
     return it->second;

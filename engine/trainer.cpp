@@ -288,7 +288,10 @@ void Trainer::setup() {
   if (model_->config().doc_masking) host_doc_start_.resize(static_cast<size_t>(local_tokens));
   if (model_->config().reset_positions) host_positions_.resize(static_cast<size_t>(local_tokens));
   uploader_ = std::make_unique<BatchUploader>(ctx_, 4 * static_cast<size_t>(local_tokens) * sizeof(int32_t));
-  peak_flops_ = peak_flops(ctx_, spec.precision.compute);
+  // MFU is logged by rank 0 alone, so on the CPU only it measures the GEMM
+  // peak: every rank measuring at once on shared cores cost each launch of a
+  // 4-rank debug job 0.3 s of its 0.8 (and measured the contention, not the cores).
+  if (ctx_.device != Device::cpu || mesh_->logs()) peak_flops_ = peak_flops(ctx_, spec.precision.compute);
   // The first step's samples and the first evaluation batch are read now: a
   // token id outside the vocabulary there (a wrong model.vocab_size, another
   // tokenizer's data) is refused before anything is written. Later samples are
@@ -657,9 +660,9 @@ StepRecord Trainer::run_step(int step) {
   r.tokens_per_s = tokens / r.seconds;
   double flops = model_->flops_per_token() * r.tokens_per_s;
   r.tflops = flops / 1e12;
-  // CPU: a step beating the quick start-up peak (a 1024 GEMM, perhaps on
+  // CPU: a step beating the quick start-up peak (a smaller GEMM, perhaps on
   // loaded cores) measures the 2048 one `trainer bench` uses.
-  if (ctx_.device == Device::cpu)
+  if (ctx_.device == Device::cpu && peak_flops_ > 0)
     peak_flops_ = refine_cpu_peak(peak_flops_, flops / mesh_->shape().world, peak_remeasures_,
                                   [this] { return measure_gemm_flops(ctx_, 2048); });
   r.mfu = peak_flops_ > 0 ? flops / (peak_flops_ * mesh_->shape().world) : 0.0;

@@ -3,6 +3,10 @@
 // a bounded number of times.
 #include <catch2/catch.hpp>
 
+#include <omp.h>
+
+#include <utility>
+
 #include "engine/peak_flops.h"
 
 using namespace trainer::engine;
@@ -28,4 +32,14 @@ TEST_CASE("refine_cpu_peak measures again only when a step beats the peak", "[cp
   CHECK(remeasures == kMaxPeakRemeasures);
   CHECK(refine_cpu_peak(100.0, 200.0, remeasures, measure) == 100.0);
   CHECK(calls == kMaxPeakRemeasures);
+}
+
+TEST_CASE("the start-up GEMM grows with the cube root of the threads", "[cpu][engine]") {
+  const int before = omp_get_max_threads();
+  const std::pair<int, int> cases[] = {{1, 512}, {2, 704}, {8, 1024}, {27, 1536}, {64, 2048}, {512, 2048}};
+  for (auto [threads, size] : cases) {
+    omp_set_num_threads(threads);
+    CHECK(quick_gemm_size() == size);
+  }
+  omp_set_num_threads(before);
 }
