@@ -175,7 +175,13 @@ TEST_CASE("attention bf16 matches the CPU op", "[cuda][attention][bf16]") {
 
 TEST_CASE("attention fp16 matches the CPU op", "[cuda][attention][fp16]") {
   for (const AttnCase& c : kCases)
-    for (bool flash : {true, false}) run_attention(c, DType::f16, flash);
+    for (bool flash : {true, false}) {
+      // The 4097-row fused case walks the same 65 x 65 tiles as bf16's, only
+      // the element type differs (every smaller case covers that): 29 s of
+      // this entry's 49 on the emulator, so there bf16 alone runs it.
+      if (emulated() && flash && c.T > 1024) continue;
+      run_attention(c, DType::f16, flash);
+    }
 }
 
 namespace {
