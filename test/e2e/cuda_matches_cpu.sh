@@ -17,8 +17,6 @@ cases=("$@")
 ((${#cases[@]})) || cases=(fp32 bf16 bf16_unfused fp16 fp8 moe_fp8 moe_gelu_bf16 docs_bf16 docs_llama_fp32 qwen_bf16
                             moe_qwen2_bf16 window_bf16 mla_bf16 ckpt)
 steps=${STEPS:-3}
-# Micro-batches of 2 sequences, 2 to a step: accumulation is still crossed, at
-# half the jobs' 4 x 2 (the emulated runs were most of the emulated suite's time).
 cd "$src"
 if [[ ! -f data/brown/train_000000.bin ]]; then
   echo "SKIPPED: data/brown missing (scripts/get_data.sh)"
@@ -28,9 +26,11 @@ rm -rf "$work" && mkdir -p "$work"
 run() {  # run NAME DEVICE PRECISION [--set ...]
   local name=$1 dev=$2 prec=$3
   shift 3
+  # Micro-batches of 2 sequences, 2 to a step: accumulation is still crossed, at
+  # half the jobs' 4 x 2 (the emulated runs were most of the emulated suite's time).
   "$trainer" train "${JOB:-configs/tiny-gpt2.yaml}" --set train.steps="$steps" --set train.eval_every=0 \
-    --set train.micro_batch=2 --set train.global_batch=4 --set run.device="$dev" --set precision.compute="$prec" --set run.dir="$work/$name" "$@" \
-    >"$work/$name.log" 2>&1
+    --set train.micro_batch=2 --set train.global_batch=4 --set run.device="$dev" \
+    --set precision.compute="$prec" --set run.dir="$work/$name" "$@" >"$work/$name.log" 2>&1
 }
 # A CUDA run first: where it finds no GPU, the whole test is skipped.
 run_cuda() {  # run_cuda NAME PRECISION [--set ...]
