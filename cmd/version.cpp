@@ -5,6 +5,8 @@
 // that lacks some of them.
 #include "cmd/version.h"
 
+#include "git_commit.h"  // generated at build time: cmd/git_commit.cmake
+
 #include <dlfcn.h>
 #include <fmt/format.h>
 #include <link.h>
