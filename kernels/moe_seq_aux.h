@@ -110,8 +110,10 @@ TRAINER_HOST_DEVICE inline void seq_aux_row_backward(float* dl, const float* l, 
   namespace NS {                                                                              \
   /* sums (B, 2E) f64 written: per sequence, [0, E) the tokens whose top_k holds e, [E, 2E)   */ \
   /* the sum of s'[t, e], over this rank's rows of logits (N, E) f32 named by seq_rows.      */ \
+  /* max_rows: the most rows one sequence holds, which sizes the device's chunk grid and     */ \
+  /* scratch (moe_seq_aux_scratch_bytes); a longer range is still summed, only slower.      */ \
   void moe_seq_aux_sums(Context& ctx, Tensor sums, Tensor logits, Tensor seq_rows,             \
-                        int64_t top_k, bool sigmoid);                                          \
+                        int64_t max_rows, int64_t top_k, bool sigmoid);                        \
   /* loss (1) f32 written from the (all-reduced) sums of sequences of seq_len tokens;        */ \
   /* step_aux (1) f32 += coeff * loss, or empty (a recomputed forward: not counted).         */ \
   void moe_seq_aux_loss(Context& ctx, Tensor loss, Tensor step_aux, Tensor sums,               \
@@ -127,8 +129,8 @@ TRAINER_OPS(cuda)
 #undef TRAINER_OPS
 
 inline void moe_seq_aux_sums(Context& ctx, Tensor sums, Tensor logits, Tensor seq_rows,
-                             int64_t top_k, bool sigmoid) {
-  TRAINER_DISPATCH(ctx, moe_seq_aux_sums, sums, logits, seq_rows, top_k, sigmoid);
+                             int64_t max_rows, int64_t top_k, bool sigmoid) {
+  TRAINER_DISPATCH(ctx, moe_seq_aux_sums, sums, logits, seq_rows, max_rows, top_k, sigmoid);
 }
 inline void moe_seq_aux_loss(Context& ctx, Tensor loss, Tensor step_aux, Tensor sums,
                              int64_t seq_len, int64_t top_k, float coeff) {

@@ -130,12 +130,12 @@ int64_t moe_router_sum_chunks(int64_t N) { return std::clamp<int64_t>((N + 31) /
 size_t moe_router_sums_scratch_bytes(int64_t N, int64_t E) {
   return static_cast<size_t>(moe_router_sum_chunks(N) * (E + 1)) * sizeof(double);
 }
-int64_t moe_seq_aux_chunks(int64_t N) {
-  return std::max<int64_t>(1, (N + kMoeSeqAuxChunkRows - 1) / kMoeSeqAuxChunkRows);
+int64_t moe_seq_aux_chunks(int64_t max_rows) {
+  return std::max<int64_t>(1, (max_rows + kMoeSeqAuxChunkRows - 1) / kMoeSeqAuxChunkRows);
 }
-size_t moe_seq_aux_scratch_bytes(int64_t N, int64_t B, int64_t E) {
+size_t moe_seq_aux_scratch_bytes(int64_t N, int64_t B, int64_t E, int64_t max_rows) {
   // The partials first: doubles, at the scratch's alignment.
-  return static_cast<size_t>(B * moe_seq_aux_chunks(N) * 2 * E) * sizeof(double) +
+  return static_cast<size_t>(B * moe_seq_aux_chunks(max_rows) * 2 * E) * sizeof(double) +
          static_cast<size_t>(std::max<int64_t>(N, 1)) * sizeof(SeqAuxRow);
 }
 

@@ -103,11 +103,13 @@ size_t moe_plan_scratch_bytes(int64_t assignments, int64_t E);
 // moe_router_sums over N tokens: blocks of rows, each writing E + 1 double partials.
 int64_t moe_router_sum_chunks(int64_t N);
 size_t moe_router_sums_scratch_bytes(int64_t N, int64_t E);
-// moe_seq_aux_sums over N tokens, B sequences, E experts: each token's row
-// reduction (SeqAuxRow), then each sequence's partial sums per chunk of
-// kMoeSeqAuxChunkRows rows (a sequence holds at most N rows).
+// moe_seq_aux_sums over N tokens, B sequences of at most max_rows rows, E
+// experts: each token's row reduction (SeqAuxRow), then each sequence's partial
+// sums per chunk of kMoeSeqAuxChunkRows rows. Sized by max_rows, not N: with B
+// sequences of N / B rows each, a grid over N rows per sequence would be
+// (B - 1) / B empty and its partials would grow as B^2.
 inline constexpr int64_t kMoeSeqAuxChunkRows = 64;
-int64_t moe_seq_aux_chunks(int64_t N);
-size_t moe_seq_aux_scratch_bytes(int64_t N, int64_t B, int64_t E);
+int64_t moe_seq_aux_chunks(int64_t max_rows);
+size_t moe_seq_aux_scratch_bytes(int64_t N, int64_t B, int64_t E, int64_t max_rows);
 
 }  // namespace trainer

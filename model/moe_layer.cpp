@@ -196,11 +196,13 @@ void Moe::declare(Buffers& buf, const std::string& prefix, const ModelConfig& cf
     seq_len_ = layout.seq;
     seq_rows_host_ = seq_row_table(token_runs(layout, batch.B, tp_share, sp_ ? tp_rank_ : 0),
                                    batch.B, seq_len_);
+    for (int64_t q = 0; q < batch.B; ++q)
+      seq_max_rows_ = std::max<int64_t>(seq_max_rows_, seq_rows_host_[2 * q + 1]);
     seq_rows_ = buf.add(G, p + "seq_aux_rows", {batch.B, 2}, DType::i32);
     seq_sums_ = buf.add(A, p + "seq_aux_sums", {batch.B, 2 * E_}, DType::f64);
     seq_loss_ = buf.add(G, p + "seq_aux_loss", {1});
     step_seq_aux_ = buf.add(G, p + "step_seq_aux_loss", {1});
-    buf.declare_op_scratch(moe_seq_aux_scratch_bytes(N_, batch.B, E_));
+    buf.declare_op_scratch(moe_seq_aux_scratch_bytes(N_, batch.B, E_, seq_max_rows_));
   }
   // The backward's temporaries (and the fp32 router input) are spent before
   // the layer returns: every MoE layer of the model shares one copy.
@@ -435,7 +437,7 @@ void Moe::forward(const LayerEnv& env, Tensor out, Tensor in) const {
   if (seq_sums_ >= 0) {
     // Per sequence: the ranks holding parts of a sequence add their rows' sums.
     Tensor seq = b.get(seq_sums_);
-    moe_seq_aux_sums(ctx, seq, logits, seq_rows(b), K_, moe_.sigmoid);
+    moe_seq_aux_sums(ctx, seq, logits, seq_rows(b), seq_max_rows_, K_, moe_.sigmoid);
     if (sp_) env.tp.all_reduce(seq, parallel::ReduceOp::sum);
     if (cp_ > 1) env.cp->all_reduce(seq, parallel::ReduceOp::sum);
     moe_seq_aux_loss(ctx, b.get(seq_loss_), count ? b.get(step_seq_aux_) : Tensor{}, seq, seq_len_,

@@ -188,6 +188,7 @@ class Moe {
   std::vector<int32_t> seq_rows_host_;
   mutable const void* seq_rows_at_ = nullptr;
   int64_t seq_len_ = 0;  // tokens per whole sequence
+  int64_t seq_max_rows_ = 0;  // the most of one sequence's rows this rank holds
   Tensor seq_rows(const Buffers& b) const;
   // Scratch (live within backward).
   BufferId dys_ = -1, dxs_ = -1, dh1_ = -1, dh3_ = -1, dact_ = -1;   // (S, C) (R, Fe)

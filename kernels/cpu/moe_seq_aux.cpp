@@ -49,10 +49,12 @@ double* f64(const Tensor& t, const char* op, const char* name) {
 
 }  // namespace
 
-void moe_seq_aux_sums(Context&, Tensor sums, Tensor logits, Tensor seq_rows, int64_t top_k,
-                      bool sigmoid) {
+// max_rows sizes only the device's grid: a sequence's sum here is one loop.
+void moe_seq_aux_sums(Context&, Tensor sums, Tensor logits, Tensor seq_rows, int64_t max_rows,
+                      int64_t top_k, bool sigmoid) {
   const char* op = "moe_seq_aux_sums";
   check_seq_aux_args(sums, logits, seq_rows, top_k, op);
+  TRAINER_CHECK(max_rows >= 0, "{}: max_rows {} must not be negative", op, max_rows);
   const int64_t N = logits.size(0), E = logits.size(1);
   const auto rng = ranges(seq_rows, N, op);
   const float* l = logits_of(logits, op);

@@ -5,6 +5,9 @@
 // chunk's rows; one thread per (sequence, column) adds the chunks in order. All
 // in double, no atomics: the same bits every run (a thread per column over a
 // whole sequence would leave most of the GPU idle: one block for B = 1, E = 256).
+// The chunks cover max_rows rows, the longest sequence the caller declares; the
+// last chunk runs to its sequence's end, so a longer range is still summed
+// whole (slower), never cut short.
 // Backward: one thread per token (its gradient depends on its row alone).
 #include <algorithm>
 
@@ -45,7 +48,7 @@ __global__ void seq_aux_chunks_kernel(const float* logits, const SeqAuxRow* rows
   int64_t first = 0, end = 0;
   seq_range(seq_rows, b, N, &first, &end);
   const int64_t begin = first + c * kMoeSeqAuxChunkRows;
-  const int64_t stop = min(end, begin + kMoeSeqAuxChunkRows);
+  const int64_t stop = c == chunks - 1 ? end : min(end, begin + kMoeSeqAuxChunkRows);
   double count = 0, score = 0;
   for (int64_t n = begin; n < stop; ++n) {
     const float l = logits[n * E + e];
@@ -111,17 +114,19 @@ void check_args(const Tensor& sums, const Tensor& logits, const Tensor& seq_rows
 
 }  // namespace
 
-void moe_seq_aux_sums(Context& ctx, Tensor sums, Tensor logits, Tensor seq_rows, int64_t top_k,
-                      bool sigmoid) {
+void moe_seq_aux_sums(Context& ctx, Tensor sums, Tensor logits, Tensor seq_rows, int64_t max_rows,
+                      int64_t top_k, bool sigmoid) {
   const char* op = "moe_seq_aux_sums";
   CudaState& st = state_of(ctx);
   check_args(sums, logits, seq_rows, top_k, op);
+  TRAINER_CHECK(max_rows >= 0, "{}: max_rows {} must not be negative", op, max_rows);
   const int64_t N = logits.size(0), E = logits.size(1), B = seq_rows.size(0);
-  const int64_t chunks = moe_seq_aux_chunks(N);
+  const int64_t chunks = moe_seq_aux_chunks(max_rows);
   TRAINER_CHECK(B <= 65535 && chunks <= 65535,
                 "{}: {} sequences of up to {} chunks of {} rows; the grid takes at most 65535 of each",
                 op, B, chunks, kMoeSeqAuxChunkRows);
-  auto* partial = static_cast<double*>(scratch(st, moe_seq_aux_scratch_bytes(N, B, E), op));
+  auto* partial =
+      static_cast<double*>(scratch(st, moe_seq_aux_scratch_bytes(N, B, E, max_rows), op));
   auto* rows = reinterpret_cast<SeqAuxRow*>(partial + B * chunks * 2 * E);
   if (N > 0) {
     seq_aux_rows_kernel<<<grid_for(N, kThreads), kThreads, 0, st.stream>>>(

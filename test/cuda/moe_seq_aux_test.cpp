@@ -1,14 +1,16 @@
 // [cuda] The sequence-wise balance loss (kernels/moe_seq_aux.h) against the CPU
 // op: the per-sequence sums (counts exactly, score sums to 1e-12, over a table
-// with an empty sequence and ragged ranges), the loss and step_aux bit for bit
-// from the same sums, the logits' gradient added to what dlogits held; every
-// run twice on poisoned outputs, bit-identical.
+// with an empty sequence and ragged ranges, with max_rows the longest range,
+// below it and N), the loss and step_aux bit for bit from the same sums, the
+// logits' gradient added to what dlogits held; every run twice on poisoned
+// outputs, bit-identical.
 #include <fmt/format.h>
 
 #include <cmath>
 #include <cstring>
 
 #include "kernels/moe_seq_aux.h"
+#include "kernels/op_scratch.h"
 #include "test/cuda/harness.h"
 
 namespace trainer::cuda_test {
@@ -31,30 +33,39 @@ TEST_CASE("moe_seq_aux ops match the CPU op", "[cuda][moe]") {
       HostTensor hl({N, E}, logits);
       std::vector<double> ref(B * 2 * E, -1.0);
       const Tensor ref_sums(ref.data(), {B, 2 * E}, DType::f64, Device::cpu);
-      cpu::moe_seq_aux_sums(cpu(), ref_sums, hl, host_ints(rows, {B, 2}), K, sigmoid);
+      cpu::moe_seq_aux_sums(cpu(), ref_sums, hl, host_ints(rows, {B, 2}), N, K, sigmoid);
 
       DeviceTensor dl({N, E}), drows({B, 2}, DType::i32);
       dl.upload(logits);
       drows.upload_ints(rows);
       DeviceTensor sums_bytes({2 * B * 2 * E}, DType::f32);  // 8-byte elements
       const Tensor sums(sums_bytes.view().data, {B, 2 * E}, DType::f64, Device::cuda);
-      auto run = [&] {
+      const int64_t longest = N - 5 - N / 3;
+      auto run = [&](int64_t max_rows) {
         sums_bytes.poison();
-        cuda::moe_seq_aux_sums(gpu(), sums, dl, drows, K, sigmoid);
+        cuda::moe_seq_aux_sums(gpu(), sums, dl, drows, max_rows, K, sigmoid);
         return download_f64(sums);
       };
-      const std::vector<double> a = run(), b = run();
-      REQUIRE(a.size() == ref.size());
-      double worst = 0;
-      for (int64_t q = 0; q < B; ++q)
-        for (int64_t e = 0; e < E; ++e) {
-          REQUIRE(a[q * 2 * E + e] == ref[q * 2 * E + e]);  // the counts, exactly
-          const double r = ref[q * 2 * E + E + e], g = a[q * 2 * E + E + e];
-          worst = std::max(worst, std::abs(g - r) / std::max(1e-300, std::abs(r)));
-        }
-      INFO(tag << ": worst relative error of the score sums " << worst);
-      CHECK(worst <= 1e-12);
+      auto expect_ref = [&](const std::vector<double>& a, int64_t max_rows) {
+        REQUIRE(a.size() == ref.size());
+        double worst = 0;
+        for (int64_t q = 0; q < B; ++q)
+          for (int64_t e = 0; e < E; ++e) {
+            REQUIRE(a[q * 2 * E + e] == ref[q * 2 * E + e]);  // the counts, exactly
+            const double r = ref[q * 2 * E + E + e], g = a[q * 2 * E + E + e];
+            worst = std::max(worst, std::abs(g - r) / std::max(1e-300, std::abs(r)));
+          }
+        INFO(tag << " max_rows " << max_rows << ": worst relative error of the score sums "
+                 << worst);
+        CHECK(worst <= 1e-12);
+      };
+      const std::vector<double> a = run(longest), b = run(longest);
+      expect_ref(a, longest);
       CHECK(std::memcmp(a.data(), b.data(), a.size() * sizeof(double)) == 0);
+      // A bound below the longest range (the last chunk takes the rest) and one
+      // of N: the same sums, none cut short.
+      for (int64_t max_rows : {int64_t{1}, longest - kMoeSeqAuxChunkRows, N})
+        if (max_rows >= 0) expect_ref(run(max_rows), max_rows);
 
       // The loss from the CPU's sums on both: the same operations, the same bits.
       const std::vector<float> aux0{0.25f};

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "kernels/moe_seq_aux.h"
+#include "kernels/op_scratch.h"
 
 using namespace trainer;
 
@@ -82,7 +83,7 @@ TEST_CASE("moe seq aux loss: sums, loss and gradient against the definition", "[
         const Tensor lt(logits.data(), {N, E}), rt(const_cast<int32_t*>(rows.data()), {3, 2}, DType::i32);
         std::vector<double> sums(3 * 2 * E, -5.0);
         const Tensor st(sums.data(), {3, 2 * E}, DType::f64);
-        moe_seq_aux_sums(ctx, st, lt, rt, K, sigmoid);
+        moe_seq_aux_sums(ctx, st, lt, rt, 7, K, sigmoid);
         // Counts: each token picks K experts; the empty sequence is zeros.
         for (int64_t b = 0; b < 3; ++b) {
           double c = 0;
@@ -137,7 +138,7 @@ TEST_CASE("moe seq aux loss: 1 when every sequence is balanced, E/K for one expe
   const Tensor rt(const_cast<int32_t*>(rows.data()), {2, 2}, DType::i32);
   float loss = 0;
   // Softmax: every expert's mean score is 1/4 by symmetry, counts T K / E: loss 1.
-  moe_seq_aux_sums(ctx, st, Tensor(logits.data(), {2 * T, E}), rt, K, false);
+  moe_seq_aux_sums(ctx, st, Tensor(logits.data(), {2 * T, E}), rt, T, K, false);
   moe_seq_aux_loss(ctx, Tensor(&loss, {1}), {}, st, T, K, 1.0f);
   CHECK(loss == Approx(1.0).epsilon(1e-6));
   // Every token of both sequences sends everything to experts 0 and 1, with
@@ -145,12 +146,12 @@ TEST_CASE("moe seq aux loss: 1 when every sequence is balanced, E/K for one expe
   for (int64_t n = 0; n < 2 * T; ++n) {
     for (int64_t e = 0; e < E; ++e) logits[n * E + e] = e < 2 ? 40.0f : -40.0f;
   }
-  moe_seq_aux_sums(ctx, st, Tensor(logits.data(), {2 * T, E}), rt, K, false);
+  moe_seq_aux_sums(ctx, st, Tensor(logits.data(), {2 * T, E}), rt, T, K, false);
   moe_seq_aux_loss(ctx, Tensor(&loss, {1}), {}, st, T, K, 1.0f);
   CHECK(loss == Approx(double(E) / K).epsilon(1e-6));
   // All logits equal: ties go to the lower indices, experts 0 and 1.
   std::fill(logits.begin(), logits.end(), 0.5f);
-  moe_seq_aux_sums(ctx, st, Tensor(logits.data(), {2 * T, E}), rt, K, true);
+  moe_seq_aux_sums(ctx, st, Tensor(logits.data(), {2 * T, E}), rt, T, K, true);
   for (int64_t b = 0; b < 2; ++b)
     for (int64_t e = 0; e < E; ++e) CHECK(sums[b * 2 * E + e] == (e < K ? double(T) : 0.0));
 }
@@ -169,7 +170,7 @@ TEST_CASE("moe seq aux loss: a sequence split over ranks sums to the whole", "[c
     std::vector<int32_t> t{0, static_cast<int32_t>(rows)};
     moe_seq_aux_sums(ctx, Tensor(s.data(), {1, 2 * E}, DType::f64),
                      Tensor(logits.data() + first * E, {rows, E}), Tensor(t.data(), {1, 2}, DType::i32),
-                     K, true);
+                     rows, K, true);
     return s;
   };
   const std::vector<double> whole = sums_of(0, N), a = sums_of(0, 5), b = sums_of(5, 4);
@@ -186,12 +187,30 @@ TEST_CASE("moe seq aux loss: row tables outside the rows or overlapping are refu
     INFO(bad[0] << " " << bad[1] << " " << bad[2] << " " << bad[3]);
     const Tensor rt(bad.data(), {2, 2}, DType::i32);
     CHECK_THROWS_AS(moe_seq_aux_sums(ctx, Tensor(sums.data(), {2, 2 * E}, DType::f64),
-                                     Tensor(logits.data(), {N, E}), rt, 1, false),
+                                     Tensor(logits.data(), {N, E}), rt, 2, 1, false),
                     Error);
   }
   std::vector<int32_t> good{0, 2, 2, 2};
   CHECK_THROWS_AS(moe_seq_aux_sums(ctx, Tensor(sums.data(), {2, 2 * E}, DType::f64),
                                    Tensor(logits.data(), {N, E}),
-                                   Tensor(good.data(), {2, 2}, DType::i32), 4, false),
+                                   Tensor(good.data(), {2, 2}, DType::i32), 2, 4, false),
                   Error);  // top_k above E
+  CHECK_THROWS_AS(moe_seq_aux_sums(ctx, Tensor(sums.data(), {2, 2 * E}, DType::f64),
+                                   Tensor(logits.data(), {N, E}),
+                                   Tensor(good.data(), {2, 2}, DType::i32), -1, 1, false),
+                  Error);  // a negative max_rows
+}
+
+TEST_CASE("moe seq aux loss: the device scratch grows with the sequences, not their square",
+          "[cpu][moe]") {
+  // B sequences of T rows: the partials cover max_rows = T rows per sequence
+  // (sizing them by all N = B T rows made them B^2 T), then one SeqAuxRow a row.
+  const int64_t T = 4096, E = 256;
+  auto partials = [&](int64_t B) {
+    return moe_seq_aux_scratch_bytes(B * T, B, E, T) - B * T * sizeof(SeqAuxRow);
+  };
+  CHECK(partials(1) == size_t(T / kMoeSeqAuxChunkRows * 2 * E) * sizeof(double));
+  CHECK(partials(8) == 8 * partials(1));
+  CHECK(moe_seq_aux_chunks(0) == 1);
+  CHECK(moe_seq_aux_chunks(kMoeSeqAuxChunkRows + 1) == 2);
 }
