@@ -172,7 +172,8 @@ cp scripts/bundle_env.sh "$STAGE/env.sh"
 cp scripts/bundle_launch.sh "$STAGE/bin/launch.sh"
 cp scripts/BUNDLE.md "$STAGE/README.md"
 chmod +x "$STAGE/env.sh" "$STAGE/bin/launch.sh"
-# The commit baked in at configure time (others may have committed since).
+# The commit baked in at build time (others may have committed since), with
+# +dirty.<hash of git diff HEAD> when the tree had local edits.
 commit=$("$BUILD_DIR/trainer" --version 2>/dev/null | awk 'NR == 1 { print $2 }')
 dirty=$(git status --porcelain --untracked-files=no 2>/dev/null | grep -q . && echo yes || echo no)
 {

@@ -88,12 +88,12 @@ with_env "ldd bin/trainer" | grep -q "$B/lib/libyaml-cpp" || fail "trainer does 
 step "trainer --version"
 version=$(with_env "bin/trainer --version" 2>&1) || { echo "$version"; fail "trainer --version failed"; }
 echo "$version"
-# The commit of the configure step: the tree's HEAD or, if someone committed
-# meanwhile, an ancestor of it.
+# The commit of the build: the tree's HEAD or, if someone committed meanwhile,
+# an ancestor of it; "+dirty.<diff hash>" after it when built with local edits.
 commit=$(sed -n 's/^commit=//p' "$B/bundle.info")
 grep -q "^trainer $commit (Release build)" <<<"$version" || fail "--version lacks 'trainer $commit (Release build)'"
 if git -C "$SRC" rev-parse HEAD >/dev/null 2>&1; then
-  git -C "$SRC" merge-base --is-ancestor "$commit" HEAD || fail "--version commit $commit is not HEAD or an ancestor"
+  git -C "$SRC" merge-base --is-ancestor "${commit%%+dirty.*}" HEAD || fail "--version commit $commit is not HEAD or an ancestor"
 fi
 for lib in driver cudart cublasLt cublas cudnn nccl; do
   grep -qE "^$lib +" <<<"$version" || fail "--version has no line for $lib"
