@@ -141,6 +141,7 @@ model::ModelConfig model_config(const JobSpec& spec) {
   c.moe.z_loss_coeff = static_cast<float>(e.z_loss_coeff);
   c.moe.seq_aux_loss_coeff = static_cast<float>(e.seq_aux_loss_coeff);
   c.moe.capacity_factor = e.capacity_factor ? static_cast<float>(*e.capacity_factor) : 0.0f;
+  c.moe.ep_recv_headroom = e.ep_recv_headroom;
   return c;
 }
 

@@ -19,6 +19,10 @@ struct MoeConfig {
   // with any `balance`; 0 = off.
   float seq_aux_loss_coeff = 0.0f;
   float capacity_factor = 0.0f;   // <= 0: dropless; else capacity = ceil(cf * N * K / E)
+  // Dropless with ep > 1: each rank's expert rows are planned for this many
+  // times the balanced load (or the worst case, when smaller); a micro-batch
+  // routed beyond it is refused (model/moe_layer.h).
+  double ep_recv_headroom = 2.0;
   bool sigmoid = false;           // DeepSeek-V3 scores; softmax otherwise
   bool normalize_topk = true;     // combine weights = chosen scores / their sum
   float topk_scaling = 1.0f;      // then times this (DeepSeek-V3's routed_scaling_factor)

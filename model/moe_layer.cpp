@@ -33,12 +33,13 @@ MoePlanSize moe_plan_size(const ModelConfig& cfg, const MoeConfig& moe, const Ba
   // min(K, El) of a token's assignments for them (top-k picks distinct
   // experts), or at most `capacity` per expert. Dropless, that worst case
   // grows with ep (every peer's tokens on one rank), so the plan takes
-  // kMoeEpRecvHeadroom times the balanced load (S) when that is smaller, and
+  // ep_recv_headroom times the balanced load (S) when that is smaller, and
   // a micro-batch routed more unevenly is refused (see Moe::forward).
   int64_t per_peer = N * std::min(K, El);
   if (size.capacity > 0) per_peer = std::min(per_peer, El * size.capacity);
   size.rows = moe.ep == 1 ? S : moe.ep * per_peer;
-  if (size.capacity == 0) size.rows = std::min(size.rows, kMoeEpRecvHeadroom * S);
+  if (size.capacity == 0)
+    size.rows = std::min(size.rows, static_cast<int64_t>(std::ceil(moe.ep_recv_headroom * S)));
   return size;
 }
 
@@ -391,11 +392,14 @@ void Moe::forward(const LayerEnv& env, Tensor out, Tensor in) const {
     parallel::Communicator& ep = ep_group(env);
     route = parallel::ep_exchange_counts(ep, counts.slice(1, 2).view({E_}), b.get(all_counts_));
     // Every rank sees every rank's total, so all refuse together (no hang).
+    // The headroom that would have held it, rounded up to a tenth.
     TRAINER_CHECK(route.max_recv <= R_,
                   "{}: expert parallelism: a rank's {} experts were routed {} rows in one "
-                  "micro-batch, more than the {} planned ({}x the balanced load); a router this "
-                  "unbalanced needs model.moe.capacity_factor (or a smaller parallel.ep)",
-                  name_, El_, route.max_recv, R_, kMoeEpRecvHeadroom);
+                  "micro-batch, more than the {} planned ({:g}x the balanced load of {}); resume "
+                  "with model.moe.ep_recv_headroom >= {:g} (more memory: see trainer plan), or "
+                  "bound the rows with model.moe.capacity_factor",
+                  name_, El_, route.max_recv, R_, moe_.ep_recv_headroom, N_ * K_,
+                  std::ceil(10.0 * double(route.max_recv) / double(N_ * K_)) / 10.0);
     xe = b.get(xr_), ye = b.get(yr_);
     parallel::ep_dispatch(ep, route, xs, xe);
   }

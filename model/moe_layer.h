@@ -31,8 +31,10 @@
 // counters stay per rank as with dp. The expert activations are planned for
 // the rows a rank can receive: the capacity bound with capacity_factor;
 // dropless, the worst case (every peer's tokens on this rank's experts) or
-// twice the balanced load when smaller, a micro-batch beyond that being
-// refused on every rank of the group at once (set capacity_factor then).
+// MoeConfig::ep_recv_headroom times the balanced load when smaller, a
+// micro-batch beyond that being refused on every rank of the group at once,
+// naming the headroom that would have held it (the key is not part of the
+// checkpoint's model, so the job resumes with it raised).
 #pragma once
 
 #include <string>
@@ -45,10 +47,6 @@
 #include "parallel/expert_dispatch.h"
 
 namespace trainer::model {
-
-// Dropless expert parallelism plans each rank's expert rows for this many
-// times the balanced load (a micro-batch routed beyond it is refused).
-inline constexpr int64_t kMoeEpRecvHeadroom = 2;
 
 // A layer's capacity per expert (0: dropless) and the rows its experts run on
 // (R: every routed row this rank's experts may receive in a micro-batch).

@@ -133,14 +133,14 @@ std::string job_spec_to_yaml(const JobSpec& spec) {
         "    every: {}\n    first_dense: {}\n    balance: {}\n    score: {}\n    normalize_topk: {}\n"
         "    topk_scaling_factor: {}\n    n_groups: {}\n    top_groups: {}\n"
         "    aux_loss_coeff: {}\n    z_loss_coeff: {}\n    seq_aux_loss_coeff: {}\n"
-        "    bias_update_rate: {}\n    capacity_factor: {}\n",
+        "    bias_update_rate: {}\n    capacity_factor: {}\n    ep_recv_headroom: {}\n",
         m.moe.n_experts, m.moe.top_k, m.moe.n_shared_experts, yes(m.moe.shared_expert_gate),
         m.moe.d_ff_expert, m.moe.every,
         m.moe.first_dense, to_string(m.moe.balance), to_string(m.moe.score), yes(m.moe.normalize_topk),
         num(m.moe.topk_scaling_factor), m.moe.n_groups, m.moe.top_groups,
         num(m.moe.aux_loss_coeff), num(m.moe.z_loss_coeff), num(m.moe.seq_aux_loss_coeff),
         num(m.moe.bias_update_rate),
-        m.moe.capacity_factor ? num(*m.moe.capacity_factor) : "null");
+        m.moe.capacity_factor ? num(*m.moe.capacity_factor) : "null", num(m.moe.ep_recv_headroom));
   } else {
     y += "  moe: null\n";
   }

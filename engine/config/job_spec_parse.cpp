@@ -143,6 +143,8 @@ void read_moe(Section s, MoESpec& moe) {
     s.reader().check_min(s.path("capacity_factor"), cf, 0, /*strict=*/true);
     moe.capacity_factor = cf;
   }
+  s.read("ep_recv_headroom", moe.ep_recv_headroom);
+  s.reader().check_min(s.path("ep_recv_headroom"), moe.ep_recv_headroom, 1);
 }
 
 void read_mla(Section s, MlaSpec& mla) {

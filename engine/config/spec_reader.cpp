@@ -41,7 +41,7 @@ KeyNode build_key_tree() {
                                           "shared_expert_gate", "d_ff_expert",
                                           "every", "first_dense", "balance", "score", "normalize_topk", "topk_scaling_factor",
                                           "n_groups", "top_groups", "aux_loss_coeff", "z_loss_coeff", "seq_aux_loss_coeff",
-                                          "bias_update_rate", "capacity_factor"}));
+                                          "bias_update_rate", "capacity_factor", "ep_recv_headroom"}));
   return KeyNode{
       "",
       {leaves("run", {"name", "dir", "seed", "device", "attention"}),

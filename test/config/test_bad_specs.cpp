@@ -221,6 +221,8 @@ const std::vector<Bad>& bad_specs() {
        "layer, of model.n_layer 4), got 4 (no layer would be a MoE layer)"},
       {"negative seq aux loss", kData + "model:\n  moe:\n    seq_aux_loss_coeff: -1e-4\n", {},
        "job.yaml:6: model.moe.seq_aux_loss_coeff: must be >= 0, got -0.0001"},
+      {"ep receive headroom below 1", kData + "model:\n  moe:\n    ep_recv_headroom: 0.5\n", {},
+       "job.yaml:6: model.moe.ep_recv_headroom: must be >= 1, got 0.5"},
       {"topk scaling 0", kData + "model:\n  moe:\n    topk_scaling_factor: 0\n", {},
        "job.yaml:6: model.moe.topk_scaling_factor: must be > 0, got 0"},
       {"route groups uneven", kData + "model:\n  moe:\n    n_experts: 8\n    n_groups: 3\n", {},

@@ -137,7 +137,7 @@ model:
         first_dense: 1, balance: aux_free, score: sigmoid, normalize_topk: false, topk_scaling_factor: 2.5,
         n_groups: 4, top_groups: 2,
         aux_loss_coeff: 0.001, z_loss_coeff: 0.002, seq_aux_loss_coeff: 0.0001, bias_update_rate: 0.005,
-        capacity_factor: 1.25}
+        capacity_factor: 1.25, ep_recv_headroom: 3.5}
 data: {train: a.bin, val: [b.bin, c.bin], format: megatron, shuffle: false}
 train: {seq_len: 100, micro_batch: 3, global_batch: 12, steps: 7, eval_every: 0, eval_batches: 2, log_every: 5,
         max_minutes: 90.5, rampup_batch_size: [3, 3, 1000]}
@@ -198,6 +198,7 @@ log: {metrics: none, timers: true, profile_steps: [3, 5], profile_ranks: [2, 0]}
   CHECK(s.model.moe.seq_aux_loss_coeff == 0.0001);
   CHECK(s.model.moe.bias_update_rate == 0.005);
   CHECK(s.model.moe.capacity_factor == 1.25);
+  CHECK(s.model.moe.ep_recv_headroom == 3.5);
   CHECK(s.data.train == std::vector<DataSource>{{"a.bin", 1.0}});
   CHECK(s.data.val == std::vector<DataSource>{{"b.bin", 1.0}, {"c.bin", 1.0}});
   CHECK(s.data.format == DataFormat::megatron);

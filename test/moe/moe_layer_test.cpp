@@ -1,7 +1,8 @@
 // The MoE layer: its whole gradient (router through the combine weights, the
 // balance loss and z-loss, routed and shared experts, the input) against
 // central finite differences of the layer itself; capacity dropping in the
-// step stats; aux-loss-free balancing; determinism.
+// step stats; aux-loss-free balancing; determinism; the expert rows planned
+// for dropless expert parallelism.
 #include <catch2/catch.hpp>
 
 #include <omp.h>
@@ -265,4 +266,29 @@ TEST_CASE("moe layer: forward and backward are bitwise deterministic across thre
   const std::vector<float> a = run(2), b = run(2), c = run(1);
   CHECK(a == b);
   CHECK(a == c);
+}
+
+TEST_CASE("moe plan size: dropless ep rows are ep_recv_headroom x the balanced load, up to the worst case",
+          "[cpu][moe]") {
+  // 64 tokens, top-2 of 16 experts over ep 8 (2 a rank): balanced S = 128
+  // rows a rank, worst case 8 peers x 64 tokens x min(2, 2) = 1024.
+  model::ModelConfig cfg;
+  cfg.d_model = 16;
+  model::MoeConfig mc;
+  mc.n_experts = 16, mc.top_k = 2, mc.ep = 8;
+  const model::BatchShape batch{2, 32};
+  auto rows = [&](double headroom, float capacity_factor = 0.0f) {
+    mc.ep_recv_headroom = headroom, mc.capacity_factor = capacity_factor;
+    return model::moe_plan_size(cfg, mc, batch).rows;
+  };
+  CHECK(rows(2.0) == 256);
+  CHECK(rows(3.5) == 448);
+  CHECK(rows(1.01) == 130);  // ceil(129.28)
+  CHECK(rows(8.0) == 1024);
+  CHECK(rows(100.0) == 1024);
+  // Capacity bounds the rows whatever the headroom: 8 peers x 2 experts x ceil(1.0 * 64 * 2 / 16).
+  CHECK(rows(2.0, 1.0f) == 128);
+  CHECK(rows(100.0, 1.0f) == 128);
+  mc.ep = 1;
+  CHECK(rows(2.0) == 128);  // no exchange: this rank's own assignments
 }

@@ -105,14 +105,15 @@ void check_case(parallel::Communicator& ep, model::Family family, model::MoeConf
 }
 
 // Every token's top-2 forced onto experts 0 and 1 (the selection bias): with
-// ep 4 (2 experts a rank) rank 0 receives all 4 * 2N rows, beyond the 2x
-// balanced load planned for dropless routing, and every rank must refuse the
-// micro-batch with the same error (none may wait in the exchange); with ep 2
-// the worst case fits the plan and the layer equals the whole one.
-void check_overflow(parallel::Communicator& ep) {
+// ep 4 (2 experts a rank) rank 0 receives all 4 * 2N rows, 4x the balanced
+// load, beyond the 2x (and 3.5x) planned for dropless routing, and every rank
+// must refuse the micro-batch with the same error naming the headroom that
+// would hold it (none may wait in the exchange); with ep_recv_headroom 4, or
+// with ep 2, the worst case fits the plan.
+void check_overflow(parallel::Communicator& ep, double headroom) {
   model::MoeConfig mc;
   mc.n_experts = 8, mc.top_k = 2, mc.d_ff_expert = 12, mc.balance = model::MoeBalance::aux_free;
-  mc.ep = ep.size(), mc.ep_rank = ep.rank();
+  mc.ep = ep.size(), mc.ep_rank = ep.rank(), mc.ep_recv_headroom = headroom;
   MoeHarness split(model::Family::gpt2, mc, kTokens, kC, 1);
   init_by_name(split);
   init_io(split, ep.rank());
@@ -125,9 +126,11 @@ void check_overflow(parallel::Communicator& ep) {
   } catch (const Error& e) {
     error = e.what();
   }
-  if (ep.size() > 2) {
+  if (ep.size() == 4 && headroom < 4) {
+    if (ep.rank() == 0) std::printf("refused at headroom %g: %s\n", headroom, error.c_str());
     MPI_TEST_CHECK(error.find("expert parallelism") != std::string::npos &&
-                       error.find("192 rows") != std::string::npos,
+                       error.find("192 rows") != std::string::npos &&
+                       error.find("model.moe.ep_recv_headroom >= 4 ") != std::string::npos,
                    ep.rank());
   } else {
     MPI_TEST_CHECK(error.empty(), ep.rank());
@@ -151,7 +154,7 @@ int main() {
     model::MoeConfig sigmoid = gelu;
     sigmoid.sigmoid = true, sigmoid.balance = model::MoeBalance::aux_free;
     check_case(*world, model::Family::llama, sigmoid, "swiglu sigmoid aux_free");
-    check_overflow(*world);
+    for (double headroom : {2.0, 3.5, 4.0}) check_overflow(*world, headroom);
     if (world->rank() == 0) std::printf("ep %d: split MoE layer equals the whole one\n", world->size());
   });
 }
