@@ -26,6 +26,7 @@ std::vector<tensorboard::Scalar> tensorboard_step_scalars(const StepRecord& r) {
     s.push_back({"moe-imbalance", f(r.moe_imbalance)});
     s.push_back({"moe-dropped", f(r.moe_dropped)});
     if (!std::isnan(r.moe_seq_aux_loss)) s.push_back({"seq_load_balancing_loss", f(r.moe_seq_aux_loss)});
+    if (!std::isnan(r.moe_ep_recv_peak)) s.push_back({"moe-ep-recv-peak", f(r.moe_ep_recv_peak)});
   }
   if (!std::isnan(r.loss_scale)) {
     s.push_back({"loss-scale", f(r.loss_scale)});

@@ -726,6 +726,13 @@ void Trainer::finish_moe_step(StepRecord& r, int global_batch) {
     r.moe_seq_aux_loss = parallel::group_sum(dp, seq_aux_sum) / micro_batches;
   r.moe_imbalance = imbalance;
   r.moe_dropped = dropped;
+  // Each ep group sees its own peak; every rank (every stage) takes part.
+  if (mesh_->shape().ep > 1 && !spec_.model.moe.capacity_factor) {
+    double peak = 0;
+    for (const model::Moe* m : layers) peak = std::max(peak, m->ep_recv_peak());
+    mesh_->comm(parallel::Axis::world).all_reduce(Tensor(&peak, {1}, DType::f64), parallel::ReduceOp::max);
+    r.moe_ep_recv_peak = peak;
+  }
 }
 
 bool Trainer::lockstep_forwards() const {
@@ -826,6 +833,9 @@ void Trainer::log_step(const StepRecord& r) {
                               ? std::string()
                               : fmt::format(" (seq {:.4f})", r.moe_seq_aux_loss),
                           r.moe_imbalance, r.moe_dropped);
+    if (!std::isnan(r.moe_ep_recv_peak))
+      extra += fmt::format(" ep recv {:.2f}x of {:g}x", r.moe_ep_recv_peak,
+                           spec_.model.moe.ep_recv_headroom);
     if (!std::isnan(r.loss_scale)) extra += fmt::format(" | loss scale {:g}", r.loss_scale);
     if (r.global_batch > 0) extra += fmt::format(" | batch {}", r.global_batch);
     if (!std::isnan(r.params_norm)) extra += fmt::format(" | params norm {:.4f}", r.params_norm);
@@ -860,6 +870,8 @@ void Trainer::log_step(const StepRecord& r) {
                           json_number(r.moe_imbalance, "{:.6g}"), json_number(r.moe_dropped, "{:.0f}"));
     if (!std::isnan(r.moe_seq_aux_loss))
       extra += fmt::format(", \"moe_seq_aux_loss\": {}", json_number(r.moe_seq_aux_loss, "{:.9g}"));
+    if (!std::isnan(r.moe_ep_recv_peak))
+      extra += fmt::format(", \"moe_ep_recv_peak\": {}", json_number(r.moe_ep_recv_peak, "{:.6g}"));
     if (!std::isnan(r.loss_scale))
       extra += fmt::format(", \"loss_scale\": {}, \"skipped\": {}", json_number(r.loss_scale, "{:g}"),
                            r.skipped);

@@ -56,6 +56,10 @@ struct StepRecord {
   // Of moe_aux_loss, the sequence-wise balance loss (model.moe.seq_aux_loss_coeff
   // > 0; NaN otherwise), with its coefficient, as Megatron's seq_load_balancing_loss.
   double moe_seq_aux_loss = std::nan("");
+  // Dropless expert parallelism only (NaN otherwise): the most rows any rank's
+  // experts were routed in one micro-batch, as a multiple of the balanced load
+  // (model.moe.ep_recv_headroom refuses a micro-batch above it), worst layer.
+  double moe_ep_recv_peak = std::nan("");
   // fp16 only: the loss scale the step ran with (NaN otherwise), and whether
   // its gradients overflowed, so the update was skipped.
   double loss_scale = std::nan("");

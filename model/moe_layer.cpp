@@ -391,6 +391,7 @@ void Moe::forward(const LayerEnv& env, Tensor out, Tensor in) const {
   if (ep_ > 1) {
     parallel::Communicator& ep = ep_group(env);
     route = parallel::ep_exchange_counts(ep, counts.slice(1, 2).view({E_}), b.get(all_counts_));
+    recv_peak_ = std::max(recv_peak_, double(route.max_recv) / double(N_ * K_));
     // Every rank sees every rank's total, so all refuse together (no hang).
     // The headroom that would have held it, rounded up to a tenth.
     TRAINER_CHECK(route.max_recv <= R_,
@@ -538,6 +539,7 @@ float Moe::aux_loss(const Buffers& buf) const {
 }
 
 void Moe::reset_step_stats(Context& ctx, const Buffers& buf) const {
+  recv_peak_ = 0;
   fill(ctx, buf.get(step_), 0.0f);
   fill(ctx, buf.get(step_aux_), 0.0f);
   if (step_seq_aux_ >= 0) fill(ctx, buf.get(step_seq_aux_), 0.0f);

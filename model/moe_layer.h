@@ -94,6 +94,11 @@ class Moe {
     return step_seq_aux_ >= 0 ? buf.get(step_seq_aux_) : Tensor{};
   }
   MoeStats stats(const Buffers& buf) const;
+  // Expert parallelism: the most rows one rank of the ep group was routed in
+  // a forward since reset_step_stats, as a multiple of the balanced load N K
+  // (what ep_recv_headroom bounds, dropless); 0 without ep. The same on every
+  // rank of the group (each sees every rank's counts).
+  double ep_recv_peak() const { return recv_peak_; }
   // The stats of step counters already read: `step` (2E) as step_counts holds them.
   static MoeStats stats_of(const float* step, int64_t experts);
   // aux_free only (no-op otherwise): bias_e += rate * sign(mean load - load_e)
@@ -134,6 +139,7 @@ class Moe {
   };
   const HostRouting& host_routing(const Buffers& b) const;
   mutable std::unordered_map<const void*, HostRouting> routing_;
+  mutable double recv_peak_ = 0;  // ep_recv_peak()
   parallel::Communicator& ep_group(const LayerEnv& env) const;
   // Capacity shared over the SP blocks and cp chunks of the micro-batch:
   // moe_plan's `taken` making this rank keep what one rank would

@@ -4,7 +4,8 @@
 # gradient norm of every step as well as the loss: AdamW hides a wrongly
 # scaled expert gradient from the loss, not from the norm (which also checks
 # that each expert element is counted once over the ep group); and the MoE
-# aux loss, load imbalance and drops the step line reports (global numbers).
+# aux loss, load imbalance and drops the step line reports (global numbers);
+# and the dropless ep receive peak, on the mesh alone.
 set -euo pipefail
 fx=$1 trainer=$2 mpiexec=$3 np=$4 job=$5
 shift 5
@@ -40,3 +41,20 @@ seq_aux() { grep -o '"moe_seq_aux_loss": [^,}]*' "$1/metrics.jsonl" | sed 's/.*:
 paste <(seq_aux "$ref") <(seq_aux "$mesh") | awk '
   { n++; d = $1 - $2; if (d < 0) d = -d; if (NF != 2 || d > 1e-5 * $1 + 1e-9) { bad++; print "seq aux " n ": " $1 " vs " $2 } }
   END { if (n) printf "%d sequence-wise balance losses compared\n", n; exit bad > 0 }'
+# Dropless expert parallelism reports each step's receive peak (the most rows
+# a rank's experts got in one micro-batch, x the balanced load): at least 1
+# (the rows sent average the balanced load), at most ep_recv_headroom (else
+# refused); one rank and capacity jobs have none.
+ep=$(sed -n 's/^  ep: \([0-9]*\)$/\1/p' "$mesh/job.yaml")
+cap=$(sed -n 's/^    capacity_factor: //p' "$mesh/job.yaml")
+headroom=$(sed -n 's/^    ep_recv_headroom: //p' "$mesh/job.yaml")
+peaks() { grep -o '"moe_ep_recv_peak": [^,}]*' "$1/metrics.jsonl" | sed 's/.*: //' || true; }
+[[ -z $(peaks "$ref") ]] || { echo "the one-rank run reports an ep receive peak"; exit 1; }
+if [[ ${ep:-1} -gt 1 && $cap == null ]]; then
+  peaks "$mesh" | awk -v h="$headroom" '
+    { n++; if ($1 < 1 || $1 > h) { bad++; print "step " n ": ep receive peak " $1 " outside [1, " h "]" }
+      if ($1 > worst) worst = $1 }
+    END { printf "%d ep receive peaks, the largest %.3g of %g\n", n, worst, h; exit !(n == 20 && bad == 0) }'
+else
+  [[ -z $(peaks "$mesh") ]] || { echo "an ep receive peak without dropless ep (ep ${ep:-?}, capacity $cap)"; exit 1; }
+fi

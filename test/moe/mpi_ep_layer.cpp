@@ -109,7 +109,7 @@ void check_case(parallel::Communicator& ep, model::Family family, model::MoeConf
 // load, beyond the 2x (and 3.5x) planned for dropless routing, and every rank
 // must refuse the micro-batch with the same error naming the headroom that
 // would hold it (none may wait in the exchange); with ep_recv_headroom 4, or
-// with ep 2, the worst case fits the plan.
+// with ep 2, the worst case fits the plan, and the layer reports that peak.
 void check_overflow(parallel::Communicator& ep, double headroom) {
   model::MoeConfig mc;
   mc.n_experts = 8, mc.top_k = 2, mc.d_ff_expert = 12, mc.balance = model::MoeBalance::aux_free;
@@ -134,6 +134,10 @@ void check_overflow(parallel::Communicator& ep, double headroom) {
                    ep.rank());
   } else {
     MPI_TEST_CHECK(error.empty(), ep.rank());
+    // Rank 0 received every rank's 2N rows: ep x the balanced load, on every rank.
+    MPI_TEST_CHECK(split.moe.ep_recv_peak() == double(ep.size()), ep.rank());
+    split.moe.reset_step_stats(split.ctx, split.buf);
+    MPI_TEST_CHECK(split.moe.ep_recv_peak() == 0.0, ep.rank());
   }
 }
 
