@@ -11,6 +11,7 @@
 #include "engine/mesh_from_spec.h"
 #include "engine/pipeline_runner.h"
 #include "model/model.h"
+#include "model/moe_layer.h"
 #include "engine/zero_layout.h"
 
 namespace trainer::cmd {
@@ -88,6 +89,21 @@ Registrar reg("plan", "validate a job and print its per-rank memory plan", [](CL
                      : spec.parallel.zero == 0
                          ? std::string("nothing (zero 0)")
                          : fmt::format("over {} {}", shape.cp > 1 ? "dp x cp" : "dp", dense.size));
+        if (spec.model.moe.enabled && shape.ep > 1 && !spec.model.moe.capacity_factor) {
+          const model::ModelConfig& mc = model.config();
+          const int64_t rows = model::moe_plan_size(mc, mc.moe, model.batch()).rows;
+          const int64_t balanced = model::residual_rows(mc, model.batch()) * mc.moe.top_k;
+          const int64_t worst = int64_t(shape.ep) * model::residual_rows(mc, model.batch()) *
+                                std::min(mc.moe.top_k, mc.moe.local_experts());
+          fmt::print("dropless ep: each MoE layer's experts are planned for {} rows a micro-batch, "
+                     "{:.3g}x the balanced {} (model.moe.ep_recv_headroom {:g}); {}\n",
+                     rows, double(rows) / double(balanced), balanced, spec.model.moe.ep_recv_headroom,
+                     rows >= worst ? std::string("the worst case (every rank's tokens on one rank's "
+                                                 "experts), so none is refused")
+                                   : fmt::format("the worst case would be {:.3g}x; a micro-batch "
+                                                 "routed beyond the plan is refused",
+                                                 double(worst) / double(balanced)));
+        }
         if (shape.pp > 1)
           fmt::print("{}\n", parallel::describe_schedule(shape.pp, micro_batches, shape.virtual_stages));
       }
