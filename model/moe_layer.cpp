@@ -158,7 +158,6 @@ void Moe::declare(Buffers& buf, const std::string& prefix, const ModelConfig& cf
   // backward reads.
   sums_ = buf.add(G, p + "router_sums", {3 * E_ + 1}, DType::f64);
   buf.declare_op_scratch(moe_router_sums_scratch_bytes(N_, E_));
-  load_ = buf.add(A, p + "router_load", {E_});
   if (shared_stats()) {
     if (capacity_ > 0) {
       // Every token-sharing rank's runs (fixed by the layout), rows [cp rank][tp
@@ -195,15 +194,22 @@ void Moe::declare(Buffers& buf, const std::string& prefix, const ModelConfig& cf
     const int64_t tp_share = sp_ ? tp_ : 1;
     const parallel::CpLayout layout = cp_layout(cfg, batch);
     seq_len_ = layout.seq;
-    seq_rows_host_ = seq_row_table(token_runs(layout, batch.B, tp_share, sp_ ? tp_rank_ : 0),
+    seq_rows_.host = seq_row_table(token_runs(layout, batch.B, tp_share, sp_ ? tp_rank_ : 0),
                                    batch.B, seq_len_);
     for (int64_t q = 0; q < batch.B; ++q)
-      seq_max_rows_ = std::max<int64_t>(seq_max_rows_, seq_rows_host_[2 * q + 1]);
-    seq_rows_ = buf.add(G, p + "seq_aux_rows", {batch.B, 2}, DType::i32);
+      seq_max_rows_ = std::max<int64_t>(seq_max_rows_, seq_rows_.host[2 * q + 1]);
+    seq_rows_.id = buf.add(G, p + "seq_aux_rows", {batch.B, 2}, DType::i32);
     seq_sums_ = buf.add(A, p + "seq_aux_sums", {batch.B, 2 * E_}, DType::f64);
     seq_loss_ = buf.add(G, p + "seq_aux_loss", {1});
     step_seq_aux_ = buf.add(G, p + "step_seq_aux_loss", {1});
     buf.declare_op_scratch(moe_seq_aux_scratch_bytes(N_, batch.B, E_, seq_max_rows_));
+  }
+  if (moe.balance == MoeBalance::aux_loss && moe.aux_loss_coeff > 0) {
+    bal_rows_.host = {0, static_cast<int32_t>(N_)};
+    bal_rows_.id = buf.add(G, p + "balance_rows", {1, 2}, DType::i32);
+    bal_sums_ = buf.add(A, p + "balance_sums", {1, 2 * E_}, DType::f64);
+    bal_loss_ = buf.add(G, p + "balance_loss", {1});
+    buf.declare_op_scratch(moe_seq_aux_scratch_bytes(N_, 1, E_, N_));
   }
   // The backward's temporaries (and the fp32 router input) are spent before
   // the layer returns: every MoE layer of the model shares one copy.
@@ -231,7 +237,6 @@ void Moe::declare(Buffers& buf, const std::string& prefix, const ModelConfig& cf
     router_in_ = temp("router_input_f32", {N_, C_}, DType::f32);
     router_din_ = temp("d_router_input_f32", {N_, C_}, DType::f32);
   }
-  dprob_ = temp("d_prob_per_expert", {E_}, DType::f32);
   if (Fs_ > 0) {
     sh1_ = buf.add(A, p + "shared_w1_out", {N_, Fs_}, buf.act_dtype());
     if (swiglu_) sh3_ = buf.add(A, p + "shared_w3_out", {N_, Fs_}, buf.act_dtype());
@@ -337,11 +342,11 @@ Tensor Moe::capacity_taken(const LayerEnv& env, Tensor topk_idx) const {
   return out;
 }
 
-Tensor Moe::seq_rows(const Buffers& b) const {
-  Tensor rows = b.get(seq_rows_);
-  if (seq_rows_at_ != rows.data) {
-    copy_from_host(rows, seq_rows_host_.data());
-    seq_rows_at_ = rows.data;
+Tensor Moe::RowTable::get(const Buffers& b) const {
+  Tensor rows = b.get(id);
+  if (at != rows.data) {
+    copy_from_host(rows, host.data());
+    at = rows.data;
   }
   return rows;
 }
@@ -423,28 +428,33 @@ void Moe::forward(const LayerEnv& env, Tensor out, Tensor in) const {
   }
   moe_combine(ctx, out, ys, b.get(assign_slot_), w);
 
-  // Balance loss, z-loss and the step counters, on the device: the host reads
-  // nothing here (kernels/moe_stats.h).
+  // The z-loss, the step counters and the balance losses, on the device: the
+  // host reads nothing here (kernels/moe_stats.h, kernels/moe_seq_aux.h). Every
+  // sum is the whole micro-batch's: the ranks routing parts of it add theirs.
+  TRAINER_CHECK(cp_ == 1 || (env.cp != nullptr && env.cp->size() == cp_),
+                "{}: MoE layer planned for cp {} without a cp group of that size", name_, cp_);
+  auto share_sum = [&](Tensor t) {
+    if (sp_) env.tp.all_reduce(t, parallel::ReduceOp::sum);
+    if (cp_ > 1) env.cp->all_reduce(t, parallel::ReduceOp::sum);
+  };
   Tensor sums = b.get(sums_);
   moe_router_sums(ctx, sums, counts, probs, logits);
-  if (sp_) env.tp.all_reduce(sums, parallel::ReduceOp::sum);
-  if (cp_ > 1) {
-    TRAINER_CHECK(env.cp != nullptr && env.cp->size() == cp_,
-                  "{}: MoE layer planned for cp {} without a cp group of that size", name_, cp_);
-    env.cp->all_reduce(sums, parallel::ReduceOp::sum);
-  }
-  const float balance_coeff = moe_.balance == MoeBalance::aux_loss ? moe_.aux_loss_coeff : 0.0f;
+  share_sum(sums);
   // A recomputed forward is not counted again: the step counters hold it.
   const bool count = !env.recompute;
-  moe_router_losses(ctx, b.get(losses_), b.get(load_), count ? b.get(step_) : Tensor{},
-                    count ? b.get(step_aux_) : Tensor{}, sums, Ng_, K_, balance_coeff,
-                    moe_.z_loss_coeff);
+  moe_router_losses(ctx, b.get(losses_), Tensor{}, count ? b.get(step_) : Tensor{},
+                    count ? b.get(step_aux_) : Tensor{}, sums, Ng_, K_, 0.0f, moe_.z_loss_coeff);
+  if (bal_sums_ >= 0) {
+    Tensor bal = b.get(bal_sums_);
+    moe_seq_aux_sums(ctx, bal, logits, bal_rows_.get(b), N_, K_, moe_.sigmoid);
+    share_sum(bal);
+    moe_seq_aux_loss(ctx, b.get(bal_loss_), count ? b.get(step_aux_) : Tensor{}, bal, Ng_, K_,
+                     moe_.aux_loss_coeff);
+  }
   if (seq_sums_ >= 0) {
-    // Per sequence: the ranks holding parts of a sequence add their rows' sums.
     Tensor seq = b.get(seq_sums_);
-    moe_seq_aux_sums(ctx, seq, logits, seq_rows(b), seq_max_rows_, K_, moe_.sigmoid);
-    if (sp_) env.tp.all_reduce(seq, parallel::ReduceOp::sum);
-    if (cp_ > 1) env.cp->all_reduce(seq, parallel::ReduceOp::sum);
+    moe_seq_aux_sums(ctx, seq, logits, seq_rows_.get(b), seq_max_rows_, K_, moe_.sigmoid);
+    share_sum(seq);
     moe_seq_aux_loss(ctx, b.get(seq_loss_), count ? b.get(step_seq_aux_) : Tensor{}, seq, seq_len_,
                      K_, moe_.seq_aux_loss_coeff);
   }
@@ -490,23 +500,18 @@ void Moe::backward(const LayerEnv& env, Tensor dinp, Tensor dout, Tensor in, flo
   }
   moe_gather_backward(ctx, dinp, dxs, b.get(assign_slot_));
 
-  // Router: combine weights, balance loss (d/dprobs[n, e] = coeff E load_e / (N K N)), z-loss.
-  Tensor dprob;
-  if (moe_.balance == MoeBalance::aux_loss && moe_.aux_loss_coeff != 0.0f) {
-    // The load is the whole micro-batch's (under sequence parallelism or cp,
-    // summed over the ranks sharing it), as forward saved it.
-    const double f = double(dloss) * moe_.aux_loss_coeff * E_ / (double(Ng_) * K_ * Ng_);
-    dprob = b.get(dprob_);
-    copy(ctx, dprob, b.get(load_));
-    scale(ctx, dprob, static_cast<float>(f));
-  }
+  // Router: combine weights and z-loss, then the balance losses (their counts
+  // are the whole micro-batch's or sequence's, as forward saved them).
   const float z_grad = dloss * moe_.z_loss_coeff / static_cast<float>(Ng_);
   // The combine weights were scaled after routing: the router's gradient is too.
   if (moe_.topk_scaling != 1.0f) scale(ctx, dtopk, moe_.topk_scaling);
   moe_route_backward(ctx, b.get(dlogits_), dtopk, b.get(logits_), b.get(probs_),
-                     b.get(topk_idx_), dprob, z_grad, moe_.sigmoid, moe_.normalize_topk);
+                     b.get(topk_idx_), Tensor{}, z_grad, moe_.sigmoid, moe_.normalize_topk);
+  if (bal_sums_ >= 0)
+    moe_seq_aux_backward(ctx, b.get(dlogits_), b.get(logits_), bal_rows_.get(b), b.get(bal_sums_),
+                         Ng_, K_, dloss * moe_.aux_loss_coeff, moe_.sigmoid);
   if (seq_sums_ >= 0)
-    moe_seq_aux_backward(ctx, b.get(dlogits_), b.get(logits_), seq_rows(b), b.get(seq_sums_),
+    moe_seq_aux_backward(ctx, b.get(dlogits_), b.get(logits_), seq_rows_.get(b), b.get(seq_sums_),
                          seq_len_, K_, dloss * moe_.seq_aux_loss_coeff, moe_.sigmoid);
   // The shared expert gate reads the router's input: its input gradient joins the router's.
   auto gate_backward = [&](Tensor x, Tensor dx) {
@@ -532,7 +537,11 @@ void Moe::backward(const LayerEnv& env, Tensor dinp, Tensor dout, Tensor in, flo
 float Moe::aux_loss(const Buffers& buf) const {
   float l[2];
   copy_to_host(l, buf.get(losses_));
-  const float balance = moe_.balance == MoeBalance::aux_loss ? moe_.aux_loss_coeff * l[0] : 0.0f;
+  float balance = 0.0f;
+  if (bal_loss_ >= 0) {
+    copy_to_host(&balance, buf.get(bal_loss_));
+    balance *= moe_.aux_loss_coeff;
+  }
   float seq = 0.0f;
   if (seq_loss_ >= 0) copy_to_host(&seq, buf.get(seq_loss_));
   return balance + moe_.z_loss_coeff * l[1] + moe_.seq_aux_loss_coeff * seq;

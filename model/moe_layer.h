@@ -172,9 +172,8 @@ class Moe {
   ParamId shared_gate_;
   BufferId shared_out_ = -1, gate_logit_ = -1;
   BufferId dshared_out_ = -1, dgate_logit_ = -1, gate_din_ = -1;      // scratch (N, C) (N, 1) (N, C) f32
-  BufferId losses_ = -1;  // scratch (2): raw balance, z of the last forward
+  BufferId losses_ = -1;  // scratch (2): z of the last forward at [1] ([0]: kernels/moe_stats.h's balance, unused)
   BufferId sums_ = -1;    // scratch (3E+1) f64: the router statistics (kernels/moe_stats.h)
-  BufferId load_ = -1;    // (E) f32: the micro-batch's load per expert (over every rank routing it)
   // Shared capacity scratch (i32): this rank's per-run loads (runs_max, E),
   // gathered over SP's tp, then over cp; the resulting `taken` (E).
   BufferId run_loads_ = -1, tp_run_loads_ = -1, all_run_loads_ = -1, taken_ = -1;
@@ -184,21 +183,33 @@ class Moe {
   int share_self_ = 0;                             // this rank's row there
   int64_t runs_max_ = 0;
   BufferId step_ = -1, step_aux_ = -1;   // scratch: (2, E) step counters, (1) summed aux loss
-  // The sequence-wise balance loss (seq_aux_loss_coeff > 0, kernels/moe_seq_aux.h):
-  // this rank's rows of each sequence, (B, 2) i32 scratch uploaded once per
-  // place (seq_rows_host_); the per-sequence sums (B, 2E) f64, an activation the
+  // A fixed i32 row table (kernels/moe_seq_aux.h's seq_rows), scratch uploaded
+  // once per place the buffer lives.
+  struct RowTable {
+    BufferId id = -1;
+    std::vector<int32_t> host;
+    mutable const void* at = nullptr;
+    Tensor get(const Buffers& b) const;
+  };
+  // The balance loss (balance: aux_loss), Megatron's: the micro-batch taken as
+  // one sequence by kernels/moe_seq_aux.h's ops (bias-free, group-free top-k
+  // counts; scores normalised to sum 1, which a sigmoid router's are not).
+  // bal_rows_: (1, 2) = all N rows; sums (1, 2E) f64, an activation the
   // backward reads; the last forward's loss (1) f32 scratch.
-  BufferId seq_rows_ = -1, seq_sums_ = -1, seq_loss_ = -1, step_seq_aux_ = -1;
-  std::vector<int32_t> seq_rows_host_;
-  mutable const void* seq_rows_at_ = nullptr;
+  RowTable bal_rows_;
+  BufferId bal_sums_ = -1, bal_loss_ = -1;
+  // The sequence-wise balance loss (seq_aux_loss_coeff > 0, kernels/moe_seq_aux.h):
+  // this rank's rows of each sequence, (B, 2); the per-sequence sums (B, 2E)
+  // f64, an activation the backward reads; the last forward's loss (1) f32 scratch.
+  RowTable seq_rows_;
+  BufferId seq_sums_ = -1, seq_loss_ = -1, step_seq_aux_ = -1;
   int64_t seq_len_ = 0;  // tokens per whole sequence
   int64_t seq_max_rows_ = 0;  // the most of one sequence's rows this rank holds
-  Tensor seq_rows(const Buffers& b) const;
   // Scratch (live within backward).
   BufferId dys_ = -1, dxs_ = -1, dh1_ = -1, dh3_ = -1, dact_ = -1;   // (S, C) (R, Fe)
   BufferId dyr_ = -1, dxr_ = -1;                                      // ep > 1: (R, C)
   BufferId dsh1_ = -1, dsh3_ = -1, dsact_ = -1;                       // (N, Fs)
-  BufferId dtopk_ = -1, dlogits_ = -1, dtmp_ = -1, dprob_ = -1;       // (N, K) (N, E) (N, C) (E)
+  BufferId dtopk_ = -1, dlogits_ = -1, dtmp_ = -1;                   // (N, K) (N, E) (N, C)
   BufferId router_in_ = -1, router_din_ = -1;  // 16-bit activations: the router's fp32 (N, C)
 };
 

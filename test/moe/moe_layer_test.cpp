@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 #include <string>
 #include <vector>
 
@@ -108,6 +109,16 @@ TEST_CASE("moe layer gradient: SwiGLU experts, softmax, shared expert, balance +
           "[cpu][moe]") {
   MoeConfig mc{.n_experts = 4, .top_k = 2, .n_shared_experts = 1, .d_ff_expert = 6,
                .balance = MoeBalance::aux_loss, .aux_loss_coeff = 0.5f, .z_loss_coeff = 0.05f};
+  SECTION("output and aux") { gradcheck(Family::llama, mc, false); }
+  SECTION("aux losses only") { gradcheck(Family::llama, mc, true); }
+}
+
+// Sigmoid scores under group-limited routing: the balance loss's counts are
+// group-free, so they can differ from the routing the experts ran.
+TEST_CASE("moe layer gradient: sigmoid, groups, balance loss", "[cpu][moe]") {
+  MoeConfig mc{.n_experts = 8, .top_k = 2, .d_ff_expert = 6, .balance = MoeBalance::aux_loss,
+               .aux_loss_coeff = 0.5f, .z_loss_coeff = 0.05f, .sigmoid = true, .n_groups = 4,
+               .top_groups = 2};
   SECTION("output and aux") { gradcheck(Family::llama, mc, false); }
   SECTION("aux losses only") { gradcheck(Family::llama, mc, true); }
 }
@@ -291,4 +302,42 @@ TEST_CASE("moe plan size: dropless ep rows are ep_recv_headroom x the balanced l
   CHECK(rows(100.0, 1.0f) == 128);
   mc.ep = 1;
   CHECK(rows(2.0) == 128);  // no exchange: this rank's own assignments
+}
+
+// balance: aux_loss is Megatron's (compute_routing_scores_for_aux_loss): the
+// counts are each token's top-k of the raw scores, whatever group limit the
+// routing has, and P is the scores normalised to sum 1. A sigmoid router's
+// raw scores do not sum to 1: averaged as they are, the loss would fall by
+// pushing every logit down, balanced or not.
+TEST_CASE("moe layer: the balance loss takes normalised scores and group-free counts", "[cpu][moe]") {
+  for (bool sigmoid : {false, true}) {
+    INFO("sigmoid " << sigmoid);
+    MoeConfig mc{.n_experts = 8, .top_k = 2, .d_ff_expert = 6, .balance = MoeBalance::aux_loss,
+                 .aux_loss_coeff = 0.5f, .sigmoid = sigmoid, .n_groups = 4, .top_groups = 1};
+    MoeHarness h(Family::llama, mc, 24, 8, 5);
+    h.forward();
+    Tensor logits = buffer_named(h.buf, "router_logits");
+    const int64_t N = h.N, E = mc.n_experts, K = mc.top_k;
+    std::vector<double> count(E, 0), score(E, 0);
+    int64_t outside_group = 0;  // picks the routing (one group of 2) could not make
+    for (int64_t n = 0; n < N; ++n) {
+      const float* l = logits.ptr<float>() + n * E;
+      std::vector<int64_t> order(E);
+      std::iota(order.begin(), order.end(), 0);
+      std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return l[a] > l[b]; });
+      for (int64_t k = 0; k < K; ++k) count[order[k]] += 1;
+      outside_group += order[0] / 2 != order[1] / 2;
+      std::vector<double> s(E);
+      double sum = 0;
+      for (int64_t e = 0; e < E; ++e) {
+        s[e] = sigmoid ? 1.0 / (1.0 + std::exp(-double(l[e]))) : std::exp(double(l[e]));
+        sum += s[e];
+      }
+      for (int64_t e = 0; e < E; ++e) score[e] += s[e] / sum;
+    }
+    double balance = 0;
+    for (int64_t e = 0; e < E; ++e) balance += double(E) / (K * N) * count[e] * score[e] / N;
+    CHECK(outside_group > 0);  // the group limit changed some tokens' picks
+    CHECK(h.moe.aux_loss(h.buf) == Approx(0.5 * balance).epsilon(1e-5));
+  }
 }
