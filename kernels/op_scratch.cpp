@@ -127,8 +127,8 @@ size_t moe_plan_scratch_bytes(int64_t assignments, int64_t E) {
 
 // 32 rows a chunk (a warp per row for the z-loss), at most 1024 chunks.
 int64_t moe_router_sum_chunks(int64_t N) { return std::clamp<int64_t>((N + 31) / 32, 1, 1024); }
-size_t moe_router_sums_scratch_bytes(int64_t N, int64_t E) {
-  return static_cast<size_t>(moe_router_sum_chunks(N) * (E + 1)) * sizeof(double);
+size_t moe_router_sums_scratch_bytes(int64_t N) {
+  return static_cast<size_t>(moe_router_sum_chunks(N)) * sizeof(double);
 }
 int64_t moe_seq_aux_chunks(int64_t max_rows) {
   return std::max<int64_t>(1, (max_rows + kMoeSeqAuxChunkRows - 1) / kMoeSeqAuxChunkRows);

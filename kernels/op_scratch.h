@@ -100,9 +100,9 @@ size_t radix_sort_scratch_bound(int64_t n);
 size_t embedding_backward_scratch_bytes(int64_t n);
 // moe_plan over `assignments` (tokens * top_k) and E experts.
 size_t moe_plan_scratch_bytes(int64_t assignments, int64_t E);
-// moe_router_sums over N tokens: blocks of rows, each writing E + 1 double partials.
+// moe_router_sums over N tokens: blocks of rows, each writing one double partial.
 int64_t moe_router_sum_chunks(int64_t N);
-size_t moe_router_sums_scratch_bytes(int64_t N, int64_t E);
+size_t moe_router_sums_scratch_bytes(int64_t N);
 // moe_seq_aux_sums over N tokens, B sequences of at most max_rows rows, E
 // experts: each token's row reduction (SeqAuxRow), then each sequence's partial
 // sums per chunk of kMoeSeqAuxChunkRows rows. Sized by max_rows, not N: with B

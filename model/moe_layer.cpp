@@ -152,12 +152,11 @@ void Moe::declare(Buffers& buf, const std::string& prefix, const ModelConfig& cf
   // Written by each forward, read by the host only on request (aux_loss(),
   // tests): one copy per layer in scratch, outside the region full
   // recomputation shares.
-  losses_ = buf.add(G, p + "aux_losses", {2});
+  z_loss_ = buf.add(G, p + "z_loss", {1});
   // The router statistics (kernels/moe_stats.h), summed over every rank that
-  // routes part of the micro-batch, and the load per expert the balance loss's
-  // backward reads.
-  sums_ = buf.add(G, p + "router_sums", {3 * E_ + 1}, DType::f64);
-  buf.declare_op_scratch(moe_router_sums_scratch_bytes(N_, E_));
+  // routes part of the micro-batch.
+  sums_ = buf.add(G, p + "router_sums", {2 * E_ + 1}, DType::f64);
+  buf.declare_op_scratch(moe_router_sums_scratch_bytes(N_));
   if (shared_stats()) {
     if (capacity_ > 0) {
       // Every token-sharing rank's runs (fixed by the layout), rows [cp rank][tp
@@ -438,12 +437,12 @@ void Moe::forward(const LayerEnv& env, Tensor out, Tensor in) const {
     if (cp_ > 1) env.cp->all_reduce(t, parallel::ReduceOp::sum);
   };
   Tensor sums = b.get(sums_);
-  moe_router_sums(ctx, sums, counts, probs, logits);
+  moe_router_sums(ctx, sums, counts, logits);
   share_sum(sums);
   // A recomputed forward is not counted again: the step counters hold it.
   const bool count = !env.recompute;
-  moe_router_losses(ctx, b.get(losses_), Tensor{}, count ? b.get(step_) : Tensor{},
-                    count ? b.get(step_aux_) : Tensor{}, sums, Ng_, K_, 0.0f, moe_.z_loss_coeff);
+  moe_router_losses(ctx, b.get(z_loss_), count ? b.get(step_) : Tensor{},
+                    count ? b.get(step_aux_) : Tensor{}, sums, Ng_, moe_.z_loss_coeff);
   if (bal_sums_ >= 0) {
     Tensor bal = b.get(bal_sums_);
     moe_seq_aux_sums(ctx, bal, logits, bal_rows_.get(b), N_, K_, moe_.sigmoid);
@@ -535,8 +534,8 @@ void Moe::backward(const LayerEnv& env, Tensor dinp, Tensor dout, Tensor in, flo
 }
 
 float Moe::aux_loss(const Buffers& buf) const {
-  float l[2];
-  copy_to_host(l, buf.get(losses_));
+  float z = 0.0f;
+  copy_to_host(&z, buf.get(z_loss_));
   float balance = 0.0f;
   if (bal_loss_ >= 0) {
     copy_to_host(&balance, buf.get(bal_loss_));
@@ -544,7 +543,7 @@ float Moe::aux_loss(const Buffers& buf) const {
   }
   float seq = 0.0f;
   if (seq_loss_ >= 0) copy_to_host(&seq, buf.get(seq_loss_));
-  return balance + moe_.z_loss_coeff * l[1] + moe_.seq_aux_loss_coeff * seq;
+  return balance + moe_.z_loss_coeff * z + moe_.seq_aux_loss_coeff * seq;
 }
 
 void Moe::reset_step_stats(Context& ctx, const Buffers& buf) const {

@@ -172,8 +172,8 @@ class Moe {
   ParamId shared_gate_;
   BufferId shared_out_ = -1, gate_logit_ = -1;
   BufferId dshared_out_ = -1, dgate_logit_ = -1, gate_din_ = -1;      // scratch (N, C) (N, 1) (N, C) f32
-  BufferId losses_ = -1;  // scratch (2): z of the last forward at [1] ([0]: kernels/moe_stats.h's balance, unused)
-  BufferId sums_ = -1;    // scratch (3E+1) f64: the router statistics (kernels/moe_stats.h)
+  BufferId z_loss_ = -1;  // scratch (1): the last forward's z-loss
+  BufferId sums_ = -1;    // scratch (2E+1) f64: the router statistics (kernels/moe_stats.h)
   // Shared capacity scratch (i32): this rank's per-run loads (runs_max, E),
   // gathered over SP's tp, then over cp; the resulting `taken` (E).
   BufferId run_loads_ = -1, tp_run_loads_ = -1, all_run_loads_ = -1, taken_ = -1;

@@ -1,6 +1,5 @@
-// CPU router statistics (kernels/moe_stats.h). Each sum runs in index order in
-// double (a column's over tokens ascending, the z-loss's over rows ascending),
-// so the result does not depend on the thread count.
+// CPU router statistics (kernels/moe_stats.h). The z-loss's sum runs over rows
+// ascending in double, so the result does not depend on the thread count.
 #include "kernels/moe_stats.h"
 
 #include <algorithm>
@@ -22,29 +21,17 @@ double* f64(const Tensor& t, int64_t n, const char* op, const char* name) {
 
 }  // namespace
 
-void moe_router_sums(Context&, Tensor sums, Tensor counts, Tensor probs, Tensor logits) {
+void moe_router_sums(Context&, Tensor sums, Tensor counts, Tensor logits) {
   const char* op = "moe_router_sums";
-  const int64_t N = probs.size(0), E = probs.size(-1);
-  check_shape(probs, {N, E}, "moe_router_sums probs");
-  check_shape(logits, {N, E}, "moe_router_sums logits");
+  TRAINER_CHECK(logits.ndim == 2, "{}: logits {} must be 2-D", op, logits.str());
+  const int64_t N = logits.size(0), E = logits.size(-1);
   check_shape(counts, {2, E}, "moe_router_sums counts");
   TRAINER_CHECK(E >= 1, "{}: no experts", op);
-  double* s = f64(sums, 3 * E + 1, op, "sums");
+  double* s = f64(sums, 2 * E + 1, op, "sums");
   const int32_t* cnt = i32(counts, op, "counts");
   Staging st(op);
-  const float* p = st.in(probs, "probs");
   const float* l = st.in(logits, "logits");
   for (int64_t i = 0; i < 2 * E; ++i) s[i] = cnt[i];
-  // Blocks of columns, rows ascending within each: a column's sum is one fixed chain.
-  constexpr int64_t kCols = 64;
-  double* col = s + 2 * E;
-#pragma omp parallel for schedule(static)
-  for (int64_t e0 = 0; e0 < E; e0 += kCols) {
-    const int64_t e1 = std::min(E, e0 + kCols);
-    for (int64_t e = e0; e < e1; ++e) col[e] = 0.0;
-    for (int64_t n = 0; n < N; ++n)
-      for (int64_t e = e0; e < e1; ++e) col[e] += p[n * E + e];
-  }
   double z = 0.0;
   for (int64_t n = 0; n < N; ++n) {
     const float* row = l + n * E;
@@ -54,28 +41,21 @@ void moe_router_sums(Context&, Tensor sums, Tensor counts, Tensor probs, Tensor 
     const double lse = m + std::log(sum);
     z += lse * lse;
   }
-  s[3 * E] = z;
+  s[2 * E] = z;
 }
 
-void moe_router_losses(Context&, Tensor losses, Tensor load, Tensor step, Tensor step_aux,
-                       Tensor sums, int64_t tokens, int64_t top_k, float balance_coeff,
-                       float z_coeff) {
+void moe_router_losses(Context&, Tensor z_loss, Tensor step, Tensor step_aux, Tensor sums,
+                       int64_t tokens, float z_coeff) {
   const char* op = "moe_router_losses";
-  TRAINER_CHECK(sums.numel() >= 4 && (sums.numel() - 1) % 3 == 0,
-                "{}: sums {} must hold 3E + 1 values", op, sums.str());
-  const int64_t E = (sums.numel() - 1) / 3;
-  const double* s = f64(sums, 3 * E + 1, op, "sums");
-  TRAINER_CHECK(tokens > 0 && top_k > 0, "{}: tokens {} and top_k {} must be positive", op, tokens,
-                top_k);
+  TRAINER_CHECK(sums.numel() >= 3 && (sums.numel() - 1) % 2 == 0,
+                "{}: sums {} must hold 2E + 1 values", op, sums.str());
+  const int64_t E = (sums.numel() - 1) / 2;
+  const double* s = f64(sums, 2 * E + 1, op, "sums");
+  TRAINER_CHECK(tokens > 0, "{}: tokens {} must be positive", op, tokens);
   TRAINER_CHECK(step.empty() == step_aux.empty(), "{}: step and step_aux go together", op);
-  check_shape(losses, {2}, "moe_router_losses losses");
+  check_shape(z_loss, {1}, "moe_router_losses z_loss");
   Staging st(op);
-  float* out = st.out(losses, "losses");
-  float* ld = nullptr;
-  if (!load.empty()) {
-    check_shape(load, {E}, "moe_router_losses load");
-    ld = st.out(load, "load");
-  }
+  float* out = st.out(z_loss, "z_loss");
   float *stp = nullptr, *aux = nullptr;
   if (!step.empty()) {
     check_shape(step, {2, E}, "moe_router_losses step");
@@ -83,17 +63,10 @@ void moe_router_losses(Context&, Tensor losses, Tensor load, Tensor step, Tensor
     stp = st.inout(step, "step");
     aux = st.inout(step_aux, "step_aux");
   }
-  const double Ng = static_cast<double>(tokens);
-  double balance = 0.0;
-  for (int64_t e = 0; e < E; ++e) balance += s[e] * (s[2 * E + e] / Ng);
-  balance *= double(E) / (Ng * double(top_k));
-  out[0] = static_cast<float>(balance);
-  out[1] = static_cast<float>(s[3 * E] / Ng);
-  if (ld)
-    for (int64_t e = 0; e < E; ++e) ld[e] = static_cast<float>(s[e]);
+  out[0] = static_cast<float>(s[2 * E] / static_cast<double>(tokens));
   if (stp) {
     for (int64_t i = 0; i < 2 * E; ++i) stp[i] += static_cast<float>(s[i]);
-    aux[0] += balance_coeff * out[0] + z_coeff * out[1];
+    aux[0] += z_coeff * out[0];
   }
   st.commit();
 }

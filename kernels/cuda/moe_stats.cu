@@ -1,9 +1,8 @@
 // Router statistics on the device (kernels/moe_stats.h). moe_router_sums: each
-// block of 32 token rows writes E + 1 double partials (its column sums of probs,
-// one thread per column so the loads coalesce; its z-loss sum, a warp per row),
-// then one pass adds the partials in block order: no atomics, the same bits on
-// every run. moe_router_losses is E-sized work for one block, its balance sum
-// on one thread in the CPU op's order and rounding (no fused multiply-adds).
+// block of 32 token rows writes one double partial (its z-loss sum, a warp per
+// row), then one pass adds the partials in block order: no atomics, the same
+// bits on every run. moe_router_losses is E-sized work for one block, its
+// z-loss on one thread in the CPU op's rounding (no fused multiply-adds).
 #include <algorithm>
 
 #include "kernels/cuda/moe_common.cuh"
@@ -16,17 +15,11 @@ using moe::AnyFloat;
 
 constexpr int kThreads = 256;
 
-__global__ void router_partials_kernel(AnyFloat probs, AnyFloat logits, int64_t N, int E,
+__global__ void router_partials_kernel(AnyFloat logits, int64_t N, int E,
                                        int64_t rows_per_chunk, double* partial) {
   __shared__ double warp_z[kThreads / 32];
   const int64_t begin = static_cast<int64_t>(blockIdx.x) * rows_per_chunk;
   const int64_t end = min(N, begin + rows_per_chunk);
-  double* out = partial + static_cast<int64_t>(blockIdx.x) * (E + 1);
-  for (int e = threadIdx.x; e < E; e += blockDim.x) {
-    double s = 0.0;
-    for (int64_t n = begin; n < end; ++n) s += probs.load(n * E + e);
-    out[e] = s;
-  }
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
   double z = 0.0;
   for (int64_t n = begin + warp; n < end; n += warps) {
@@ -46,45 +39,35 @@ __global__ void router_partials_kernel(AnyFloat probs, AnyFloat logits, int64_t 
   if (threadIdx.x == 0) {
     double t = 0.0;
     for (int w = 0; w < warps; ++w) t += warp_z[w];
-    out[E] = t;
+    partial[blockIdx.x] = t;
   }
 }
 
 __global__ void router_finish_kernel(double* sums, const int32_t* counts, const double* partial,
                                      int64_t chunks, int E) {
-  const int64_t total = 3 * static_cast<int64_t>(E) + 1;
+  const int64_t total = 2 * static_cast<int64_t>(E) + 1;
   for (int64_t j = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; j < total;
        j += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     if (j < 2 * E) {
       sums[j] = counts[j];
       continue;
     }
-    const int64_t c = j - 2 * E;
     double s = 0.0;
-    for (int64_t k = 0; k < chunks; ++k) s += partial[k * (E + 1) + c];
+    for (int64_t k = 0; k < chunks; ++k) s += partial[k];
     sums[j] = s;
   }
 }
 
-__global__ void router_losses_kernel(AnyFloat losses, AnyFloat load, AnyFloat step,
-                                     AnyFloat step_aux, const double* sums, int E, double tokens,
-                                     double top_k, float balance_coeff, float z_coeff) {
+__global__ void router_losses_kernel(AnyFloat z_loss, AnyFloat step, AnyFloat step_aux,
+                                     const double* sums, int E, double tokens, float z_coeff) {
   if (threadIdx.x == 0) {
-    double balance = 0.0;
-    for (int e = 0; e < E; ++e) balance = __dadd_rn(balance, __dmul_rn(sums[e], sums[2 * E + e] / tokens));
-    balance = __dmul_rn(balance, static_cast<double>(E) / (tokens * top_k));
-    const float b = static_cast<float>(balance), z = static_cast<float>(sums[3 * E] / tokens);
-    losses.store(0, b);
-    losses.store(1, z);
-    if (step.data)
-      step_aux.store(0, __fadd_rn(step_aux.load(0),
-                                  __fadd_rn(__fmul_rn(balance_coeff, b), __fmul_rn(z_coeff, z))));
+    const float z = static_cast<float>(sums[2 * E] / tokens);
+    z_loss.store(0, z);
+    if (step.data) step_aux.store(0, __fadd_rn(step_aux.load(0), __fmul_rn(z_coeff, z)));
   }
-  for (int i = threadIdx.x; i < 2 * E; i += blockDim.x) {
-    const float v = static_cast<float>(sums[i]);
-    if (load.data && i < E) load.store(i, v);
-    if (step.data) step.store(i, __fadd_rn(step.load(i), v));
-  }
+  if (step.data)
+    for (int i = threadIdx.x; i < 2 * E; i += blockDim.x)
+      step.store(i, __fadd_rn(step.load(i), static_cast<float>(sums[i])));
 }
 
 void check_f64(const Tensor& t, int64_t n, const char* op, const char* name) {
@@ -112,50 +95,41 @@ __global__ void bias_update_kernel(float* bias, const float* load, int E, float 
 
 }  // namespace
 
-void moe_router_sums(Context& ctx, Tensor sums, Tensor counts, Tensor probs, Tensor logits) {
+void moe_router_sums(Context& ctx, Tensor sums, Tensor counts, Tensor logits) {
   const char* op = "moe_router_sums";
   CudaState& st = state_of(ctx);
-  TRAINER_CHECK(probs.ndim == 2, "{}: probs {} must be 2-D", op, probs.str());
-  const int64_t N = probs.size(0), E = probs.size(-1);
-  check_shape(logits, {N, E}, "moe_router_sums logits");
+  TRAINER_CHECK(logits.ndim == 2, "{}: logits {} must be 2-D", op, logits.str());
+  const int64_t N = logits.size(0), E = logits.size(-1);
   check_shape(counts, {2, E}, "moe_router_sums counts");
   moe::check_experts(E, op);
-  check_f64(sums, 3 * E + 1, op, "sums");
+  check_f64(sums, 2 * E + 1, op, "sums");
   moe::check_i32_arg(counts, op, "counts");
-  moe::check_float_arg(probs, op, "probs");
   moe::check_float_arg(logits, op, "logits");
   const int64_t chunks = moe_router_sum_chunks(N);
   const int64_t rows_per_chunk = std::max<int64_t>(1, (N + chunks - 1) / chunks);
-  double* partial = static_cast<double*>(scratch(st, moe_router_sums_scratch_bytes(N, E), op));
+  double* partial = static_cast<double*>(scratch(st, moe_router_sums_scratch_bytes(N), op));
   router_partials_kernel<<<static_cast<unsigned>(chunks), kThreads, 0, st.stream>>>(
-      moe::any_float(probs, op, "probs"), moe::any_float(logits, op, "logits"), N,
-      static_cast<int>(E), rows_per_chunk, partial);
+      moe::any_float(logits, op, "logits"), N, static_cast<int>(E), rows_per_chunk, partial);
   CUDA_LAUNCH_CHECK();
-  router_finish_kernel<<<grid_for(3 * E + 1, kThreads), kThreads, 0, st.stream>>>(
+  router_finish_kernel<<<grid_for(2 * E + 1, kThreads), kThreads, 0, st.stream>>>(
       static_cast<double*>(sums.data), static_cast<const int32_t*>(counts.data), partial, chunks,
       static_cast<int>(E));
   CUDA_LAUNCH_CHECK();
 }
 
-void moe_router_losses(Context& ctx, Tensor losses, Tensor load, Tensor step, Tensor step_aux,
-                       Tensor sums, int64_t tokens, int64_t top_k, float balance_coeff,
-                       float z_coeff) {
+void moe_router_losses(Context& ctx, Tensor z_loss, Tensor step, Tensor step_aux, Tensor sums,
+                       int64_t tokens, float z_coeff) {
   const char* op = "moe_router_losses";
   CudaState& st = state_of(ctx);
-  TRAINER_CHECK(sums.numel() >= 4 && (sums.numel() - 1) % 3 == 0,
-                "{}: sums {} must hold 3E + 1 values", op, sums.str());
-  const int64_t E = (sums.numel() - 1) / 3;
+  TRAINER_CHECK(sums.numel() >= 3 && (sums.numel() - 1) % 2 == 0,
+                "{}: sums {} must hold 2E + 1 values", op, sums.str());
+  const int64_t E = (sums.numel() - 1) / 2;
   moe::check_experts(E, op);
-  check_f64(sums, 3 * E + 1, op, "sums");
-  TRAINER_CHECK(tokens > 0 && top_k > 0, "{}: tokens {} and top_k {} must be positive", op, tokens,
-                top_k);
+  check_f64(sums, 2 * E + 1, op, "sums");
+  TRAINER_CHECK(tokens > 0, "{}: tokens {} must be positive", op, tokens);
   TRAINER_CHECK(step.empty() == step_aux.empty(), "{}: step and step_aux go together", op);
-  check_shape(losses, {2}, "moe_router_losses losses");
-  moe::check_float_arg(losses, op, "losses");
-  if (!load.empty()) {
-    check_shape(load, {E}, "moe_router_losses load");
-    moe::check_float_arg(load, op, "load");
-  }
+  check_shape(z_loss, {1}, "moe_router_losses z_loss");
+  moe::check_float_arg(z_loss, op, "z_loss");
   if (!step.empty()) {
     check_shape(step, {2, E}, "moe_router_losses step");
     check_shape(step_aux, {1}, "moe_router_losses step_aux");
@@ -163,10 +137,9 @@ void moe_router_losses(Context& ctx, Tensor losses, Tensor load, Tensor step, Te
     moe::check_float_arg(step_aux, op, "step_aux");
   }
   router_losses_kernel<<<1, kThreads, 0, st.stream>>>(
-      moe::any_float(losses, op, "losses"), moe::any_float(load, op, "load"),
-      moe::any_float(step, op, "step"), moe::any_float(step_aux, op, "step_aux"),
-      static_cast<const double*>(sums.data), static_cast<int>(E), static_cast<double>(tokens),
-      static_cast<double>(top_k), balance_coeff, z_coeff);
+      moe::any_float(z_loss, op, "z_loss"), moe::any_float(step, op, "step"),
+      moe::any_float(step_aux, op, "step_aux"), static_cast<const double*>(sums.data),
+      static_cast<int>(E), static_cast<double>(tokens), z_coeff);
   CUDA_LAUNCH_CHECK();
 }
 

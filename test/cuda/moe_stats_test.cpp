@@ -1,10 +1,10 @@
 // [cuda] The router statistics (kernels/moe_stats.h) and the shared expert's
 // sigmoid gate (kernels/sigmoid_gate.h) against the CPU op; the aux-loss-free
 // bias update bit for bit. Statistics: the
-// (3E + 1) double sums from the same counts, probs and logits (fp32 and bf16),
-// then the losses, the load and the step counters from the same sums. Ragged
-// token counts cross the 32-row chunks and the 1024-chunk cap; every run twice
-// on poisoned outputs, bit-identical.
+// (2E + 1) double sums from the same counts and logits (fp32 and bf16), then
+// the z-loss and the step counters from the same sums. Ragged token counts
+// cross the 32-row chunks and the 1024-chunk cap; every run twice on poisoned
+// outputs, bit-identical.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -18,22 +18,15 @@
 namespace trainer::cuda_test {
 namespace {
 
-// Router-like inputs: probs rows of a softmax, logits spread over [-6, 6].
+// Router-like inputs: logits spread over [-6, 6], counts as moe_plan's.
 struct RouterInputs {
-  std::vector<float> probs, logits;
+  std::vector<float> logits;
   std::vector<int32_t> counts;
 };
 
 RouterInputs router_inputs(int64_t N, int64_t E, uint64_t seed) {
   RouterInputs in;
   in.logits = random_floats(N * E, seed, -6.0f, 6.0f);
-  in.probs.resize(N * E);
-  for (int64_t n = 0; n < N; ++n) {
-    double sum = 0;
-    for (int64_t e = 0; e < E; ++e) sum += std::exp(in.logits[n * E + e]);
-    for (int64_t e = 0; e < E; ++e)
-      in.probs[n * E + e] = static_cast<float>(std::exp(in.logits[n * E + e]) / sum);
-  }
   in.counts = random_ints(2 * E, seed + 1, 0, static_cast<int32_t>(2 * N));
   return in;
 }
@@ -61,23 +54,21 @@ TEST_CASE("moe_router_sums matches the CPU op", "[cuda][moe]") {
         if (emulated() && N * E > 300000) continue;
         const std::string tag = fmt::format("moe_router_sums {} N={} E={}", dtype_name(dtype), N, E);
         RouterInputs in = router_inputs(N, E, 100 * N + E);
-        in.probs = round_to(in.probs, dtype);
         in.logits = round_to(in.logits, dtype);
-        HostTensor probs({N, E}, in.probs, dtype), logits({N, E}, in.logits, dtype);
+        HostTensor logits({N, E}, in.logits, dtype);
         std::vector<int32_t> counts = in.counts;
-        std::vector<double> ref(3 * E + 1, -1.0);
-        cpu::moe_router_sums(cpu(), Tensor(ref.data(), {3 * E + 1}, DType::f64, Device::cpu),
-                             host_ints(counts, {2, E}), probs, logits);
+        std::vector<double> ref(2 * E + 1, -1.0);
+        cpu::moe_router_sums(cpu(), Tensor(ref.data(), {2 * E + 1}, DType::f64, Device::cpu),
+                             host_ints(counts, {2, E}), logits);
 
-        DeviceTensor dprobs({N, E}, dtype), dlogits({N, E}, dtype), dcounts({2, E}, DType::i32);
-        dprobs.upload(in.probs);
+        DeviceTensor dlogits({N, E}, dtype), dcounts({2, E}, DType::i32);
         dlogits.upload(in.logits);
         dcounts.upload_ints(in.counts);
-        DeviceTensor sums_bytes({2 * (3 * E + 1)}, DType::f32);  // 8-byte elements
-        const Tensor sums(sums_bytes.view().data, {3 * E + 1}, DType::f64, Device::cuda);
+        DeviceTensor sums_bytes({2 * (2 * E + 1)}, DType::f32);  // 8-byte elements
+        const Tensor sums(sums_bytes.view().data, {2 * E + 1}, DType::f64, Device::cuda);
         auto run = [&] {
           sums_bytes.poison();
-          cuda::moe_router_sums(gpu(), sums, dcounts, dprobs, dlogits);
+          cuda::moe_router_sums(gpu(), sums, dcounts, dlogits);
           return download_f64(sums);
         };
         const std::vector<double> a = run(), b = run();
@@ -89,50 +80,41 @@ TEST_CASE("moe_router_sums matches the CPU op", "[cuda][moe]") {
 
 TEST_CASE("moe_router_losses matches the CPU op", "[cuda][moe]") {
   for (int64_t E : {1, 8, 300})
-    for (bool counted : {false, true})
-      for (bool with_load : {false, true}) {
-        const std::string tag = fmt::format("moe_router_losses E={}{}{}", E,
-                                            counted ? " counted" : "", with_load ? " load" : "");
-        const int64_t tokens = 4096, K = std::min<int64_t>(E, 2);
-        std::vector<double> sums(3 * E + 1);
-        const std::vector<float> r = random_floats(3 * E + 1, 7 * E, 0.0f, 1.0f);
-        for (int64_t e = 0; e < 2 * E; ++e) sums[e] = std::floor(r[e] * tokens);
-        for (int64_t e = 0; e < E; ++e) sums[2 * E + e] = r[2 * E + e] * tokens / E;
-        sums[3 * E] = 3.5 * tokens + r[3 * E];
-        const std::vector<float> step0 = random_floats(2 * E, E, 0.0f, 100.0f);
-        const std::vector<float> aux0 = {0.25f};
-        HostTensor losses({2}, {0, 0}), load({E}, std::vector<float>(E)), step({2, E}, step0),
-            aux({1}, aux0);
-        cpu::moe_router_losses(cpu(), losses, with_load ? load.tensor : Tensor{},
-                               counted ? step.tensor : Tensor{}, counted ? aux.tensor : Tensor{},
-                               Tensor(sums.data(), {3 * E + 1}, DType::f64, Device::cpu), tokens,
-                               K, 0.01f, 0.001f);
+    for (bool counted : {false, true}) {
+      const std::string tag = fmt::format("moe_router_losses E={}{}", E, counted ? " counted" : "");
+      const int64_t tokens = 4096;
+      std::vector<double> sums(2 * E + 1);
+      const std::vector<float> r = random_floats(2 * E + 1, 7 * E, 0.0f, 1.0f);
+      for (int64_t e = 0; e < 2 * E; ++e) sums[e] = std::floor(r[e] * tokens);
+      sums[2 * E] = 3.5 * tokens + r[2 * E];
+      const std::vector<float> step0 = random_floats(2 * E, E, 0.0f, 100.0f);
+      const std::vector<float> aux0 = {0.25f};
+      HostTensor z({1}, {0}), step({2, E}, step0), aux({1}, aux0);
+      cpu::moe_router_losses(cpu(), z, counted ? step.tensor : Tensor{},
+                             counted ? aux.tensor : Tensor{},
+                             Tensor(sums.data(), {2 * E + 1}, DType::f64, Device::cpu), tokens,
+                             0.001f);
 
-        DeviceTensor dlosses({2}), dload({E}), dstep({2, E}), daux({1});
-        DeviceTensor sums_bytes({2 * (3 * E + 1)}, DType::f32);
-        const Tensor dsums(sums_bytes.view().data, {3 * E + 1}, DType::f64, Device::cuda);
-        copy_from_host(dsums, sums.data());
-        auto run = [&] {
-          dlosses.poison();
-          dload.poison();
-          dstep.upload(step0);
-          daux.upload(aux0);
-          cuda::moe_router_losses(gpu(), dlosses, with_load ? dload.view() : Tensor{},
-                                  counted ? dstep.view() : Tensor{},
-                                  counted ? daux.view() : Tensor{}, dsums, tokens, K, 0.01f,
-                                  0.001f);
-          return std::tuple{dlosses.download(), dload.download(), dstep.download(),
-                            daux.download()};
-        };
-        const auto [l1, ld1, s1, a1] = run();
-        const auto [l2, ld2, s2, a2] = run();
-        // The same doubles in, the same operations in the same order: equal bits.
-        expect_same_bits(tag + " losses", l1, losses.values());
-        expect_same_bits(tag + " losses rerun", l1, l2);
-        if (with_load) expect_same_bits(tag + " load", ld1, load.values());
-        expect_same_bits(tag + " step", s1, step.values());
-        expect_same_bits(tag + " step_aux", a1, aux.values());
-      }
+      DeviceTensor dz({1}), dstep({2, E}), daux({1});
+      DeviceTensor sums_bytes({2 * (2 * E + 1)}, DType::f32);
+      const Tensor dsums(sums_bytes.view().data, {2 * E + 1}, DType::f64, Device::cuda);
+      copy_from_host(dsums, sums.data());
+      auto run = [&] {
+        dz.poison();
+        dstep.upload(step0);
+        daux.upload(aux0);
+        cuda::moe_router_losses(gpu(), dz, counted ? dstep.view() : Tensor{},
+                                counted ? daux.view() : Tensor{}, dsums, tokens, 0.001f);
+        return std::tuple{dz.download(), dstep.download(), daux.download()};
+      };
+      const auto [z1, s1, a1] = run();
+      const auto [z2, s2, a2] = run();
+      // The same doubles in, the same operations in the same order: equal bits.
+      expect_same_bits(tag + " z_loss", z1, z.values());
+      expect_same_bits(tag + " z_loss rerun", z1, z2);
+      expect_same_bits(tag + " step", s1, step.values());
+      expect_same_bits(tag + " step_aux", a1, aux.values());
+    }
 }
 
 TEST_CASE("moe_bias_update matches the CPU op", "[cuda][moe]") {
@@ -155,18 +137,19 @@ TEST_CASE("moe_bias_update matches the CPU op", "[cuda][moe]") {
 }
 
 TEST_CASE("CUDA router statistics reject bad arguments with trainer::Error", "[cuda][moe]") {
-  DeviceTensor probs({4, 3}), logits({4, 3}), counts({2, 3}, DType::i32), wrong({3});
-  DeviceTensor sums_bytes({20}, DType::f32);
+  DeviceTensor logits({4, 3}), counts({2, 3}, DType::i32), wrong({3});
+  DeviceTensor sums_bytes({14}, DType::f32);
   sums_bytes.poison();
-  const Tensor sums(sums_bytes.view().data, {10}, DType::f64, Device::cuda);
-  CHECK_THROWS_AS(cuda::moe_router_sums(gpu(), wrong, counts, probs, logits), Error);
-  CHECK_THROWS_AS(cuda::moe_router_sums(gpu(), sums, wrong, probs, logits), Error);
-  CHECK_THROWS_AS(cuda::moe_router_sums(gpu(), sums.slice(0, 7), counts, probs, logits), Error);
-  DeviceTensor losses({2}), step({2, 3}), aux({1});
-  CHECK_THROWS_AS(cuda::moe_router_losses(gpu(), losses, {}, step, {}, sums, 4, 1, 0, 0), Error);
-  CHECK_THROWS_AS(cuda::moe_router_losses(gpu(), losses, {}, {}, {}, sums, 0, 1, 0, 0), Error);
-  CHECK_THROWS_AS(cuda::moe_router_losses(gpu(), wrong, {}, {}, {}, sums, 4, 1, 0, 0), Error);
-  CHECK_NOTHROW(cuda::moe_router_losses(gpu(), losses, wrong, step, aux, sums, 4, 1, 0, 0));
+  const Tensor sums(sums_bytes.view().data, {7}, DType::f64, Device::cuda);
+  CHECK_NOTHROW(cuda::moe_router_sums(gpu(), sums, counts, logits));
+  CHECK_THROWS_AS(cuda::moe_router_sums(gpu(), wrong, counts, logits), Error);
+  CHECK_THROWS_AS(cuda::moe_router_sums(gpu(), sums, wrong, logits), Error);
+  CHECK_THROWS_AS(cuda::moe_router_sums(gpu(), sums.slice(0, 5), counts, logits), Error);
+  DeviceTensor z({1}), step({2, 3}), aux({1});
+  CHECK_THROWS_AS(cuda::moe_router_losses(gpu(), z, step, {}, sums, 4, 0), Error);
+  CHECK_THROWS_AS(cuda::moe_router_losses(gpu(), z, {}, {}, sums, 0, 0), Error);
+  CHECK_THROWS_AS(cuda::moe_router_losses(gpu(), wrong, {}, {}, sums, 4, 0), Error);
+  CHECK_NOTHROW(cuda::moe_router_losses(gpu(), z, step, aux, sums, 4, 0));
 }
 
 }  // namespace trainer::cuda_test
