@@ -95,14 +95,16 @@ Registrar reg("plan", "validate a job and print its per-rank memory plan", [](CL
           const int64_t balanced = model::residual_rows(mc, model.batch()) * mc.moe.top_k;
           const int64_t worst = int64_t(shape.ep) * model::residual_rows(mc, model.batch()) *
                                 std::min(mc.moe.top_k, mc.moe.local_experts());
+          const std::string bound =
+              rows >= worst ? std::string("the worst case (every rank's tokens on one rank's "
+                                          "experts), so none is refused")
+                            : fmt::format("the worst case would be {:.3g}x; a micro-batch routed "
+                                          "beyond the plan is refused",
+                                          double(worst) / double(balanced));
           fmt::print("dropless ep: each MoE layer's experts are planned for {} rows a micro-batch, "
                      "{:.3g}x the balanced {} (model.moe.ep_recv_headroom {:g}); {}\n",
-                     rows, double(rows) / double(balanced), balanced, spec.model.moe.ep_recv_headroom,
-                     rows >= worst ? std::string("the worst case (every rank's tokens on one rank's "
-                                                 "experts), so none is refused")
-                                   : fmt::format("the worst case would be {:.3g}x; a micro-batch "
-                                                 "routed beyond the plan is refused",
-                                                 double(worst) / double(balanced)));
+                     rows, double(rows) / double(balanced), balanced,
+                     spec.model.moe.ep_recv_headroom, bound);
         }
         if (shape.pp > 1)
           fmt::print("{}\n", parallel::describe_schedule(shape.pp, micro_batches, shape.virtual_stages));

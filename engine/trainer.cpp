@@ -730,7 +730,8 @@ void Trainer::finish_moe_step(StepRecord& r, int global_batch) {
   if (mesh_->shape().ep > 1 && !spec_.model.moe.capacity_factor) {
     double peak = 0;
     for (const model::Moe* m : layers) peak = std::max(peak, m->ep_recv_peak());
-    mesh_->comm(parallel::Axis::world).all_reduce(Tensor(&peak, {1}, DType::f64), parallel::ReduceOp::max);
+    mesh_->comm(parallel::Axis::world)
+        .all_reduce(Tensor(&peak, {1}, DType::f64), parallel::ReduceOp::max);
     r.moe_ep_recv_peak = peak;
   }
 }

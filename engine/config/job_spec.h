@@ -55,7 +55,7 @@ struct MoESpec {
   double seq_aux_loss_coeff = 0.0;  // >= 0: sequence-wise balance loss weight (0 = off)
   double bias_update_rate = 1e-3; // >= 0: aux_free expert-bias step per optimizer step
   std::optional<double> capacity_factor;  // null = dropless; else > 0
-  double ep_recv_headroom = 2.0;  // >= 1: dropless ep plans a rank's expert rows for this x the balanced load
+  double ep_recv_headroom = 2.0;  // >= 1: dropless ep's expert rows, x the balanced load
   bool operator==(const MoESpec&) const = default;
 };
 

@@ -279,7 +279,8 @@ TEST_CASE("moe layer: forward and backward are bitwise deterministic across thre
   CHECK(a == c);
 }
 
-TEST_CASE("moe plan size: dropless ep rows are ep_recv_headroom x the balanced load, up to the worst case",
+TEST_CASE("moe plan size: dropless ep rows are ep_recv_headroom x the balanced load, up to the "
+          "worst case",
           "[cpu][moe]") {
   // 64 tokens, top-2 of 16 experts over ep 8 (2 a rank): balanced S = 128
   // rows a rank, worst case 8 peers x 64 tokens x min(2, 2) = 1024.
@@ -309,7 +310,8 @@ TEST_CASE("moe plan size: dropless ep rows are ep_recv_headroom x the balanced l
 // routing has, and P is the scores normalised to sum 1. A sigmoid router's
 // raw scores do not sum to 1: averaged as they are, the loss would fall by
 // pushing every logit down, balanced or not.
-TEST_CASE("moe layer: the balance loss takes normalised scores and group-free counts", "[cpu][moe]") {
+TEST_CASE("moe layer: the balance loss takes normalised scores and group-free counts",
+          "[cpu][moe]") {
   for (bool sigmoid : {false, true}) {
     INFO("sigmoid " << sigmoid);
     MoeConfig mc{.n_experts = 8, .top_k = 2, .d_ff_expert = 6, .balance = MoeBalance::aux_loss,
@@ -324,7 +326,8 @@ TEST_CASE("moe layer: the balance loss takes normalised scores and group-free co
       const float* l = logits.ptr<float>() + n * E;
       std::vector<int64_t> order(E);
       std::iota(order.begin(), order.end(), 0);
-      std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return l[a] > l[b]; });
+      std::stable_sort(order.begin(), order.end(),
+                       [&](int64_t a, int64_t b) { return l[a] > l[b]; });
       for (int64_t k = 0; k < K; ++k) count[order[k]] += 1;
       outside_group += order[0] / 2 != order[1] / 2;
       std::vector<double> s(E);
