@@ -65,12 +65,12 @@ TRAINER_HOST_DEVICE inline void route_pick_groups(Flag* allowed, const float* sc
   void moe_route_forward(Context& ctx, Tensor probs, Tensor topk_idx, Tensor topk_weight,    \
                          Tensor logits, Tensor select_bias, bool sigmoid, bool normalize,    \
                          RouteGroups groups = {});                                           \
-  /* dlogits (N, E) written from dtopk_weight (N, K), plus per_expert_dprob (E; may be     */ \
-  /* empty) added to d probs[n, e] of every token (the balance loss), plus the gradient of */ \
-  /* z_grad * sum_n logsumexp(logits[n])^2 (the router z-loss; 0 = none).                  */ \
+  /* dlogits (N, E) written from dtopk_weight (N, K), plus the gradient of z_grad *        */ \
+  /* sum_n logsumexp(logits[n])^2 (the router z-loss; 0 = none). The balance losses add    */ \
+  /* theirs after (kernels/moe_seq_aux.h).                                                  */ \
   void moe_route_backward(Context& ctx, Tensor dlogits, Tensor dtopk_weight, Tensor logits,  \
-                          Tensor probs, Tensor topk_idx, Tensor per_expert_dprob,            \
-                          float z_grad, bool sigmoid, bool normalize);                       \
+                          Tensor probs, Tensor topk_idx, float z_grad, bool sigmoid,         \
+                          bool normalize);                                                   \
   /* The dispatch plan from topk_idx (N, K): slot_src (N*K), assign_slot (N*K), load (E) =  */ \
   /* assignments per expert before dropping, kept (E) = after; all written. capacity <= 0  */ \
   /* keeps everything; otherwise each expert keeps its first `capacity - taken[e]`         */ \
@@ -115,10 +115,10 @@ inline void check_route_groups(const RouteGroups& g, int64_t E, int64_t K, const
                 "top_k {} experts", op, g.top, g.groups, K);
 }
 inline void moe_route_backward(Context& ctx, Tensor dlogits, Tensor dtopk_weight, Tensor logits,
-                               Tensor probs, Tensor topk_idx, Tensor per_expert_dprob,
-                               float z_grad, bool sigmoid, bool normalize) {
-  TRAINER_DISPATCH(ctx, moe_route_backward, dlogits, dtopk_weight, logits, probs, topk_idx,
-                   per_expert_dprob, z_grad, sigmoid, normalize);
+                               Tensor probs, Tensor topk_idx, float z_grad, bool sigmoid,
+                               bool normalize) {
+  TRAINER_DISPATCH(ctx, moe_route_backward, dlogits, dtopk_weight, logits, probs, topk_idx, z_grad,
+                   sigmoid, normalize);
 }
 inline void moe_plan(Context& ctx, Tensor slot_src, Tensor assign_slot, Tensor load, Tensor kept,
                      Tensor topk_idx, int64_t capacity, Tensor taken = {}) {

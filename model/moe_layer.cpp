@@ -163,24 +163,26 @@ void Moe::declare(Buffers& buf, const std::string& prefix, const ModelConfig& cf
       // rank], and room for each one's per-run loads.
       const int64_t tp_share = sp_ ? tp_ : 1;
       parallel::CpLayout layout = cp_layout(cfg, batch);
-      share_runs_.clear();
-      runs_max_ = 0;
+      // [cp rank * tp share + tp rank]: every token-sharing rank's runs.
+      std::vector<std::vector<TokenRun>> share_runs;
+      int64_t runs_max = 0;
       for (int c = 0; c < cp_; ++c)
         for (int64_t t = 0; t < tp_share; ++t) {
           layout.rank = c;
-          share_runs_.push_back(token_runs(layout, batch.B, tp_share, t));
-          runs_max_ = std::max<int64_t>(runs_max_, share_runs_.back().size());
+          share_runs.push_back(token_runs(layout, batch.B, tp_share, t));
+          runs_max = std::max<int64_t>(runs_max, share_runs.back().size());
         }
-      share_self_ = static_cast<int>(cfg.cp_rank * tp_share + (sp_ ? tp_rank_ : 0));
-      run_loads_ = buf.add(G, p + "capacity_run_loads", {runs_max_, E_}, DType::i32);
-      tp_run_loads_ = buf.add(G, p + "capacity_tp_run_loads", {tp_share * runs_max_, E_}, DType::i32);
+      const int self = static_cast<int>(cfg.cp_rank * tp_share + (sp_ ? tp_rank_ : 0));
+      run_loads_ = buf.add(G, p + "capacity_run_loads", {runs_max, E_}, DType::i32);
+      tp_run_loads_ = buf.add(G, p + "capacity_tp_run_loads", {tp_share * runs_max, E_}, DType::i32);
       all_run_loads_ =
-          buf.add(G, p + "capacity_all_run_loads", {cp_ * tp_share * runs_max_, E_}, DType::i32);
+          buf.add(G, p + "capacity_all_run_loads", {cp_ * tp_share * runs_max, E_}, DType::i32);
       taken_ = buf.add(G, p + "capacity_taken", {E_}, DType::i32);
-      run_table_ = buf.add(G, p + "capacity_run_table", {runs_max_, 2}, DType::i32);
-      int64_t all_runs = 0;
-      for (const std::vector<TokenRun>& r : share_runs_) all_runs += static_cast<int64_t>(r.size());
-      order_table_ = buf.add(G, p + "capacity_order", {all_runs, 2}, DType::i32);
+      run_table_.host = run_table(share_runs[self], runs_max);
+      run_table_.id = buf.add(G, p + "capacity_run_table", {runs_max, 2}, DType::i32);
+      order_table_.host = capacity_order(share_runs, self, runs_max);
+      order_table_.id = buf.add(G, p + "capacity_order",
+                                {static_cast<int64_t>(order_table_.host.size()) / 2, 2}, DType::i32);
     }
   }
   // The step counters sum over every micro-batch of a step, so they live in
@@ -319,15 +321,7 @@ Tensor Moe::capacity_taken(const LayerEnv& env, Tensor topk_idx) const {
     TRAINER_CHECK(env.cp != nullptr && env.cp->size() == cp_,
                   "{}: MoE layer planned for cp {} without a cp group of that size", name_, cp_);
   const Buffers& b = env.buf;
-  Tensor runs = b.get(run_table_), order = b.get(order_table_);
-  // The tables are fixed by the layout: uploaded once per place they live.
-  if (tables_at_ != runs.data) {
-    const std::vector<int32_t> run_rows = run_table(share_runs_[share_self_], runs_max_);
-    const std::vector<int32_t> walk = capacity_order(share_runs_, share_self_, runs_max_);
-    copy_from_host(runs, run_rows.data());
-    copy_from_host(order, walk.data());
-    tables_at_ = runs.data;
-  }
+  Tensor runs = run_table_.get(b), order = order_table_.get(b);
   // This rank's loads per run, gathered over tp (SP blocks), then over cp:
   // rows [cp rank][tp rank][run].
   Tensor own = b.get(run_loads_), over_tp = b.get(tp_run_loads_), all = b.get(all_run_loads_);
@@ -505,7 +499,7 @@ void Moe::backward(const LayerEnv& env, Tensor dinp, Tensor dout, Tensor in, flo
   // The combine weights were scaled after routing: the router's gradient is too.
   if (moe_.topk_scaling != 1.0f) scale(ctx, dtopk, moe_.topk_scaling);
   moe_route_backward(ctx, b.get(dlogits_), dtopk, b.get(logits_), b.get(probs_),
-                     b.get(topk_idx_), Tensor{}, z_grad, moe_.sigmoid, moe_.normalize_topk);
+                     b.get(topk_idx_), z_grad, moe_.sigmoid, moe_.normalize_topk);
   if (bal_sums_ >= 0)
     moe_seq_aux_backward(ctx, b.get(dlogits_), b.get(logits_), bal_rows_.get(b), b.get(bal_sums_),
                          Ng_, K_, dloss * moe_.aux_loss_coeff, moe_.sigmoid);

@@ -177,20 +177,17 @@ class Moe {
   // Shared capacity scratch (i32): this rank's per-run loads (runs_max, E),
   // gathered over SP's tp, then over cp; the resulting `taken` (E).
   BufferId run_loads_ = -1, tp_run_loads_ = -1, all_run_loads_ = -1, taken_ = -1;
-  BufferId run_table_ = -1, order_table_ = -1;  // kernels/moe_capacity.h's tables
-  mutable const void* tables_at_ = nullptr;     // where they were last uploaded
-  std::vector<std::vector<TokenRun>> share_runs_;  // [cp rank * tp share + tp rank]
-  int share_self_ = 0;                             // this rank's row there
-  int64_t runs_max_ = 0;
-  BufferId step_ = -1, step_aux_ = -1;   // scratch: (2, E) step counters, (1) summed aux loss
-  // A fixed i32 row table (kernels/moe_seq_aux.h's seq_rows), scratch uploaded
-  // once per place the buffer lives.
+  // A fixed i32 table built from the layout (kernels/moe_capacity.h's runs
+  // and order, kernels/moe_seq_aux.h's seq_rows): scratch uploaded once per
+  // place the buffer lives.
   struct RowTable {
     BufferId id = -1;
     std::vector<int32_t> host;
     mutable const void* at = nullptr;
     Tensor get(const Buffers& b) const;
   };
+  RowTable run_table_, order_table_;  // kernels/moe_capacity.h's tables
+  BufferId step_ = -1, step_aux_ = -1;   // scratch: (2, E) step counters, (1) summed aux loss
   // The balance loss (balance: aux_loss), Megatron's: the micro-batch taken as
   // one sequence by kernels/moe_seq_aux.h's ops (bias-free, group-free top-k
   // counts; scores normalised to sum 1, which a sigmoid router's are not).

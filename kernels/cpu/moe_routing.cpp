@@ -95,8 +95,8 @@ void moe_route_forward(Context&, Tensor probs, Tensor topk_idx, Tensor topk_weig
 }
 
 void moe_route_backward(Context&, Tensor dlogits, Tensor dtopk_weight, Tensor logits,
-                        Tensor probs, Tensor topk_idx, Tensor per_expert_dprob, float z_grad,
-                        bool sigmoid, bool normalize) {
+                        Tensor probs, Tensor topk_idx, float z_grad, bool sigmoid,
+                        bool normalize) {
   const char* op = "moe_route_backward";
   const int64_t N = logits.size(0), E = logits.size(-1), K = topk_idx.size(-1);
   check_shape(logits, {N, E}, "moe_route_backward logits");
@@ -110,11 +110,6 @@ void moe_route_backward(Context&, Tensor dlogits, Tensor dtopk_weight, Tensor lo
   const float* p = st.in(probs, "probs");
   const int32_t* idx = i32(topk_idx, op, "topk_idx");
   const float* dw = st.in(dtopk_weight, "dtopk_weight");
-  const float* aux = nullptr;
-  if (!per_expert_dprob.empty()) {
-    check_shape(per_expert_dprob, {E}, "moe_route_backward per_expert_dprob");
-    aux = st.in(per_expert_dprob, "per_expert_dprob");
-  }
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; ++n) {
     const float* pn = p + n * E;
@@ -122,8 +117,8 @@ void moe_route_backward(Context&, Tensor dlogits, Tensor dtopk_weight, Tensor lo
     const int32_t* in = idx + n * K;
     const float* dwn = dw + n * K;
     float* dln = dl + n * E;
-    // d probs: aux term on every expert, then the combine weights' term.
-    for (int64_t e = 0; e < E; ++e) dln[e] = aux ? aux[e] : 0.0f;
+    // d probs: the combine weights' term.
+    for (int64_t e = 0; e < E; ++e) dln[e] = 0.0f;
     if (normalize) {
       // w_j = p_j / S with S the sum of the chosen probs: dp_j = (g_j - sum_k g_k w_k) / S.
       double S = 0, gw = 0;

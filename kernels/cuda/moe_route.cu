@@ -125,9 +125,8 @@ __global__ void route_forward_kernel(AnyFloat probs, int32_t* topk_idx, AnyFloat
 
 // Shared memory per warp: p[E] (the probs as stored), d[E] (d probs, then d logits).
 __global__ void route_backward_kernel(AnyFloat dlogits, AnyFloat dweight, AnyFloat logits,
-                                      AnyFloat probs, const int32_t* topk_idx, AnyFloat aux,
-                                      float z_grad, int64_t N, int E, int K, bool sigmoid,
-                                      bool normalize) {
+                                      AnyFloat probs, const int32_t* topk_idx, float z_grad,
+                                      int64_t N, int E, int K, bool sigmoid, bool normalize) {
   extern __shared__ float route_smem[];
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
   float* p = route_smem + static_cast<size_t>(warp) * 2 * E;
@@ -138,7 +137,7 @@ __global__ void route_backward_kernel(AnyFloat dlogits, AnyFloat dweight, AnyFlo
     const int32_t* idx = topk_idx + n * K;
     for (int e = lane; e < E; e += 32) {
       p[e] = probs.load(row + e);
-      d[e] = aux.data ? aux.load(e) : 0.0f;
+      d[e] = 0.0f;
     }
     __syncwarp();
     // The combine weights' term, in k order on one lane as the CPU adds it (an
@@ -240,8 +239,8 @@ void moe_route_forward(Context& ctx, Tensor probs, Tensor topk_idx, Tensor topk_
 }
 
 void moe_route_backward(Context& ctx, Tensor dlogits, Tensor dtopk_weight, Tensor logits,
-                        Tensor probs, Tensor topk_idx, Tensor per_expert_dprob, float z_grad,
-                        bool sigmoid, bool normalize) {
+                        Tensor probs, Tensor topk_idx, float z_grad, bool sigmoid,
+                        bool normalize) {
   const char* op = "moe_route_backward";
   CudaState& st = state_of(ctx);
   TRAINER_CHECK(logits.ndim == 2 && topk_idx.ndim == 2, "{}: logits {} and topk_idx {} must be 2-D",
@@ -258,17 +257,12 @@ void moe_route_backward(Context& ctx, Tensor dlogits, Tensor dtopk_weight, Tenso
   moe::check_float_arg(logits, op, "logits");
   moe::check_float_arg(probs, op, "probs");
   moe::check_i32_arg(topk_idx, op, "topk_idx");
-  if (!per_expert_dprob.empty()) {
-    check_shape(per_expert_dprob, {E}, "moe_route_backward per_expert_dprob");
-    moe::check_float_arg(per_expert_dprob, op, "per_expert_dprob");
-  }
   if (N == 0) return;
   const RowLaunch l = row_launch(N, 2 * sizeof(float) * static_cast<size_t>(E));
   route_backward_kernel<<<l.blocks, l.warps * 32, l.smem, st.stream>>>(
       moe::any_float(dlogits, op, "dlogits"), moe::any_float(dtopk_weight, op, "dtopk_weight"),
       moe::any_float(logits, op, "logits"), moe::any_float(probs, op, "probs"),
-      static_cast<const int32_t*>(topk_idx.data),
-      moe::any_float(per_expert_dprob, op, "per_expert_dprob"), z_grad, N, static_cast<int>(E),
+      static_cast<const int32_t*>(topk_idx.data), z_grad, N, static_cast<int>(E),
       static_cast<int>(K), sigmoid, normalize);
   CUDA_LAUNCH_CHECK();
 }

@@ -495,16 +495,15 @@ TEST_CASE("mixed dtype: MoE routing, gather and combine", "[cpu][mixed_dtype]") 
       const int idx = f.view(f.ints(std::vector<int32_t>(N * K, 0)), {N, K});
       const int w = f.tensor(Role::stat, {N, K}), bias = f.tensor(Role::param, {E}, -0.1f, 0.1f);
       const int dlogits = f.tensor(Role::act, {N, E}), dw = f.tensor(Role::stat, {N, K});
-      const int aux = f.tensor(Role::param, {E});
       f.check({
           OP(cpu::moe_route_forward(ctx, t[probs], t[idx], t[w], t[logits], t[bias], sigmoid,
                                     true)),
-          OP(cpu::moe_route_backward(ctx, t[dlogits], t[dw], t[logits], t[probs], t[idx], t[aux],
-                                     0.01f, sigmoid, true)),
+          OP(cpu::moe_route_backward(ctx, t[dlogits], t[dw], t[logits], t[probs], t[idx], 0.01f,
+                                     sigmoid, true)),
           OP(cpu::moe_route_forward(ctx, t[probs], t[idx], t[w], t[logits], Tensor{}, sigmoid,
                                     false)),
-          OP(cpu::moe_route_backward(ctx, t[dlogits], t[dw], t[logits], t[probs], t[idx], Tensor{},
-                                     0.0f, sigmoid, false)),
+          OP(cpu::moe_route_backward(ctx, t[dlogits], t[dw], t[logits], t[probs], t[idx], 0.0f,
+                                     sigmoid, false)),
       });
     }
     // A plan with drops (capacity 5 of up to N * K / E assignments per expert).
